@@ -1,0 +1,12 @@
+//! weir's benchmark suite: the report harness behind `cargo xtask bench`
+//! (binary `weir-report`) and the criterion micro-benchmarks
+//! (`cargo bench -p weir-bench-suite`).
+//!
+//! Every comparison runs weir and its competitors in the same process, on the
+//! same pre-generated input, so that the ratios are meaningful on a noisy
+//! machine. Each area has one module that both the report and criterion use.
+
+pub mod alloc;
+pub mod machine;
+pub mod report;
+pub mod workload;

@@ -1,0 +1,169 @@
+//! Time as the limiters see it: a [`Clock`] that reads nanoseconds since its
+//! own epoch.
+//!
+//! Every time-dependent structure in weir takes its clock as a value instead
+//! of calling `Instant::now()` itself, so tests drive time by hand with a
+//! [`ManualClock`] and production code gets the [`MonotonicClock`] by default.
+//! Time is a plain `u64` of nanoseconds (good for 584 years) because that is
+//! what fits in one atomic word; consumers compute with saturating arithmetic
+//! so that a clock stepped backwards (possible with a manual clock) reads as
+//! "no time passed" instead of wrapping.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A source of monotonic time, in nanoseconds since the clock's own epoch.
+///
+/// Implementations must be cheap (they are read on hot paths) and should
+/// never go backwards; consumers tolerate it anyway by saturating.
+///
+/// ```
+/// use weir_limits::clock::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_millis(3));
+/// assert_eq!(clock.now_nanos(), 3_000_000);
+/// ```
+pub trait Clock: Send + Sync {
+    /// Nanoseconds elapsed since this clock's epoch.
+    fn now_nanos(&self) -> u64;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+/// The real monotonic clock (`std::time::Instant`), with its epoch at creation.
+///
+/// ```
+/// use weir_limits::clock::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now_nanos();
+/// assert!(clock.now_nanos() >= a);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+
+    /// The `Instant` this clock counts from.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        // Saturates after 584 years of uptime rather than wrapping.
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A clock that moves only when told to; clones share the same time.
+///
+/// ```
+/// use weir_limits::clock::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let handle = clock.clone();
+/// handle.set(Duration::from_secs(2));
+/// assert_eq!(clock.now_nanos(), 2_000_000_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Move time forward by `by` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, by: Duration) {
+        let by = duration_to_nanos(by);
+        // A CAS loop rather than fetch_add so a huge advance saturates
+        // instead of wrapping around to the past.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
+    }
+
+    /// Set the time since the epoch. Setting it backwards is allowed (to
+    /// test how consumers cope); they treat it as no time having passed.
+    pub fn set(&self, since_epoch: Duration) {
+        self.nanos
+            .store(duration_to_nanos(since_epoch), Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.nanos.load(Ordering::SeqCst)
+    }
+}
+
+/// A `Duration` as whole nanoseconds, saturating at `u64::MAX` (584 years).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_limits::clock::duration_to_nanos;
+///
+/// assert_eq!(duration_to_nanos(Duration::from_micros(5)), 5_000);
+/// assert_eq!(duration_to_nanos(Duration::MAX), u64::MAX);
+/// ```
+pub fn duration_to_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_saturates_instead_of_wrapping() {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(u64::MAX - 5));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now_nanos(), u64::MAX);
+    }
+
+    #[test]
+    fn clones_of_a_manual_clock_share_time() {
+        let a = ManualClock::new();
+        let b = a.clone();
+        a.advance(Duration::from_millis(7));
+        assert_eq!(b.now_nanos(), 7_000_000);
+    }
+}

@@ -1,0 +1,1 @@
+//! weir-rate (being built).

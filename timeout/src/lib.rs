@@ -1,0 +1,1 @@
+//! weir-timeout (being built).

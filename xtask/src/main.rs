@@ -1,0 +1,163 @@
+//! weir's workflows, in Rust rather than scattered shell scripts.
+//!
+//! `cargo xtask <command>` (the alias lives in `.cargo/config.toml`):
+//!
+//! * `test`  — everything CI must pass: formatting, clippy with warnings
+//!   denied, every unit/doc/property/integration test with all features, and
+//!   the loom models. `.ci/run` calls exactly this.
+//! * `loom`  — only the loom models, built with `--cfg loom` into a separate
+//!   target directory so they never invalidate the normal build cache.
+//! * `bench` — the report harness in `bench-suite/` (`--quick` for a short run).
+//! * `fmt`   — format the workspace.
+//!
+//! Each step prints the command it runs, so a failure can be rerun by hand.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((c, rest)) => (c.as_str(), rest),
+        None => {
+            eprintln!("{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match command {
+        "test" => test(rest),
+        "loom" => loom(rest),
+        "bench" => bench(rest),
+        "fmt" => run(cargo().args(["fmt", "--all"])),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick]|fmt>";
+
+/// The loom models of each crate, as `(package, test target)` pairs.
+const LOOM_MODELS: &[(&str, &str)] = &[("weir-limits", "loom")];
+
+fn test(args: &[String]) -> Result<(), String> {
+    reject_args("test", args)?;
+    let started = Instant::now();
+    step("format", cargo().args(["fmt", "--all", "--check"]))?;
+    step(
+        "clippy",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    step(
+        "tests",
+        cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]),
+    )?;
+    loom(&[])?;
+    println!(
+        "xtask test: all steps passed in {:.0?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+fn loom(args: &[String]) -> Result<(), String> {
+    reject_args("loom", args)?;
+    let target_dir = workspace_root().join("target").join("loom");
+    for (package, test) in LOOM_MODELS {
+        let mut command = cargo();
+        command
+            .args(["test", "--release", "--package", package, "--test", test])
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", &target_dir)
+            // Bounded exploration: every interleaving with up to this many
+            // preemptions. Enough to find ordering bugs, quick enough for CI.
+            .env("LOOM_MAX_PREEMPTIONS", "3");
+        step(&format!("loom models of {package}"), &mut command)?;
+    }
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let mut command = cargo();
+    command.args([
+        "run",
+        "--release",
+        "--package",
+        "weir-bench-suite",
+        "--bin",
+        "weir-report",
+        "--",
+    ]);
+    command.args(args);
+    step("benchmark report", &mut command)
+}
+
+fn reject_args(command: &str, args: &[String]) -> Result<(), String> {
+    match args.first() {
+        None => Ok(()),
+        Some(arg) => Err(format!("`{command}` takes no arguments, got `{arg}`")),
+    }
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(workspace_root());
+    command
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn step(name: &str, command: &mut Command) -> Result<(), String> {
+    println!("==> {name}: {}", describe(command));
+    run(command).map_err(|e| format!("step `{name}` failed: {e}"))
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let status = command
+        .status()
+        .map_err(|e| format!("could not start {}: {e}", describe(command)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} exited with {status}", describe(command)))
+    }
+}
+
+fn describe(command: &Command) -> String {
+    let mut text = String::new();
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            text.push_str(&format!("{}={} ", key.to_string_lossy(), value.to_string_lossy()));
+        }
+    }
+    text.push_str(&command.get_program().to_string_lossy());
+    for arg in command.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
