@@ -1,4 +1,34 @@
 //! weir-limits: counting traffic at the edge of a network service.
-#![cfg_attr(docsrs, feature(doc_cfg))]
+//!
+//! * [`Estimator`] — a lock-free count-min sketch (pingora-limits' surface),
+//!   plain or conservative update, blocked (one cache line per key) or
+//!   classic rows layout.
+//! * [`ShardedEstimator`] — the same surface with per-thread delta tables, so
+//!   threads stop bouncing cache lines; its estimates lag other threads by a
+//!   bounded number of events.
+//! * [`Inflight`] and its RAII [`InflightGuard`] — pingora's connection-limit
+//!   pattern: count on entry, uncount on drop.
+//! * [`Rate`] — per-key events per interval on a fixed time grid, with the
+//!   previous and current window and the proportional sliding estimate.
+//! * [`HeavyHitters`] — the sketch as a first-stage filter in front of an
+//!   exact table, so heavy keys are counted exactly in little memory.
+//! * [`sketch`] — hashing and layout shared by every sketch in weir;
+//!   [`clock`] — the injectable clock.
+//!
+//! ```
+//! use weir_limits::Estimator;
+//!
+//! let per_origin = Estimator::new(4, 4096);
+//! per_origin.incr("origin-a", 1);
+//! assert!(per_origin.get("origin-a") >= 1);
+//! ```
 
 pub mod clock;
+mod counters;
+mod error;
+mod estimator;
+pub mod sketch;
+mod sync;
+
+pub use error::ConfigError;
+pub use estimator::{Estimator, EstimatorBuilder, Update};

@@ -1,0 +1,500 @@
+//! The lock-free count-min [`Estimator`].
+//!
+//! # Design
+//!
+//! A count-min sketch keeps `hashes × slots` counters; each key maps to one
+//! counter per hash (see [`sketch`](crate::sketch) for where they live) and
+//! its estimate is the smallest of them. With non-negative updates no counter
+//! of a key ever drops below the key's true total, so the estimate never
+//! underestimates; it overestimates by whatever other keys share all of the
+//! key's counters.
+//!
+//! Updates are plain atomic read-modify-writes, so the structure is lock-free
+//! and always current: an `incr` returns an estimate that includes every
+//! update that happened before it.
+//!
+//! ## Update rules
+//!
+//! * [`Update::Plain`] adds to every counter of the key (`fetch_add`), so it
+//!   supports decrements (in-flight counting) and is exactly pingora's rule.
+//! * [`Update::Conservative`] raises only the counters below the new
+//!   estimate ("conservative update"), which lowers the overestimate of
+//!   light keys a lot on skewed traffic and usually writes a single counter.
+//!   Concurrent conservative updates run a compare-and-swap loop: every
+//!   counter below the target is swapped from the value that was read, and
+//!   any failed swap restarts from fresh reads. Because counters only grow,
+//!   two racing updates of one key can never both succeed with the same
+//!   target (the loom model checks this), so no increment is lost.
+//!   It **requires non-negative increments**: a negative `incr` or a `decr`
+//!   subtracts from all of the key's counters like the plain rule, and since
+//!   conservative counters do not hold every key's full count, that can
+//!   push other keys' estimates below their truth. Use the plain rule where
+//!   counts go down.
+//!
+//! ## Overflow
+//!
+//! Counters are 64-bit. Plain updates wrap on overflow (as atomics do, in
+//! debug and release builds alike; at a billion increments a second that
+//! takes 292 years); conservative updates saturate at `isize::MAX`. Nothing
+//! panics.
+
+use crate::ConfigError;
+use crate::counters::Counters;
+use crate::sketch::{self, Layout, Location, Locator};
+use crate::sync::Ordering;
+use std::hash::Hash;
+
+/// How an increment changes a key's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Update {
+    /// Add to every counter (supports decrements).
+    #[default]
+    Plain,
+    /// Raise only the counters below the new estimate (non-negative
+    /// increments only; lower overestimates).
+    Conservative,
+}
+
+/// A lock-free count-min sketch: approximate per-key counts in fixed memory.
+///
+/// The surface matches pingora-limits' `Estimator` (`new`, `incr`, `decr`,
+/// `get`, `reset`).
+///
+/// ```
+/// use weir_limits::Estimator;
+///
+/// let estimator = Estimator::new(4, 1024);
+/// assert_eq!(estimator.incr("red", 1), 1);
+/// assert_eq!(estimator.incr("red", 2), 3);
+/// estimator.decr("red", 1);
+/// assert_eq!(estimator.get("red"), 2);
+/// assert_eq!(estimator.get("blue"), 0);
+/// ```
+pub struct Estimator {
+    locator: Locator,
+    counters: Counters,
+    update: Update,
+}
+
+impl Estimator {
+    /// A sketch with `hashes` counters per key and `slots` counters per hash,
+    /// blocked layout, plain updates, random seed.
+    ///
+    /// # Panics
+    ///
+    /// If `hashes` or `slots` is zero, `hashes > 8`, or the sketch would need
+    /// more than 2³² counters; [`try_new`](Self::try_new) returns the error
+    /// instead.
+    pub fn new(hashes: usize, slots: usize) -> Self {
+        match Self::try_new(hashes, slots) {
+            Ok(estimator) => estimator,
+            Err(e) => panic!("invalid Estimator dimensions: {e}"),
+        }
+    }
+
+    /// Like [`new`](Self::new), returning invalid dimensions as an error.
+    ///
+    /// ```
+    /// use weir_limits::{ConfigError, Estimator};
+    ///
+    /// assert!(Estimator::try_new(3, 1024).is_ok());
+    /// assert_eq!(Estimator::try_new(3, 0).unwrap_err(), ConfigError::ZeroSlots);
+    /// ```
+    pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
+        Self::builder().hashes(hashes).slots(slots).build()
+    }
+
+    /// A sketch whose estimate exceeds the truth by more than `epsilon · N`
+    /// (N = the sum of all increments) with probability at most `delta`.
+    ///
+    /// It uses the classic rows layout, for which that bound is proven, with
+    /// `⌈e/ε⌉` slots and `⌈ln(1/δ)⌉` hashes.
+    ///
+    /// ```
+    /// use weir_limits::Estimator;
+    ///
+    /// let estimator = Estimator::with_error(0.01, 0.01).unwrap();
+    /// assert_eq!((estimator.hashes(), estimator.slots()), (5, 272));
+    /// ```
+    pub fn with_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
+        let (hashes, slots) = sketch::dimensions_for(epsilon, delta)?;
+        Self::builder()
+            .hashes(hashes)
+            .slots(slots)
+            .layout(Layout::Rows)
+            .build()
+    }
+
+    /// Like [`new`](Self::new) but with a fixed hash seed, for reproducible tests.
+    ///
+    /// # Panics
+    ///
+    /// On invalid dimensions, like [`new`](Self::new).
+    pub fn with_seed(hashes: usize, slots: usize, seed: u64) -> Self {
+        match Self::builder().hashes(hashes).slots(slots).seed(seed).build() {
+            Ok(estimator) => estimator,
+            Err(e) => panic!("invalid Estimator dimensions: {e}"),
+        }
+    }
+
+    /// Every option: dimensions, layout, update rule, seed.
+    ///
+    /// ```
+    /// use weir_limits::{Estimator, Update, sketch::Layout};
+    ///
+    /// let estimator = Estimator::builder()
+    ///     .hashes(4)
+    ///     .slots(4096)
+    ///     .layout(Layout::Rows)
+    ///     .update(Update::Conservative)
+    ///     .seed(42)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(estimator.incr(&7u32, 5), 5);
+    /// ```
+    pub fn builder() -> EstimatorBuilder {
+        EstimatorBuilder::default()
+    }
+
+    pub(crate) fn from_parts(locator: Locator, update: Update) -> Self {
+        let counters = Counters::new(locator.cells());
+        Self {
+            locator,
+            counters,
+            update,
+        }
+    }
+
+    /// Add `value` to `key` and return its new estimate.
+    #[inline]
+    pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> isize {
+        self.incr_at(&self.locator.locate(key), value)
+    }
+
+    /// Subtract `value` from `key`. Under the conservative rule this can
+    /// make other keys underestimate (see the [module docs](self)).
+    #[inline]
+    pub fn decr<K: Hash + ?Sized>(&self, key: &K, value: isize) {
+        self.add_all(&self.locator.locate(key), value.wrapping_neg());
+    }
+
+    /// The estimate for `key`: never below its true count when all updates
+    /// were non-negative.
+    #[inline]
+    pub fn get<K: Hash + ?Sized>(&self, key: &K) -> isize {
+        self.get_at(&self.locator.locate(key))
+    }
+
+    /// Zero every counter. Updates racing with a reset may survive it in
+    /// some of their counters (the reset is not atomic across counters).
+    pub fn reset(&self) {
+        self.counters.clear();
+    }
+
+    /// Counters per key.
+    pub fn hashes(&self) -> usize {
+        self.locator.hashes()
+    }
+
+    /// Counters per hash (row width).
+    pub fn slots(&self) -> usize {
+        self.locator.slots()
+    }
+
+    /// The memory layout.
+    pub fn layout(&self) -> Layout {
+        self.locator.layout()
+    }
+
+    /// The update rule.
+    pub fn update_rule(&self) -> Update {
+        self.update
+    }
+
+    /// Heap and inline bytes this estimator occupies.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.counters.bytes()
+    }
+
+    /// The locator, for structures that keep their own state per key position.
+    pub fn locator(&self) -> &Locator {
+        &self.locator
+    }
+
+    #[inline]
+    pub(crate) fn incr_at(&self, location: &Location, value: isize) -> isize {
+        match self.update {
+            Update::Plain => self.add_all(location, value),
+            Update::Conservative if value >= 0 => self.raise_to_minimum(location, value),
+            Update::Conservative => {
+                self.add_all(location, value);
+                self.get_at(location)
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add_all(&self, location: &Location, value: isize) -> isize {
+        let mut min = isize::MAX;
+        for cell in location.iter() {
+            let previous = self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
+            min = min.min(previous.wrapping_add(value));
+        }
+        min
+    }
+
+    fn raise_to_minimum(&self, location: &Location, value: isize) -> isize {
+        let mut seen = [0isize; sketch::MAX_HASHES];
+        'retry: loop {
+            let mut min = isize::MAX;
+            for (slot, cell) in seen.iter_mut().zip(location.iter()) {
+                // SeqCst: the argument that racing updates cannot both win
+                // relies on one total order of these reads and the swaps.
+                *slot = self.counters.cell(cell).load(Ordering::SeqCst);
+                min = min.min(*slot);
+            }
+            let target = min.saturating_add(value);
+            if target == min {
+                return min;
+            }
+            for (&old, cell) in seen.iter().zip(location.iter()) {
+                if old < target
+                    && self
+                        .counters
+                        .cell(cell)
+                        .compare_exchange(old, target, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_err()
+                {
+                    continue 'retry;
+                }
+            }
+            return target;
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get_at(&self, location: &Location) -> isize {
+        location
+            .iter()
+            .map(|cell| self.counters.cell(cell).load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0)
+    }
+
+    #[inline]
+    pub(crate) fn cell_value(&self, cell: usize, order: Ordering) -> isize {
+        self.counters.cell(cell).load(order)
+    }
+
+    #[inline]
+    pub(crate) fn add_to_cell(&self, cell: usize, value: isize) {
+        self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Estimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Estimator")
+            .field("hashes", &self.hashes())
+            .field("slots", &self.slots())
+            .field("layout", &self.layout())
+            .field("update", &self.update)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options for an [`Estimator`]; see [`Estimator::builder`].
+#[derive(Debug, Clone)]
+pub struct EstimatorBuilder {
+    hashes: usize,
+    slots: usize,
+    layout: Layout,
+    update: Update,
+    seed: Option<u64>,
+}
+
+impl Default for EstimatorBuilder {
+    fn default() -> Self {
+        Self {
+            hashes: 4,
+            slots: 1024,
+            layout: Layout::Blocked,
+            update: Update::Plain,
+            seed: None,
+        }
+    }
+}
+
+impl EstimatorBuilder {
+    /// Counters per key (default 4).
+    pub fn hashes(mut self, hashes: usize) -> Self {
+        self.hashes = hashes;
+        self
+    }
+
+    /// Counters per hash (default 1024).
+    pub fn slots(mut self, slots: usize) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// Memory layout (default [`Layout::Blocked`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Update rule (default [`Update::Plain`]).
+    pub fn update(mut self, update: Update) -> Self {
+        self.update = update;
+        self
+    }
+
+    /// Shorthand for `.update(Update::Conservative)`.
+    pub fn conservative(self) -> Self {
+        self.update(Update::Conservative)
+    }
+
+    /// Fix the hash seed (default: random).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The locator these options describe.
+    pub fn locator(&self) -> Result<Locator, ConfigError> {
+        match self.seed {
+            Some(seed) => Locator::with_seed(self.hashes, self.slots, self.layout, seed),
+            None => Locator::new(self.hashes, self.slots, self.layout),
+        }
+    }
+
+    /// Build the estimator, or say why the options cannot work.
+    pub fn build(self) -> Result<Estimator, ConfigError> {
+        Ok(Estimator::from_parts(self.locator()?, self.update))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn build(layout: Layout, update: Update, hashes: usize, slots: usize) -> Estimator {
+        Estimator::builder()
+            .hashes(hashes)
+            .slots(slots)
+            .layout(layout)
+            .update(update)
+            .seed(11)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid Estimator dimensions")]
+    fn new_panics_at_the_edge_on_zero_slots() {
+        let _ = Estimator::new(3, 0);
+    }
+
+    #[test]
+    fn counters_wrap_instead_of_panicking_in_plain_mode() {
+        let e = build(Layout::Blocked, Update::Plain, 2, 8);
+        e.incr(&1u8, isize::MAX);
+        assert_eq!(e.incr(&1u8, 1), isize::MIN);
+    }
+
+    #[test]
+    fn conservative_updates_saturate() {
+        let e = build(Layout::Blocked, Update::Conservative, 2, 8);
+        e.incr(&1u8, isize::MAX);
+        assert_eq!(e.incr(&1u8, 5), isize::MAX);
+    }
+
+    #[test]
+    fn distinct_keys_are_exact_when_the_sketch_is_roomy() {
+        for layout in [Layout::Blocked, Layout::Rows] {
+            let e = build(layout, Update::Plain, 4, 1 << 14);
+            for k in 0u32..50 {
+                e.incr(&k, k as isize + 1);
+            }
+            for k in 0u32..50 {
+                assert_eq!(e.get(&k), k as isize + 1, "{layout:?} key {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn reset_forgets_everything() {
+        let e = build(Layout::Rows, Update::Plain, 3, 64);
+        e.incr("a", 10);
+        e.reset();
+        assert_eq!(e.get("a"), 0);
+    }
+
+    #[test]
+    fn memory_is_what_the_counters_take() {
+        let e = build(Layout::Rows, Update::Plain, 3, 1024);
+        assert!(e.memory_bytes() >= 3 * 1024 * 8);
+        assert!(e.memory_bytes() < 3 * 1024 * 8 + 256);
+    }
+
+    fn stream() -> impl Strategy<Value = Vec<(u16, isize)>> {
+        proptest::collection::vec((0u16..400, 0isize..20), 0..600)
+    }
+
+    proptest! {
+        #[test]
+        fn never_underestimates_non_negative_streams(
+            events in stream(), hashes in 1usize..=8, slots in 1usize..64, seed: u64,
+        ) {
+            for layout in [Layout::Blocked, Layout::Rows] {
+                for update in [Update::Plain, Update::Conservative] {
+                    let e = Estimator::builder().hashes(hashes).slots(slots)
+                        .layout(layout).update(update).seed(seed).build().unwrap();
+                    let mut truth: HashMap<u16, isize> = HashMap::new();
+                    for &(k, v) in &events {
+                        let total = truth.entry(k).or_default();
+                        *total += v;
+                        let estimate = e.incr(&k, v);
+                        prop_assert!(estimate >= *total);
+                    }
+                    for (k, total) in &truth {
+                        prop_assert!(e.get(k) >= *total);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn conservative_never_exceeds_plain(
+            events in stream(), hashes in 1usize..=8, slots in 1usize..64, seed: u64,
+        ) {
+            for layout in [Layout::Blocked, Layout::Rows] {
+                let plain = Estimator::builder().hashes(hashes).slots(slots)
+                    .layout(layout).seed(seed).build().unwrap();
+                let conservative = Estimator::builder().hashes(hashes).slots(slots)
+                    .layout(layout).conservative().seed(seed).build().unwrap();
+                for &(k, v) in &events {
+                    let p = plain.incr(&k, v);
+                    let c = conservative.incr(&k, v);
+                    prop_assert!(c <= p);
+                }
+                for &(k, _) in &events {
+                    prop_assert!(conservative.get(&k) <= plain.get(&k));
+                }
+            }
+        }
+
+        #[test]
+        fn plain_decrements_undo_increments(
+            events in stream(), seed: u64,
+        ) {
+            let e = Estimator::builder().hashes(3).slots(32).seed(seed).build().unwrap();
+            for &(k, v) in &events { e.incr(&k, v); }
+            for &(k, v) in &events { e.decr(&k, v); }
+            for &(k, _) in &events { prop_assert_eq!(e.get(&k), 0); }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Where a key's counters live: hashing and layout, shared by every sketch in
+//! weir (the count-min [`Estimator`](crate::Estimator), the in-flight counter,
+//! and the sketches of timestamps and rates in `weir-rate` and `weir-hhh`).
+//!
+//! # Design
+//!
+//! pingora-limits hashes each key once per row with a separate hasher, reduces
+//! with `%`, and keeps each row in its own allocation, so an update touches
+//! `hashes` cache lines far apart. A [`Locator`] hashes the key **once** and
+//! derives every row's position from that one 64-bit hash
+//! (Kirsch–Mitzenmacher double hashing), reducing with a multiply-shift
+//! instead of a division. Two layouts are offered:
+//!
+//! * [`Layout::Blocked`] (the default): the key picks one 64-byte cache line
+//!   of eight counters and takes `hashes` *distinct* lanes inside it. An
+//!   update touches one cache line, which is what matters when two cores
+//!   increment concurrently: each shared line written costs a cross-core
+//!   transfer. The expected error of every lane is the same as a classic row
+//!   of width `cells / hashes`, but lanes of one key are correlated through
+//!   the shared line, so the classic `(ε, δ)` guarantee is not claimed for
+//!   it; the bench report measures its accuracy beside the classic layout.
+//!   At most eight hashes.
+//! * [`Layout::Rows`]: the classic count-min matrix, `hashes` rows of `slots`
+//!   counters, one independent position per row (one allocation, rows back to
+//!   back). This is the layout for which the textbook bound holds, so the
+//!   constructors from an error target use it. At most sixteen hashes.
+//!
+//! Seeds are random by default (so nobody can aim collisions at a known hash
+//! function); a fixed seed gives reproducible tests.
+
+use crate::ConfigError;
+use std::hash::{BuildHasher, Hash};
+
+/// Counters per 64-byte cache line (eight 64-bit counters).
+pub const LANES: usize = 8;
+
+/// The most hashes any layout supports.
+pub const MAX_HASHES: usize = 16;
+
+/// How a sketch arranges each key's counters in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// All of a key's counters in one cache line (fast under contention).
+    #[default]
+    Blocked,
+    /// One independent position per row (the textbook count-min bound).
+    Rows,
+}
+
+/// The positions of one key's counters: `hashes` distinct cell indices.
+///
+/// ```
+/// use weir_limits::sketch::{Layout, Locator};
+///
+/// let locator = Locator::with_seed(3, 1024, Layout::Blocked, 7).unwrap();
+/// let location = locator.locate(&"client-42");
+/// assert_eq!(location.len(), 3);
+/// assert!(location.iter().all(|cell| cell < locator.cells()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    cells: [u32; MAX_HASHES],
+    len: u8,
+}
+
+impl Location {
+    /// Number of counters (equal to the locator's number of hashes).
+    #[inline]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Always false: a location has at least one counter.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The cell indices, one per hash.
+    #[inline]
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.cells[..self.len()].iter().map(|&c| c as usize)
+    }
+
+    /// The cell indices as a slice.
+    #[inline]
+    pub fn as_slice(&self) -> &[u32] {
+        &self.cells[..self.len()]
+    }
+}
+
+/// Maps keys to counter positions for a sketch of a given shape.
+///
+/// ```
+/// use weir_limits::sketch::{Layout, Locator};
+///
+/// let a = Locator::with_seed(4, 256, Layout::Rows, 1).unwrap();
+/// let b = Locator::with_seed(4, 256, Layout::Rows, 1).unwrap();
+/// // The same seed gives the same positions: reproducible tests.
+/// assert_eq!(a.locate(&17u32), b.locate(&17u32));
+/// assert_eq!(a.cells(), 4 * 256);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Locator {
+    state: ahash::RandomState,
+    layout: Layout,
+    hashes: u8,
+    /// Rows: counters per row. Blocked: number of cache lines.
+    span: u64,
+    cells: usize,
+}
+
+impl Locator {
+    /// A locator with random seeds.
+    pub fn new(hashes: usize, slots: usize, layout: Layout) -> Result<Self, ConfigError> {
+        Self::build(hashes, slots, layout, ahash::RandomState::new())
+    }
+
+    /// A locator whose hash function is fixed by `seed` (reproducible).
+    pub fn with_seed(
+        hashes: usize,
+        slots: usize,
+        layout: Layout,
+        seed: u64,
+    ) -> Result<Self, ConfigError> {
+        // Spread one seed over ahash's four keys with distinct odd constants.
+        let state = ahash::RandomState::with_seeds(
+            seed,
+            seed ^ 0x9e37_79b9_7f4a_7c15,
+            seed.rotate_left(21) ^ 0xbf58_476d_1ce4_e5b9,
+            seed.rotate_left(42) ^ 0x94d0_49bb_1331_11eb,
+        );
+        Self::build(hashes, slots, layout, state)
+    }
+
+    fn build(
+        hashes: usize,
+        slots: usize,
+        layout: Layout,
+        state: ahash::RandomState,
+    ) -> Result<Self, ConfigError> {
+        if hashes == 0 {
+            return Err(ConfigError::ZeroHashes);
+        }
+        let max = match layout {
+            Layout::Blocked => LANES,
+            Layout::Rows => MAX_HASHES,
+        };
+        if hashes > max {
+            return Err(ConfigError::TooManyHashes {
+                requested: hashes,
+                max,
+            });
+        }
+        if slots == 0 {
+            return Err(ConfigError::ZeroSlots);
+        }
+        let requested = hashes as u128 * slots as u128;
+        let (span, cells) = match layout {
+            // Round up to whole cache lines so the memory is at least what
+            // the equivalent rows layout would use.
+            Layout::Blocked => {
+                let lines = requested.div_ceil(LANES as u128);
+                (lines, lines * LANES as u128)
+            }
+            Layout::Rows => (slots as u128, requested),
+        };
+        if cells > u128::from(u32::MAX) + 1 {
+            return Err(ConfigError::TooManyCells { requested: cells });
+        }
+        Ok(Self {
+            state,
+            layout,
+            hashes: hashes as u8,
+            span: span as u64,
+            cells: cells as usize,
+        })
+    }
+
+    /// The 64-bit hash of `key` under this locator's seed.
+    #[inline]
+    pub fn hash<K: Hash + ?Sized>(&self, key: &K) -> u64 {
+        self.state.hash_one(key)
+    }
+
+    /// Where `key`'s counters are.
+    #[inline]
+    pub fn locate<K: Hash + ?Sized>(&self, key: &K) -> Location {
+        self.locate_hash(self.hash(key))
+    }
+
+    /// Where the counters of a key with this [`hash`](Self::hash) are.
+    /// Storing the hash instead of the key lets a guard find its counters
+    /// again without hashing twice.
+    #[inline]
+    pub fn locate_hash(&self, hash: u64) -> Location {
+        let mut cells = [0u32; MAX_HASHES];
+        let n = usize::from(self.hashes);
+        match self.layout {
+            Layout::Blocked => {
+                let base = reduce(hash, self.span) * LANES as u64;
+                // Lanes `start + i·step (mod 8)` with an odd step are distinct
+                // for i < 8; 8 starts × 4 steps give 32 lane patterns.
+                let start = hash & 7;
+                let step = ((hash >> 3) & 3) * 2 + 1;
+                for (i, cell) in cells.iter_mut().enumerate().take(n) {
+                    let lane = (start + i as u64 * step) & 7;
+                    *cell = (base + lane) as u32;
+                }
+            }
+            Layout::Rows => {
+                let h1 = hash;
+                // Odd, so that successive rows never repeat a probe sequence.
+                let h2 = hash.rotate_left(32) | 1;
+                let mut probe = h1;
+                for (row, cell) in cells.iter_mut().enumerate().take(n) {
+                    *cell = (row as u64 * self.span + reduce(probe, self.span)) as u32;
+                    probe = probe.wrapping_add(h2);
+                }
+            }
+        }
+        Location {
+            cells,
+            len: self.hashes,
+        }
+    }
+
+    /// Number of hashes (counters per key).
+    #[inline]
+    pub fn hashes(&self) -> usize {
+        usize::from(self.hashes)
+    }
+
+    /// Total number of counters the sketch needs.
+    #[inline]
+    pub fn cells(&self) -> usize {
+        self.cells
+    }
+
+    /// Counters per row (`cells / hashes`, rounded up to whole lines when blocked).
+    #[inline]
+    pub fn slots(&self) -> usize {
+        self.cells / usize::from(self.hashes)
+    }
+
+    /// The layout in use.
+    #[inline]
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+}
+
+/// Map a 64-bit hash uniformly onto `0..n` with a multiply-shift (Lemire's
+/// fast range), which uses the hash's high bits and costs no division.
+#[inline]
+fn reduce(hash: u64, n: u64) -> u64 {
+    ((u128::from(hash) * u128::from(n)) >> 64) as u64
+}
+
+/// `(hashes, slots)` for a count-min sketch whose estimate exceeds the truth
+/// by more than `epsilon · N` with probability at most `delta`
+/// (N = total of all increments): `slots = ⌈e/ε⌉`, `hashes = ⌈ln(1/δ)⌉`.
+///
+/// ```
+/// use weir_limits::sketch::dimensions_for;
+///
+/// // rakelimit's target: 1% error with 1% failure probability.
+/// assert_eq!(dimensions_for(0.01, 0.01), Ok((5, 272)));
+/// ```
+pub fn dimensions_for(epsilon: f64, delta: f64) -> Result<(usize, usize), ConfigError> {
+    let valid = |x: f64| x > 0.0 && x < 1.0;
+    if !valid(epsilon) || !valid(delta) {
+        return Err(ConfigError::InvalidErrorBound { epsilon, delta });
+    }
+    let slots = (std::f64::consts::E / epsilon).ceil();
+    let hashes = (1.0 / delta).ln().ceil().max(1.0);
+    if hashes > MAX_HASHES as f64 {
+        return Err(ConfigError::TooManyHashes {
+            requested: hashes as usize,
+            max: MAX_HASHES,
+        });
+    }
+    if slots * hashes > (u64::from(u32::MAX) + 1) as f64 {
+        return Err(ConfigError::TooManyCells {
+            requested: (slots * hashes) as u128,
+        });
+    }
+    Ok((hashes as usize, slots as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn invalid_shapes_are_typed_errors() {
+        assert_eq!(
+            Locator::new(0, 8, Layout::Rows).unwrap_err(),
+            ConfigError::ZeroHashes
+        );
+        assert_eq!(
+            Locator::new(2, 0, Layout::Rows).unwrap_err(),
+            ConfigError::ZeroSlots
+        );
+        assert_eq!(
+            Locator::new(9, 8, Layout::Blocked).unwrap_err(),
+            ConfigError::TooManyHashes {
+                requested: 9,
+                max: 8
+            }
+        );
+        assert!(matches!(
+            Locator::new(16, usize::MAX, Layout::Rows).unwrap_err(),
+            ConfigError::TooManyCells { .. }
+        ));
+    }
+
+    #[test]
+    fn error_bound_dimensions_follow_the_formula() {
+        assert_eq!(dimensions_for(0.001, 0.001), Ok((7, 2719)));
+        assert!(dimensions_for(0.0, 0.5).is_err());
+        assert!(dimensions_for(0.5, 1.0).is_err());
+        assert!(dimensions_for(f64::NAN, 0.5).is_err());
+    }
+
+    #[test]
+    fn different_seeds_give_different_positions() {
+        let a = Locator::with_seed(4, 1 << 16, Layout::Rows, 1).unwrap();
+        let b = Locator::with_seed(4, 1 << 16, Layout::Rows, 2).unwrap();
+        let same = (0u32..100).filter(|k| a.locate(k) == b.locate(k)).count();
+        assert!(same < 5, "{same} of 100 keys landed identically");
+    }
+
+    proptest! {
+        #[test]
+        fn blocked_lanes_are_distinct_and_share_one_line(
+            hashes in 1usize..=8, slots in 1usize..5000, key: u64, seed: u64,
+        ) {
+            let locator = Locator::with_seed(hashes, slots, Layout::Blocked, seed).unwrap();
+            let location = locator.locate(&key);
+            let cells: Vec<usize> = location.iter().collect();
+            prop_assert_eq!(cells.len(), hashes);
+            let line = cells[0] / LANES;
+            for (i, &c) in cells.iter().enumerate() {
+                prop_assert!(c < locator.cells());
+                prop_assert_eq!(c / LANES, line);
+                prop_assert!(!cells[..i].contains(&c));
+            }
+        }
+
+        #[test]
+        fn rows_put_one_counter_in_each_row(
+            hashes in 1usize..=16, slots in 1usize..5000, key: u64, seed: u64,
+        ) {
+            let locator = Locator::with_seed(hashes, slots, Layout::Rows, seed).unwrap();
+            for (row, cell) in locator.locate(&key).iter().enumerate() {
+                prop_assert_eq!(cell / slots, row);
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The concurrency primitives weir-limits uses, in one place so that the loom
+//! models (`cargo xtask loom`, built with `--cfg loom`) can swap in loom's
+//! checked versions without touching the data structures.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+
+/// Back off while another thread finishes a short critical step (a window
+/// rotation). Under loom this yields so the model checker can schedule the
+/// thread we are waiting for.
+#[inline]
+pub(crate) fn spin_wait(round: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if *round < 6 {
+            for _ in 0..(1u32 << *round) {
+                std::hint::spin_loop();
+            }
+            *round += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
