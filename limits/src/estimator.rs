@@ -10,8 +10,10 @@
 //! key's counters.
 //!
 //! Updates are plain atomic read-modify-writes, so the structure is lock-free
-//! and always current: an `incr` returns an estimate that includes every
-//! update that happened before it.
+//! and always current: an `incr` returns an estimate that includes its own
+//! update and every update that completed before it began. Two increments
+//! of one key racing row by row may each return a minimum from the row the
+//! other had not reached yet; once both return, `get` sees both.
 //!
 //! ## Update rules
 //!

@@ -27,8 +27,16 @@ pub mod clock;
 mod counters;
 mod error;
 mod estimator;
+mod heavy;
+mod inflight;
+mod rate;
+mod sharded;
 pub mod sketch;
 mod sync;
 
 pub use error::ConfigError;
 pub use estimator::{Estimator, EstimatorBuilder, Update};
+pub use heavy::{HeavyCount, HeavyHitters, Observation};
+pub use inflight::{DEFAULT_HASHES, DEFAULT_SLOTS, Inflight, InflightGuard};
+pub use rate::{DEFAULT_RATE_HASHES, DEFAULT_RATE_SLOTS, Rate, RateComponents};
+pub use sharded::ShardedEstimator;

@@ -29,7 +29,7 @@
 //! function); a fixed seed gives reproducible tests.
 
 use crate::ConfigError;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 
 /// Counters per 64-byte cache line (eight 64-bit counters).
 pub const LANES: usize = 8;

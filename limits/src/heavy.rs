@@ -1,0 +1,246 @@
+//! [`HeavyHitters`]: a count-min sketch as a first-stage filter in front of
+//! an exact table, so the few heavy keys are counted exactly in little memory.
+//!
+//! # Design
+//!
+//! Every key is first counted in a sketch. Once a key's estimate reaches the
+//! threshold it is *admitted* to an exact table, and from then on its events
+//! are counted there, exactly. Because a count-min estimate never
+//! underestimates (non-negative counts), a key whose true total reaches the
+//! threshold has an estimate at or above it no later than that moment: **no
+//! heavy key is ever missed**. Light keys may be admitted early when they
+//! share counters with heavy ones (false positives); the table therefore
+//! holds the truly heavy keys plus a few collisions, instead of every key.
+//!
+//! An admitted key's total is reported as two parts: the exact count since
+//! admission and the sketch's estimate at admission (an upper bound of what
+//! came before). Two threads admitting the same key at once may both count
+//! the admitting event (a double count, never a loss).
+
+use crate::ConfigError;
+use crate::estimator::{Estimator, EstimatorBuilder, Update};
+use crate::sync::{AtomicIsize, Ordering};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// What [`HeavyHitters::record`] knows about a key after counting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observation {
+    /// The key is below the threshold; this is its sketch estimate.
+    Light(isize),
+    /// The key is in the exact table.
+    Heavy(HeavyCount),
+}
+
+/// An admitted key's count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeavyCount {
+    /// The sketch's estimate when the key was admitted (an upper bound of the
+    /// events before admission, including the admitting event).
+    pub at_admission: isize,
+    /// Events counted exactly since admission.
+    pub since_admission: isize,
+}
+
+impl HeavyCount {
+    /// Upper bound of the key's total: `at_admission + since_admission`.
+    pub fn total(&self) -> isize {
+        self.at_admission.saturating_add(self.since_admission)
+    }
+}
+
+struct Entry {
+    at_admission: isize,
+    since_admission: AtomicIsize,
+}
+
+/// Keys counted approximately until they cross a threshold, exactly after.
+///
+/// ```
+/// use weir_limits::{HeavyHitters, Observation};
+///
+/// let heavy = HeavyHitters::new(100).unwrap();
+/// for _ in 0..150 {
+///     heavy.record(&"noisy-client", 1);
+/// }
+/// heavy.record(&"quiet-client", 1);
+/// let top = heavy.heavy_hitters();
+/// assert_eq!(top.len(), 1);
+/// assert_eq!(top[0].0, "noisy-client");
+/// assert_eq!(top[0].1.since_admission, 50);
+/// ```
+pub struct HeavyHitters<K> {
+    sketch: Estimator,
+    threshold: isize,
+    exact: RwLock<HashMap<K, Entry, ahash::RandomState>>,
+}
+
+impl<K: Hash + Eq + Clone> HeavyHitters<K> {
+    /// Admit keys at `threshold` events, with a 4 × 4096 conservative sketch.
+    pub fn new(threshold: isize) -> Result<Self, ConfigError> {
+        Self::with_sketch(
+            threshold,
+            Estimator::builder().hashes(4).slots(4096).update(Update::Conservative),
+        )
+    }
+
+    /// Admit keys at `threshold` events, with a sketch built from `builder`.
+    /// Conservative update is recommended (fewer false admissions); counts
+    /// must be non-negative either way.
+    pub fn with_sketch(threshold: isize, builder: EstimatorBuilder) -> Result<Self, ConfigError> {
+        if threshold <= 0 {
+            return Err(ConfigError::NonPositiveThreshold(threshold));
+        }
+        Ok(Self {
+            sketch: builder.build()?,
+            threshold,
+            exact: RwLock::new(HashMap::default()),
+        })
+    }
+
+    /// Count `count` events of `key` (negative counts are treated as zero:
+    /// the no-miss guarantee needs non-negative counts).
+    pub fn record(&self, key: &K, count: isize) -> Observation {
+        let count = count.max(0);
+        if let Some(found) = self.count_exact(key, count) {
+            return Observation::Heavy(found);
+        }
+        let estimate = self.sketch.incr(key, count);
+        if estimate < self.threshold {
+            return Observation::Light(estimate);
+        }
+        let mut exact = self.exact.write();
+        let entry = exact.entry(key.clone()).or_insert_with(|| Entry {
+            at_admission: estimate,
+            since_admission: AtomicIsize::new(0),
+        });
+        if entry.at_admission != estimate {
+            // Another thread admitted it first; count this event exactly.
+            entry.since_admission.fetch_add(count, Ordering::Relaxed);
+        }
+        Observation::Heavy(HeavyCount {
+            at_admission: entry.at_admission,
+            since_admission: entry.since_admission.load(Ordering::Relaxed),
+        })
+    }
+
+    fn count_exact(&self, key: &K, count: isize) -> Option<HeavyCount> {
+        let exact = self.exact.read();
+        let entry = exact.get(key)?;
+        let since = entry.since_admission.fetch_add(count, Ordering::Relaxed) + count;
+        Some(HeavyCount {
+            at_admission: entry.at_admission,
+            since_admission: since,
+        })
+    }
+
+    /// The key's count if it has been admitted.
+    pub fn get(&self, key: &K) -> Option<HeavyCount> {
+        let exact = self.exact.read();
+        exact.get(key).map(|entry| HeavyCount {
+            at_admission: entry.at_admission,
+            since_admission: entry.since_admission.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Every admitted key with its count, heaviest first.
+    pub fn heavy_hitters(&self) -> Vec<(K, HeavyCount)> {
+        let exact = self.exact.read();
+        let mut all: Vec<(K, HeavyCount)> = exact
+            .iter()
+            .map(|(k, e)| {
+                (
+                    k.clone(),
+                    HeavyCount {
+                        at_admission: e.at_admission,
+                        since_admission: e.since_admission.load(Ordering::Relaxed),
+                    },
+                )
+            })
+            .collect();
+        all.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
+        all
+    }
+
+    /// Number of keys in the exact table.
+    pub fn admitted(&self) -> usize {
+        self.exact.read().len()
+    }
+
+    /// The admission threshold.
+    pub fn threshold(&self) -> isize {
+        self.threshold
+    }
+
+    /// Forget everything (sketch and exact table).
+    pub fn reset(&self) {
+        let mut exact = self.exact.write();
+        exact.clear();
+        self.sketch.reset();
+    }
+
+    /// Bytes of the sketch plus an estimate of the exact table's heap.
+    pub fn memory_bytes(&self) -> usize {
+        let exact = self.exact.read();
+        let per_entry = std::mem::size_of::<(K, Entry)>() + 1;
+        self.sketch.memory_bytes() + exact.capacity() * per_entry
+    }
+}
+
+impl<K> std::fmt::Debug for HeavyHitters<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeavyHitters")
+            .field("threshold", &self.threshold)
+            .field("sketch", &self.sketch)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn threshold_must_be_positive() {
+        assert_eq!(
+            HeavyHitters::<u32>::new(0).unwrap_err(),
+            ConfigError::NonPositiveThreshold(0)
+        );
+    }
+
+    proptest! {
+        /// A tiny sketch (many collisions) still misses no heavy key, and
+        /// counts every event after admission exactly.
+        #[test]
+        fn no_heavy_key_is_missed_and_admitted_keys_count_exactly(
+            events in proptest::collection::vec((0u16..300, 0isize..5), 0..2000),
+            threshold in 1isize..40,
+            slots in 1usize..32,
+            seed: u64,
+        ) {
+            let builder = Estimator::builder().hashes(2).slots(slots).seed(seed).conservative();
+            let heavy = HeavyHitters::with_sketch(threshold, builder).unwrap();
+            let mut truth: HashMap<u16, isize> = HashMap::new();
+            let mut after: HashMap<u16, isize> = HashMap::new();
+            for &(k, n) in &events {
+                let admitted_before = heavy.get(&k).is_some();
+                heavy.record(&k, n);
+                *truth.entry(k).or_default() += n;
+                if admitted_before {
+                    *after.entry(k).or_default() += n;
+                }
+            }
+            for (k, total) in &truth {
+                match heavy.get(k) {
+                    None => prop_assert!(*total < threshold, "key {k} with {total} missed"),
+                    Some(count) => {
+                        prop_assert_eq!(count.since_admission, after.get(k).copied().unwrap_or(0));
+                        prop_assert!(count.total() >= *total);
+                    }
+                }
+            }
+        }
+    }
+}

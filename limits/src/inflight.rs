@@ -1,0 +1,186 @@
+//! [`Inflight`]: how many requests per key are in progress right now, with an
+//! RAII guard that uncounts on drop — pingora's connection limit, where a
+//! request to an origin that already has too many in flight is answered 503.
+//!
+//! # Design
+//!
+//! A plain-update [`Estimator`] behind an `Arc`, so guards are `'static` and
+//! can travel across `.await` points and tasks. A guard keeps the key's hash
+//! (not the key) and the value it added, so dropping it finds the counters
+//! again without hashing or cloning the key. Estimates can only be too high
+//! (another key sharing every counter), so a limit enforced with it can
+//! reject early but never admits more than the limit.
+
+use crate::ConfigError;
+use crate::estimator::Estimator;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// Per-key in-flight counts with RAII guards.
+///
+/// ```
+/// use weir_limits::Inflight;
+///
+/// let inflight = Inflight::new();
+/// let (guard, now) = inflight.incr("origin-a", 1);
+/// assert_eq!(now, 1);
+/// assert_eq!(inflight.get("origin-a"), 1);
+/// drop(guard);
+/// assert_eq!(inflight.get("origin-a"), 0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Inflight {
+    estimator: Arc<Estimator>,
+}
+
+/// Default counters per key: with 8192 slots, two unrelated keys share all
+/// four counters with probability 2⁻⁵², the figure pingora quotes.
+pub const DEFAULT_HASHES: usize = 4;
+/// Default counters per hash.
+pub const DEFAULT_SLOTS: usize = 8192;
+
+impl Inflight {
+    /// In-flight counting with the default dimensions (4 × 8192, rows
+    /// layout, so the 2⁻⁵² collision figure holds).
+    pub fn new() -> Self {
+        match Self::with_estimator(
+            Estimator::builder()
+                .hashes(DEFAULT_HASHES)
+                .slots(DEFAULT_SLOTS)
+                .layout(crate::sketch::Layout::Rows),
+        ) {
+            Ok(inflight) => inflight,
+            Err(e) => unreachable!("default dimensions are valid: {e}"),
+        }
+    }
+
+    /// In-flight counting over an estimator built from `builder` (which must
+    /// use the plain update rule: counts go down).
+    ///
+    /// ```
+    /// use weir_limits::{Estimator, Inflight};
+    ///
+    /// let inflight = Inflight::with_estimator(Estimator::builder().hashes(3).slots(512)).unwrap();
+    /// let (_guard, n) = inflight.incr(&42u64, 2);
+    /// assert_eq!(n, 2);
+    /// ```
+    pub fn with_estimator(builder: crate::EstimatorBuilder) -> Result<Self, ConfigError> {
+        let estimator = builder.update(crate::Update::Plain).build()?;
+        Ok(Self {
+            estimator: Arc::new(estimator),
+        })
+    }
+
+    /// Count `value` more in flight for `key`; returns the guard that
+    /// uncounts it on drop, and the new in-flight estimate.
+    pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
+        let hash = self.estimator.locator().hash(key);
+        let location = self.estimator.locator().locate_hash(hash);
+        let now = self.estimator.incr_at(&location, value);
+        let guard = InflightGuard {
+            estimator: Arc::clone(&self.estimator),
+            hash,
+            value,
+        };
+        (guard, now)
+    }
+
+    /// The in-flight estimate for `key`.
+    pub fn get<K: Hash + ?Sized>(&self, key: &K) -> isize {
+        self.estimator.get(key)
+    }
+
+    /// Bytes used by the counters.
+    pub fn memory_bytes(&self) -> usize {
+        self.estimator.memory_bytes()
+    }
+}
+
+impl Default for Inflight {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Holds a key's in-flight count; decrements it when dropped.
+///
+/// ```
+/// use weir_limits::Inflight;
+///
+/// let inflight = Inflight::new();
+/// let (mut guard, _) = inflight.incr("k", 1);
+/// assert_eq!(guard.incr(2), 3); // the request now weighs 3
+/// assert_eq!(guard.get(), 3);
+/// drop(guard);
+/// assert_eq!(inflight.get("k"), 0);
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping the guard immediately uncounts the request"]
+pub struct InflightGuard {
+    estimator: Arc<Estimator>,
+    hash: u64,
+    value: isize,
+}
+
+impl InflightGuard {
+    /// Add `value` more to this guard's key (released with the guard).
+    pub fn incr(&mut self, value: isize) -> isize {
+        self.value = self.value.wrapping_add(value);
+        let location = self.estimator.locator().locate_hash(self.hash);
+        self.estimator.incr_at(&location, value)
+    }
+
+    /// The current in-flight estimate of this guard's key.
+    pub fn get(&self) -> isize {
+        let location = self.estimator.locator().locate_hash(self.hash);
+        self.estimator.get_at(&location)
+    }
+
+    /// What this guard will subtract when dropped.
+    pub fn value(&self) -> isize {
+        self.value
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let location = self.estimator.locator().locate_hash(self.hash);
+        self.estimator.add_all(&location, self.value.wrapping_neg());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn guards_released_on_another_thread_still_uncount() {
+        let inflight = Inflight::new();
+        let guards: Vec<_> = (0..10).map(|_| inflight.incr("origin", 1).0).collect();
+        assert_eq!(inflight.get("origin"), 10);
+        std::thread::spawn(move || drop(guards)).join().unwrap();
+        assert_eq!(inflight.get("origin"), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn in_flight_equals_live_guards(ops in proptest::collection::vec((0u8..20, any::<bool>()), 0..200)) {
+            let inflight = Inflight::new();
+            let mut live: Vec<(u8, InflightGuard)> = Vec::new();
+            for (key, open) in ops {
+                if open || live.is_empty() {
+                    live.push((key, inflight.incr(&key, 1).0));
+                } else {
+                    let i = key as usize % live.len();
+                    drop(live.swap_remove(i));
+                }
+            }
+            for key in 0u8..20 {
+                let expected = live.iter().filter(|(k, _)| *k == key).count() as isize;
+                // With 4 × 8192 counters, 20 keys never collide on all four.
+                prop_assert_eq!(inflight.get(&key), expected);
+            }
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! [`Rate`]: per-key events per fixed interval, with the previous complete
+//! window and the current partial one.
+//!
+//! # Design
+//!
+//! Windows sit on a fixed grid: window `n` covers `[n·interval,
+//! (n+1)·interval)` of the clock, so a window never drifts with the first
+//! event after a quiet spell (pingora-limits starts a new window at whatever
+//! call comes first after expiry). Time is integer nanoseconds, so
+//! sub-millisecond intervals work, and intervals up to 584 years are accepted.
+//!
+//! Three sketches rotate: the current window, the previous one, and a spare
+//! that is already zeroed when its window begins. A single word holds the
+//! current window number and a *rotating* bit. The first thread to see a
+//! later window claims the bit, publishes the new window (writers of the new
+//! window may proceed at once, their sketch is clean), zeroes the sketch that
+//! will be needed next, and clears the bit. Writers never clear anything they
+//! might be counting into, so no event is lost to a rotation race, and all
+//! window arithmetic is on window numbers, so racing timestamps cannot
+//! underflow. If windows were skipped (a quiet spell) the rotating thread
+//! zeroes every sketch before publishing; writers for that window wait the
+//! few microseconds this takes.
+//!
+//! An event whose clock reading is older than the current window (it raced
+//! with a rotation, or the clock went backwards) is counted in the current
+//! window, never in a stale one. A writer stalled for more than a whole
+//! interval between reading the window and counting can land its event in a
+//! later window; it is never dropped.
+
+use crate::ConfigError;
+use crate::clock::{Clock, MonotonicClock};
+use crate::estimator::Estimator;
+use crate::sketch::Locator;
+use crate::sync::{AtomicU64, Ordering, spin_wait};
+use std::hash::Hash;
+use std::time::Duration;
+
+const ROTATING: u64 = 1;
+
+/// What a custom rate function sees: the counts of the previous (complete)
+/// and current (partial) window and how far into the current window we are.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct RateComponents {
+    /// Events of the key in the previous complete window.
+    pub previous: isize,
+    /// Events of the key so far in the current window.
+    pub current: isize,
+    /// The window length.
+    pub interval: Duration,
+    /// Fraction of the current window elapsed, in `[0, 1)`.
+    pub elapsed_fraction: f64,
+}
+
+impl RateComponents {
+    /// The sliding-window estimate of events per second: the previous
+    /// window weighted by the part of it still inside a sliding interval,
+    /// plus the current window (Cloudflare's two-window approximation).
+    ///
+    /// ```
+    /// use weir_limits::RateComponents;
+    /// # use weir_limits::{Rate, clock::ManualClock};
+    /// # use std::time::Duration;
+    /// # let clock = ManualClock::new();
+    /// # let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+    /// # rate.observe(&"k", 10);
+    /// # clock.advance(Duration::from_millis(1250));
+    /// # rate.observe(&"k", 4);
+    /// let c = rate.components(&"k");
+    /// // 10 last second, 4 so far, a quarter in: 10 × 0.75 + 4 = 11.5 per second.
+    /// assert_eq!(c.sliding_per_second(), 11.5);
+    /// ```
+    pub fn sliding_per_second(&self) -> f64 {
+        let weighted = self.previous as f64 * (1.0 - self.elapsed_fraction) + self.current as f64;
+        weighted / self.interval.as_secs_f64()
+    }
+
+    /// Events per second of the previous complete window.
+    pub fn previous_per_second(&self) -> f64 {
+        self.previous as f64 / self.interval.as_secs_f64()
+    }
+}
+
+/// Per-key event rates over fixed, grid-aligned intervals.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_limits::{Rate, clock::ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+/// assert_eq!(rate.observe(&"client", 3), 3);
+/// assert_eq!(rate.observe(&"client", 2), 5);
+/// assert_eq!(rate.rate(&"client"), 0.0); // no complete window yet
+///
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(rate.rate(&"client"), 5.0);
+/// ```
+pub struct Rate<C: Clock = MonotonicClock> {
+    windows: [Estimator; 3],
+    /// `window_number << 1 | ROTATING`.
+    state: AtomicU64,
+    interval_nanos: u64,
+    interval: Duration,
+    clock: C,
+}
+
+/// Default counters per key of each window's sketch.
+pub const DEFAULT_RATE_HASHES: usize = 4;
+/// Default counters per hash of each window's sketch.
+pub const DEFAULT_RATE_SLOTS: usize = 1024;
+
+impl Rate<MonotonicClock> {
+    /// A rate over `interval` on the monotonic clock, with 4 × 1024 sketches.
+    ///
+    /// # Panics
+    ///
+    /// If `interval` is zero or longer than 2⁶⁴ ns; use
+    /// [`try_new`](Self::try_new) for an error instead.
+    pub fn new(interval: Duration) -> Self {
+        match Self::try_new(interval) {
+            Ok(rate) => rate,
+            Err(e) => panic!("invalid Rate interval: {e}"),
+        }
+    }
+
+    /// Like [`new`](Self::new), returning a bad interval as an error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_limits::{ConfigError, Rate};
+    ///
+    /// assert_eq!(Rate::try_new(Duration::ZERO).unwrap_err(), ConfigError::ZeroInterval);
+    /// assert!(Rate::try_new(Duration::from_micros(100)).is_ok());
+    /// ```
+    pub fn try_new(interval: Duration) -> Result<Self, ConfigError> {
+        Rate::with_clock(interval, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> Rate<C> {
+    /// A rate over `interval` reading time from `clock`.
+    pub fn with_clock(interval: Duration, clock: C) -> Result<Self, ConfigError> {
+        let builder = Estimator::builder()
+            .hashes(DEFAULT_RATE_HASHES)
+            .slots(DEFAULT_RATE_SLOTS);
+        Self::with_locator(interval, builder.locator()?, clock)
+    }
+
+    /// Full control over each window's sketch (shape, layout, seed).
+    pub fn with_locator(interval: Duration, locator: Locator, clock: C) -> Result<Self, ConfigError> {
+        if interval.is_zero() {
+            return Err(ConfigError::ZeroInterval);
+        }
+        let interval_nanos = u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
+        let windows = std::array::from_fn(|_| {
+            Estimator::from_parts(locator.clone(), crate::Update::Plain)
+        });
+        let first = clock.now_nanos() / interval_nanos;
+        Ok(Self {
+            windows,
+            state: AtomicU64::new(first << 1),
+            interval_nanos,
+            interval,
+            clock,
+        })
+    }
+
+    /// Count `events` for `key`; returns the key's count so far in the
+    /// current window.
+    pub fn observe<K: Hash + ?Sized>(&self, key: &K, events: isize) -> isize {
+        let window = self.enter(self.window_at(self.clock.now_nanos()));
+        self.sketch(window).incr(key, events)
+    }
+
+    /// Events per second of `key` in the previous complete window.
+    pub fn rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
+        self.components(key).previous_per_second()
+    }
+
+    /// The sliding-window estimate of `key`'s events per second (see
+    /// [`RateComponents::sliding_per_second`]).
+    pub fn sliding_rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
+        self.components(key).sliding_per_second()
+    }
+
+    /// A custom rate from the previous and current counts of `key`.
+    pub fn rate_with<K, T, F>(&self, key: &K, rate_fn: F) -> T
+    where
+        K: Hash + ?Sized,
+        F: FnOnce(RateComponents) -> T,
+    {
+        rate_fn(self.components(key))
+    }
+
+    /// The previous and current counts of `key` and the elapsed fraction.
+    pub fn components<K: Hash + ?Sized>(&self, key: &K) -> RateComponents {
+        let now = self.clock.now_nanos();
+        let state = self.state.load(Ordering::Acquire);
+        let published = state >> 1;
+        // A reader behind the published window (clock raced or went back)
+        // reads as of the published window.
+        let window = self.window_at(now).max(published);
+        let elapsed_fraction = if window == self.window_at(now) {
+            (now % self.interval_nanos) as f64 / self.interval_nanos as f64
+        } else {
+            0.0
+        };
+        let (previous, current) = match window - published {
+            0 => {
+                let location = self.windows[0].locator().locate(key);
+                (
+                    self.previous_sketch(published).get_at(&location),
+                    self.sketch(published).get_at(&location),
+                )
+            }
+            // Nobody has counted in `window` yet: the published one is now
+            // the previous window, unless it was itself mid-rotation from a
+            // gap (then it is being zeroed and holds nothing of interest).
+            1 if state & ROTATING == 0 => (self.sketch(published).get(key), 0),
+            _ => (0, 0),
+        };
+        RateComponents {
+            previous,
+            current,
+            interval: self.interval,
+            elapsed_fraction,
+        }
+    }
+
+    /// The window length.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Bytes used by the three window sketches.
+    pub fn memory_bytes(&self) -> usize {
+        self.windows.iter().map(Estimator::memory_bytes).sum()
+    }
+
+    #[inline]
+    fn window_at(&self, nanos: u64) -> u64 {
+        nanos / self.interval_nanos
+    }
+
+    #[inline]
+    fn sketch(&self, window: u64) -> &Estimator {
+        &self.windows[(window % 3) as usize]
+    }
+
+    /// The sketch of `window - 1` (computed without underflow at window 0).
+    #[inline]
+    fn previous_sketch(&self, window: u64) -> &Estimator {
+        &self.windows[((window % 3 + 2) % 3) as usize]
+    }
+
+    /// Make sure `window` (or a later one) is the published window and
+    /// return the window to count into.
+    fn enter(&self, window: u64) -> u64 {
+        let mut round = 0;
+        loop {
+            let state = self.state.load(Ordering::Acquire);
+            let published = state >> 1;
+            if window <= published {
+                return published;
+            }
+            if state & ROTATING != 0 {
+                spin_wait(&mut round);
+                continue;
+            }
+            if self
+                .state
+                .compare_exchange(state, state | ROTATING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            if window == published + 1 {
+                // The new window's sketch was zeroed by the last rotation:
+                // publish first, then zero the one after it (which held
+                // window - 2, no longer anyone's previous window).
+                self.state.store((window << 1) | ROTATING, Ordering::Release);
+                self.sketch(window + 1).reset();
+            } else {
+                // Windows were skipped: nothing recent is worth keeping.
+                for sketch in &self.windows {
+                    sketch.reset();
+                }
+            }
+            self.state.store(window << 1, Ordering::Release);
+            return window;
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for Rate<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rate")
+            .field("interval", &self.interval)
+            .field("window", &(self.state.load(Ordering::Relaxed) >> 1))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::sketch::Layout;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn rate(interval: Duration) -> (Rate<ManualClock>, ManualClock) {
+        let clock = ManualClock::new();
+        let locator = Locator::with_seed(4, 4096, Layout::Rows, 3).unwrap();
+        (Rate::with_locator(interval, locator, clock.clone()).unwrap(), clock)
+    }
+
+    #[test]
+    fn windows_stay_on_the_grid_after_a_quiet_spell() {
+        let (r, clock) = rate(Duration::from_secs(1));
+        r.observe(&"k", 1);
+        // Quiet until 2.9 s: the window that started at 2 s ends at 3 s, not
+        // at 3.9 s as a window started by the first late event would.
+        clock.set(Duration::from_millis(2900));
+        r.observe(&"k", 7);
+        clock.set(Duration::from_millis(3000));
+        assert_eq!(r.rate(&"k"), 7.0);
+    }
+
+    #[test]
+    fn sub_millisecond_intervals_work() {
+        let (r, clock) = rate(Duration::from_micros(100));
+        for _ in 0..5 {
+            r.observe(&"k", 1);
+        }
+        clock.advance(Duration::from_micros(100));
+        // 5 events in 100 µs = 50 000 per second.
+        assert_eq!(r.rate(&"k"), 50_000.0);
+    }
+
+    #[test]
+    fn very_long_intervals_work() {
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let (r, clock) = rate(year * 100);
+        r.observe(&"k", 3);
+        clock.advance(year * 100);
+        assert!(r.rate(&"k") > 0.0);
+        assert!(Rate::try_new(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn time_going_backwards_counts_in_the_current_window() {
+        let (r, clock) = rate(Duration::from_secs(1));
+        clock.set(Duration::from_secs(5));
+        r.observe(&"k", 1);
+        clock.set(Duration::from_secs(2));
+        assert_eq!(r.observe(&"k", 1), 2);
+        clock.set(Duration::from_secs(6));
+        assert_eq!(r.rate(&"k"), 2.0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Observe(u8, u8),
+        Advance(u32),
+        Read(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..8, 0u8..10).prop_map(|(k, n)| Op::Observe(k, n)),
+            (0u32..2500).prop_map(Op::Advance),
+            (0u8..8).prop_map(Op::Read),
+        ]
+    }
+
+    proptest! {
+        /// Against an exact model that keeps every event's window number.
+        #[test]
+        fn matches_an_exact_windowed_model(ops in proptest::collection::vec(op(), 0..200)) {
+            let interval = Duration::from_millis(1000);
+            let (r, clock) = rate(interval);
+            let mut events: HashMap<u8, Vec<(u64, isize)>> = HashMap::new();
+            let mut now_ms = 0u64;
+            let window = |ms: u64| ms / 1000;
+            for op in ops {
+                match op {
+                    Op::Observe(k, n) => {
+                        let count = r.observe(&k, n as isize);
+                        let list = events.entry(k).or_default();
+                        list.push((window(now_ms), n as isize));
+                        let expected: isize = list.iter().filter(|(w, _)| *w == window(now_ms)).map(|(_, n)| n).sum();
+                        prop_assert_eq!(count, expected);
+                    }
+                    Op::Advance(ms) => {
+                        now_ms += u64::from(ms);
+                        clock.set(Duration::from_millis(now_ms));
+                    }
+                    Op::Read(k) => {
+                        let c = r.components(&k);
+                        let list = events.get(&k).cloned().unwrap_or_default();
+                        let sum = |w: u64| -> isize { list.iter().filter(|(x, _)| *x == w).map(|(_, n)| n).sum() };
+                        let w = window(now_ms);
+                        prop_assert_eq!(c.current, sum(w));
+                        prop_assert_eq!(c.previous, if w == 0 { 0 } else { sum(w - 1) });
+                        prop_assert_eq!(c.elapsed_fraction, (now_ms % 1000) as f64 / 1000.0);
+                    }
+                }
+            }
+        }
+    }
+}
