@@ -7,6 +7,7 @@
 //! machine. Each area has one module that both the report and criterion use.
 
 pub mod alloc;
+pub mod limits;
 pub mod machine;
 pub mod report;
 pub mod workload;

@@ -143,7 +143,7 @@ impl Report {
     /// A table, printed and kept.
     pub fn table(&mut self, table: &Table) {
         println!("{}", table.plain());
-        let _ = write!(self.markdown, "{}\n", table.markdown());
+        let _ = writeln!(self.markdown, "{}", table.markdown());
     }
 
     /// Write `report.md` into the report folder and return its path.

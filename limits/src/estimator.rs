@@ -80,11 +80,11 @@ pub struct Estimator {
 
 impl Estimator {
     /// A sketch with `hashes` counters per key and `slots` counters per hash,
-    /// blocked layout, plain updates, random seed.
+    /// rows layout, plain updates, random seed.
     ///
     /// # Panics
     ///
-    /// If `hashes` or `slots` is zero, `hashes > 8`, or the sketch would need
+    /// If `hashes` or `slots` is zero, `hashes > 16`, or the sketch would need
     /// more than 2³² counters; [`try_new`](Self::try_new) returns the error
     /// instead.
     pub fn new(hashes: usize, slots: usize) -> Self {
@@ -320,7 +320,7 @@ impl Default for EstimatorBuilder {
         Self {
             hashes: 4,
             slots: 1024,
-            layout: Layout::Blocked,
+            layout: Layout::Rows,
             update: Update::Plain,
             seed: None,
         }
@@ -340,7 +340,7 @@ impl EstimatorBuilder {
         self
     }
 
-    /// Memory layout (default [`Layout::Blocked`]).
+    /// Memory layout (default [`Layout::Rows`]).
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self

@@ -1,8 +1,8 @@
 //! weir-limits: counting traffic at the edge of a network service.
 //!
 //! * [`Estimator`] — a lock-free count-min sketch (pingora-limits' surface),
-//!   plain or conservative update, blocked (one cache line per key) or
-//!   classic rows layout.
+//!   plain or conservative update, classic rows layout or blocked (one cache
+//!   line per key).
 //! * [`ShardedEstimator`] — the same surface with per-thread delta tables, so
 //!   threads stop bouncing cache lines; its estimates lag other threads by a
 //!   bounded number of events.

@@ -73,7 +73,7 @@ pub struct ShardedEstimator {
 }
 
 impl ShardedEstimator {
-    /// A sketch with `hashes × slots` counters (blocked layout, random seed)
+    /// A sketch with `hashes × slots` counters (rows layout, random seed)
     /// and the default flush interval ([`default_flush_every`](Self::default_flush_every)).
     ///
     /// # Panics
@@ -89,7 +89,7 @@ impl ShardedEstimator {
 
     /// Like [`new`](Self::new), returning invalid dimensions as an error.
     pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        let locator = Locator::new(hashes, slots, Layout::Blocked)?;
+        let locator = Locator::new(hashes, slots, Layout::Rows)?;
         Ok(Self::from_locator(locator, None))
     }
 

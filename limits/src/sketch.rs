@@ -11,19 +11,24 @@
 //! (Kirsch–Mitzenmacher double hashing), reducing with a multiply-shift
 //! instead of a division. Two layouts are offered:
 //!
-//! * [`Layout::Blocked`] (the default): the key picks one 64-byte cache line
+//! * [`Layout::Rows`] (the default): the classic count-min matrix, `hashes`
+//!   rows of `slots` counters, one independent position per row (one
+//!   allocation, rows back to back). The textbook `(ε, δ)` bound holds, and
+//!   accuracy equals pingora-limits' at equal dimensions. At most sixteen
+//!   hashes.
+//! * [`Layout::Blocked`]: the key picks one 64-byte cache line
 //!   of eight counters and takes `hashes` *distinct* lanes inside it. An
 //!   update touches one cache line, which is what matters when two cores
 //!   increment concurrently: each shared line written costs a cross-core
 //!   transfer. The expected error of every lane is the same as a classic row
 //!   of width `cells / hashes`, but lanes of one key are correlated through
 //!   the shared line, so the classic `(ε, δ)` guarantee is not claimed for
-//!   it; the bench report measures its accuracy beside the classic layout.
+//!   it. Measured (see the bench report): on skewed traffic a light key that
+//!   shares a heavy key's line and lane pattern (32 patterns per line)
+//!   inherits the heavy key's whole count, so the maximum overestimate is far
+//!   worse than with rows; in exchange an update dirties one line instead of
+//!   `hashes`, which matters only when cores contend for the same lines.
 //!   At most eight hashes.
-//! * [`Layout::Rows`]: the classic count-min matrix, `hashes` rows of `slots`
-//!   counters, one independent position per row (one allocation, rows back to
-//!   back). This is the layout for which the textbook bound holds, so the
-//!   constructors from an error target use it. At most sixteen hashes.
 //!
 //! Seeds are random by default (so nobody can aim collisions at a known hash
 //! function); a fixed seed gives reproducible tests.
@@ -40,14 +45,17 @@ pub const MAX_HASHES: usize = 16;
 /// How a sketch arranges each key's counters in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
-    /// All of a key's counters in one cache line (fast under contention).
-    #[default]
-    Blocked,
     /// One independent position per row (the textbook count-min bound).
+    #[default]
     Rows,
+    /// All of a key's counters in one cache line (fewer lines dirtied per
+    /// update; weaker accuracy on skewed traffic).
+    Blocked,
 }
 
-/// The positions of one key's counters: `hashes` distinct cell indices.
+/// The positions of one key's counters: `hashes` distinct cell indices,
+/// computed on demand from the key's hash (nothing is materialised, so
+/// building a location costs a multiply and no memory traffic).
 ///
 /// ```
 /// use weir_limits::sketch::{Layout, Locator};
@@ -59,8 +67,14 @@ pub enum Layout {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
-    cells: [u32; MAX_HASHES],
+    /// Blocked: index of the line's first cell. Rows: the first probe.
+    base: u64,
+    /// Blocked: first lane. Rows: the probe increment.
+    offset: u64,
+    /// Blocked: lane step (odd). Rows: row width.
+    step: u64,
     len: u8,
+    blocked: bool,
 }
 
 impl Location {
@@ -76,16 +90,21 @@ impl Location {
         self.len == 0
     }
 
-    /// The cell indices, one per hash.
+    /// The cell indices, one per hash, all distinct.
     #[inline]
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.cells[..self.len()].iter().map(|&c| c as usize)
+        let this = *self;
+        (0..u64::from(self.len)).map(move |i| this.cell(i))
     }
 
-    /// The cell indices as a slice.
     #[inline]
-    pub fn as_slice(&self) -> &[u32] {
-        &self.cells[..self.len()]
+    fn cell(&self, i: u64) -> usize {
+        if self.blocked {
+            (self.base + ((self.offset + i * self.step) & (LANES as u64 - 1))) as usize
+        } else {
+            let probe = self.base.wrapping_add(i.wrapping_mul(self.offset));
+            (i * self.step + reduce(probe, self.step)) as usize
+        }
     }
 }
 
@@ -194,34 +213,25 @@ impl Locator {
     /// again without hashing twice.
     #[inline]
     pub fn locate_hash(&self, hash: u64) -> Location {
-        let mut cells = [0u32; MAX_HASHES];
-        let n = usize::from(self.hashes);
         match self.layout {
-            Layout::Blocked => {
-                let base = reduce(hash, self.span) * LANES as u64;
-                // Lanes `start + i·step (mod 8)` with an odd step are distinct
-                // for i < 8; 8 starts × 4 steps give 32 lane patterns.
-                let start = hash & 7;
-                let step = ((hash >> 3) & 3) * 2 + 1;
-                for (i, cell) in cells.iter_mut().enumerate().take(n) {
-                    let lane = (start + i as u64 * step) & 7;
-                    *cell = (base + lane) as u32;
-                }
-            }
-            Layout::Rows => {
-                let h1 = hash;
-                // Odd, so that successive rows never repeat a probe sequence.
-                let h2 = hash.rotate_left(32) | 1;
-                let mut probe = h1;
-                for (row, cell) in cells.iter_mut().enumerate().take(n) {
-                    *cell = (row as u64 * self.span + reduce(probe, self.span)) as u32;
-                    probe = probe.wrapping_add(h2);
-                }
-            }
-        }
-        Location {
-            cells,
-            len: self.hashes,
+            // Lanes `start + i·step (mod 8)` with an odd step are distinct
+            // for i < 8; 8 starts × 4 steps give 32 lane patterns.
+            Layout::Blocked => Location {
+                base: reduce(hash, self.span) * LANES as u64,
+                offset: hash & 7,
+                step: ((hash >> 3) & 3) * 2 + 1,
+                len: self.hashes,
+                blocked: true,
+            },
+            // Kirsch–Mitzenmacher: probe_i = h1 + i·h2, with h2 odd so that
+            // successive rows never repeat a probe.
+            Layout::Rows => Location {
+                base: hash,
+                offset: hash.rotate_left(32) | 1,
+                step: self.span,
+                len: self.hashes,
+                blocked: false,
+            },
         }
     }
 

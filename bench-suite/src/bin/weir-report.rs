@@ -33,6 +33,8 @@ fn main() {
     );
     println!("{header}");
 
+    weir_bench_suite::limits::run(&mut report);
+
     let path = report.finish(&header).expect("write the report");
     println!(
         "\nreport written to {} in {:.0?}",
