@@ -9,5 +9,6 @@
 pub mod alloc;
 pub mod limits;
 pub mod machine;
+pub mod plot;
 pub mod report;
 pub mod workload;

@@ -146,6 +146,18 @@ impl Report {
         let _ = writeln!(self.markdown, "{}", table.markdown());
     }
 
+    /// Save a plot as `<file>.svg` in the report folder and show it in the report.
+    pub fn plot(&mut self, file: &str, plot: &crate::plot::LinePlot) {
+        let name = format!("{file}.svg");
+        match plot.save(&self.dir.join(&name)) {
+            Ok(()) => {
+                println!("(plot written: {})", self.dir.join(&name).display());
+                let _ = write!(self.markdown, "![{}]({name})\n\n", plot.title);
+            }
+            Err(e) => self.text(&format!("(could not write plot {name}: {e})")),
+        }
+    }
+
     /// Write `report.md` into the report folder and return its path.
     pub fn finish(&self, header: &str) -> io::Result<PathBuf> {
         fs::create_dir_all(&self.dir)?;
