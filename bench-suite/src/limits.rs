@@ -146,7 +146,10 @@ pub fn run_threads(counter: &dyn Counter, streams: &[Vec<u32>]) -> Duration {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
     });
     times.into_iter().max().unwrap_or_default()
 }
@@ -171,7 +174,11 @@ pub fn run(report: &mut Report) {
     let thread_counts = [1usize, 2, 8];
     let streams: Vec<Vec<Vec<u32>>> = thread_counts
         .iter()
-        .map(|&t| (0..t).map(|i| workload::uniform(total / t, 1000 + i as u64)).collect())
+        .map(|&t| {
+            (0..t)
+                .map(|i| workload::uniform(total / t, 1000 + i as u64))
+                .collect()
+        })
         .collect();
 
     let mut results = Vec::new();
@@ -298,9 +305,17 @@ fn accuracy(report: &mut Report, scale: Scale) {
             report.progress(&format!("accuracy {stream} {hashes}x{slots}"));
             let variants: [(&str, Layout, Update); 4] = [
                 ("weir rows, plain", Layout::Rows, Update::Plain),
-                ("weir rows, conservative", Layout::Rows, Update::Conservative),
+                (
+                    "weir rows, conservative",
+                    Layout::Rows,
+                    Update::Conservative,
+                ),
                 ("weir blocked, plain", Layout::Blocked, Update::Plain),
-                ("weir blocked, conservative", Layout::Blocked, Update::Conservative),
+                (
+                    "weir blocked, conservative",
+                    Layout::Blocked,
+                    Update::Conservative,
+                ),
             ];
             for (name, layout, update) in variants {
                 let e = Estimator::builder()

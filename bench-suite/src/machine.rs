@@ -12,10 +12,7 @@ pub fn describe() -> String {
         .and_then(|l| l.split(':').nth(1))
         .map_or("unknown CPU".to_string(), |m| m.trim().to_string());
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "Machine: {cores} cores, {model}, Linux {}.",
-        kernel.trim()
-    )
+    format!("Machine: {cores} cores, {model}, Linux {}.", kernel.trim())
 }
 
 /// The competitors and runtimes measured, with the versions this build

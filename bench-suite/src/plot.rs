@@ -53,7 +53,9 @@ pub struct LinePlot {
     pub reference: Option<(f64, String)>,
 }
 
-const COLOURS: [&str; 6] = ["#8c8c8c", "#e8710a", "#1a73e8", "#188038", "#a142f4", "#d93025"];
+const COLOURS: [&str; 6] = [
+    "#8c8c8c", "#e8710a", "#1a73e8", "#188038", "#a142f4", "#d93025",
+];
 const WIDTH: f64 = 800.0;
 const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 70.0;
@@ -78,7 +80,11 @@ impl LinePlot {
             (x0, x1) = (0.0, 1.0);
         }
         let y0 = 0.0;
-        let y1 = nice_ceiling(if y1.is_finite() && y1 > 0.0 { y1 * 1.05 } else { 1.0 });
+        let y1 = nice_ceiling(if y1.is_finite() && y1 > 0.0 {
+            y1 * 1.05
+        } else {
+            1.0
+        });
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
         let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * plot_w;
@@ -152,9 +158,19 @@ impl LinePlot {
             let colour = COLOURS[i % COLOURS.len()];
             let mut path = String::new();
             for (j, &(x, y)) in series.points.iter().enumerate() {
-                let _ = write!(path, "{}{:.1},{:.1} ", if j == 0 { "M" } else { "L" }, sx(x), sy(y));
+                let _ = write!(
+                    path,
+                    "{}{:.1},{:.1} ",
+                    if j == 0 { "M" } else { "L" },
+                    sx(x),
+                    sy(y)
+                );
             }
-            let dash = if series.dashed { r#" stroke-dasharray="6,4""# } else { "" };
+            let dash = if series.dashed {
+                r#" stroke-dasharray="6,4""#
+            } else {
+                ""
+            };
             let _ = writeln!(
                 svg,
                 r#"<path d="{path}" fill="none" stroke="{colour}" stroke-width="1.5"{dash}/>"#
@@ -210,7 +226,9 @@ fn short(v: f64) -> String {
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

@@ -48,18 +48,26 @@ impl fmt::Display for ConfigError {
         match self {
             Self::ZeroHashes => f.write_str("a sketch needs at least one hash"),
             Self::TooManyHashes { requested, max } => {
-                write!(f, "{requested} hashes requested, this layout supports at most {max}")
+                write!(
+                    f,
+                    "{requested} hashes requested, this layout supports at most {max}"
+                )
             }
             Self::ZeroSlots => f.write_str("a sketch needs at least one slot per hash"),
             Self::TooManyCells { requested } => {
-                write!(f, "{requested} counters requested, at most 2^32 are addressable")
+                write!(
+                    f,
+                    "{requested} counters requested, at most 2^32 are addressable"
+                )
             }
             Self::InvalidErrorBound { epsilon, delta } => write!(
                 f,
                 "error target epsilon={epsilon} and failure probability delta={delta} must both lie in (0, 1)"
             ),
             Self::ZeroInterval => f.write_str("the interval must be longer than zero"),
-            Self::IntervalTooLong => f.write_str("the interval must be shorter than 2^64 ns (584 years)"),
+            Self::IntervalTooLong => {
+                f.write_str("the interval must be shorter than 2^64 ns (584 years)")
+            }
             Self::NonPositiveThreshold(t) => write!(f, "the threshold must be positive, got {t}"),
         }
     }

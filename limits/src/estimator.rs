@@ -133,7 +133,12 @@ impl Estimator {
     ///
     /// On invalid dimensions, like [`new`](Self::new).
     pub fn with_seed(hashes: usize, slots: usize, seed: u64) -> Self {
-        match Self::builder().hashes(hashes).slots(slots).seed(seed).build() {
+        match Self::builder()
+            .hashes(hashes)
+            .slots(slots)
+            .seed(seed)
+            .build()
+        {
             Ok(estimator) => estimator,
             Err(e) => panic!("invalid Estimator dimensions: {e}"),
         }

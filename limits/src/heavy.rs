@@ -81,7 +81,10 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     pub fn new(threshold: isize) -> Result<Self, ConfigError> {
         Self::with_sketch(
             threshold,
-            Estimator::builder().hashes(4).slots(4096).update(Update::Conservative),
+            Estimator::builder()
+                .hashes(4)
+                .slots(4096)
+                .update(Update::Conservative),
         )
     }
 

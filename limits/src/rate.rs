@@ -148,14 +148,18 @@ impl<C: Clock> Rate<C> {
     }
 
     /// Full control over each window's sketch (shape, layout, seed).
-    pub fn with_locator(interval: Duration, locator: Locator, clock: C) -> Result<Self, ConfigError> {
+    pub fn with_locator(
+        interval: Duration,
+        locator: Locator,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
         if interval.is_zero() {
             return Err(ConfigError::ZeroInterval);
         }
-        let interval_nanos = u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
-        let windows = std::array::from_fn(|_| {
-            Estimator::from_parts(locator.clone(), crate::Update::Plain)
-        });
+        let interval_nanos =
+            u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
+        let windows =
+            std::array::from_fn(|_| Estimator::from_parts(locator.clone(), crate::Update::Plain));
         let first = clock.now_nanos() / interval_nanos;
         Ok(Self {
             windows,
@@ -279,7 +283,8 @@ impl<C: Clock> Rate<C> {
                 // The new window's sketch was zeroed by the last rotation:
                 // publish first, then zero the one after it (which held
                 // window - 2, no longer anyone's previous window).
-                self.state.store((window << 1) | ROTATING, Ordering::Release);
+                self.state
+                    .store((window << 1) | ROTATING, Ordering::Release);
                 self.sketch(window + 1).reset();
             } else {
                 // Windows were skipped: nothing recent is worth keeping.
@@ -313,7 +318,10 @@ mod tests {
     fn rate(interval: Duration) -> (Rate<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let locator = Locator::with_seed(4, 4096, Layout::Rows, 3).unwrap();
-        (Rate::with_locator(interval, locator, clock.clone()).unwrap(), clock)
+        (
+            Rate::with_locator(interval, locator, clock.clone()).unwrap(),
+            clock,
+        )
     }
 
     #[test]

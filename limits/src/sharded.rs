@@ -109,8 +109,7 @@ impl ShardedEstimator {
     }
 
     fn from_locator(locator: Locator, flush_every: Option<usize>) -> Self {
-        let flush_every =
-            flush_every.unwrap_or_else(|| Self::default_flush_every(locator.cells()));
+        let flush_every = flush_every.unwrap_or_else(|| Self::default_flush_every(locator.cells()));
         Self {
             shared: Estimator::from_parts(locator, crate::Update::Plain),
             shards: ThreadLocal::new(),
@@ -292,7 +291,10 @@ mod tests {
             // This thread sees the flushed 100 but not the buffered 20...
             let seen = s.incr(&"hot", 0);
             assert!(seen >= 120 - FLUSH as isize, "saw {seen}");
-            assert!(seen < 120, "buffered updates should not be visible yet: {seen}");
+            assert!(
+                seen < 120,
+                "buffered updates should not be visible yet: {seen}"
+            );
             // ...while `get` sums every delta table.
             assert!(s.get(&"hot") >= 120);
             barrier.wait();

@@ -78,7 +78,8 @@ fn rate_rotation_loses_no_event() {
     loom::model(|| {
         let clock = ManualClock::new();
         let locator = Locator::with_seed(1, 4, Layout::Rows, 1).unwrap();
-        let rate = Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
+        let rate =
+            Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
         rate.observe(&1u8, 1);
         // Both threads race into window 1 and rotate.
         clock.set(Duration::from_millis(1500));
@@ -97,7 +98,8 @@ fn rate_rotation_after_a_gap_loses_no_event() {
     loom::model(|| {
         let clock = ManualClock::new();
         let locator = Locator::with_seed(1, 4, Layout::Rows, 1).unwrap();
-        let rate = Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
+        let rate =
+            Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
         rate.observe(&1u8, 5);
         clock.set(Duration::from_secs(7));
         let r = Arc::clone(&rate);

@@ -72,10 +72,7 @@ fn test(args: &[String]) -> Result<(), String> {
         cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]),
     )?;
     loom(&[])?;
-    println!(
-        "xtask test: all steps passed in {:.0?}",
-        started.elapsed()
-    );
+    println!("xtask test: all steps passed in {:.0?}", started.elapsed());
     Ok(())
 }
 
@@ -151,7 +148,11 @@ fn describe(command: &Command) -> String {
     let mut text = String::new();
     for (key, value) in command.get_envs() {
         if let Some(value) = value {
-            text.push_str(&format!("{}={} ", key.to_string_lossy(), value.to_string_lossy()));
+            text.push_str(&format!(
+                "{}={} ",
+                key.to_string_lossy(),
+                value.to_string_lossy()
+            ));
         }
     }
     text.push_str(&command.get_program().to_string_lossy());

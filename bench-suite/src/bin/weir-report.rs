@@ -27,7 +27,7 @@ fn main() {
     let started = Instant::now();
     let mut report = Report::new(&dir, scale);
     let header = format!(
-        "# weir benchmark report\n\n{}\n{}\nScale: {:?}.\n",
+        "# weir benchmark report\n\n{}\n\n{}\n\nScale: {:?}.\n",
         machine::describe(),
         machine::crate_versions(),
         scale
