@@ -27,7 +27,8 @@ fn main() {
     let started = Instant::now();
     let mut report = Report::new(&dir, scale);
     let header = format!(
-        "# weir benchmark report\n\n{}\n\n{}\n\nScale: {:?}.\n",
+        "# weir benchmark report\n\nRun on {}. {}\n\n{}\n\nScale: {:?}.\n",
+        machine::today_utc(),
         machine::describe(),
         machine::crate_versions(),
         scale
@@ -37,9 +38,36 @@ fn main() {
     weir_bench_suite::limits::run(&mut report);
 
     let path = report.finish(&header).expect("write the report");
+    if scale == Scale::Full {
+        // docs/ keeps the latest full run (tables and plots), with date and machine.
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("docs");
+        match copy_to_docs(&path, &docs) {
+            Ok(()) => println!("full-run report copied to {}", docs.join("report.md").display()),
+            Err(e) => eprintln!("weir-report: could not copy the report to docs/: {e}"),
+        }
+    }
     println!(
         "\nreport written to {} in {:.0?}",
         path.display(),
         started.elapsed()
     );
+}
+
+/// Copy `report.md` to `docs/report.md` and its plots to `docs/plots/`,
+/// pointing the plot links at their new place.
+fn copy_to_docs(report: &std::path::Path, docs: &std::path::Path) -> std::io::Result<()> {
+    let dir = report.parent().unwrap_or(std::path::Path::new("."));
+    let mut text = std::fs::read_to_string(report)?;
+    let plots = docs.join("plots");
+    std::fs::create_dir_all(&plots)?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "svg") {
+            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                std::fs::copy(&path, plots.join(name))?;
+                text = text.replace(&format!("]({name})"), &format!("](plots/{name})"));
+            }
+        }
+    }
+    std::fs::write(docs.join("report.md"), text)
 }
