@@ -40,9 +40,14 @@ fn main() {
     let path = report.finish(&header).expect("write the report");
     if scale == Scale::Full {
         // docs/ keeps the latest full run (tables and plots), with date and machine.
-        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("docs");
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("docs");
         match copy_to_docs(&path, &docs) {
-            Ok(()) => println!("full-run report copied to {}", docs.join("report.md").display()),
+            Ok(()) => println!(
+                "full-run report copied to {}",
+                docs.join("report.md").display()
+            ),
             Err(e) => eprintln!("weir-report: could not copy the report to docs/: {e}"),
         }
     }
