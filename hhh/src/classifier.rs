@@ -1,0 +1,842 @@
+//! The classifier: rakelimit's hierarchical-heavy-hitter limiter.
+//!
+//! # Algorithm
+//!
+//! Every [`Generalisation`] of the lattice owns one count-min sketch whose
+//! cells hold an **EWMA packet rate** and the time of the cell's last update
+//! (rakelimit stores rates, not counts). For each packet the classifier walks
+//! the levels from the most specific (0, the exact 4-tuple) to the most
+//! general (4, everything sent to the destination address). At each level it
+//! updates the packet's cells in every generalisation of the level with
+//! [`EwmaWindow::update_fixed`] (one event now), takes the minimum over a
+//! generalisation's cells as its estimate (count-min of rates), and the
+//! maximum estimate over the level. If that maximum exceeds the limit, the
+//! packet is *limited at this level*: it passes with probability
+//! `limit / rate` and is otherwise dropped, and in either case it is **not
+//! counted at more general levels**. So a flood from one 4-tuple is held at
+//! level 0 and never inflates the rate of its subnet, and legitimate traffic
+//! from the same subnet keeps flowing; a flood spread over many sources
+//! (a reflection attack from one source port) is caught at the first level
+//! that aggregates it. Packets never limited pass and are counted everywhere.
+//!
+//! # Speed
+//!
+//! A packet costs 12 sketch updates. To keep them cheap:
+//!
+//! * **Hashing.** The tuple is digested once (three source-prefix digests,
+//!   one destination digest, the two ports); each generalisation's 64-bit key
+//!   hash is then one keyed 64×64→128-bit multiply of two words, with a seed
+//!   per generalisation and per address family (IPv4 digests are the
+//!   addresses themselves, so no work at all). Weir-limits'
+//!   [`Locator::locate_hash`] maps that hash to the key's cells.
+//! * **Layout.** [`Layout::Blocked`] (the default) keeps all of a key's cells
+//!   in one 128-byte block (eight 16-byte cells), so each generalisation
+//!   touches one block; [`Layout::Rows`] is the classic matrix.
+//! * **Fixed point.** Rates are [`FixedRate`] (16 fractional bits) updated
+//!   with integer arithmetic; the coin for limited packets is a 32-bit
+//!   integer compared without division.
+//! * **No allocation, optional clock reads.** [`Classifier::classify_at`]
+//!   takes the time from the caller (a receive loop can read the clock once
+//!   per batch); [`Classifier::classify`] reads the injected clock.
+//!
+//! # Racy but bounded, not exact
+//!
+//! Cells are two `AtomicU64` (rate, last update) read and written with
+//! relaxed loads and stores, not a compare-and-swap loop or a lock. Two
+//! threads updating the same cell at the same moment may both read the old
+//! state and one update is lost (an undercount of one event, `1/window`
+//! packets/s), and a reader may pair a new rate with an old timestamp (it then
+//! decays the rate a little too much). Both errors are bounded by the number
+//! of simultaneous updates of one cell and vanish within one window; neither
+//! can make a rate grow. The exact alternative (a CAS on a packed word or a
+//! lock per cell) would cost an atomic read-modify-write on 24 cache lines
+//! per packet, which is the contention weir-limits measured to collapse
+//! pingora's sketch. The per-level counters are exact (`fetch_add`).
+//!
+//! A timestamp older than a cell's (time going backwards, or threads racing)
+//! counts as no time passing; the cell's timestamp never moves back.
+
+use crate::ConfigError;
+use crate::lattice::{
+    AddrScope, GENERALISATIONS, Generalisation, LEVEL_RANGES, LEVELS, PortScope, Prefixes,
+};
+use crate::random::{RandomSource, ThreadRandom, random_seed, splitmix};
+use crate::sync::{AtomicU64, Ordering};
+use crate::tuple::{FourTuple, ParseError};
+use std::fmt;
+use std::time::Duration;
+use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::sketch::{Layout, Locator};
+use weir_rate::ewma::{EwmaWindow, FixedRate};
+
+/// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
+/// with one second and noted that a shorter window shortens the initial
+/// spike of a flood).
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
+
+/// Default number of cells per key in each sketch.
+pub const DEFAULT_HASHES: usize = 2;
+
+/// Default number of slots per hash in each sketch (cells = hashes × slots).
+pub const DEFAULT_SLOTS: usize = 1024;
+
+/// Cells per block (one block = the cells a blocked key can use).
+const BLOCK_CELLS: usize = weir_limits::sketch::LANES;
+
+/// One sketch cell: an EWMA rate ([`FixedRate`] bits) and the time of its
+/// last update (nanoseconds on the classifier's clock).
+#[derive(Debug, Default)]
+#[repr(C, align(16))]
+struct Cell {
+    rate: AtomicU64,
+    stamp: AtomicU64,
+}
+
+/// Eight cells: the unit [`Layout::Blocked`] confines a key to. Aligned so a
+/// block is exactly one pair of adjacent cache lines.
+#[derive(Debug, Default)]
+#[repr(C, align(128))]
+struct Block([Cell; BLOCK_CELLS]);
+
+/// The folded 64×64→128-bit multiply (as in wyhash): a cheap, good mixer of
+/// two words.
+#[inline(always)]
+fn mum(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Per-family hash keys: one pair per generalisation, plus the keys that
+/// fold IPv6 addresses into one word.
+#[derive(Debug, Clone)]
+struct Keys {
+    v4: [(u64, u64); GENERALISATIONS],
+    v6: [(u64, u64); GENERALISATIONS],
+    v6_addr: (u64, u64),
+}
+
+impl Keys {
+    fn new(seed: u64) -> Self {
+        let mut n = seed;
+        let mut next = || {
+            n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            // Odd and with both halves busy, so the multiply mixes well.
+            splitmix(n) | 1
+        };
+        let mut v4 = [(0, 0); GENERALISATIONS];
+        let mut v6 = [(0, 0); GENERALISATIONS];
+        for k in v4.iter_mut().chain(v6.iter_mut()) {
+            *k = (next(), next());
+        }
+        Self {
+            v4,
+            v6,
+            v6_addr: (next(), next()),
+        }
+    }
+}
+
+/// What a generalisation needs of a tuple: the source digest for each
+/// address scope, the destination digest, and the ports.
+#[derive(Debug, Clone, Copy)]
+struct Digest {
+    src: [u64; 3],
+    dst: u64,
+    sport: u64,
+    dport: u64,
+}
+
+/// Why a packet was limited: the level and generalisation whose estimated
+/// rate exceeded the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limited {
+    /// The level (0–4) at which the rate first exceeded the limit.
+    pub level: u8,
+    /// The generalisation with the highest rate at that level.
+    pub generalisation: Generalisation,
+    /// Its estimated rate (packets per second), including this packet.
+    pub rate: FixedRate,
+    /// The limit in force.
+    pub limit: FixedRate,
+}
+
+impl Limited {
+    /// The probability with which a packet limited like this passes
+    /// (`limit / rate`).
+    pub fn pass_probability(&self) -> f64 {
+        if self.rate.to_bits() == 0 {
+            1.0
+        } else {
+            (self.limit.as_f64() / self.rate.as_f64()).min(1.0)
+        }
+    }
+}
+
+impl fmt::Display for Limited {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "level {} ({}) at {:.1} pps over the limit of {:.1} pps",
+            self.level,
+            self.generalisation,
+            self.rate.as_f64(),
+            self.limit.as_f64()
+        )
+    }
+}
+
+/// What to do with a packet, and why.
+///
+/// ```
+/// use weir_hhh::{Classifier, FourTuple, Verdict};
+/// use weir_hhh::random::ConstantRandom;
+///
+/// let rake = Classifier::builder(10).random(ConstantRandom(u32::MAX)).build().unwrap();
+/// let t = FourTuple::from_socket_addrs("10.0.0.1:53".parse().unwrap(), "10.0.0.2:53".parse().unwrap());
+/// // 100 packets within 1 ms: far over 10 pps.
+/// let verdicts: Vec<Verdict> = (0..100).map(|i| rake.classify_at(&t, i * 10_000)).collect();
+/// assert!(verdicts[0].is_pass());
+/// let Verdict::Drop(why) = verdicts[99] else { panic!() };
+/// assert_eq!(why.level, 0);
+/// println!("{}", verdicts[99]); // "drop: level 0 (src:sport -> dst:dport) at 1000.0 pps over the limit of 10.0 pps"
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No generalisation of the packet is over the limit.
+    Pass,
+    /// Over the limit, but let through by the `limit / rate` lottery.
+    Sampled(Limited),
+    /// Over the limit and dropped.
+    Drop(Limited),
+}
+
+impl Verdict {
+    /// Whether the packet should be delivered.
+    #[inline]
+    pub fn is_pass(&self) -> bool {
+        !matches!(self, Verdict::Drop(_))
+    }
+
+    /// The limit that applied, if any.
+    #[inline]
+    pub fn limited(&self) -> Option<&Limited> {
+        match self {
+            Verdict::Pass => None,
+            Verdict::Sampled(l) | Verdict::Drop(l) => Some(l),
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Pass => f.write_str("pass"),
+            Verdict::Sampled(l) => {
+                write!(f, "pass (sampled with p={:.3}): {l}", l.pass_probability())
+            }
+            Verdict::Drop(l) => write!(f, "drop: {l}"),
+        }
+    }
+}
+
+/// Packets limited at one level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LevelStats {
+    /// Limited here but let through by the lottery.
+    pub passed: u64,
+    /// Limited here and dropped.
+    pub dropped: u64,
+}
+
+/// Counters of every verdict so far.
+///
+/// ```
+/// use weir_hhh::Classifier;
+///
+/// let rake = Classifier::new(100).unwrap();
+/// let s = rake.stats();
+/// assert_eq!((s.total(), s.passed(), s.dropped()), (0, 0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets no generalisation limited (all passed).
+    pub unlimited: u64,
+    /// Packets limited at each level (index = level).
+    pub levels: [LevelStats; LEVELS],
+}
+
+impl Stats {
+    /// All packets passed (unlimited and sampled).
+    pub fn passed(&self) -> u64 {
+        self.unlimited + self.levels.iter().map(|l| l.passed).sum::<u64>()
+    }
+
+    /// All packets dropped.
+    pub fn dropped(&self) -> u64 {
+        self.levels.iter().map(|l| l.dropped).sum()
+    }
+
+    /// All packets classified.
+    pub fn total(&self) -> u64 {
+        self.passed() + self.dropped()
+    }
+}
+
+/// The counters, on their own cache lines so they do not share a line with
+/// the read-mostly configuration.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Counters {
+    unlimited: AtomicU64,
+    passed: [AtomicU64; LEVELS],
+    dropped: [AtomicU64; LEVELS],
+}
+
+/// Configures and builds a [`Classifier`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::{Classifier, Prefixes};
+/// use weir_hhh::random::SeededRandom;
+/// use weir_limits::clock::ManualClock;
+/// use weir_limits::sketch::Layout;
+///
+/// let clock = ManualClock::new();
+/// let rake = Classifier::builder(1_000)
+///     .window(Duration::from_millis(200))
+///     .sketch(4, 4096)
+///     .layout(Layout::Rows)
+///     .prefixes(Prefixes { v6_exact: 64, ..Prefixes::default() })
+///     .seed(42)
+///     .clock(clock.clone())
+///     .random(SeededRandom::new(42))
+///     .build()
+///     .unwrap();
+/// assert_eq!(rake.limit().whole_per_second(), 1_000);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder<C = MonotonicClock, R = ThreadRandom> {
+    limit: u64,
+    window: Duration,
+    hashes: usize,
+    slots: usize,
+    layout: Layout,
+    prefixes: Prefixes,
+    seed: Option<u64>,
+    clock: C,
+    random: R,
+}
+
+impl<C: Clock, R: RandomSource> Builder<C, R> {
+    /// The EWMA window (default [`DEFAULT_WINDOW`]).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Cells per key and slots per hash of every sketch (default
+    /// [`DEFAULT_HASHES`] × [`DEFAULT_SLOTS`]).
+    pub fn sketch(mut self, hashes: usize, slots: usize) -> Self {
+        self.hashes = hashes;
+        self.slots = slots;
+        self
+    }
+
+    /// The sketch layout (default [`Layout::Blocked`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Source prefix lengths (default /32, /24, /128, /48).
+    pub fn prefixes(mut self, prefixes: Prefixes) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// Fix the hash seed (reproducible runs). By default it is random, so
+    /// nobody can aim collisions at a known hash function.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Read time from `clock` (default [`MonotonicClock`]).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2, R> {
+        Builder {
+            limit: self.limit,
+            window: self.window,
+            hashes: self.hashes,
+            slots: self.slots,
+            layout: self.layout,
+            prefixes: self.prefixes,
+            seed: self.seed,
+            clock,
+            random: self.random,
+        }
+    }
+
+    /// Draw the lottery for limited packets from `random` (default
+    /// [`ThreadRandom`]).
+    pub fn random<R2: RandomSource>(self, random: R2) -> Builder<C, R2> {
+        Builder {
+            limit: self.limit,
+            window: self.window,
+            hashes: self.hashes,
+            slots: self.slots,
+            layout: self.layout,
+            prefixes: self.prefixes,
+            seed: self.seed,
+            clock: self.clock,
+            random,
+        }
+    }
+
+    /// Build it, or say what is wrong with the configuration.
+    pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
+        if self.limit == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        self.prefixes.validate()?;
+        let ewma = EwmaWindow::new(self.window)?;
+        let seed = self.seed.unwrap_or_else(random_seed);
+        let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
+        let cells_per_sketch = locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS;
+        let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
+            .map(|_| Block::default())
+            .collect();
+        let p = self.prefixes;
+        Ok(Classifier {
+            limit: AtomicU64::new(FixedRate::from_per_second(self.limit).to_bits()),
+            ewma,
+            locator,
+            cells_per_sketch,
+            blocks,
+            keys: Keys::new(seed),
+            v4_masks: [p.v4_mask(AddrScope::Exact), p.v4_mask(AddrScope::Subnet), 0],
+            v6_masks: [p.v6_mask(AddrScope::Exact), p.v6_mask(AddrScope::Subnet), 0],
+            prefixes: p,
+            counters: Counters::default(),
+            clock: self.clock,
+            random: self.random,
+        })
+    }
+}
+
+/// rakelimit's fair-share flood limiter over 4-tuples. `Send + Sync`: share
+/// it (e.g. in an `Arc`) between all receive loops of a service.
+///
+/// ```
+/// use weir_hhh::{Classifier, FourTuple};
+///
+/// let rake = Classifier::new(1_000).unwrap(); // 1000 packets/s per generalisation
+/// let tuple = FourTuple::from_socket_addrs(
+///     "192.0.2.10:5353".parse().unwrap(),
+///     "198.51.100.1:53".parse().unwrap(),
+/// );
+/// if rake.classify(&tuple).is_pass() {
+///     // hand the datagram to the application
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Classifier<C = MonotonicClock, R = ThreadRandom> {
+    limit: AtomicU64,
+    ewma: EwmaWindow,
+    locator: Locator,
+    cells_per_sketch: usize,
+    blocks: Box<[Block]>,
+    keys: Keys,
+    v4_masks: [u32; 3],
+    v6_masks: [u128; 3],
+    prefixes: Prefixes,
+    counters: Counters,
+    clock: C,
+    random: R,
+}
+
+impl Classifier {
+    /// A classifier with the default configuration and a limit of
+    /// `limit_pps` packets per second for every generalisation.
+    pub fn new(limit_pps: u64) -> Result<Self, ConfigError> {
+        Self::builder(limit_pps).build()
+    }
+
+    /// Configure a classifier with a limit of `limit_pps` packets per second.
+    pub fn builder(limit_pps: u64) -> Builder {
+        Builder {
+            limit: limit_pps,
+            window: DEFAULT_WINDOW,
+            hashes: DEFAULT_HASHES,
+            slots: DEFAULT_SLOTS,
+            layout: Layout::Blocked,
+            prefixes: Prefixes::default(),
+            seed: None,
+            clock: MonotonicClock::new(),
+            random: ThreadRandom,
+        }
+    }
+}
+
+impl<C: Clock, R: RandomSource> Classifier<C, R> {
+    /// Judge one packet now (reads the clock once).
+    #[inline]
+    pub fn classify(&self, tuple: &FourTuple) -> Verdict {
+        self.classify_at(tuple, self.clock.now_nanos())
+    }
+
+    /// Judge a raw IP packet now; malformed packets are an error (the caller
+    /// decides whether to drop them).
+    pub fn classify_packet(&self, packet: &[u8]) -> Result<Verdict, ParseError> {
+        Ok(self.classify(&FourTuple::parse(packet)?))
+    }
+
+    /// Judge one packet that arrived at `now_nanos` on the classifier's
+    /// clock (pass the time when the caller already has it, e.g. once per
+    /// batch of packets).
+    #[inline]
+    pub fn classify_at(&self, tuple: &FourTuple, now_nanos: u64) -> Verdict {
+        let (digest, keys) = self.digest(tuple);
+        let limit = self.limit.load(Ordering::Relaxed);
+        for (level, &(first, end)) in LEVEL_RANGES.iter().enumerate() {
+            let mut max = 0;
+            let mut culprit = first;
+            for g in first..end {
+                let hash = generalised_hash(g, &digest, keys[g]);
+                let rate = self.touch(g, hash, now_nanos);
+                if rate > max {
+                    max = rate;
+                    culprit = g;
+                }
+            }
+            if max > limit {
+                return self.limited(level, culprit, max, limit);
+            }
+        }
+        self.counters.unlimited.fetch_add(1, Ordering::Relaxed);
+        Verdict::Pass
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn limited(&self, level: usize, g: usize, rate: u64, limit: u64) -> Verdict {
+        let coin = self.random.next_u32();
+        // coin / 2³² < limit / rate, without a division.
+        let pass = u128::from(coin) * u128::from(rate) < u128::from(limit) << 32;
+        let why = Limited {
+            level: level as u8,
+            generalisation: Generalisation::ALL[g],
+            rate: FixedRate::from_bits(rate),
+            limit: FixedRate::from_bits(limit),
+        };
+        if pass {
+            self.counters.passed[level].fetch_add(1, Ordering::Relaxed);
+            Verdict::Sampled(why)
+        } else {
+            self.counters.dropped[level].fetch_add(1, Ordering::Relaxed);
+            Verdict::Drop(why)
+        }
+    }
+
+    #[inline(always)]
+    fn digest(&self, tuple: &FourTuple) -> (Digest, &[(u64, u64); GENERALISATIONS]) {
+        match tuple {
+            FourTuple::V4(t) => {
+                let s = u32::from(t.src);
+                let m = &self.v4_masks;
+                (
+                    Digest {
+                        src: [
+                            u64::from(s & m[0]),
+                            u64::from(s & m[1]),
+                            u64::from(s & m[2]),
+                        ],
+                        dst: u64::from(u32::from(t.dst)),
+                        sport: u64::from(t.src_port),
+                        dport: u64::from(t.dst_port),
+                    },
+                    &self.keys.v4,
+                )
+            }
+            FourTuple::V6(t) => {
+                let (k0, k1) = self.keys.v6_addr;
+                let fold = |a: u128| mum(a as u64 ^ k0, (a >> 64) as u64 ^ k1);
+                let s = u128::from(t.src);
+                let m = &self.v6_masks;
+                (
+                    Digest {
+                        src: [fold(s & m[0]), fold(s & m[1]), fold(s & m[2])],
+                        dst: fold(u128::from(t.dst)),
+                        sport: u64::from(t.src_port),
+                        dport: u64::from(t.dst_port),
+                    },
+                    &self.keys.v6,
+                )
+            }
+        }
+    }
+
+    /// Update the cells of one generalisation's key; returns the minimum.
+    #[inline(always)]
+    fn touch(&self, g: usize, hash: u64, now: u64) -> u64 {
+        let base = g * self.cells_per_sketch;
+        let mut min = u64::MAX;
+        for cell in self.locator.locate_hash(hash).iter() {
+            min = min.min(self.touch_cell(self.cell(base + cell), now));
+        }
+        min
+    }
+
+    #[inline(always)]
+    fn cell(&self, index: usize) -> &Cell {
+        &self.blocks[index / BLOCK_CELLS].0[index % BLOCK_CELLS]
+    }
+
+    #[inline(always)]
+    fn touch_cell(&self, cell: &Cell, now: u64) -> u64 {
+        let old = cell.rate.load(Ordering::Relaxed);
+        let stamp = cell.stamp.load(Ordering::Relaxed);
+        let rate = self
+            .ewma
+            .update_fixed(FixedRate::from_bits(old), now.saturating_sub(stamp), 1)
+            .to_bits();
+        cell.rate.store(rate, Ordering::Relaxed);
+        if now > stamp {
+            cell.stamp.store(now, Ordering::Relaxed);
+        }
+        rate
+    }
+
+    /// The estimated rate of `tuple` under one generalisation at
+    /// `now_nanos`, decayed since the last update; changes nothing.
+    ///
+    /// ```
+    /// use weir_hhh::{Classifier, FourTuple, Generalisation};
+    ///
+    /// let rake = Classifier::builder(1000).seed(1).build().unwrap();
+    /// let t = FourTuple::from_socket_addrs("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap());
+    /// for i in 0..1000 {
+    ///     rake.classify_at(&t, i * 1_000_000); // 1000 pps for a second
+    /// }
+    /// let exact = Generalisation::ALL[0];
+    /// let rate = rake.estimate_at(&t, exact, 999_000_000).as_f64();
+    /// assert!((rate - 1000.0).abs() < 100.0, "{rate}");
+    /// ```
+    pub fn estimate_at(
+        &self,
+        tuple: &FourTuple,
+        generalisation: Generalisation,
+        now_nanos: u64,
+    ) -> FixedRate {
+        let g = generalisation.index();
+        let (digest, keys) = self.digest(tuple);
+        let hash = generalised_hash(g, &digest, keys[g]);
+        let base = g * self.cells_per_sketch;
+        let min = self
+            .locator
+            .locate_hash(hash)
+            .iter()
+            .map(|i| {
+                let cell = self.cell(base + i);
+                let rate = FixedRate::from_bits(cell.rate.load(Ordering::Relaxed));
+                let stamp = cell.stamp.load(Ordering::Relaxed);
+                self.ewma.decay_fixed(rate, now_nanos.saturating_sub(stamp))
+            })
+            .min();
+        min.unwrap_or(FixedRate::ZERO)
+    }
+
+    /// Counters of every verdict so far (each counter is exact; the set is
+    /// not a consistent snapshot while packets are being classified).
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let mut levels = [LevelStats::default(); LEVELS];
+        for (l, s) in levels.iter_mut().enumerate() {
+            s.passed = c.passed[l].load(Ordering::Relaxed);
+            s.dropped = c.dropped[l].load(Ordering::Relaxed);
+        }
+        Stats {
+            unlimited: c.unlimited.load(Ordering::Relaxed),
+            levels,
+        }
+    }
+
+    /// The limit in force.
+    pub fn limit(&self) -> FixedRate {
+        FixedRate::from_bits(self.limit.load(Ordering::Relaxed))
+    }
+
+    /// Change the limit at run time (takes effect for the next packet).
+    pub fn set_limit(&self, limit_pps: u64) -> Result<(), ConfigError> {
+        if limit_pps == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        self.limit.store(
+            FixedRate::from_per_second(limit_pps).to_bits(),
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// The EWMA window.
+    pub fn window(&self) -> Duration {
+        self.ewma.window()
+    }
+
+    /// The source prefix lengths.
+    pub fn prefixes(&self) -> Prefixes {
+        self.prefixes
+    }
+
+    /// The shape of each of the twelve sketches.
+    pub fn locator(&self) -> &Locator {
+        &self.locator
+    }
+
+    /// The clock the classifier reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Heap and inline memory of the classifier in bytes (the sketches are
+    /// all of it but a few hundred bytes).
+    ///
+    /// ```
+    /// use weir_hhh::Classifier;
+    ///
+    /// // 12 sketches × 2 × 1024 cells × 16 bytes.
+    /// assert!(Classifier::new(1).unwrap().memory_bytes() >= 12 * 2048 * 16);
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.blocks) + std::mem::size_of::<Self>()
+    }
+}
+
+/// The key hash of generalisation `g` of a digested tuple.
+#[inline(always)]
+fn generalised_hash(g: usize, d: &Digest, (k0, k1): (u64, u64)) -> u64 {
+    let node = Generalisation::ALL[g];
+    let src = d.src[match node.src {
+        AddrScope::Exact => 0,
+        AddrScope::Subnet => 1,
+        AddrScope::Any => 2,
+    }];
+    let sport = match node.src_port {
+        PortScope::Exact => d.sport,
+        PortScope::Any => 0,
+    };
+    let dport = match node.dst_port {
+        PortScope::Exact => d.dport,
+        PortScope::Any => 0,
+    };
+    // For IPv4 the second word is (sport, dport, dst) packed without loss.
+    mum(src ^ k0, (d.dst ^ (sport << 48) ^ (dport << 32)) ^ k1)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::random::{ConstantRandom, SeededRandom};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    fn t4(src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16) -> FourTuple {
+        FourTuple::v4(
+            SocketAddrV4::new(Ipv4Addr::from(src), sp),
+            SocketAddrV4::new(Ipv4Addr::from(dst), dp),
+        )
+    }
+
+    #[test]
+    fn classifier_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Classifier>();
+        check::<Classifier<weir_limits::clock::ManualClock, SeededRandom>>();
+    }
+
+    #[test]
+    fn bad_configurations_are_typed_errors() {
+        assert_eq!(Classifier::new(0).unwrap_err(), ConfigError::ZeroLimit);
+        assert_eq!(
+            Classifier::builder(1)
+                .window(Duration::ZERO)
+                .build()
+                .unwrap_err(),
+            ConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
+        );
+        assert_eq!(
+            Classifier::builder(1).sketch(0, 8).build().unwrap_err(),
+            ConfigError::Limits(weir_limits::ConfigError::ZeroHashes)
+        );
+        assert!(matches!(
+            Classifier::builder(1)
+                .prefixes(Prefixes {
+                    v6_subnet: 129,
+                    v6_exact: 130,
+                    ..Prefixes::default()
+                })
+                .build(),
+            Err(ConfigError::InvalidPrefix { family: "IPv6", .. })
+        ));
+        let rake = Classifier::new(5).unwrap();
+        assert_eq!(rake.set_limit(0), Err(ConfigError::ZeroLimit));
+        assert_eq!(rake.limit(), FixedRate::from_per_second(5));
+    }
+
+    #[test]
+    fn time_going_backwards_is_no_time() {
+        let rake = Classifier::builder(1_000_000).seed(3).build().unwrap();
+        let t = t4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2);
+        rake.classify_at(&t, 50_000_000);
+        // Earlier timestamps: rates only grow by 1/window, never wrap.
+        for _ in 0..10 {
+            assert!(rake.classify_at(&t, 1_000).is_pass());
+        }
+        let r = rake
+            .estimate_at(&t, Generalisation::ALL[0], 50_000_000)
+            .as_f64();
+        assert!((r - 110.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn coin_decides_limited_packets() {
+        let t = t4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2);
+        for (coin, expect_pass) in [(0, true), (u32::MAX, false)] {
+            let rake = Classifier::builder(10)
+                .seed(1)
+                .random(ConstantRandom(coin))
+                .build()
+                .unwrap();
+            let v: Vec<Verdict> = (0..50).map(|i| rake.classify_at(&t, i * 1000)).collect();
+            // The first packet makes 10 pps: at, not over, the limit.
+            assert_eq!(v[0], Verdict::Pass);
+            assert!(v[1..].iter().all(|v| v.is_pass() == expect_pass), "{v:?}");
+            let s = rake.stats();
+            assert_eq!(s.total(), 50);
+            assert_eq!(s.unlimited, 1);
+        }
+    }
+
+    #[test]
+    fn a_drop_explains_itself() {
+        let rake = Classifier::builder(10)
+            .seed(1)
+            .random(ConstantRandom(u32::MAX))
+            .build()
+            .unwrap();
+        let t = t4([10, 0, 0, 1], 53, [10, 0, 0, 2], 53);
+        let mut last = Verdict::Pass;
+        for i in 0..5 {
+            last = rake.classify_at(&t, i * 1000);
+        }
+        let why = *last.limited().unwrap();
+        assert_eq!(why.level, 0);
+        assert_eq!(why.generalisation, Generalisation::ALL[0]);
+        assert_eq!(why.limit, FixedRate::from_per_second(10));
+        assert!(why.rate.whole_per_second() >= 49, "{why}");
+        assert!(
+            last.to_string()
+                .starts_with("drop: level 0 (src:sport -> dst:dport) at 50.0 pps"),
+            "{last}"
+        );
+    }
+}
