@@ -3,9 +3,44 @@
 //! * [`ewma`] — rakelimit's exponentially weighted moving-average rate, in
 //!   float and integer-only fixed point, stateless ([`ewma::EwmaWindow`]) or
 //!   shared between threads ([`ewma::Ewma`]).
-//! * [`clock`] — the injectable clock (re-exported from `weir-limits`).
+//! * One [`Limiter`] trait over every classic algorithm: [`FixedWindow`],
+//!   [`SlidingLog`], [`SlidingWindow`] (N sub-window counters; N = 2 is
+//!   Cloudflare's), [`TokenBucket`], [`LeakyBucket`] (meter or shaper) and
+//!   [`Gcra`]; all take a [`Quota`] and answer with a [`Decision`] that
+//!   renders the `RateLimit-Policy`, `RateLimit` and `Retry-After` headers.
+//!   Pairs of limiters and [`AllOf`] check several limits all-or-nothing.
+//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (exact,
+//!   sharded, idle keys evicted) and [`SketchLimiter`] (GCRA per key in fixed
+//!   memory, never looser than exact). All offer peek, cost-weighted checks,
+//!   run-time quota changes without a burst and a shadow (dry-run) mode;
+//!   time comes from an injectable [`Clock`](clock::Clock).
+//!
+//! The algorithms' error bounds are listed in [`algorithms`].
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use weir_rate::{Gcra, KeyedLimiter, Quota};
+//!
+//! let per_client = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(10).unwrap())));
+//! let decision = per_client.check(&"203.0.113.7");
+//! assert!(decision.is_allowed());
+//! for (name, value) in decision.headers("per-client") {
+//!     println!("{name}: {value}");
+//! }
+//! ```
 
+pub mod algorithms;
+mod decision;
 pub mod ewma;
+#[cfg(feature = "tower")]
+pub mod http;
+mod keyed;
+mod limiter;
+mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
+mod single;
+mod sketch;
 mod sync;
 
 /// The injectable clock, shared with `weir-limits`.
@@ -13,4 +48,11 @@ pub mod clock {
     pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, duration_to_nanos};
 }
 
+pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+pub use decision::{Decision, NeverAllowed, TOO_MANY_REQUESTS};
+pub use keyed::KeyedLimiter;
+pub use limiter::{AllOf, Limiter, Mode};
+pub use quota::{Quota, QuotaError};
+pub use single::RateLimiter;
+pub use sketch::SketchLimiter;
 pub use weir_limits::ConfigError;

@@ -4,11 +4,11 @@
 
 #[cfg(loom)]
 #[allow(unused_imports)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 
 #[cfg(not(loom))]
 #[allow(unused_imports)]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// A mutex with parking_lot's guard-returning `lock` (no poisoning), backed
 /// by loom's checked mutex under `--cfg loom`.

@@ -1,0 +1,116 @@
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::{Limiter, Mode};
+use crate::quota::Quota;
+
+/// `limit` units per calendar window (windows aligned to multiples of the
+/// window length on the limiter's clock). One counter per key and the
+/// cheapest check, but it forgets everything at each boundary: a client can
+/// spend `limit` just before and `limit` just after it, up to `2·limit` in a
+/// window-long interval.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+///
+/// let fw = FixedWindow::new(Quota::per_second(NonZeroU32::new(3).unwrap()));
+/// let mut s = fw.new_state(0);
+/// let at = |t: u64, s: &mut _| fw.check(s, t, 1, Mode::Consume).unwrap().is_allowed();
+/// assert_eq!((0..5).filter(|_| at(999_000_000, &mut s)).count(), 3);
+/// // A new window starts at 1 s: three more, 1 ms later.
+/// assert_eq!((0..5).filter(|_| at(1_000_000_000, &mut s)).count(), 3);
+/// ```
+#[derive(Debug, Clone)]
+pub struct FixedWindow {
+    quota: Quota,
+}
+
+/// [`FixedWindow`]'s state: the current window's start and count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FixedWindowState {
+    start: u64,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// `quota.limit()` units per `quota.window()` (the burst is unused).
+    pub fn new(quota: Quota) -> Self {
+        Self { quota }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Roll to the window holding `now`; returns `now`, clamped to not
+    /// before the current window.
+    fn roll(&self, s: &mut FixedWindowState, now: u64) -> u64 {
+        let w = self.quota.window_nanos();
+        let now = now.max(s.start);
+        if now - s.start >= w {
+            s.start = now - now % w;
+            s.count = 0;
+        }
+        now
+    }
+}
+
+impl Limiter for FixedWindow {
+    type State = FixedWindowState;
+
+    fn capacity(&self) -> u32 {
+        self.quota.limit()
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        FixedWindowState {
+            start: now_ns - now_ns % self.quota.window_nanos(),
+            count: 0,
+        }
+    }
+
+    fn check(
+        &self,
+        s: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let limit = self.quota.limit();
+        if cost > limit {
+            return Err(NeverAllowed {
+                cost,
+                capacity: limit,
+            });
+        }
+        let now = self.roll(s, now_ns);
+        let end_in = s.start.saturating_add(self.quota.window_nanos()) - now;
+        let (limit64, cost64) = (u64::from(limit), u64::from(cost));
+        let window = self.quota.window();
+        if s.count + cost64 <= limit64 {
+            let after = s.count + cost64;
+            if mode == Mode::Consume {
+                s.count = after;
+            }
+            let reset = if after > 0 { end_in } else { 0 };
+            Ok(Decision::allow(
+                limit,
+                window,
+                (limit64 - after) as u32,
+                reset,
+            ))
+        } else {
+            let remaining = limit64.saturating_sub(s.count) as u32;
+            Ok(Decision::deny(limit, window, remaining, end_in, end_in))
+        }
+    }
+
+    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+        self.roll(s, now_ns);
+        s.count = s.count.saturating_sub(u64::from(cost));
+    }
+
+    fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
+        s.count == 0 || now_ns.saturating_sub(s.start) >= self.quota.window_nanos()
+    }
+}

@@ -1,0 +1,158 @@
+use super::{clamp_ns, clamp_u32};
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::{Limiter, Mode};
+use crate::quota::Quota;
+
+/// The generic cell rate algorithm (virtual scheduling), as governor and
+/// redis-cell use it: the whole state is one timestamp, the theoretical
+/// arrival time (TAT) at which the key's spending would be fully paid off.
+///
+/// With emission interval `T = window / limit` (rounded up to whole
+/// nanoseconds) and tolerance `τ = burst·T`, a request of `cost` at `now` is
+/// allowed iff `max(TAT, now) + cost·T ≤ now + τ`, and then TAT advances to
+/// that value. Mathematically the same limiter as a token bucket of `burst`
+/// tokens refilled every `T`; it allows at most `burst + t/T` units in any
+/// interval of length `t`.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{Gcra, Limiter, Mode, Quota};
+///
+/// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
+/// let mut tat = gcra.new_state(0);
+/// assert_eq!((0..10).filter(|_| gcra.check(&mut tat, 0, 1, Mode::Consume).unwrap().is_allowed()).count(), 4);
+/// let denied = gcra.check(&mut tat, 0, 1, Mode::Consume).unwrap();
+/// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(250)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gcra {
+    quota: Quota,
+    interval: u64,
+    tolerance: u64,
+}
+
+/// [`Gcra`]'s state: the theoretical arrival time, in clock nanoseconds.
+pub type GcraState = u64;
+
+/// What one GCRA step decided.
+pub(crate) enum Step {
+    /// Allowed: the new TAT.
+    Allow(u64),
+    /// Denied: the TAT in force (at least `now`).
+    Deny(u64),
+}
+
+/// The GCRA test shared by [`Gcra`] and the sketch-backed keyed limiter.
+#[inline]
+pub(crate) fn gcra_step(tat: u64, now: u64, cost: u32, interval: u64, tolerance: u64) -> Step {
+    let start = tat.max(now);
+    let new = u128::from(start) + u128::from(cost) * u128::from(interval);
+    if new <= u128::from(now) + u128::from(tolerance) {
+        Step::Allow(u64::try_from(new).unwrap_or(u64::MAX))
+    } else {
+        Step::Deny(start)
+    }
+}
+
+impl Gcra {
+    /// A GCRA for `quota` (rate `limit / window`, burst `burst`).
+    pub fn new(quota: Quota) -> Self {
+        let interval = quota.emission_interval_nanos();
+        let tolerance = interval.saturating_mul(u64::from(quota.burst()));
+        Self {
+            quota,
+            interval,
+            tolerance,
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The emission interval `T` in nanoseconds.
+    pub fn interval_nanos(&self) -> u64 {
+        self.interval
+    }
+
+    /// The tolerance `τ = burst·T` in nanoseconds.
+    pub fn tolerance_nanos(&self) -> u64 {
+        self.tolerance
+    }
+
+    /// A GCRA with precomputed parameters (for the sketch limiter).
+    pub(crate) fn from_parts(quota: Quota, interval: u64, tolerance: u64) -> Self {
+        Self {
+            quota,
+            interval,
+            tolerance,
+        }
+    }
+
+    /// The decision for a step. Divisions are on `u64` (the hot path).
+    #[inline]
+    pub(crate) fn decide(&self, now: u64, cost: u32, step: &Step) -> Decision {
+        let (limit, window) = (self.quota.limit(), self.quota.window());
+        let horizon = u128::from(now) + u128::from(self.tolerance);
+        let t = self.interval;
+        match *step {
+            Step::Allow(new) => {
+                // new ≤ horizon, and horizon − new ≤ τ fits in u64.
+                let slack = (horizon - u128::from(new)) as u64;
+                Decision::allow(limit, window, clamp_u32(u128::from(slack / t)), new - now)
+            }
+            Step::Deny(start) => {
+                let slack = clamp_ns(horizon.saturating_sub(u128::from(start)));
+                let new = u128::from(start) + u128::from(cost) * u128::from(t);
+                let retry = clamp_ns(new.saturating_sub(horizon));
+                Decision::deny(
+                    limit,
+                    window,
+                    clamp_u32(u128::from(slack / t)),
+                    start - now,
+                    retry,
+                )
+            }
+        }
+    }
+}
+
+impl Limiter for Gcra {
+    type State = GcraState;
+
+    fn capacity(&self) -> u32 {
+        self.quota.burst()
+    }
+
+    fn new_state(&self, _now_ns: u64) -> Self::State {
+        0
+    }
+
+    fn check(
+        &self,
+        tat: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        let step = gcra_step(*tat, now_ns, cost, self.interval, self.tolerance);
+        if let (Step::Allow(new), Mode::Consume) = (&step, mode) {
+            *tat = *new;
+        }
+        Ok(self.decide(now_ns, cost, &step))
+    }
+
+    fn refund(&self, tat: &mut Self::State, now_ns: u64, cost: u32) {
+        let back = u64::try_from(u128::from(cost) * u128::from(self.interval)).unwrap_or(u64::MAX);
+        *tat = tat.saturating_sub(back).max(now_ns.min(*tat));
+    }
+
+    fn is_idle(&self, tat: &Self::State, now_ns: u64) -> bool {
+        *tat <= now_ns
+    }
+}

@@ -1,0 +1,177 @@
+use super::token_bucket::{Bucket, TokenBucketState};
+use super::{clamp_ns, clamp_u32};
+use crate::decision::{Decision, NeverAllowed, nanos};
+use crate::limiter::{Limiter, Mode};
+use crate::quota::{Quota, QuotaError};
+use std::time::Duration;
+
+/// The leaky bucket, in its two classic forms.
+///
+/// * [`LeakyBucket::meter`]: each request pours `cost` units into a bucket
+///   of `burst` units that leaks at `limit / window`; a request that would
+///   overflow it is denied. This is the token bucket seen from the other
+///   side (the water level is the tokens spent) and allows exactly the same
+///   requests; weir keeps one implementation of the arithmetic.
+/// * [`LeakyBucket::shaper`]: a queue drained at a constant rate. Every
+///   admitted request is given a [`Decision::delay`] to wait so that units
+///   leave exactly `T = window / limit` apart; a request whose last unit
+///   would wait longer than `max_delay` is denied (the queue is full). The
+///   queue holds `⌊max_delay / T⌋ + 1` units. This smooths bursts instead of
+///   passing them on, at the cost of latency.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::{LeakyBucket, Limiter, Mode, Quota};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let shaper = LeakyBucket::shaper(quota, Duration::from_millis(250)).unwrap();
+/// let mut s = shaper.new_state(0);
+/// let delays: Vec<_> = (0..3)
+///     .map(|_| shaper.check(&mut s, 0, 1, Mode::Consume).unwrap().delay())
+///     .collect();
+/// assert_eq!(delays, [0, 100, 200].map(Duration::from_millis));
+/// // The fourth would have waited 300 ms > 250 ms: denied.
+/// assert!(!shaper.check(&mut s, 0, 1, Mode::Peek).unwrap().is_allowed());
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeakyBucket {
+    bucket: Bucket,
+    /// `None` for a meter.
+    max_delay: Option<u64>,
+    interval: u64,
+}
+
+/// [`LeakyBucket`]'s state: the meter's level, or for a shaper the time its
+/// queue drains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeakyState {
+    meter: TokenBucketState,
+    drains_at: u64,
+}
+
+impl LeakyBucket {
+    /// A leaky-bucket meter holding `quota.burst()` units, leaking at
+    /// `limit / window`.
+    pub fn meter(quota: Quota) -> Self {
+        Self {
+            bucket: Bucket { quota },
+            max_delay: None,
+            interval: quota.emission_interval_nanos(),
+        }
+    }
+
+    /// A shaper releasing one unit every `window / limit` (rounded up to
+    /// whole nanoseconds) and queueing at most `max_delay` of waiting.
+    pub fn shaper(quota: Quota, max_delay: Duration) -> Result<Self, QuotaError> {
+        let max_delay =
+            u64::try_from(max_delay.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;
+        Ok(Self {
+            bucket: Bucket { quota },
+            max_delay: Some(max_delay),
+            interval: quota.emission_interval_nanos(),
+        })
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.bucket.quota
+    }
+
+    /// Whether this is a shaper (else a meter).
+    pub fn is_shaper(&self) -> bool {
+        self.max_delay.is_some()
+    }
+}
+
+impl Limiter for LeakyBucket {
+    type State = LeakyState;
+
+    fn capacity(&self) -> u32 {
+        match self.max_delay {
+            None => self.bucket.quota.burst(),
+            Some(max) => clamp_u32(u128::from(max / self.interval) + 1),
+        }
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        LeakyState {
+            meter: TokenBucketState::default(),
+            drains_at: now_ns,
+        }
+        .with_meter_time(now_ns)
+    }
+
+    fn check(
+        &self,
+        s: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let Some(max_delay) = self.max_delay else {
+            return self.bucket.check(&mut s.meter, now_ns, cost, mode);
+        };
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        let t = u128::from(self.interval);
+        let start = s.drains_at.max(now_ns);
+        let wait = u128::from(start - now_ns);
+        let last_wait = wait + u128::from(cost.saturating_sub(1)) * t;
+        let (limit, window) = (self.bucket.quota.limit(), self.bucket.quota.window());
+        // Units that could still join the queue: those whose wait ≤ max_delay.
+        let room = |backlog: u128| {
+            if backlog > u128::from(max_delay) {
+                0
+            } else {
+                clamp_u32((u128::from(max_delay) - backlog) / t + 1)
+            }
+        };
+        if last_wait <= u128::from(max_delay) {
+            let end = u128::from(start) + u128::from(cost) * t;
+            if mode == Mode::Consume {
+                s.drains_at = clamp_ns(end);
+            }
+            let backlog = end - u128::from(now_ns);
+            let mut d = Decision::allow(limit, window, room(backlog), clamp_ns(backlog));
+            d.delay = nanos(clamp_ns(wait));
+            Ok(d)
+        } else {
+            let retry = clamp_ns(last_wait - u128::from(max_delay));
+            Ok(Decision::deny(
+                limit,
+                window,
+                room(wait),
+                clamp_ns(wait),
+                retry,
+            ))
+        }
+    }
+
+    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+        if self.max_delay.is_none() {
+            return self.bucket.refund(&mut s.meter, now_ns, cost);
+        }
+        let back = clamp_ns(u128::from(cost) * u128::from(self.interval));
+        s.drains_at = s
+            .drains_at
+            .saturating_sub(back)
+            .max(now_ns.min(s.drains_at));
+    }
+
+    fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
+        match self.max_delay {
+            None => self.bucket.is_idle(&s.meter, now_ns),
+            Some(_) => s.drains_at <= now_ns,
+        }
+    }
+}
+
+impl LeakyState {
+    fn with_meter_time(mut self, now_ns: u64) -> Self {
+        self.meter = TokenBucketState::starting_at(now_ns);
+        self
+    }
+}

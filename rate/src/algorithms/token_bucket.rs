@@ -1,0 +1,190 @@
+use super::{ceil_div, clamp_ns, clamp_u32};
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::{Limiter, Mode};
+use crate::quota::Quota;
+
+/// Fractional bits of the bucket level: tokens are counted in 2⁻³² units,
+/// so refills between close requests are not lost to rounding (the Criteo
+/// post's warning about integer refills).
+pub(crate) const FRAC: u32 = 32;
+const ONE: u128 = 1 << FRAC;
+
+/// The bucket arithmetic shared by the token bucket and the leaky-bucket
+/// meter: `level` is the amount spent (tokens taken out, or water in), in
+/// 2⁻³² units, draining at `limit / window` and capped at `burst`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bucket {
+    pub(crate) quota: Quota,
+}
+
+/// A bucket's state: level (2⁻³² units) and when it was last drained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenBucketState {
+    level: u128,
+    at: u64,
+}
+
+impl TokenBucketState {
+    /// An empty bucket level as of `now_ns`.
+    pub(crate) fn starting_at(now_ns: u64) -> Self {
+        Self {
+            level: 0,
+            at: now_ns,
+        }
+    }
+}
+
+impl Bucket {
+    /// Drained amount over `elapsed` ns, rounded down (so the bucket never
+    /// refills faster than the quota).
+    #[inline]
+    fn drained(&self, elapsed: u64) -> u128 {
+        (u128::from(self.quota.limit()) * u128::from(elapsed))
+            .checked_mul(ONE)
+            .map_or(u128::MAX, |x| x / u128::from(self.quota.window_nanos()))
+    }
+
+    #[inline]
+    fn drain(&self, s: &mut TokenBucketState, now: u64) -> u64 {
+        let now = now.max(s.at);
+        s.level = s.level.saturating_sub(self.drained(now - s.at));
+        s.at = now;
+        now
+    }
+
+    /// Nanoseconds to drain `amount` (2⁻³² units), rounded up.
+    #[inline]
+    fn time_for(&self, amount: u128) -> u64 {
+        // amount < 2⁶⁵ and window < 2⁶⁴, so the product fits.
+        let num = amount.saturating_mul(u128::from(self.quota.window_nanos()));
+        clamp_ns(ceil_div(num, u128::from(self.quota.limit()) * ONE))
+    }
+
+    pub(crate) fn check(
+        &self,
+        s: &mut TokenBucketState,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let burst = self.quota.burst();
+        if cost > burst {
+            return Err(NeverAllowed {
+                cost,
+                capacity: burst,
+            });
+        }
+        let mut drained = *s;
+        self.drain(&mut drained, now_ns);
+        let cap = u128::from(burst) * ONE;
+        let need = drained.level + u128::from(cost) * ONE;
+        let (limit, window) = (self.quota.limit(), self.quota.window());
+        if need <= cap {
+            if mode == Mode::Consume {
+                *s = drained;
+                s.level = need;
+            }
+            let remaining = clamp_u32((cap - need) / ONE);
+            Ok(Decision::allow(
+                limit,
+                window,
+                remaining,
+                self.time_for(need),
+            ))
+        } else {
+            if mode == Mode::Consume {
+                *s = drained;
+            }
+            let remaining = clamp_u32((cap - drained.level) / ONE);
+            Ok(Decision::deny(
+                limit,
+                window,
+                remaining,
+                self.time_for(drained.level),
+                self.time_for(need - cap),
+            ))
+        }
+    }
+
+    pub(crate) fn refund(&self, s: &mut TokenBucketState, now_ns: u64, cost: u32) {
+        self.drain(s, now_ns);
+        s.level = s.level.saturating_sub(u128::from(cost) * ONE);
+    }
+
+    pub(crate) fn is_idle(&self, s: &TokenBucketState, now_ns: u64) -> bool {
+        s.level == 0 || self.drained(now_ns.saturating_sub(s.at)) >= s.level
+    }
+}
+
+/// The token bucket: up to `burst` tokens, refilled continuously at
+/// `limit / window`; a request takes `cost` tokens or is denied. At most
+/// `burst + limit·t/window` units pass in any interval of length `t`.
+///
+/// The level is kept in 2⁻³² token units with the refill rounded down, so
+/// it is exact to within 2⁻³² token per check and never looser than the
+/// quota. As a limiter it is equivalent to [`Gcra`](crate::Gcra) (GCRA
+/// stores one timestamp instead of a level and a time).
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{Limiter, Mode, Quota, TokenBucket};
+///
+/// // 60 per minute with bursts of 10.
+/// let quota = Quota::per_minute(NonZeroU32::new(60).unwrap()).allow_burst(NonZeroU32::new(10).unwrap());
+/// let tb = TokenBucket::new(quota);
+/// let mut s = tb.new_state(0);
+/// assert!(tb.check(&mut s, 0, 10, Mode::Consume).unwrap().is_allowed());
+/// assert!(!tb.check(&mut s, 0, 1, Mode::Consume).unwrap().is_allowed());
+/// assert!(tb.check(&mut s, 1_000_000_000, 1, Mode::Consume).unwrap().is_allowed());
+/// ```
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    bucket: Bucket,
+}
+
+impl TokenBucket {
+    /// A bucket of `quota.burst()` tokens refilled at `limit / window`.
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            bucket: Bucket { quota },
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.bucket.quota
+    }
+}
+
+impl Limiter for TokenBucket {
+    type State = TokenBucketState;
+
+    fn capacity(&self) -> u32 {
+        self.bucket.quota.burst()
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        TokenBucketState {
+            level: 0,
+            at: now_ns,
+        }
+    }
+
+    fn check(
+        &self,
+        s: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        self.bucket.check(s, now_ns, cost, mode)
+    }
+
+    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+        self.bucket.refund(s, now_ns, cost);
+    }
+
+    fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
+        self.bucket.is_idle(s, now_ns)
+    }
+}

@@ -1,0 +1,295 @@
+//! The outcome of a check, with everything an HTTP response needs.
+//!
+//! Headers follow draft-ietf-httpapi-ratelimit-headers (revision 10):
+//! `RateLimit-Policy: "name";q=<quota>;w=<window seconds>` and
+//! `RateLimit: "name";r=<remaining>;t=<seconds until reset>`, plus the
+//! standard `Retry-After: <seconds>` on a denial. Seconds are rounded **up**
+//! so a client that obeys them never retries too early.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The HTTP status of a request denied by a rate limit (Too Many Requests).
+pub const TOO_MANY_REQUESTS: u16 = 429;
+
+/// The result of a check.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_limits::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let quota = Quota::per_minute(NonZeroU32::new(2).unwrap());
+/// let limiter = RateLimiter::with_clock(Gcra::new(quota), ManualClock::new());
+/// assert!(limiter.check().is_allowed());
+/// let d = limiter.check();
+/// assert_eq!(d.remaining(), 0);
+/// assert_eq!(d.ratelimit_policy("api"), "\"api\";q=2;w=60");
+/// let denied = limiter.check();
+/// assert_eq!(denied.status(), Some(429));
+/// assert_eq!(denied.retry_after_header().as_deref(), Some("30"));
+/// assert_eq!(denied.ratelimit("api"), "\"api\";r=0;t=60");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) conforming: bool,
+    pub(crate) limit: u32,
+    pub(crate) window: Duration,
+    pub(crate) remaining: u32,
+    pub(crate) reset_after: Duration,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) delay: Duration,
+}
+
+/// Nanoseconds as a `Duration`.
+#[inline]
+pub(crate) fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+impl Decision {
+    pub(crate) fn allow(limit: u32, window: Duration, remaining: u32, reset_after: u64) -> Self {
+        Self {
+            allowed: true,
+            conforming: true,
+            limit,
+            window,
+            remaining,
+            reset_after: nanos(reset_after),
+            retry_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn deny(
+        limit: u32,
+        window: Duration,
+        remaining: u32,
+        reset_after: u64,
+        retry_after: u64,
+    ) -> Self {
+        Self {
+            allowed: false,
+            conforming: false,
+            limit,
+            window,
+            remaining,
+            reset_after: nanos(reset_after),
+            retry_after: Some(nanos(retry_after.max(1))),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Whether the request should proceed. In shadow (dry-run) mode this is
+    /// always true; [`is_conforming`](Self::is_conforming) tells whether the
+    /// limit would have denied it.
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whether the request was within the limit (false for a denial, also in
+    /// shadow mode where it is let through anyway).
+    #[inline]
+    pub fn is_conforming(&self) -> bool {
+        self.conforming
+    }
+
+    /// The quota's units per window (`q` of `RateLimit-Policy`).
+    #[inline]
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The quota's window (`w` of `RateLimit-Policy`).
+    #[inline]
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Units that could still be spent now (`r` of `RateLimit`).
+    #[inline]
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Time until the quota is fully available again if nothing more is
+    /// spent (`t` of `RateLimit`).
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// For a denial, the time after which the same request would be allowed
+    /// if nothing else is spent meanwhile; `None` when it conformed.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// For a shaper ([`LeakyBucket::shaper`](crate::LeakyBucket::shaper)):
+    /// how long the caller must wait before proceeding. Zero otherwise.
+    #[inline]
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// `Some(429)` when the request must be rejected, `None` when it may
+    /// proceed.
+    #[inline]
+    pub fn status(&self) -> Option<u16> {
+        (!self.allowed).then_some(TOO_MANY_REQUESTS)
+    }
+
+    /// The `RateLimit-Policy` field value for a policy called `name`.
+    pub fn ratelimit_policy(&self, name: &str) -> String {
+        format!(
+            "{};q={};w={}",
+            Quoted(name),
+            self.limit,
+            ceil_secs(self.window).max(1)
+        )
+    }
+
+    /// The `RateLimit` field value for a policy called `name`.
+    pub fn ratelimit(&self, name: &str) -> String {
+        format!(
+            "{};r={};t={}",
+            Quoted(name),
+            self.remaining,
+            ceil_secs(self.reset_after)
+        )
+    }
+
+    /// The `Retry-After` value (whole seconds, rounded up) for a denial.
+    pub fn retry_after_header(&self) -> Option<String> {
+        if self.allowed {
+            return None;
+        }
+        self.retry_after.map(|d| ceil_secs(d).to_string())
+    }
+
+    /// All response headers for a policy called `name`: `RateLimit-Policy`,
+    /// `RateLimit`, and `Retry-After` when denied.
+    pub fn headers(&self, name: &str) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            ("RateLimit-Policy", self.ratelimit_policy(name)),
+            ("RateLimit", self.ratelimit(name)),
+        ];
+        if let Some(retry) = self.retry_after_header() {
+            headers.push(("Retry-After", retry));
+        }
+        headers
+    }
+
+    /// The more restrictive of two decisions (for several limits checked
+    /// together): allowed only if both are, the smaller remaining, the later
+    /// reset and retry.
+    pub fn combine(self, other: Decision) -> Decision {
+        let first = if other.remaining < self.remaining || (!other.conforming && self.conforming) {
+            other
+        } else {
+            self
+        };
+        Decision {
+            allowed: self.allowed && other.allowed,
+            conforming: self.conforming && other.conforming,
+            reset_after: self.reset_after.max(other.reset_after),
+            retry_after: match (self.retry_after, other.retry_after) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            delay: self.delay.max(other.delay),
+            ..first
+        }
+    }
+
+    /// The same decision let through (shadow mode): allowed, but still
+    /// marked non-conforming when it exceeded the limit.
+    pub(crate) fn shadowed(self) -> Self {
+        Self {
+            allowed: true,
+            ..self
+        }
+    }
+}
+
+/// An RFC 8941 string: quotes and backslashes escaped, other characters
+/// outside printable ASCII replaced by `?`.
+struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            match c {
+                '"' | '\\' => {
+                    f.write_char('\\')?;
+                    f.write_char(c)?;
+                }
+                ' '..='~' => f.write_char(c)?,
+                _ => f.write_char('?')?,
+            }
+        }
+        f.write_char('"')
+    }
+}
+
+/// A cost that no amount of waiting could ever allow: it exceeds what the
+/// limiter can hold at once. Distinct from a denial, which passes with time.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_limits::clock::ManualClock;
+/// use weir_rate::{NeverAllowed, Quota, RateLimiter, TokenBucket};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(5).unwrap());
+/// let limiter = RateLimiter::with_clock(TokenBucket::new(quota), ManualClock::new());
+/// assert_eq!(limiter.check_n(6), Err(NeverAllowed { cost: 6, capacity: 5 }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeverAllowed {
+    /// The cost asked for.
+    pub cost: u32,
+    /// The most the limiter can ever allow at once.
+    pub capacity: u32,
+}
+
+impl fmt::Display for NeverAllowed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a cost of {} can never be allowed: the limiter holds at most {}",
+            self.cost, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for NeverAllowed {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_round_up_and_escape() {
+        let d = Decision::deny(10, Duration::from_millis(1500), 0, 1_000_000_001, 1);
+        assert_eq!(d.ratelimit_policy("a\"b"), "\"a\\\"b\";q=10;w=2");
+        assert_eq!(d.ratelimit("x"), "\"x\";r=0;t=2");
+        assert_eq!(d.retry_after_header().as_deref(), Some("1"));
+        assert_eq!(d.headers("x").len(), 3);
+        let ok = Decision::allow(10, Duration::from_secs(1), 3, 0);
+        assert_eq!(ok.status(), None);
+        assert_eq!(ok.headers("x").len(), 2);
+        assert_eq!(d.status(), Some(429));
+        assert!(!ok.combine(d).is_allowed());
+        assert_eq!(ok.combine(d).remaining(), 0);
+        assert!(d.shadowed().is_allowed() && !d.shadowed().is_conforming());
+    }
+}

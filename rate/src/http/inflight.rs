@@ -1,0 +1,259 @@
+//! [`InflightLayer`]: limit how many requests per key are in progress at
+//! once, answering 503 beyond it — pingora's per-origin connection limit.
+//!
+//! Each request is counted in a `weir_limits::Inflight` sketch on entry and
+//! uncounted when its response future finishes or is dropped (the guard
+//! travels inside the future, so a cancelled request is uncounted too). The
+//! sketch can only overestimate, so a key may be refused slightly early
+//! when it shares every counter with another busy key, never admitted past
+//! its limit.
+
+use super::key::KeyExtractor;
+use super::response::{Rejection, reject};
+use http::{Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+use weir_limits::{Inflight, InflightGuard};
+
+/// A tower layer limiting in-flight requests per key.
+///
+/// ```
+/// use weir_rate::http::{InflightLayer, PeerIp};
+///
+/// // At most 100 requests per client IP in progress; the 101st gets 503.
+/// let layer = InflightLayer::new(PeerIp, 100);
+/// # let _ = layer;
+/// ```
+#[derive(Clone, Debug)]
+pub struct InflightLayer<X> {
+    inflight: Inflight,
+    limit: isize,
+    extractor: X,
+    shadow: bool,
+}
+
+impl<X> InflightLayer<X> {
+    /// At most `limit` requests per key in flight (counted in a default
+    /// `Inflight` sketch).
+    pub fn new(extractor: X, limit: u32) -> Self {
+        Self::with_inflight(extractor, limit, Inflight::new())
+    }
+
+    /// Count in an existing `Inflight` (shared with other code, or sized by hand).
+    pub fn with_inflight(extractor: X, limit: u32, inflight: Inflight) -> Self {
+        Self {
+            inflight,
+            limit: limit as isize,
+            extractor,
+            shadow: false,
+        }
+    }
+
+    /// Shadow mode: count and report (the `x-inflight-exceeded` response
+    /// header) but never refuse.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The sketch requests are counted in.
+    pub fn inflight(&self) -> &Inflight {
+        &self.inflight
+    }
+}
+
+impl<S, X: Clone> Layer<S> for InflightLayer<X> {
+    type Service = InflightService<S, X>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        InflightService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`InflightLayer`] produces.
+#[derive(Clone, Debug)]
+pub struct InflightService<S, X> {
+    inner: S,
+    layer: InflightLayer<X>,
+}
+
+impl<S, X, ReqBody, ResBody> Service<Request<ReqBody>> for InflightService<S, X>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor<ReqBody>,
+    ResBody: Default,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = InflightFuture<S::Future, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let Some(key) = self.layer.extractor.extract(&request) else {
+            return InflightFuture::rejected(reject(Rejection::NoKey));
+        };
+        let (guard, now) = self.layer.inflight.incr(&key, 1);
+        let exceeded = now > self.layer.limit;
+        if exceeded && !self.layer.shadow {
+            drop(guard);
+            return InflightFuture::rejected(reject(Rejection::Overloaded));
+        }
+        InflightFuture::Running {
+            future: self.inner.call(request),
+            guard: Some(guard),
+            shadow_exceeded: exceeded,
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`InflightService`]; holds the in-flight
+    /// count until it completes or is dropped.
+    #[project = InflightProj]
+    #[allow(missing_docs)]
+    pub enum InflightFuture<F, B> {
+        Rejected { response: Option<Response<B>> },
+        Running { #[pin] future: F, guard: Option<InflightGuard>, shadow_exceeded: bool },
+    }
+}
+
+impl<F, B> InflightFuture<F, B> {
+    fn rejected(response: Response<B>) -> Self {
+        Self::Rejected {
+            response: Some(response),
+        }
+    }
+}
+
+impl<F, B, E> Future for InflightFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            InflightProj::Rejected { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => panic!("InflightFuture polled after completion"),
+            },
+            InflightProj::Running {
+                future,
+                guard,
+                shadow_exceeded,
+            } => {
+                let mut result = std::task::ready!(future.poll(cx));
+                drop(guard.take());
+                if *shadow_exceeded {
+                    if let Ok(response) = &mut result {
+                        response.headers_mut().insert(
+                            "x-inflight-exceeded",
+                            http::HeaderValue::from_static("1"),
+                        );
+                    }
+                }
+                Poll::Ready(result)
+            }
+        }
+    }
+}
+
+/// The status an in-flight refusal uses (503, as pingora answers).
+pub const OVERLOADED: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{GlobalKey, PeerAddr, PeerIp};
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+    use tower::ServiceExt;
+
+    /// A service that answers 200 once a permit is released.
+    fn gated(gate: Arc<Semaphore>) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone {
+        tower::service_fn(move |_req: Request<()>| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await.expect("gate open").forget();
+                Ok::<_, Infallible>(Response::new("ok".to_string()))
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn refuses_beyond_the_limit_and_recovers_when_requests_finish() {
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = InflightLayer::new(GlobalKey, 2);
+        let service = layer.layer(gated(Arc::clone(&gate)));
+        let first = tokio::spawn(service.clone().oneshot(Request::new(())));
+        let second = tokio::spawn(service.clone().oneshot(Request::new(())));
+        while layer.inflight().get(&()) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let refused = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+        assert_eq!(layer.inflight().get(&()), 2, "a refusal must not stay counted");
+
+        gate.add_permits(2);
+        assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+        assert_eq!(second.await.unwrap().unwrap().status(), StatusCode::OK);
+        assert_eq!(layer.inflight().get(&()), 0);
+        gate.add_permits(1);
+        let again = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn cancelled_requests_are_uncounted() {
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = InflightLayer::new(GlobalKey, 1);
+        let service = layer.layer(gated(gate));
+        let pending = tokio::spawn(service.oneshot(Request::new(())));
+        while layer.inflight().get(&()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        pending.abort();
+        let _ = pending.await;
+        assert_eq!(layer.inflight().get(&()), 0);
+    }
+
+    #[tokio::test]
+    async fn shadow_mode_marks_but_never_refuses() {
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = InflightLayer::new(GlobalKey, 1).shadow(true);
+        let service = layer.layer(gated(Arc::clone(&gate)));
+        let first = tokio::spawn(service.clone().oneshot(Request::new(())));
+        while layer.inflight().get(&()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let second = tokio::spawn(service.oneshot(Request::new(())));
+        gate.add_permits(2);
+        let first = first.await.unwrap().unwrap();
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(second.status(), StatusCode::OK);
+        assert_eq!(second.headers()["x-inflight-exceeded"], "1");
+    }
+
+    #[tokio::test]
+    async fn requests_without_a_key_get_500() {
+        let layer = InflightLayer::new(PeerIp, 10);
+        let service = layer.layer(gated(Arc::new(Semaphore::new(1))));
+        let response = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let mut req = Request::new(());
+        req.extensions_mut().insert(PeerAddr("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(service.oneshot(req).await.unwrap().status(), StatusCode::OK);
+    }
+}

@@ -1,0 +1,24 @@
+//! HTTP middleware: tower layers that put weir's limits in front of a
+//! service (feature `tower`).
+//!
+//! * [`RateLimitLayer`] — a rate limit per key: 429 (or 503) with
+//!   `Retry-After` when denied, the IETF `RateLimit-Policy` / `RateLimit`
+//!   fields on every response, cost-weighted requests, shadow mode.
+//! * [`InflightLayer`] — at most N requests per key in progress, 503 beyond
+//!   (pingora's per-origin connection limit, on `weir_limits::Inflight`).
+//! * Key extractors decide whom a request is counted for: [`PeerIp`] (the
+//!   default), [`ForwardedIp`] (only behind proxies you trust), [`KeyFn`],
+//!   [`GlobalKey`].
+//!
+//! The layers are generic over the request and response body types; refusals
+//! carry an empty body (`ResBody: Default`, which axum's and hyper's body
+//! types implement).
+
+mod inflight;
+mod key;
+mod ratelimit;
+mod response;
+
+pub use inflight::{InflightFuture, InflightLayer, InflightService, OVERLOADED};
+pub use key::{ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp};
+pub use ratelimit::{KeyedCheck, RateLimitFuture, RateLimitLayer, RateLimitService};

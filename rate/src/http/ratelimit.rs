@@ -1,0 +1,368 @@
+//! [`RateLimitLayer`]: check a limiter for every request, answer 429 (or 503)
+//! with `Retry-After` when it says no, and put the IETF `RateLimit-Policy` /
+//! `RateLimit` fields on every response.
+//!
+//! The limiter is anything that can decide for a key: an exact
+//! [`KeyedLimiter`], a bounded-memory [`SketchLimiter`], or a distributed
+//! backend. That is the [`KeyedCheck`] trait; its check returns a future so
+//! that a network-backed limiter fits, while in-process limiters return an
+//! already-completed one.
+
+use super::key::KeyExtractor;
+use super::response::{Rejection, reject};
+use crate::{Decision, KeyedLimiter, Limiter, NeverAllowed, SketchLimiter, clock::Clock};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use std::future::{Future, Ready, ready};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// A per-key rate decision, possibly asynchronous.
+pub trait KeyedCheck<K>: Send + Sync + 'static {
+    /// The future of one decision.
+    type Future: Future<Output = Result<Decision, NeverAllowed>> + Send + 'static;
+
+    /// Decide (and spend when allowed) `cost` units for `key`.
+    fn check_key(&self, key: K, cost: u32) -> Self::Future;
+}
+
+impl<K, L, C> KeyedCheck<K> for KeyedLimiter<K, L, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: Limiter + Clone + 'static,
+    L::State: 'static,
+    C: Clock + 'static,
+{
+    type Future = Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key(&self, key: K, cost: u32) -> Self::Future {
+        ready(self.check_n(&key, cost))
+    }
+}
+
+impl<K, C> KeyedCheck<K> for SketchLimiter<C>
+where
+    K: Hash + Send + 'static,
+    C: Clock + 'static,
+{
+    type Future = Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key(&self, key: K, cost: u32) -> Self::Future {
+        ready(self.check_n(&key, cost))
+    }
+}
+
+type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
+
+/// A tower layer that rate-limits requests per key.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+/// use weir_rate::http::{PeerIp, RateLimitLayer};
+///
+/// let per_ip = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+/// let layer = RateLimitLayer::new(per_ip, PeerIp).policy_name("per-ip");
+/// # let _ = layer;
+/// ```
+pub struct RateLimitLayer<Ch, X, B = ()> {
+    checker: Arc<Ch>,
+    extractor: X,
+    cost: Option<CostFn<B>>,
+    policy: Arc<str>,
+    denied_status: StatusCode,
+    shadow: bool,
+}
+
+impl<Ch, X: Clone, B> Clone for RateLimitLayer<Ch, X, B> {
+    fn clone(&self) -> Self {
+        Self {
+            checker: Arc::clone(&self.checker),
+            extractor: self.extractor.clone(),
+            cost: self.cost.clone(),
+            policy: Arc::clone(&self.policy),
+            denied_status: self.denied_status,
+            shadow: self.shadow,
+        }
+    }
+}
+
+impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("extractor", &self.extractor)
+            .field("policy", &self.policy)
+            .field("denied_status", &self.denied_status)
+            .field("shadow", &self.shadow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
+    /// Limit with `checker`, keying requests with `extractor`; every request
+    /// costs 1, denials answer 429, the policy is called `"default"`.
+    pub fn new(checker: Ch, extractor: X) -> Self {
+        Self::shared(Arc::new(checker), extractor)
+    }
+
+    /// Like [`new`](Self::new) with a limiter the caller keeps a handle to
+    /// (to change its quota at run time, evict idle keys, read it).
+    pub fn shared(checker: Arc<Ch>, extractor: X) -> Self {
+        Self {
+            checker,
+            extractor,
+            cost: None,
+            policy: Arc::from("default"),
+            denied_status: StatusCode::TOO_MANY_REQUESTS,
+            shadow: false,
+        }
+    }
+
+    /// The name of the policy in the `RateLimit` header fields.
+    pub fn policy_name(mut self, name: &str) -> Self {
+        self.policy = Arc::from(name);
+        self
+    }
+
+    /// Weigh requests: `cost(request)` units instead of 1 (e.g. by route or
+    /// by body size).
+    pub fn cost_fn(mut self, cost: impl Fn(&Request<B>) -> u32 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Answer denials with 503 instead of 429, for limits that protect the
+    /// server's capacity rather than police a client.
+    pub fn overload_status(mut self) -> Self {
+        self.denied_status = StatusCode::SERVICE_UNAVAILABLE;
+        self
+    }
+
+    /// Shadow (dry-run) mode: decide and report, never deny. A request the
+    /// limit would have denied passes with `x-ratelimit-shadow: denied`.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+}
+
+impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
+    type Service = RateLimitService<S, Ch, X, B>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] produces.
+pub struct RateLimitService<S, Ch, X, B> {
+    inner: S,
+    layer: RateLimitLayer<Ch, X, B>,
+}
+
+impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitService<S, Ch, X, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+/// The response future of [`RateLimitService`].
+pub type RateLimitFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    Ch: KeyedCheck<X::Key>,
+    X: KeyExtractor<B>,
+    B: Send + 'static,
+    ResBody: Default + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = RateLimitFuture<Response<ResBody>, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The ready clone serves this request; a fresh clone waits for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let Some(key) = self.layer.extractor.extract(&request) else {
+            return Box::pin(ready(Ok(reject(Rejection::NoKey))));
+        };
+        let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
+        let decision = self.layer.checker.check_key(key, cost);
+        let policy = Arc::clone(&self.layer.policy);
+        let denied_status = self.layer.denied_status;
+        let shadow = self.layer.shadow;
+        Box::pin(async move {
+            let decision = match decision.await {
+                Ok(decision) => decision,
+                Err(_) if shadow => {
+                    let mut response = inner.call(request).await?;
+                    mark_shadow(&mut response);
+                    return Ok(response);
+                }
+                Err(never) => return Ok(never_allowed(never, denied_status)),
+            };
+            if !decision.is_allowed() && !shadow {
+                let mut response = Response::new(ResBody::default());
+                *response.status_mut() = denied_status;
+                add_headers(&mut response, &decision, &policy);
+                return Ok(response);
+            }
+            let mut response = inner.call(request).await?;
+            add_headers(&mut response, &decision, &policy);
+            if !decision.is_conforming() || !decision.is_allowed() {
+                mark_shadow(&mut response);
+            }
+            Ok(response)
+        })
+    }
+}
+
+fn add_headers<B>(response: &mut Response<B>, decision: &Decision, policy: &str) {
+    for (name, value) in decision.headers(policy) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(lowercase(name)), value);
+        }
+    }
+}
+
+/// `HeaderName::from_static` wants lowercase names.
+fn lowercase(name: &'static str) -> &'static str {
+    match name {
+        "RateLimit-Policy" => "ratelimit-policy",
+        "RateLimit" => "ratelimit",
+        "Retry-After" => "retry-after",
+        other => other,
+    }
+}
+
+fn mark_shadow<B>(response: &mut Response<B>) {
+    response
+        .headers_mut()
+        .insert("x-ratelimit-shadow", HeaderValue::from_static("denied"));
+}
+
+/// A cost the limiter can never allow: retrying will not help, so no
+/// `Retry-After`; the body is empty and the reason is in a header.
+fn never_allowed<B: Default>(never: NeverAllowed, status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::default());
+    *response.status_mut() = status;
+    if let Ok(value) = HeaderValue::from_str(&never.to_string()) {
+        response.headers_mut().insert("x-ratelimit-error", value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{GlobalKey, KeyFn};
+    use crate::{FixedWindow, Quota};
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+    use tower::ServiceExt;
+    use weir_limits::clock::ManualClock;
+
+    fn hello() -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone + Send + 'static {
+        tower::service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new("hello".to_string())) })
+    }
+
+    fn per_minute(n: u32) -> (KeyedLimiter<(), FixedWindow, ManualClock>, ManualClock) {
+        let clock = ManualClock::new();
+        let quota = Quota::per_minute(NonZeroU32::new(n).unwrap());
+        (KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone()), clock)
+    }
+
+    #[tokio::test]
+    async fn allows_the_quota_then_answers_429_with_headers() {
+        let (limiter, clock) = per_minute(3);
+        let service = RateLimitLayer::new(limiter, GlobalKey).policy_name("api").layer(hello());
+        for remaining in [2, 1, 0] {
+            let response = service.clone().oneshot(Request::new(())).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+            assert_eq!(response.headers()["ratelimit"], format!("\"api\";r={remaining};t=60").as_str());
+            assert!(response.headers().get("retry-after").is_none());
+        }
+        let denied = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.headers()["retry-after"], "60");
+        assert_eq!(denied.headers()["ratelimit"], "\"api\";r=0;t=60");
+        clock.advance(Duration::from_secs(60));
+        let again = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn costs_weigh_requests_and_impossible_costs_are_refused_without_retry_after() {
+        let (limiter, _clock) = per_minute(10);
+        let service = RateLimitLayer::new(limiter, GlobalKey)
+            .cost_fn(|req: &Request<()>| if req.uri().path() == "/heavy" { 6 } else { 1 })
+            .layer(hello());
+        let heavy = || Request::builder().uri("/heavy").body(()).unwrap();
+        assert_eq!(service.clone().oneshot(heavy()).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(service.clone().oneshot(heavy()).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+        let light = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(light.status(), StatusCode::OK);
+        let (limiter, _clock) = per_minute(2);
+        let service = RateLimitLayer::new(limiter, GlobalKey).cost_fn(|_: &Request<()>| 3).layer(hello());
+        let never = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(never.headers().get("retry-after").is_none());
+        assert!(never.headers().contains_key("x-ratelimit-error"));
+    }
+
+    #[tokio::test]
+    async fn shadow_mode_never_denies_but_marks() {
+        let (limiter, _clock) = per_minute(1);
+        let service = RateLimitLayer::new(limiter, GlobalKey).shadow(true).layer(hello());
+        let first = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert!(first.headers().get("x-ratelimit-shadow").is_none());
+        let second = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(second.status(), StatusCode::OK);
+        assert_eq!(second.headers()["x-ratelimit-shadow"], "denied");
+    }
+
+    #[tokio::test]
+    async fn overload_limits_answer_503_and_keys_are_separate() {
+        let clock = ManualClock::new();
+        let quota = Quota::per_minute(NonZeroU32::new(1).unwrap());
+        let limiter = KeyedLimiter::with_clock(FixedWindow::new(quota), clock);
+        let by_header = KeyFn::new(|req: &Request<()>| {
+            req.headers().get("x-user").and_then(|v| v.to_str().ok()).map(str::to_owned)
+        });
+        let service = RateLimitLayer::new(limiter, by_header).overload_status().layer(hello());
+        let as_user = |u: &str| Request::builder().header("x-user", u).body(()).unwrap();
+        assert_eq!(service.clone().oneshot(as_user("a")).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(service.clone().oneshot(as_user("b")).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(service.clone().oneshot(as_user("a")).await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(service.oneshot(Request::new(())).await.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

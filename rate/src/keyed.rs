@@ -1,0 +1,205 @@
+//! One limit per key, exactly: a sharded map from key to state.
+//!
+//! Each key's state lives in one of `shards` hash maps, each behind its own
+//! short lock and on its own cache lines, so threads working on different
+//! keys rarely meet. Keys are remembered only while they matter: a key is
+//! inserted when it first spends something, and a shard sweeps out idle keys
+//! (whose state equals a fresh one, so forgetting them changes no decision)
+//! whenever it has doubled in size since its last sweep. Memory is therefore
+//! proportional to the keys active within about one window, and the cost of
+//! sweeping is amortised O(1) per insert. Decisions are exact; compare
+//! [`SketchLimiter`](crate::SketchLimiter), which bounds memory instead.
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::{Limiter, Mode};
+use crate::sync::Mutex;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const DEFAULT_SHARDS: usize = 64;
+const MIN_SWEEP: usize = 64;
+
+#[repr(align(128))]
+struct Padded<T>(T);
+
+type LockedShard<K, L> = Padded<Mutex<Shard<K, L>>>;
+
+struct Shard<K, L: Limiter> {
+    limiter: L,
+    map: HashMap<K, L::State, ahash::RandomState>,
+    sweep_at: usize,
+}
+
+/// An exact per-key limiter over any [`Limiter`].
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_limits::clock::ManualClock;
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// let clock = ManualClock::new();
+/// let per_client = KeyedLimiter::with_clock(
+///     Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())),
+///     clock.clone(),
+/// );
+/// assert!(per_client.check(&"alice").is_allowed());
+/// assert!(!per_client.check(&"alice").is_allowed());
+/// assert!(per_client.check(&"bob").is_allowed());
+/// clock.advance(Duration::from_secs(5));
+/// per_client.evict_idle();
+/// assert_eq!(per_client.len(), 0);
+/// ```
+pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
+    shards: Box<[LockedShard<K, L>]>,
+    hasher: ahash::RandomState,
+    clock: C,
+    shadow: AtomicBool,
+}
+
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
+    /// A keyed limiter on the monotonic clock.
+    pub fn new(limiter: L) -> Self {
+        Self::with_clock(limiter, MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+    /// A keyed limiter reading time from `clock`, with 64 shards.
+    pub fn with_clock(limiter: L, clock: C) -> Self {
+        Self::with_shards(limiter, clock, DEFAULT_SHARDS)
+    }
+
+    /// A keyed limiter with `shards` shards (rounded up to a power of two,
+    /// at least one).
+    pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
+        let shards = shards.max(1).next_power_of_two();
+        let hasher = ahash::RandomState::new();
+        let shards = (0..shards)
+            .map(|_| {
+                Padded(Mutex::new(Shard {
+                    limiter: limiter.clone(),
+                    map: HashMap::with_hasher(hasher.clone()),
+                    sweep_at: MIN_SWEEP,
+                }))
+            })
+            .collect();
+        Self {
+            shards,
+            hasher,
+            clock,
+            shadow: AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, key: &K) -> &Mutex<Shard<K, L>> {
+        let hash = self.hasher.hash_one(key);
+        // The map uses the low bits; take the shard from the high ones.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[index].0
+    }
+
+    /// Check one unit for `key`.
+    #[inline]
+    pub fn check(&self, key: &K) -> Decision {
+        self.run(key, 1, Mode::Consume)
+            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+    }
+
+    /// Check `cost` units for `key`, spending them if allowed.
+    pub fn check_n(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(key, cost, Mode::Consume)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, without spending.
+    pub fn peek_n(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(key, cost, Mode::Peek)
+    }
+
+    /// Give back `cost` units `key` spent earlier.
+    pub fn refund(&self, key: &K, cost: u32) {
+        let now = self.clock.now_nanos();
+        let mut shard = self.shard(key).lock();
+        let shard = &mut *shard;
+        if let Some(state) = shard.map.get_mut(key) {
+            shard.limiter.refund(state, now, cost);
+        }
+    }
+
+    /// Replace the algorithm for every key (e.g. a new quota), keeping what
+    /// each key has spent: no burst on a change.
+    pub fn replace(&self, limiter: L) {
+        for shard in self.shards.iter() {
+            shard.0.lock().limiter = limiter.clone();
+        }
+    }
+
+    /// Forget every idle key now; returns how many keys remain.
+    pub fn evict_idle(&self) -> usize {
+        let now = self.clock.now_nanos();
+        let mut left = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            let shard = &mut *shard;
+            let limiter = &shard.limiter;
+            shard.map.retain(|_, state| !limiter.is_idle(state, now));
+            shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+            left += shard.map.len();
+        }
+        left
+    }
+
+    /// Keys currently remembered.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shadow (dry-run) mode, as for [`RateLimiter::set_shadow`](crate::RateLimiter::set_shadow).
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shadow.store(shadow, Ordering::Relaxed);
+    }
+
+    fn run(&self, key: &K, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
+        let now = self.clock.now_nanos();
+        let decision = {
+            let mut guard = self.shard(key).lock();
+            let shard = &mut *guard;
+            if let Some(state) = shard.map.get_mut(key) {
+                shard.limiter.check(state, now, cost, mode)?
+            } else {
+                let mut state = shard.limiter.new_state(now);
+                let decision = shard.limiter.check(&mut state, now, cost, mode)?;
+                if mode == Mode::Consume && !shard.limiter.is_idle(&state, now) {
+                    shard.map.insert(key.clone(), state);
+                    if shard.map.len() >= shard.sweep_at {
+                        let limiter = &shard.limiter;
+                        shard.map.retain(|_, s| !limiter.is_idle(s, now));
+                        shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+                    }
+                }
+                decision
+            }
+        };
+        Ok(if self.shadow.load(Ordering::Relaxed) {
+            decision.shadowed()
+        } else {
+            decision
+        })
+    }
+}
+
+impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}

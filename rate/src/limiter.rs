@@ -1,0 +1,228 @@
+//! The one interface every algorithm implements.
+
+use crate::decision::{Decision, NeverAllowed};
+
+/// Whether a check spends what it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Spend the cost when the request is allowed (a normal check).
+    #[default]
+    Consume,
+    /// Report what would happen without changing anything.
+    Peek,
+}
+
+/// A rate-limiting algorithm: the configuration lives in `self`, the
+/// per-key state in [`Limiter::State`], and time is passed in (nanoseconds
+/// on the caller's [`Clock`](crate::clock::Clock)), so the same algorithm
+/// serves a single limiter, an exact keyed map, several limits checked
+/// together, and a simulation.
+///
+/// Every method is total: time going backwards counts as no time passing,
+/// arithmetic saturates, and a `cost` the limiter could never allow is
+/// reported as [`NeverAllowed`] rather than a denial. States are expressed
+/// in units that do not depend on the configuration, so a container can
+/// swap in a limiter with a different quota at run time and keep every
+/// key's state: what was spent stays spent (no burst on a change).
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{Limiter, Mode, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
+/// let mut state = bucket.new_state(0);
+/// assert!(bucket.check(&mut state, 0, 2, Mode::Consume).unwrap().is_allowed());
+/// assert!(!bucket.check(&mut state, 0, 1, Mode::Consume).unwrap().is_allowed());
+/// // Half a second refills one token.
+/// assert!(bucket.check(&mut state, 500_000_000, 1, Mode::Consume).unwrap().is_allowed());
+/// ```
+pub trait Limiter: Send + Sync {
+    /// What the algorithm remembers per key.
+    type State: Send;
+
+    /// The largest cost this limiter can ever allow at once.
+    fn capacity(&self) -> u32;
+
+    /// The state of a key never seen before, at `now_ns`.
+    fn new_state(&self, now_ns: u64) -> Self::State;
+
+    /// Decide whether `cost` units may be spent at `now_ns`, spending them
+    /// when allowed and `mode` is [`Mode::Consume`].
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed>;
+
+    /// Give back `cost` units spent earlier (e.g. the request was not
+    /// served). Never leaves the state with more than a fresh one holds.
+    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32);
+
+    /// Whether the state is indistinguishable from a fresh one at `now_ns`
+    /// (so a keyed limiter may forget the key).
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
+}
+
+/// Two limits checked all-or-nothing: allowed only if both allow, and then
+/// both are spent; otherwise neither is. Nest pairs for more.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_limits::clock::ManualClock;
+/// use weir_rate::{FixedWindow, Gcra, Quota, RateLimiter};
+///
+/// let per_second = Gcra::new(Quota::per_second(NonZeroU32::new(10).unwrap()));
+/// let per_hour = FixedWindow::new(Quota::per_hour(NonZeroU32::new(3).unwrap()));
+/// let limiter = RateLimiter::with_clock((per_second, per_hour), ManualClock::new());
+/// assert_eq!((0..5).filter(|_| limiter.check().is_allowed()).count(), 3);
+/// ```
+impl<A: Limiter, B: Limiter> Limiter for (A, B) {
+    type State = (A::State, B::State);
+
+    fn capacity(&self) -> u32 {
+        self.0.capacity().min(self.1.capacity())
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        (self.0.new_state(now_ns), self.1.new_state(now_ns))
+    }
+
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        let a = self.0.check(&mut state.0, now_ns, cost, Mode::Peek)?;
+        let b = self.1.check(&mut state.1, now_ns, cost, Mode::Peek)?;
+        if mode == Mode::Peek || !(a.is_allowed() && b.is_allowed()) {
+            return Ok(a.combine(b));
+        }
+        // Both allow from an unchanged state, so spending cannot fail.
+        let a = self.0.check(&mut state.0, now_ns, cost, Mode::Consume)?;
+        let b = self.1.check(&mut state.1, now_ns, cost, Mode::Consume)?;
+        Ok(a.combine(b))
+    }
+
+    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {
+        self.0.refund(&mut state.0, now_ns, cost);
+        self.1.refund(&mut state.1, now_ns, cost);
+    }
+
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
+        self.0.is_idle(&state.0, now_ns) && self.1.is_idle(&state.1, now_ns)
+    }
+}
+
+/// Any number of limits of one kind, checked all-or-nothing.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::{AllOf, Gcra, Limiter, Mode, Quota};
+///
+/// let limits = AllOf::new(vec![
+///     Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())),
+///     Gcra::new(Quota::per_minute(NonZeroU32::new(7).unwrap())),
+/// ]);
+/// let mut state = limits.new_state(0);
+/// // Twenty requests 10 ms apart: the per-second burst of 5 binds first.
+/// let allowed = (0..20u64)
+///     .filter(|i| limits.check(&mut state, i * 10_000_000, 1, Mode::Consume).unwrap().is_allowed())
+///     .count();
+/// assert_eq!(allowed, 5);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AllOf<L> {
+    limits: Vec<L>,
+}
+
+impl<L: Limiter> AllOf<L> {
+    /// All of `limits` (an empty list allows everything).
+    pub fn new(limits: Vec<L>) -> Self {
+        Self { limits }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &[L] {
+        &self.limits
+    }
+}
+
+impl<L: Limiter> Limiter for AllOf<L> {
+    type State = Vec<L::State>;
+
+    fn capacity(&self) -> u32 {
+        self.limits
+            .iter()
+            .map(Limiter::capacity)
+            .min()
+            .unwrap_or(u32::MAX)
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        self.limits.iter().map(|l| l.new_state(now_ns)).collect()
+    }
+
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        // A state built for a different list (after a run-time change) is
+        // extended with fresh states or cut to length.
+        state.truncate(self.limits.len());
+        while state.len() < self.limits.len() {
+            let fresh = self.limits[state.len()].new_state(now_ns);
+            state.push(fresh);
+        }
+        let mut combined: Option<Decision> = None;
+        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+            let d = limit.check(s, now_ns, cost, Mode::Peek)?;
+            combined = Some(combined.map_or(d, |c| c.combine(d)));
+        }
+        let Some(peeked) = combined else {
+            return Ok(Decision::allow(
+                u32::MAX,
+                std::time::Duration::ZERO,
+                u32::MAX,
+                0,
+            ));
+        };
+        if mode == Mode::Peek || !peeked.is_allowed() {
+            return Ok(peeked);
+        }
+        let mut spent: Option<Decision> = None;
+        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+            let d = limit.check(s, now_ns, cost, Mode::Consume)?;
+            spent = Some(spent.map_or(d, |c| c.combine(d)));
+        }
+        Ok(spent.unwrap_or(peeked))
+    }
+
+    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {
+        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+            limit.refund(s, now_ns, cost);
+        }
+    }
+
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
+        self.limits
+            .iter()
+            .zip(state.iter())
+            .all(|(l, s)| l.is_idle(s, now_ns))
+    }
+}

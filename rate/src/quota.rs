@@ -1,0 +1,164 @@
+//! What a limiter allows: `limit` units per `window`, with a `burst`.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+/// Why a quota (or a limiter built from one) is impossible.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rate::{Quota, QuotaError};
+///
+/// assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroRate));
+/// assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroWindow));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// A limit of zero units per window: nothing could ever pass.
+    ZeroRate,
+    /// A window of zero length.
+    ZeroWindow,
+    /// A window of 2⁶⁴ ns (584 years) or longer.
+    WindowTooLong,
+    /// A burst of zero: nothing could ever pass.
+    ZeroBurst,
+    /// A sliding-window counter needs at least two counters, and each
+    /// sub-window must last at least one nanosecond.
+    BadSubWindows {
+        /// Counters requested.
+        counters: u32,
+    },
+    /// A shaper whose queue could never hold even one unit.
+    QueueTooShort,
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroRate => f.write_str("a quota of zero units per window allows nothing"),
+            Self::ZeroWindow => f.write_str("a quota window must be longer than zero"),
+            Self::WindowTooLong => {
+                f.write_str("a quota window must be shorter than 2^64 ns (584 years)")
+            }
+            Self::ZeroBurst => f.write_str("a burst of zero allows nothing"),
+            Self::BadSubWindows { counters } => write!(
+                f,
+                "{counters} counters: a sliding-window counter needs at least 2, each covering at least 1 ns"
+            ),
+            Self::QueueTooShort => f.write_str("the shaper's queue cannot hold a single unit"),
+        }
+    }
+}
+
+impl std::error::Error for QuotaError {}
+
+/// `limit` units per `window`, of which up to `burst` may be spent at once.
+///
+/// Window-based algorithms (fixed window, sliding log, sliding-window
+/// counter) allow `limit` units per window and ignore `burst`; rate-based
+/// ones (token bucket, leaky bucket, GCRA) refill at `limit / window` and
+/// hold at most `burst` units (by default `burst = limit`).
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::Quota;
+///
+/// let q = Quota::per_minute(NonZeroU32::new(100).unwrap())
+///     .allow_burst(NonZeroU32::new(10).unwrap());
+/// assert_eq!((q.limit(), q.burst(), q.window()), (100, 10, Duration::from_secs(60)));
+/// assert_eq!(Quota::new(5, Duration::from_millis(250)).unwrap().limit(), 5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: NonZeroU32,
+    burst: NonZeroU32,
+    window_ns: u64,
+}
+
+impl Quota {
+    const fn fixed(limit: NonZeroU32, window_ns: u64) -> Self {
+        Self {
+            limit,
+            burst: limit,
+            window_ns,
+        }
+    }
+
+    /// `limit` units per second.
+    pub const fn per_second(limit: NonZeroU32) -> Self {
+        Self::fixed(limit, 1_000_000_000)
+    }
+
+    /// `limit` units per minute.
+    pub const fn per_minute(limit: NonZeroU32) -> Self {
+        Self::fixed(limit, 60_000_000_000)
+    }
+
+    /// `limit` units per hour.
+    pub const fn per_hour(limit: NonZeroU32) -> Self {
+        Self::fixed(limit, 3_600_000_000_000)
+    }
+
+    /// `limit` units per `window`, checked at run time.
+    pub fn new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
+        let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroRate)?;
+        if window.is_zero() {
+            return Err(QuotaError::ZeroWindow);
+        }
+        let window_ns = u64::try_from(window.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;
+        Ok(Self::fixed(limit, window_ns))
+    }
+
+    /// The same rate with at most `burst` units at once.
+    pub const fn allow_burst(self, burst: NonZeroU32) -> Self {
+        Self { burst, ..self }
+    }
+
+    /// [`allow_burst`](Self::allow_burst) checked at run time.
+    pub fn try_burst(self, burst: u32) -> Result<Self, QuotaError> {
+        Ok(self.allow_burst(NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?))
+    }
+
+    /// Units per window.
+    pub const fn limit(&self) -> u32 {
+        self.limit.get()
+    }
+
+    /// Units that may be spent at once by rate-based algorithms.
+    pub const fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+
+    /// The window.
+    pub const fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    /// The window in nanoseconds (never zero).
+    pub const fn window_nanos(&self) -> u64 {
+        self.window_ns
+    }
+
+    /// Nanoseconds per unit (`window / limit`), rounded **up** to a whole
+    /// nanosecond and at least 1, so a rate-based limiter built from it is
+    /// never looser than the quota (stricter by under 1 ns per unit).
+    pub const fn emission_interval_nanos(&self) -> u64 {
+        let t = self.window_ns.div_ceil(self.limit.get() as u64);
+        if t == 0 { 1 } else { t }
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} per {:?} (burst {})",
+            self.limit,
+            self.window(),
+            self.burst
+        )
+    }
+}

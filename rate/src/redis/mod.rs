@@ -1,0 +1,747 @@
+//! Limits shared by many processes through Redis or Redis Cluster.
+//!
+//! A [`RedisLimiter`] answers the same question as the in-process limiters
+//! of this crate — may this key spend `cost` units now? — with the same
+//! [`Quota`] and the same [`Decision`], but keeps the state in Redis so
+//! that every instance of a service draws from one limit.
+//!
+//! # Design
+//!
+//! * **Atomicity.** Each algorithm ([`Algorithm`]: token bucket, GCRA, fixed
+//!   window, sliding-window counter) is one Lua script that reads the key,
+//!   decides and writes it back. Redis runs a script to completion before
+//!   serving anyone else, so two instances can never both spend the last
+//!   unit. Scripts are sent as `EVALSHA`; when the server answers `NOSCRIPT`
+//!   (its cache is empty after a restart, a failover to a replica that never
+//!   saw the script, `SCRIPT FLUSH`, or eviction) the script is loaded and
+//!   the call repeated once.
+//! * **Clock.** Time is the Redis server's `TIME`, read inside the script,
+//!   so the clocks of the clients, which drift, never matter. Resolution is
+//!   one microsecond; the quota's emission interval is passed in
+//!   microseconds with its fraction.
+//! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
+//!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
+//!   the limiter key, so everything about one limiter key lives in one
+//!   Cluster slot. The sliding-window counter keeps all its sub-window
+//!   counters in one hash for that reason. A key that itself contains `}`
+//!   still maps to one slot, just through a shorter tag.
+//! * **TTL.** Every write sets a `PEXPIRE` equal to the time after which
+//!   the state would be indistinguishable from a fresh key (a full bucket,
+//!   a past window), plus a millisecond, so idle keys vanish on their own.
+//! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
+//!   When Redis is unreachable, slow, or answers with an error, the caller
+//!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
+//!   ask an in-process [`Fallback`] limiter — and never waits longer than
+//!   the deadline, never sees a panic. After a failure, Redis is skipped
+//!   for a short back-off ([`Builder::backoff`]) except for one probe call,
+//!   so an outage costs callers nothing but the policy's answer; once a
+//!   probe succeeds, decisions come from Redis again.
+//! * **Batching** ([`Builder::batching`]). Concurrent callers' decisions are
+//!   queued to one background task that drains the queue into one script
+//!   call deciding many keys (grouped by Cluster slot, since a script may
+//!   only touch one slot), with a bounded number of calls in flight. Each
+//!   decision is the same as on the plain path: the script decides the keys
+//!   in queue order, atomically. The cost is queueing delay under light
+//!   load, nothing else.
+//! * **Pre-aggregation** ([`Builder::pre_aggregate`], see [`PreAggregation`]).
+//!   For hot keys an instance leases `lease` units at once from Redis (one
+//!   ordinary decision of cost `lease`) and answers from the lease locally.
+//!   It does so only while the key is far from its limit (the last Redis
+//!   answer left at least `2 × lease` units) and a lease lives at most
+//!   `max_age`. Its error, documented on [`PreAggregation`], is a shift in
+//!   time, never extra units: every unit admitted was counted in Redis, at
+//!   most `max_age` earlier.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use weir_rate::Quota;
+//! use weir_rate::redis::{Algorithm, FailurePolicy, RedisLimiter, Target};
+//!
+//! # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
+//! let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
+//! let limiter = RedisLimiter::builder(Algorithm::Gcra, quota)
+//!     .prefix("api")
+//!     .timeout(Duration::from_millis(50))
+//!     .on_failure(FailurePolicy::Open)
+//!     .connect(Target::server("redis://127.0.0.1:6379/"))
+//!     .await?;
+//! let decision = limiter.check("customer-42").await;
+//! if !decision.is_allowed() {
+//!     // 429 with decision.headers("api")
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod batch;
+mod conn;
+mod hot;
+mod scripts;
+pub mod testing;
+
+pub use conn::Target;
+pub use hot::PreAggregation;
+
+use crate::decision::{Decision, NeverAllowed};
+use crate::quota::Quota;
+use conn::Conn;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Which algorithm the Redis script runs. All read the [`Quota`] the way
+/// the in-process limiters do: window algorithms allow `limit` per
+/// `window`; rate algorithms refill at `limit / window` up to `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// A bucket of `burst` tokens refilled continuously (fractional tokens
+    /// kept). State: a hash of two numbers.
+    TokenBucket,
+    /// The generic cell rate algorithm: one theoretical arrival time per
+    /// key, as redis-cell and governor keep.
+    Gcra,
+    /// `limit` units per window of the server clock; up to 2× at a window
+    /// boundary.
+    FixedWindow,
+    /// The sliding-window counter over `counters` counters (`2` is the
+    /// classic current + weighted previous window).
+    SlidingWindow {
+        /// Number of counters, at least 2.
+        counters: u32,
+    },
+}
+
+impl Algorithm {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::TokenBucket => "tb",
+            Self::Gcra => "gcra",
+            Self::FixedWindow => "fw",
+            Self::SlidingWindow { .. } => "sw",
+        }
+    }
+
+    /// The largest cost that can ever be allowed at once.
+    fn capacity(self, quota: &Quota) -> u32 {
+        match self {
+            Self::TokenBucket | Self::Gcra => quota.burst(),
+            Self::FixedWindow | Self::SlidingWindow { .. } => quota.limit(),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TokenBucket => f.write_str("token bucket"),
+            Self::Gcra => f.write_str("GCRA"),
+            Self::FixedWindow => f.write_str("fixed window"),
+            Self::SlidingWindow { counters } => {
+                write!(f, "sliding-window counter ({counters} counters)")
+            }
+        }
+    }
+}
+
+/// An in-process limiter to ask while Redis cannot answer
+/// ([`FailurePolicy::Local`]). Any keyed limiter fits; a closure does too.
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir_rate::redis::{FailurePolicy, Fallback};
+/// use weir_rate::Decision;
+///
+/// struct Deny;
+/// impl Fallback for Deny {
+///     fn check_n(&self, _key: &str, _cost: u32) -> Option<Decision> {
+///         None // no local answer: the limiter falls back to fail-closed
+///     }
+/// }
+/// let policy = FailurePolicy::Local(Arc::new(Deny));
+/// # let _ = policy;
+/// ```
+pub trait Fallback: Send + Sync {
+    /// Decide `cost` units for `key` locally; `None` when it cannot (the
+    /// limiter then denies, as [`FailurePolicy::Closed`]).
+    fn check_n(&self, key: &str, cost: u32) -> Option<Decision>;
+}
+
+impl<F> Fallback for F
+where
+    F: Fn(&str, u32) -> Option<Decision> + Send + Sync,
+{
+    fn check_n(&self, key: &str, cost: u32) -> Option<Decision> {
+        self(key, cost)
+    }
+}
+
+/// What callers get when Redis is slow, unreachable, or failing.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Allow the request (availability over protection). The decision
+    /// reports the full limit as remaining.
+    #[default]
+    Open,
+    /// Deny the request (protection over availability), with a
+    /// `Retry-After` of one second.
+    Closed,
+    /// Ask an in-process limiter, so each instance enforces the limit
+    /// on its own share of the traffic (typically `limit / instances`).
+    Local(Arc<dyn Fallback>),
+}
+
+impl fmt::Debug for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Open => f.write_str("Open"),
+            Self::Closed => f.write_str("Closed"),
+            Self::Local(_) => f.write_str("Local(..)"),
+        }
+    }
+}
+
+/// Where a decision came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// A script run on Redis.
+    Redis,
+    /// A lease held locally ([`PreAggregation`]).
+    Lease,
+    /// [`FailurePolicy::Open`].
+    FailOpen,
+    /// [`FailurePolicy::Closed`] (also a [`Fallback`] that had no answer).
+    FailClosed,
+    /// [`FailurePolicy::Local`].
+    Local,
+}
+
+/// A decision, where it came from, and the Redis error that forced the
+/// failure policy, if one did.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The decision, as the in-process limiters give it.
+    pub decision: Decision,
+    /// Who decided.
+    pub source: Source,
+    /// Why the failure policy answered instead of Redis.
+    pub error: Option<RedisLimitError>,
+}
+
+/// Why Redis could not decide.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RedisLimitError {
+    /// The call did not complete within the configured timeout.
+    Timeout(Duration),
+    /// Redis, the connection, or the script returned an error.
+    Redis(Arc<redis::RedisError>),
+    /// The reply did not have the expected shape.
+    BadReply(String),
+    /// Skipped during the back-off after a failure.
+    BackingOff,
+    /// The batching task is gone or its queue is full.
+    Overloaded,
+    /// The cost can never be allowed.
+    NeverAllowed(NeverAllowed),
+    /// The builder's settings cannot work.
+    Config(&'static str),
+}
+
+impl fmt::Display for RedisLimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout(d) => write!(f, "Redis did not answer within {d:?}"),
+            Self::Redis(e) => write!(f, "Redis error: {e}"),
+            Self::BadReply(s) => write!(f, "unexpected reply from the rate-limit script: {s}"),
+            Self::BackingOff => f.write_str("Redis skipped while backing off after a failure"),
+            Self::Overloaded => f.write_str("the batching queue is full or closed"),
+            Self::NeverAllowed(n) => n.fmt(f),
+            Self::Config(s) => write!(f, "invalid Redis limiter settings: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for RedisLimitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Redis(e) => Some(&**e),
+            Self::NeverAllowed(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for RedisLimitError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Redis(Arc::new(e))
+    }
+}
+
+/// One key's answer as the script returns it, before it becomes a
+/// [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raw {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_us: u64,
+    pub(crate) retry_after_us: u64,
+}
+
+/// Settings for the batching path ([`Builder::batching`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// Most decisions in one script call.
+    pub max_batch: usize,
+    /// Most script calls in flight at once (per limiter).
+    pub max_in_flight: usize,
+    /// Queue length; callers finding it full get the failure policy.
+    pub queue: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            max_batch: 128,
+            max_in_flight: 4,
+            queue: 16_384,
+        }
+    }
+}
+
+/// The part of a limiter that talks to Redis, shared with the batcher.
+pub(crate) struct Core {
+    conn: Conn,
+    script: redis::Script,
+    params: Vec<String>,
+    timeout: Duration,
+    cluster: bool,
+}
+
+impl Core {
+    /// One script call deciding `keys[i]` at `costs[i]`, within the timeout.
+    pub(crate) async fn eval(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+    ) -> Result<Vec<Raw>, RedisLimitError> {
+        let mut inv = self.script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for p in &self.params {
+            inv.arg(p.as_str());
+        }
+        for c in costs {
+            inv.arg(*c);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> =
+            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn)).await {
+                Ok(r) => r?,
+                Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
+            };
+        if reply.len() != 4 * keys.len() {
+            return Err(RedisLimitError::BadReply(format!(
+                "{} integers for {} keys",
+                reply.len(),
+                keys.len()
+            )));
+        }
+        Ok(reply
+            .chunks_exact(4)
+            .map(|c| Raw {
+                allowed: c[0] == 1,
+                remaining: c[1].max(0) as u64,
+                reset_after_us: c[2].max(0) as u64,
+                retry_after_us: c[3].max(0) as u64,
+            })
+            .collect())
+    }
+}
+
+/// Configures and connects a [`RedisLimiter`].
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct Builder {
+    algorithm: Algorithm,
+    quota: Quota,
+    prefix: String,
+    timeout: Duration,
+    backoff: Duration,
+    policy: FailurePolicy,
+    batching: Option<Batching>,
+    hot: Option<PreAggregation>,
+}
+
+impl Builder {
+    /// The prefix of every Redis key (default `weir`); must not contain
+    /// `{` or `}`. Use one prefix per policy: two quotas on one prefix and
+    /// algorithm share state.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The deadline of one decision, connection set-up included
+    /// (default 100 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long to skip Redis after a failure, except for one probe call
+    /// per period (default 100 ms).
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// What callers get when Redis cannot answer (default
+    /// [`FailurePolicy::Open`]).
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Batch concurrent decisions into shared script calls.
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.batching = Some(batching);
+        self
+    }
+
+    /// Answer hot keys from local leases ([`PreAggregation`]).
+    pub fn pre_aggregate(mut self, hot: PreAggregation) -> Self {
+        self.hot = Some(hot);
+        self
+    }
+
+    /// Connect to `target` (within the timeout, at least one second) and
+    /// start the batching task if configured. Must be called inside a tokio
+    /// runtime.
+    pub async fn connect(self, target: Target) -> Result<RedisLimiter, RedisLimitError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(RedisLimitError::Config("the key prefix contains `{` or `}`"));
+        }
+        if self.timeout.is_zero() {
+            return Err(RedisLimitError::Config("a zero timeout"));
+        }
+        if let Algorithm::SlidingWindow { counters } = self.algorithm {
+            if counters < 2 || counters > 1024 {
+                return Err(RedisLimitError::Config(
+                    "a sliding-window counter needs 2 to 1024 counters",
+                ));
+            }
+        }
+        if let Some(b) = &self.batching {
+            if b.max_batch == 0 || b.max_in_flight == 0 || b.queue == 0 {
+                return Err(RedisLimitError::Config("a zero batching size"));
+            }
+        }
+        if let Some(h) = &self.hot {
+            h.validate()?;
+        }
+        let q = &self.quota;
+        // Microseconds with their fraction, printed exactly (shortest
+        // round-trip form) for the script's doubles.
+        let us = |ns: f64| format!("{}", ns / 1000.0);
+        let window_us = us(q.window_nanos() as f64);
+        let burst = q.burst().to_string();
+        let limit = q.limit().to_string();
+        let (source, params) = match self.algorithm {
+            // Refill at exactly limit / window, as `TokenBucket` does.
+            Algorithm::TokenBucket => (
+                scripts::token_bucket(),
+                vec![us(q.window_nanos() as f64 / f64::from(q.limit())), burst],
+            ),
+            // Emission interval rounded up to a whole ns, as `Gcra` does.
+            Algorithm::Gcra => (
+                scripts::gcra(),
+                vec![us(q.emission_interval_nanos() as f64), burst],
+            ),
+            Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
+            Algorithm::SlidingWindow { counters } => {
+                // Whole-ns sub-windows, as `SlidingWindow` computes them.
+                let sub = q.window_nanos() / u64::from(counters - 1);
+                if sub == 0 {
+                    return Err(RedisLimitError::Config("sub-windows shorter than 1 ns"));
+                }
+                (
+                    scripts::sliding_window(),
+                    vec![us(sub as f64), limit, counters.to_string()],
+                )
+            }
+        };
+        let connect_timeout = self.timeout.max(Duration::from_secs(1));
+        let conn = match tokio::time::timeout(
+            connect_timeout,
+            Conn::connect(&target, self.timeout),
+        )
+        .await
+        {
+            Ok(c) => c?,
+            Err(_) => return Err(RedisLimitError::Timeout(connect_timeout)),
+        };
+        let core = Arc::new(Core {
+            conn,
+            script: redis::Script::new(&source),
+            params,
+            timeout: self.timeout,
+            cluster: target.is_cluster(),
+        });
+        let batcher = self.batching.map(|b| batch::Batcher::start(core.clone(), b));
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                core,
+                algorithm: self.algorithm,
+                quota: self.quota,
+                prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
+                policy: self.policy,
+                backoff: self.backoff,
+                down_until: AtomicU64::new(0),
+                epoch: Instant::now(),
+                batcher,
+                hot: self.hot.map(hot::Hot::new),
+            }),
+        })
+    }
+}
+
+struct Inner {
+    core: Arc<Core>,
+    algorithm: Algorithm,
+    quota: Quota,
+    prefix: String,
+    policy: FailurePolicy,
+    backoff: Duration,
+    /// Nanoseconds since `epoch` until which Redis is skipped; 0 = healthy.
+    down_until: AtomicU64,
+    epoch: Instant,
+    batcher: Option<batch::Batcher>,
+    hot: Option<hot::Hot>,
+}
+
+/// A rate limiter whose state lives in Redis. Cheap to clone; clones share
+/// the connection, the batching task and the leases.
+///
+/// See the [module documentation](self) for the design.
+#[derive(Clone)]
+pub struct RedisLimiter {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("algorithm", &self.inner.algorithm)
+            .field("quota", &self.inner.quota)
+            .field("prefix", &self.inner.prefix)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLimiter {
+    /// Start configuring a limiter running `algorithm` over `quota`.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::Quota;
+    /// use weir_rate::redis::{Algorithm, RedisLimiter};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+    /// let builder = RedisLimiter::builder(Algorithm::SlidingWindow { counters: 2 }, quota)
+    ///     .prefix("login");
+    /// # let _ = builder;
+    /// ```
+    pub fn builder(algorithm: Algorithm, quota: Quota) -> Builder {
+        Builder {
+            algorithm,
+            quota,
+            prefix: "weir".to_owned(),
+            timeout: Duration::from_millis(100),
+            backoff: Duration::from_millis(100),
+            policy: FailurePolicy::Open,
+            batching: None,
+            hot: None,
+        }
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.algorithm
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.inner.quota
+    }
+
+    /// The Redis key holding `key`'s state: `{prefix}:{alg}:{<key>}`.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: weir_rate::redis::RedisLimiter) {
+    /// assert_eq!(limiter.redis_key("u1"), "weir:gcra:{u1}");
+    /// # }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        let mut s = String::with_capacity(self.inner.prefix.len() + key.len() + 2);
+        s.push_str(&self.inner.prefix);
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+        s
+    }
+
+    /// Spend one unit for `key`. Always answers within the timeout: from
+    /// Redis, a lease, or the failure policy.
+    pub async fn check(&self, key: &str) -> Decision {
+        match self.check_verbose(key, 1).await {
+            Ok(v) => v.decision,
+            // A cost of one is never beyond capacity (limit and burst are
+            // at least one); deny rather than panic if that ever changes.
+            Err(_) => self.closed(),
+        }
+    }
+
+    /// Spend `cost` units for `key`; an error only when `cost` exceeds
+    /// what the quota can ever allow at once.
+    pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.check_verbose(key, cost).await.map(|v| v.decision)
+    }
+
+    /// Like [`check_n`](Self::check_n), also telling who decided and why
+    /// the failure policy did, if it did.
+    pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Verdict, NeverAllowed> {
+        let capacity = self.inner.algorithm.capacity(&self.inner.quota);
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        if let Some(hot) = &self.inner.hot {
+            if let Some(v) = hot.check(self, key, cost).await {
+                return Ok(v);
+            }
+        }
+        Ok(match self.try_check_n(key, cost).await {
+            Ok(d) => Verdict {
+                decision: d,
+                source: Source::Redis,
+                error: None,
+            },
+            Err(e) => self.on_failure(key, cost, e),
+        })
+    }
+
+    /// Ask Redis only: no lease, no failure policy (the back-off after a
+    /// failure still applies). For callers that handle errors themselves.
+    pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
+        let capacity = self.inner.algorithm.capacity(&self.inner.quota);
+        if cost > capacity {
+            return Err(RedisLimitError::NeverAllowed(NeverAllowed { cost, capacity }));
+        }
+        let raw = self.raw(key, cost).await?;
+        Ok(self.decision(raw))
+    }
+
+    /// One Redis decision, through the batcher if there is one, honouring
+    /// the back-off.
+    pub(crate) async fn raw(&self, key: &str, cost: u32) -> Result<Raw, RedisLimitError> {
+        let inner = &*self.inner;
+        let now = inner.epoch.elapsed().as_nanos() as u64;
+        let down = inner.down_until.load(Ordering::Relaxed);
+        if down != 0 {
+            // One caller per back-off period probes; the rest skip Redis.
+            if now < down
+                || inner
+                    .down_until
+                    .compare_exchange(
+                        down,
+                        now + inner.backoff.as_nanos() as u64,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+            {
+                return Err(RedisLimitError::BackingOff);
+            }
+        }
+        let rkey = self.redis_key(key);
+        let result = match &inner.batcher {
+            Some(b) => b.submit(rkey, cost, inner.core.timeout).await,
+            None => inner
+                .core
+                .eval(&[rkey.as_str()], &[cost])
+                .await
+                .and_then(|mut v| v.pop().ok_or(RedisLimitError::Overloaded)),
+        };
+        match &result {
+            Ok(_) => {
+                if inner.down_until.load(Ordering::Relaxed) != 0 {
+                    inner.down_until.store(0, Ordering::Relaxed);
+                }
+            }
+            Err(_) => {
+                let until = inner.epoch.elapsed().as_nanos() as u64 + inner.backoff.as_nanos() as u64;
+                inner.down_until.store(until.max(1), Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    pub(crate) fn decision(&self, raw: Raw) -> Decision {
+        let q = &self.inner.quota;
+        let remaining = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
+        let reset = raw.reset_after_us.saturating_mul(1000);
+        if raw.allowed {
+            Decision::allow(q.limit(), q.window(), remaining, reset)
+        } else {
+            Decision::deny(
+                q.limit(),
+                q.window(),
+                remaining,
+                reset,
+                raw.retry_after_us.saturating_mul(1000),
+            )
+        }
+    }
+
+    fn closed(&self) -> Decision {
+        let q = &self.inner.quota;
+        Decision::deny(q.limit(), q.window(), 0, 1_000_000_000, 1_000_000_000)
+    }
+
+    fn on_failure(&self, key: &str, cost: u32, error: RedisLimitError) -> Verdict {
+        let q = &self.inner.quota;
+        let (decision, source) = match &self.inner.policy {
+            FailurePolicy::Open => (
+                Decision::allow(q.limit(), q.window(), q.limit(), 0),
+                Source::FailOpen,
+            ),
+            FailurePolicy::Closed => (self.closed(), Source::FailClosed),
+            FailurePolicy::Local(f) => match f.check_n(key, cost) {
+                Some(d) => (d, Source::Local),
+                None => (self.closed(), Source::FailClosed),
+            },
+        };
+        Verdict {
+            decision,
+            source,
+            error: Some(error),
+        }
+    }
+
+    /// Whether Redis is being skipped after a recent failure.
+    pub fn is_backing_off(&self) -> bool {
+        let down = self.inner.down_until.load(Ordering::Relaxed);
+        down != 0 && (self.inner.epoch.elapsed().as_nanos() as u64) < down
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.inner.core
+    }
+}

@@ -1,0 +1,242 @@
+//! The Lua scripts, one per algorithm.
+//!
+//! Every script has the same shape, so that one script decides one key
+//! (the plain path) or many keys (the batched path):
+//!
+//! * `KEYS[i]` — the Redis key of the i-th decision (one Redis key per
+//!   limiter key, so a decision never touches a key that is not in `KEYS`);
+//! * `ARGV[1..P]` — the algorithm's parameters, shared by the whole call;
+//! * `ARGV[P + i]` — the cost of the i-th decision.
+//!
+//! The reply is a flat array of four integers per key: `allowed` (1 or 0),
+//! `remaining`, `reset_after` and `retry_after` in whole microseconds
+//! (rounded up). Time is the server's `TIME`, read once per call; since
+//! Redis 5 scripts replicate their effects, so reading the clock inside a
+//! script is allowed and replicas see the resulting writes, not a second
+//! clock reading. A key that repeats inside one call is loaded once, decided
+//! in order, and written back once.
+
+/// Shared prologue: the server clock and the per-call state cache.
+const PROLOGUE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local EPS = 1e-9
+local function fmt(x) return string.format('%.17g', x) end
+local function ms(us) return math.max(1, math.ceil(us / 1000)) end
+"#;
+
+/// Shared epilogue: run `decide` over every key, then store dirty state.
+const EPILOGUE: &str = r#"
+local cache, order, out = {}, {}, {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local st = cache[key]
+  if st == nil then
+    st = load(key)
+    cache[key] = st
+    order[#order + 1] = key
+  end
+  local a, rem, reset, retry = decide(st, tonumber(ARGV[P + i]))
+  out[#out + 1] = a
+  out[#out + 1] = math.max(0, math.floor(rem + EPS))
+  out[#out + 1] = math.max(0, math.ceil(reset - EPS))
+  out[#out + 1] = math.max(0, math.ceil(retry - EPS))
+end
+for _, key in ipairs(order) do
+  local st = cache[key]
+  if st.dirty then store(key, st) end
+end
+return out
+"#;
+
+/// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
+/// fractional), `ARGV[2]` = capacity (`burst`). State: a hash with the
+/// fractional token count `t` and the time `ts` it was computed at.
+const TOKEN_BUCKET: &str = r#"
+local P = 2
+local T = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local function load(key)
+  local v = redis.call('HMGET', key, 't', 'ts')
+  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil or ts == nil then tokens, ts = burst, now end
+  if now > ts then tokens = math.min(burst, tokens + (now - ts) / T) end
+  return { tokens = tokens, dirty = false }
+end
+local function decide(st, cost)
+  if st.tokens + EPS >= cost then
+    st.tokens = st.tokens - cost
+    st.dirty = true
+    return 1, st.tokens, (burst - st.tokens) * T, 0
+  end
+  return 0, st.tokens, (burst - st.tokens) * T, (cost - st.tokens) * T
+end
+local function store(key, st)
+  redis.call('HSET', key, 't', fmt(st.tokens), 'ts', fmt(now))
+  redis.call('PEXPIRE', key, ms((burst - st.tokens) * T) + 1)
+end
+"#;
+
+/// GCRA. `ARGV[1]` = microseconds per unit (`T`), `ARGV[2]` = `burst`.
+/// State: the theoretical arrival time `tat` (a plain string key).
+const GCRA: &str = r#"
+local P = 2
+local T = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2]) * T
+local function load(key)
+  local tat = tonumber(redis.call('GET', key))
+  if tat == nil or tat < now then tat = now end
+  return { tat = tat, dirty = false }
+end
+local function decide(st, cost)
+  local new = st.tat + cost * T
+  local allow_at = new - tau
+  if allow_at > now + EPS then
+    return 0, (now + tau - st.tat) / T, st.tat - now, allow_at - now
+  end
+  st.tat = new
+  st.dirty = true
+  return 1, (now + tau - new) / T, new - now, 0
+end
+local function store(key, st)
+  redis.call('SET', key, fmt(st.tat), 'PX', ms(st.tat - now) + 1)
+end
+"#;
+
+/// Fixed window aligned to the server clock. `ARGV[1]` = window in
+/// microseconds, `ARGV[2]` = limit. State: a hash with the window index `w`
+/// and the units counted in it `n`.
+const FIXED_WINDOW: &str = r#"
+local P = 2
+local W = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local idx = math.floor(now / W)
+local reset = (idx + 1) * W - now
+local function load(key)
+  local v = redis.call('HMGET', key, 'w', 'n')
+  local n = tonumber(v[2])
+  if tonumber(v[1]) ~= idx or n == nil then n = 0 end
+  return { n = n, dirty = false }
+end
+local function decide(st, cost)
+  if st.n + cost <= limit then
+    st.n = st.n + cost
+    st.dirty = true
+    return 1, limit - st.n, reset, 0
+  end
+  return 0, limit - st.n, reset, reset
+end
+local function store(key, st)
+  redis.call('HSET', key, 'w', fmt(idx), 'n', fmt(st.n))
+  redis.call('PEXPIRE', key, ms(reset) + 1)
+end
+"#;
+
+/// Sliding-window counter over `c` counters of `S = W / (c - 1)` each.
+/// `ARGV[1]` = sub-window `S` in microseconds, `ARGV[2]` = limit,
+/// `ARGV[3]` = `c`. The window `[now - W, now]` is the current sub-window, the `c - 2`
+/// before it, and the part of the oldest one still inside, weighted by the
+/// fraction still inside (`c = 2` is Cloudflare's two-window estimate).
+/// State: one hash per limiter key; ring slot `j` holds the absolute
+/// sub-window index `i<j>` and its count `n<j>`, so no window key is ever
+/// computed inside the script.
+const SLIDING_WINDOW: &str = r#"
+local P = 3
+local S = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local c = tonumber(ARGV[3])
+local W = S * (c - 1)
+local idx = math.floor(now / S)
+local e = now - idx * S
+local fields = {}
+for j = 0, c - 1 do
+  fields[#fields + 1] = 'i' .. j
+  fields[#fields + 1] = 'n' .. j
+end
+local function load(key)
+  local v = redis.call('HMGET', key, unpack(fields))
+  local counts = {}
+  for k = 0, c - 1 do
+    local want = idx - k
+    local j = want % c
+    local n = 0
+    if tonumber(v[2 * j + 1]) == want then n = tonumber(v[2 * j + 2]) or 0 end
+    counts[k] = n
+  end
+  return { counts = counts, dirty = false }
+end
+-- the sub-window counts as seen `s` sub-window boundaries from now
+-- (nothing more being spent): the full ones' sum, the oldest (partly
+-- inside) one, and the time already elapsed in the current sub-window
+local function segment(counts, s)
+  local full = 0
+  for k = 0, c - 2 do
+    local m = k - s
+    if m >= 0 then full = full + counts[m] end
+  end
+  local old = 0
+  if c - 1 - s >= 0 then old = counts[c - 1 - s] end
+  if s == 0 then return full, old, e end
+  return full, old, 0
+end
+local function reset_after(counts)
+  for k = 0, c - 1 do
+    if counts[k] > 0 then return (idx - k + c) * S - now end
+  end
+  return 0
+end
+local function decide(st, cost)
+  local counts = st.counts
+  local full, old, _ = segment(counts, 0)
+  local est = full + old * (S - e) / S
+  if est + cost <= limit + EPS then
+    counts[0] = counts[0] + cost
+    st.dirty = true
+    return 1, limit - est - cost, reset_after(counts), 0
+  end
+  local retry = nil
+  for s = 0, c do
+    local x0 = 0
+    if s > 0 then x0 = (idx + s) * S - now end
+    local f, o, ex = segment(counts, s)
+    if f + cost <= limit + EPS then
+      local at_start = f + o * (S - ex) / S
+      if at_start + cost <= limit + EPS or o <= 0 then
+        retry = x0
+      else
+        retry = x0 + (S - ex) - (limit - cost - f) * S / o
+      end
+      break
+    end
+  end
+  if retry == nil then retry = W end
+  return 0, limit - est, reset_after(counts), retry
+end
+local function store(key, st)
+  local j = idx % c
+  redis.call('HSET', key, 'i' .. j, fmt(idx), 'n' .. j, fmt(st.counts[0]))
+  redis.call('PEXPIRE', key, ms((idx + c) * S - now) + 1)
+end
+"#;
+
+/// The full source of one algorithm's script.
+pub(crate) fn source(body: &str) -> String {
+    let mut s = String::with_capacity(PROLOGUE.len() + body.len() + EPILOGUE.len());
+    s.push_str(PROLOGUE);
+    s.push_str(body);
+    s.push_str(EPILOGUE);
+    s
+}
+
+pub(crate) fn token_bucket() -> String {
+    source(TOKEN_BUCKET)
+}
+pub(crate) fn gcra() -> String {
+    source(GCRA)
+}
+pub(crate) fn fixed_window() -> String {
+    source(FIXED_WINDOW)
+}
+pub(crate) fn sliding_window() -> String {
+    source(SLIDING_WINDOW)
+}

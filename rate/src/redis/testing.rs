@@ -1,0 +1,503 @@
+//! Private Redis servers and clusters for tests and benchmarks.
+//!
+//! Each [`RedisServer`] is a real `redis-server` process on a free loopback
+//! port, with persistence off (`--save ""`, `--appendonly no`) and its own
+//! temporary directory; it is killed and its directory removed on drop.
+//! A [`RedisCluster`] is a set of them joined with
+//! `redis-cli --cluster create`. Nothing here ever talks to a shared
+//! instance or to anything but `127.0.0.1`.
+//!
+//! When `redis-server` is not installed, [`RedisServer::start_or_skip`]
+//! prints a loud notice and returns `Ok(None)` so the caller can pass as
+//! skipped — except when the environment variable `CI` is `true`, where it
+//! returns [`FixtureError::Missing`] so the run fails.
+//!
+//! ```no_run
+//! use weir_rate::redis::testing::RedisServer;
+//!
+//! # fn demo() -> Result<(), weir_rate::redis::testing::FixtureError> {
+//! let Some(server) = RedisServer::start_or_skip("my test")? else {
+//!     return Ok(()); // skipped: no redis-server here
+//! };
+//! assert_eq!(server.cli(&["PING"])?.trim(), "PONG");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Why a fixture could not be set up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FixtureError {
+    /// `redis-server` is not installed and `CI=true`.
+    Missing,
+    /// Spawning, waiting for, or talking to a process failed.
+    Io(std::io::Error),
+    /// The server or cluster did not become ready in time.
+    NotReady(String),
+}
+
+impl fmt::Display for FixtureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing => f.write_str(
+                "redis-server is not installed, and CI=true forbids skipping the Redis tests \
+                 (apt-get install redis-server redis-tools)",
+            ),
+            Self::Io(e) => write!(f, "Redis fixture: {e}"),
+            Self::NotReady(s) => write!(f, "Redis fixture not ready: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for FixtureError {}
+
+impl From<std::io::Error> for FixtureError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Whether `redis-server` (and `redis-cli`) can be run here.
+pub fn installed() -> bool {
+    let ok = |bin: &str| {
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    ok("redis-server") && ok("redis-cli")
+}
+
+/// `Ok(true)` when the Redis tests can run; `Ok(false)` (after a loud
+/// notice naming `what`) when they must be skipped; `Err` when
+/// `redis-server` is missing under `CI=true`.
+pub fn available_or_skip(what: &str) -> Result<bool, FixtureError> {
+    if installed() {
+        return Ok(true);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        return Err(FixtureError::Missing);
+    }
+    eprintln!(
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         !!! SKIPPED {what}: redis-server/redis-cli are not installed.\n\
+         !!! Install them (apt-get install redis-server redis-tools);\n\
+         !!! under CI=true this is a failure, not a skip.\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+    );
+    Ok(false)
+}
+
+/// A free loopback port whose cluster bus port (`port + 10000`) is free too.
+fn free_port() -> Result<u16, FixtureError> {
+    for _ in 0..100 {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        if port > 55_000 {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(FixtureError::NotReady("no free port pair".into()))
+}
+
+fn temp_dir(port: u16) -> Result<PathBuf, FixtureError> {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "weir-redis-{}-{}-{port}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Poll `f` every 20 ms until it returns true or `limit` passes.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A private `redis-server` on a loopback port; killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Start a server (retrying on another port if the first is taken).
+    pub fn start() -> Result<Self, FixtureError> {
+        Self::start_with(&[])
+    }
+
+    /// [`start`](Self::start), or `Ok(None)` to skip (see the module docs).
+    pub fn start_or_skip(what: &str) -> Result<Option<Self>, FixtureError> {
+        if !available_or_skip(what)? {
+            return Ok(None);
+        }
+        Self::start().map(Some)
+    }
+
+    /// Start a server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Result<Self, FixtureError> {
+        let mut last = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut s = Self {
+                child: None,
+                port,
+                dir: temp_dir(port)?,
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            };
+            match s.spawn() {
+                Ok(()) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| FixtureError::NotReady("could not start".into())))
+    }
+
+    fn spawn(&mut self) -> Result<(), FixtureError> {
+        let log = self.dir.join("redis.log");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let ready = wait_until(Duration::from_secs(10), || {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return true; // exited: reported below
+                }
+            }
+            self.ping()
+        });
+        let exited = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if !ready || exited {
+            self.kill();
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(FixtureError::NotReady(format!(
+                "redis-server on port {} did not start: {}",
+                self.port,
+                log.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+            )));
+        }
+        Ok(())
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query::<String>(&mut con)
+            .is_ok_and(|s| s == "PONG")
+    }
+
+    /// The loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's working directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the process is running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Kill the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the server again on the same port, with an empty dataset and
+    /// an empty script cache (persistence is off). A cluster node keeps its
+    /// identity from `nodes.conf` in its directory.
+    pub fn restart(&mut self) -> Result<(), FixtureError> {
+        self.kill();
+        let mut last = None;
+        for _ in 0..20 {
+            match self.spawn() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(last.unwrap_or_else(|| FixtureError::NotReady("restart".into())))
+    }
+
+    /// Run `redis-cli -p <port> args…` and return its standard output.
+    pub fn cli(&self, args: &[&str]) -> Result<String, FixtureError> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of private servers: `masters` masters with `replicas`
+/// replicas each, slots spread evenly by `redis-cli --cluster create`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The nodes, in creation order (masters first, as `redis-cli` picks
+    /// them).
+    pub nodes: Vec<RedisServer>,
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Node id.
+    pub id: String,
+    /// Port.
+    pub port: u16,
+    /// Whether it is a master (and not failed).
+    pub master: bool,
+    /// Whether it is flagged failed.
+    pub failed: bool,
+    /// For a replica, its master's id.
+    pub master_id: Option<String>,
+    /// Slot ranges served, inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl RedisCluster {
+    /// Start and join a cluster, or `Ok(None)` to skip (see the module docs).
+    pub fn start_or_skip(
+        what: &str,
+        masters: usize,
+        replicas: usize,
+    ) -> Result<Option<Self>, FixtureError> {
+        if !available_or_skip(what)? {
+            return Ok(None);
+        }
+        Self::start(masters, replicas).map(Some)
+    }
+
+    /// Start `masters × (1 + replicas)` servers and join them.
+    pub fn start(masters: usize, replicas: usize) -> Result<Self, FixtureError> {
+        let n = masters * (1 + replicas);
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-replica-validity-factor",
+                "0",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(FixtureError::NotReady(format!(
+                "redis-cli --cluster create: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )));
+        }
+        let cluster = Self { nodes };
+        let ok = wait_until(Duration::from_secs(30), || {
+            cluster.nodes.iter().all(|n| {
+                n.cli(&["CLUSTER", "INFO"]).is_ok_and(|s| {
+                    s.contains("cluster_state:ok") && s.contains("cluster_slots_ok:16384")
+                })
+            }) && cluster.replicas_synced(masters * replicas)
+        });
+        if !ok {
+            return Err(FixtureError::NotReady("cluster state not ok".into()));
+        }
+        Ok(cluster)
+    }
+
+    fn replicas_synced(&self, want: usize) -> bool {
+        let synced = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.cli(&["INFO", "replication"]).is_ok_and(|s| {
+                    s.contains("role:slave") && s.contains("master_link_status:up")
+                })
+            })
+            .count();
+        synced >= want
+    }
+
+    /// `redis://` URLs of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `CLUSTER NODES` as seen by the first running node.
+    pub fn topology(&mut self) -> Result<Vec<NodeInfo>, FixtureError> {
+        let text = {
+            let node = self
+                .nodes
+                .iter_mut()
+                .find(|n| n.is_running())
+                .ok_or_else(|| FixtureError::NotReady("no node running".into()))?;
+            node.cli(&["CLUSTER", "NODES"])?
+        };
+        Ok(text.lines().filter_map(parse_node).collect())
+    }
+
+    /// The index in [`nodes`](Self::nodes) of the master serving `slot`.
+    pub fn master_of(&mut self, slot: u16) -> Result<usize, FixtureError> {
+        let topo = self.topology()?;
+        let port = topo
+            .iter()
+            .find(|n| n.master && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .map(|n| n.port)
+            .ok_or_else(|| FixtureError::NotReady(format!("no master for slot {slot}")))?;
+        self.index_of(port)
+    }
+
+    /// The index of a replica of the master at index `master`.
+    pub fn replica_of(&mut self, master: usize) -> Result<usize, FixtureError> {
+        let topo = self.topology()?;
+        let port = self.nodes[master].port;
+        let id = topo
+            .iter()
+            .find(|n| n.port == port)
+            .map(|n| n.id.clone())
+            .ok_or_else(|| FixtureError::NotReady("master not in CLUSTER NODES".into()))?;
+        let rport = topo
+            .iter()
+            .find(|n| n.master_id.as_deref() == Some(&id) && !n.failed)
+            .map(|n| n.port)
+            .ok_or_else(|| FixtureError::NotReady("master has no replica".into()))?;
+        self.index_of(rport)
+    }
+
+    fn index_of(&self, port: u16) -> Result<usize, FixtureError> {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .ok_or_else(|| FixtureError::NotReady(format!("unknown port {port}")))
+    }
+
+    /// Kill the master at index `master`, then wait (up to 20 s) until a
+    /// replica has taken over its slots and the cluster is `ok` again,
+    /// forcing the takeover with `CLUSTER FAILOVER TAKEOVER` if the
+    /// automatic election is slow. Returns the new master's index.
+    pub fn kill_master_and_promote(&mut self, master: usize) -> Result<usize, FixtureError> {
+        let replica = self.replica_of(master)?;
+        self.nodes[master].kill();
+        let start = Instant::now();
+        let mut forced = false;
+        loop {
+            let info = self.nodes[replica].cli(&["INFO", "replication"])?;
+            let state = self.nodes[replica].cli(&["CLUSTER", "INFO"])?;
+            if info.contains("role:master") && state.contains("cluster_state:ok") {
+                return Ok(replica);
+            }
+            if !forced && start.elapsed() > Duration::from_secs(6) {
+                self.nodes[replica].cli(&["CLUSTER", "FAILOVER", "TAKEOVER"])?;
+                forced = true;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(FixtureError::NotReady("replica not promoted".into()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn parse_node(line: &str) -> Option<NodeInfo> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() < 8 {
+        return None;
+    }
+    let addr = f[1].split('@').next()?;
+    let port = addr.rsplit(':').next()?.parse().ok()?;
+    let flags = f[2];
+    let failed = flags.contains("fail") && !flags.contains("fail?");
+    let slots = f[8..]
+        .iter()
+        .filter(|s| !s.starts_with('['))
+        .filter_map(|s| match s.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+            None => s.parse().ok().map(|x| (x, x)),
+        })
+        .collect();
+    Some(NodeInfo {
+        id: f[0].to_owned(),
+        port,
+        master: flags.contains("master") && !failed,
+        failed,
+        master_id: (f[3] != "-").then(|| f[3].to_owned()),
+        slots,
+    })
+}

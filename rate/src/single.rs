@@ -1,0 +1,117 @@
+//! One limit shared by every caller (a whole service, one upstream, ...).
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::{Limiter, Mode};
+use crate::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A single rate limit over any [`Limiter`], safe to share between threads
+/// (the state sits behind a short lock), with peek, refunds, run-time
+/// reconfiguration and a shadow (dry-run) mode.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_limits::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let limiter = RateLimiter::with_clock(
+///     Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap())),
+///     clock.clone(),
+/// );
+/// assert!(limiter.check().is_allowed());
+/// assert!(limiter.peek_n(1).unwrap().is_allowed()); // peeking spends nothing
+/// assert!(limiter.check().is_allowed());
+/// assert!(!limiter.check().is_allowed());
+/// limiter.refund(1); // the last request was not served after all
+/// assert!(limiter.check().is_allowed());
+/// clock.advance(Duration::from_millis(500));
+/// assert!(limiter.check().is_allowed());
+/// ```
+#[derive(Debug)]
+pub struct RateLimiter<L: Limiter, C = MonotonicClock> {
+    clock: C,
+    inner: Mutex<(L, L::State)>,
+    shadow: AtomicBool,
+}
+
+impl<L: Limiter> RateLimiter<L, MonotonicClock> {
+    /// A limiter on the monotonic clock.
+    pub fn new(limiter: L) -> Self {
+        Self::with_clock(limiter, MonotonicClock::new())
+    }
+}
+
+impl<L: Limiter, C: Clock> RateLimiter<L, C> {
+    /// A limiter reading time from `clock`.
+    pub fn with_clock(limiter: L, clock: C) -> Self {
+        let state = limiter.new_state(clock.now_nanos());
+        Self {
+            clock,
+            inner: Mutex::new((limiter, state)),
+            shadow: AtomicBool::new(false),
+        }
+    }
+
+    /// Check one unit. One unit is always within a limiter's capacity.
+    pub fn check(&self) -> Decision {
+        match self.run(1, Mode::Consume) {
+            Ok(d) => d,
+            // Capacity is at least 1 for every algorithm (quotas are
+            // non-zero); answer a denial rather than panic regardless.
+            Err(_) => Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX),
+        }
+    }
+
+    /// Check `cost` units, spending them if allowed.
+    pub fn check_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(cost, Mode::Consume)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, without spending.
+    pub fn peek_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(cost, Mode::Peek)
+    }
+
+    /// Give back `cost` units spent earlier.
+    pub fn refund(&self, cost: u32) {
+        let now = self.clock.now_nanos();
+        let mut inner = self.inner.lock();
+        let (limiter, state) = &mut *inner;
+        limiter.refund(state, now, cost);
+    }
+
+    /// Replace the algorithm (e.g. with a new quota) keeping what has been
+    /// spent, so a change never grants a fresh burst.
+    pub fn replace(&self, limiter: L) {
+        self.inner.lock().0 = limiter;
+    }
+
+    /// In shadow mode every request is allowed, but decisions still say
+    /// whether it conformed ([`Decision::is_conforming`]) and state evolves
+    /// exactly as when enforcing, so the mode can be switched at any time.
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shadow.store(shadow, Ordering::Relaxed);
+    }
+
+    /// Whether shadow mode is on.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow.load(Ordering::Relaxed)
+    }
+
+    fn run(&self, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
+        let now = self.clock.now_nanos();
+        let decision = {
+            let mut inner = self.inner.lock();
+            let (limiter, state) = &mut *inner;
+            limiter.check(state, now, cost, mode)?
+        };
+        Ok(if self.is_shadow() {
+            decision.shadowed()
+        } else {
+            decision
+        })
+    }
+}

@@ -1,0 +1,276 @@
+//! One GCRA limit per key in bounded memory: theoretical arrival times kept
+//! in a count-min-style sketch.
+//!
+//! # Design
+//!
+//! Every key maps (through `weir_limits::sketch::Locator`, one hash) to
+//! `hashes` cells of an array of `AtomicU64` timestamps. A key's TAT is
+//! read as the **minimum** of its cells, and an allowed request raises
+//! **every** cell of the key to at least the key's new TAT (`fetch_max`).
+//! Each cell therefore stays at or above the TAT of every key that maps to
+//! it, so the estimate of a key's TAT is never below its true TAT: a
+//! colliding key can only make a key **stricter**, never looser. With unit
+//! costs, a key is never allowed more than the exact keyed limiter would
+//! allow it on the same requests (greedy GCRA admits the most requests of
+//! any conforming admission, and the sketch's admissions conform); the
+//! property test `sketch_never_allows_more_than_exact` checks it.
+//!
+//! Concurrent requests stay exact for the key itself: a request reads the
+//! cells, raises every cell but its minimum one, and commits with a
+//! compare-and-swap on the minimum cell (retrying if that cell moved).
+//! Since every request of a key raises all of its cells before committing,
+//! a request that commits later cannot have read a value below the earlier
+//! commit's TAT; a failed attempt leaves its raises behind, which can only
+//! make colliding keys stricter. The loom models check both cases.
+//!
+//! # Trade-off against the exact [`KeyedLimiter`](crate::KeyedLimiter)
+//!
+//! * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
+//!   keys; the exact map grows with the keys active within a window.
+//! * Wrong denials: a key is over-limited when all of its cells are shared
+//!   with keys that spent recently. This grows with the number of keys
+//!   active at once per cell; size the sketch so that `slots` is well above
+//!   the number of keys active within `burst · T` (the bench report measures
+//!   the wrong-denial rate for its sizes).
+//! * No refunds: lowering a shared cell could loosen another key.
+
+use crate::algorithms::{Gcra, Step, gcra_step};
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::{Decision, NeverAllowed};
+use crate::limiter::Mode;
+use crate::quota::Quota;
+use crate::sync::{AtomicU64, Mutex, Ordering, fence};
+use std::hash::Hash;
+use std::sync::atomic::AtomicBool;
+use weir_limits::ConfigError;
+use weir_limits::sketch::{Layout, Locator};
+
+/// The GCRA parameters behind a sequence lock, so the hot path reads them
+/// with plain loads and a reconfiguration is never seen half done.
+struct Params {
+    seq: AtomicU64,
+    limit: AtomicU64,
+    burst: AtomicU64,
+    window: AtomicU64,
+    interval: AtomicU64,
+    tolerance: AtomicU64,
+    writer: Mutex<()>,
+}
+
+impl Params {
+    fn new(gcra: &Gcra) -> Self {
+        let q = gcra.quota();
+        Self {
+            seq: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::from(q.limit())),
+            burst: AtomicU64::new(u64::from(q.burst())),
+            window: AtomicU64::new(q.window_nanos()),
+            interval: AtomicU64::new(gcra.interval_nanos()),
+            tolerance: AtomicU64::new(gcra.tolerance_nanos()),
+            writer: Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    fn read(&self) -> Gcra {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let limit = self.limit.load(Ordering::Relaxed);
+                let burst = self.burst.load(Ordering::Relaxed);
+                let window = self.window.load(Ordering::Relaxed);
+                let interval = self.interval.load(Ordering::Relaxed);
+                let tolerance = self.tolerance.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    if let Some(quota) = rebuild(limit, burst, window) {
+                        return Gcra::from_parts(quota, interval, tolerance);
+                    }
+                }
+            }
+            spin();
+        }
+    }
+
+    fn write(&self, gcra: &Gcra) {
+        let _writer = self.writer.lock();
+        let q = gcra.quota();
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.limit.store(u64::from(q.limit()), Ordering::Relaxed);
+        self.burst.store(u64::from(q.burst()), Ordering::Relaxed);
+        self.window.store(q.window_nanos(), Ordering::Relaxed);
+        self.interval
+            .store(gcra.interval_nanos(), Ordering::Relaxed);
+        self.tolerance
+            .store(gcra.tolerance_nanos(), Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn rebuild(limit: u64, burst: u64, window: u64) -> Option<Quota> {
+    let quota = Quota::new(
+        u32::try_from(limit).ok()?,
+        std::time::Duration::from_nanos(window),
+    )
+    .ok()?;
+    quota.try_burst(u32::try_from(burst).ok()?).ok()
+}
+
+#[inline]
+fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// A per-key GCRA limiter in fixed memory; see the [module docs](self) for
+/// the guarantees and the trade-off.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_limits::clock::ManualClock;
+/// use weir_limits::sketch::{Layout, Locator};
+/// use weir_rate::{Quota, SketchLimiter};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
+/// let locator = Locator::with_seed(4, 4096, Layout::Rows, 7).unwrap();
+/// let limiter = SketchLimiter::with_locator(quota, locator, ManualClock::new());
+/// assert_eq!(limiter.memory_bytes(), 4 * 4096 * 8);
+/// assert!(limiter.check(&10u32).is_allowed());
+/// assert!(limiter.check(&10u32).is_allowed());
+/// assert!(!limiter.check(&10u32).is_allowed());
+/// assert!(limiter.check(&11u32).is_allowed());
+/// ```
+pub struct SketchLimiter<C = MonotonicClock> {
+    locator: Locator,
+    cells: Box<[AtomicU64]>,
+    params: Params,
+    clock: C,
+    shadow: AtomicBool,
+}
+
+impl SketchLimiter<MonotonicClock> {
+    /// A sketch of `hashes × slots` cells (classic rows layout, random
+    /// seed) on the monotonic clock.
+    pub fn new(quota: Quota, hashes: usize, slots: usize) -> Result<Self, ConfigError> {
+        let locator = Locator::new(hashes, slots, Layout::Rows)?;
+        Ok(Self::with_locator(quota, locator, MonotonicClock::new()))
+    }
+}
+
+impl<C: Clock> SketchLimiter<C> {
+    /// A limiter whose cells are placed by `locator`, reading `clock`.
+    pub fn with_locator(quota: Quota, locator: Locator, clock: C) -> Self {
+        let cells = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
+        Self {
+            locator,
+            cells,
+            params: Params::new(&Gcra::new(quota)),
+            clock,
+            shadow: AtomicBool::new(false),
+        }
+    }
+
+    /// Bytes of cell memory (fixed for the limiter's life).
+    pub fn memory_bytes(&self) -> usize {
+        self.cells.len() * std::mem::size_of::<u64>()
+    }
+
+    /// Check one unit for `key`.
+    #[inline]
+    pub fn check<K: Hash + ?Sized>(&self, key: &K) -> Decision {
+        self.run(key, 1, Mode::Consume)
+            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+    }
+
+    /// Check `cost` units for `key`, spending them if allowed.
+    pub fn check_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(key, cost, Mode::Consume)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, without spending.
+    pub fn peek_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.run(key, cost, Mode::Peek)
+    }
+
+    /// Change the quota for every key. Stored TATs are kept: what was spent
+    /// stays spent (as time), so no key gains a burst.
+    pub fn set_quota(&self, quota: Quota) {
+        self.params.write(&Gcra::new(quota));
+    }
+
+    /// The quota in force.
+    pub fn quota(&self) -> Quota {
+        self.params.read().quota()
+    }
+
+    /// Shadow (dry-run) mode, as for [`RateLimiter::set_shadow`](crate::RateLimiter::set_shadow).
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shadow
+            .store(shadow, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn run<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        let gcra = self.params.read();
+        let capacity = gcra.quota().burst();
+        if cost > capacity {
+            return Err(NeverAllowed { cost, capacity });
+        }
+        let location = self.locator.locate(key);
+        let now = self.clock.now_nanos();
+        let decision = loop {
+            let (mut min, mut at) = (u64::MAX, 0);
+            for cell in location.iter() {
+                let v = self.cells[cell].load(Ordering::Relaxed);
+                if v < min {
+                    (min, at) = (v, cell);
+                }
+            }
+            let step = gcra_step(
+                min,
+                now,
+                cost,
+                gcra.interval_nanos(),
+                gcra.tolerance_nanos(),
+            );
+            let Step::Allow(new) = step else {
+                break gcra.decide(now, cost, &step);
+            };
+            if mode == Mode::Peek {
+                break gcra.decide(now, cost, &step);
+            }
+            for cell in location.iter() {
+                if cell != at {
+                    self.cells[cell].fetch_max(new, Ordering::SeqCst);
+                }
+            }
+            if self.cells[at]
+                .compare_exchange(min, new, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                break gcra.decide(now, cost, &step);
+            }
+            spin();
+        };
+        Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
+            decision.shadowed()
+        } else {
+            decision
+        })
+    }
+}
+
+impl<C> std::fmt::Debug for SketchLimiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SketchLimiter")
+            .field("cells", &self.cells.len())
+            .finish_non_exhaustive()
+    }
+}
