@@ -155,10 +155,9 @@ where
                 drop(guard.take());
                 if *shadow_exceeded {
                     if let Ok(response) = &mut result {
-                        response.headers_mut().insert(
-                            "x-inflight-exceeded",
-                            http::HeaderValue::from_static("1"),
-                        );
+                        response
+                            .headers_mut()
+                            .insert("x-inflight-exceeded", http::HeaderValue::from_static("1"));
                     }
                 }
                 Poll::Ready(result)
@@ -180,7 +179,10 @@ mod tests {
     use tower::ServiceExt;
 
     /// A service that answers 200 once a permit is released.
-    fn gated(gate: Arc<Semaphore>) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone {
+    fn gated(
+        gate: Arc<Semaphore>,
+    ) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+    {
         tower::service_fn(move |_req: Request<()>| {
             let gate = Arc::clone(&gate);
             async move {
@@ -203,7 +205,11 @@ mod tests {
         let refused = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
-        assert_eq!(layer.inflight().get(&()), 2, "a refusal must not stay counted");
+        assert_eq!(
+            layer.inflight().get(&()),
+            2,
+            "a refusal must not stay counted"
+        );
 
         gate.add_permits(2);
         assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
@@ -253,7 +259,8 @@ mod tests {
         let response = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let mut req = Request::new(());
-        req.extensions_mut().insert(PeerAddr("127.0.0.1:9".parse().unwrap()));
+        req.extensions_mut()
+            .insert(PeerAddr("127.0.0.1:9".parse().unwrap()));
         assert_eq!(service.oneshot(req).await.unwrap().status(), StatusCode::OK);
     }
 }

@@ -119,7 +119,13 @@ impl<B> KeyExtractor<B> for ForwardedIp {
             return Some(peer);
         }
         let mut client = peer;
-        for value in request.headers().get_all("x-forwarded-for") {
+        // Several header lines form one list in order; the last is the newest.
+        let values: Vec<_> = request
+            .headers()
+            .get_all("x-forwarded-for")
+            .iter()
+            .collect();
+        for value in values.into_iter().rev() {
             let Ok(text) = value.to_str() else {
                 return Some(client);
             };
@@ -156,10 +162,14 @@ impl IpNet {
     /// Whether `ip` is inside this network.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                prefix_eq(u128::from(u32::from(net)) << 96, u128::from(u32::from(ip)) << 96, self.prefix)
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(
+                u128::from(u32::from(net)) << 96,
+                u128::from(u32::from(ip)) << 96,
+                self.prefix,
+            ),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(u128::from(net), u128::from(ip), self.prefix)
             }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(u128::from(net), u128::from(ip), self.prefix),
             _ => false,
         }
     }

@@ -20,5 +20,7 @@ mod ratelimit;
 mod response;
 
 pub use inflight::{InflightFuture, InflightLayer, InflightService, OVERLOADED};
-pub use key::{ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp};
+pub use key::{
+    ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
+};
 pub use ratelimit::{KeyedCheck, RateLimitFuture, RateLimitLayer, RateLimitService};

@@ -174,7 +174,9 @@ impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
     }
 }
 
-impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitService<S, Ch, X, B> {
+impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug
+    for RateLimitService<S, Ch, X, B>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
@@ -190,11 +192,11 @@ impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: 'static,
+    S::Error: Send + 'static,
     Ch: KeyedCheck<X::Key>,
     X: KeyExtractor<B>,
     B: Send + 'static,
-    ResBody: Default + 'static,
+    ResBody: Default + Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -290,25 +292,39 @@ mod tests {
     use tower::ServiceExt;
     use weir_limits::clock::ManualClock;
 
-    fn hello() -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone + Send + 'static {
-        tower::service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new("hello".to_string())) })
+    fn hello()
+    -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static {
+        tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new("hello".to_string()))
+        })
     }
 
     fn per_minute(n: u32) -> (KeyedLimiter<(), FixedWindow, ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let quota = Quota::per_minute(NonZeroU32::new(n).unwrap());
-        (KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone()), clock)
+        (
+            KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone()),
+            clock,
+        )
     }
 
     #[tokio::test]
     async fn allows_the_quota_then_answers_429_with_headers() {
         let (limiter, clock) = per_minute(3);
-        let service = RateLimitLayer::new(limiter, GlobalKey).policy_name("api").layer(hello());
+        let service = RateLimitLayer::new(limiter, GlobalKey)
+            .policy_name("api")
+            .layer(hello());
         for remaining in [2, 1, 0] {
             let response = service.clone().oneshot(Request::new(())).await.unwrap();
             assert_eq!(response.status(), StatusCode::OK);
             assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
-            assert_eq!(response.headers()["ratelimit"], format!("\"api\";r={remaining};t=60").as_str());
+            assert_eq!(
+                response.headers()["ratelimit"],
+                format!("\"api\";r={remaining};t=60").as_str()
+            );
             assert!(response.headers().get("retry-after").is_none());
         }
         let denied = service.clone().oneshot(Request::new(())).await.unwrap();
@@ -327,12 +343,20 @@ mod tests {
             .cost_fn(|req: &Request<()>| if req.uri().path() == "/heavy" { 6 } else { 1 })
             .layer(hello());
         let heavy = || Request::builder().uri("/heavy").body(()).unwrap();
-        assert_eq!(service.clone().oneshot(heavy()).await.unwrap().status(), StatusCode::OK);
-        assert_eq!(service.clone().oneshot(heavy()).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            service.clone().oneshot(heavy()).await.unwrap().status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            service.clone().oneshot(heavy()).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
         let light = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(light.status(), StatusCode::OK);
         let (limiter, _clock) = per_minute(2);
-        let service = RateLimitLayer::new(limiter, GlobalKey).cost_fn(|_: &Request<()>| 3).layer(hello());
+        let service = RateLimitLayer::new(limiter, GlobalKey)
+            .cost_fn(|_: &Request<()>| 3)
+            .layer(hello());
         let never = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(never.headers().get("retry-after").is_none());
@@ -342,7 +366,9 @@ mod tests {
     #[tokio::test]
     async fn shadow_mode_never_denies_but_marks() {
         let (limiter, _clock) = per_minute(1);
-        let service = RateLimitLayer::new(limiter, GlobalKey).shadow(true).layer(hello());
+        let service = RateLimitLayer::new(limiter, GlobalKey)
+            .shadow(true)
+            .layer(hello());
         let first = service.clone().oneshot(Request::new(())).await.unwrap();
         assert!(first.headers().get("x-ratelimit-shadow").is_none());
         let second = service.oneshot(Request::new(())).await.unwrap();
@@ -356,13 +382,45 @@ mod tests {
         let quota = Quota::per_minute(NonZeroU32::new(1).unwrap());
         let limiter = KeyedLimiter::with_clock(FixedWindow::new(quota), clock);
         let by_header = KeyFn::new(|req: &Request<()>| {
-            req.headers().get("x-user").and_then(|v| v.to_str().ok()).map(str::to_owned)
+            req.headers()
+                .get("x-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
         });
-        let service = RateLimitLayer::new(limiter, by_header).overload_status().layer(hello());
+        let service = RateLimitLayer::new(limiter, by_header)
+            .overload_status()
+            .layer(hello());
         let as_user = |u: &str| Request::builder().header("x-user", u).body(()).unwrap();
-        assert_eq!(service.clone().oneshot(as_user("a")).await.unwrap().status(), StatusCode::OK);
-        assert_eq!(service.clone().oneshot(as_user("b")).await.unwrap().status(), StatusCode::OK);
-        assert_eq!(service.clone().oneshot(as_user("a")).await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(service.oneshot(Request::new(())).await.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            service
+                .clone()
+                .oneshot(as_user("a"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            service
+                .clone()
+                .oneshot(as_user("b"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            service
+                .clone()
+                .oneshot(as_user("a"))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            service.oneshot(Request::new(())).await.unwrap().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }
