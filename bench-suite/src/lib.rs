@@ -7,8 +7,10 @@
 //! machine. Each area has one module that both the report and criterion use.
 
 pub mod alloc;
+pub mod hhh;
 pub mod limits;
 pub mod machine;
 pub mod plot;
+pub mod rate;
 pub mod report;
 pub mod workload;

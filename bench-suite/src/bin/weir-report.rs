@@ -36,6 +36,8 @@ fn main() {
     println!("{header}");
 
     weir_bench_suite::limits::run(&mut report);
+    weir_bench_suite::hhh::run(&mut report);
+    weir_bench_suite::rate::run(&mut report);
 
     let path = report.finish(&header).expect("write the report");
     if scale == Scale::Full {

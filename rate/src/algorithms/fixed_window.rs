@@ -42,6 +42,16 @@ impl FixedWindow {
         self.quota
     }
 
+    /// The units counted in the window holding `now_ns` (what the limit is
+    /// compared with), without changing the state.
+    pub fn estimate(&self, s: &FixedWindowState, now_ns: u64) -> f64 {
+        if now_ns.saturating_sub(s.start) >= self.quota.window_nanos() {
+            0.0
+        } else {
+            s.count as f64
+        }
+    }
+
     /// Roll to the window holding `now`; returns `now`, clamped to not
     /// before the current window.
     fn roll(&self, s: &mut FixedWindowState, now: u64) -> u64 {

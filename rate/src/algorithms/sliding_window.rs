@@ -84,6 +84,16 @@ impl SlidingWindow {
         self.sub
     }
 
+    /// The estimated units in the sliding window ending at `now_ns` (what
+    /// the limit is compared with), without changing the state.
+    pub fn estimate(&self, s: &SlidingWindowState, now_ns: u64) -> f64 {
+        let ahead = now_ns.saturating_sub(s.start);
+        let shift = usize::try_from(ahead / self.sub).unwrap_or(usize::MAX);
+        let pos = ahead % self.sub;
+        let (full, oldest) = self.parts(s, shift);
+        self.scaled(full, oldest, pos) as f64 / self.sub as f64
+    }
+
     fn n(&self) -> usize {
         self.counters as usize
     }

@@ -64,8 +64,7 @@ impl Default for PreAggregation {
 
 impl PreAggregation {
     pub(crate) fn validate(&self) -> Result<(), RedisLimitError> {
-        if self.lease < 2 || self.hot_after == 0 || self.max_age.is_zero() || self.max_keys == 0
-        {
+        if self.lease < 2 || self.hot_after == 0 || self.max_age.is_zero() || self.max_keys == 0 {
             return Err(RedisLimitError::Config(
                 "pre-aggregation needs lease >= 2, hot_after >= 1, a non-zero max_age and max_keys",
             ));

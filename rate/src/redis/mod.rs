@@ -180,6 +180,32 @@ where
     }
 }
 
+/// A [`KeyedLimiter`](crate::KeyedLimiter) keyed by `String` is the usual
+/// fallback: each instance then enforces its own quota on its own traffic.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::sync::Arc;
+/// use weir_rate::redis::{FailurePolicy, Fallback};
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// // 100 per second shared by 4 instances: 25 per instance while Redis is down.
+/// let local = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(25).unwrap())));
+/// assert!(local.check_n("k", 1).is_some_and(|d| d.is_allowed()));
+/// let policy = FailurePolicy::Local(Arc::new(local));
+/// # let _ = policy;
+/// ```
+impl<L, C> Fallback for crate::KeyedLimiter<String, L, C>
+where
+    L: crate::Limiter + Clone,
+    C: crate::clock::Clock,
+    crate::KeyedLimiter<String, L, C>: Send + Sync,
+{
+    fn check_n(&self, key: &str, cost: u32) -> Option<Decision> {
+        crate::KeyedLimiter::check_n(self, &key.to_owned(), cost).ok()
+    }
+}
+
 /// What callers get when Redis is slow, unreachable, or failing.
 #[derive(Clone, Default)]
 #[non_exhaustive]
@@ -426,7 +452,9 @@ impl Builder {
     /// runtime.
     pub async fn connect(self, target: Target) -> Result<RedisLimiter, RedisLimitError> {
         if self.prefix.contains(['{', '}']) {
-            return Err(RedisLimitError::Config("the key prefix contains `{` or `}`"));
+            return Err(RedisLimitError::Config(
+                "the key prefix contains `{` or `}`",
+            ));
         }
         if self.timeout.is_zero() {
             return Err(RedisLimitError::Config("a zero timeout"));
@@ -478,11 +506,8 @@ impl Builder {
             }
         };
         let connect_timeout = self.timeout.max(Duration::from_secs(1));
-        let conn = match tokio::time::timeout(
-            connect_timeout,
-            Conn::connect(&target, self.timeout),
-        )
-        .await
+        let conn = match tokio::time::timeout(connect_timeout, Conn::connect(&target, self.timeout))
+            .await
         {
             Ok(c) => c?,
             Err(_) => return Err(RedisLimitError::Timeout(connect_timeout)),
@@ -494,7 +519,9 @@ impl Builder {
             timeout: self.timeout,
             cluster: target.is_cluster(),
         });
-        let batcher = self.batching.map(|b| batch::Batcher::start(core.clone(), b));
+        let batcher = self
+            .batching
+            .map(|b| batch::Batcher::start(core.clone(), b));
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 core,
@@ -642,7 +669,10 @@ impl RedisLimiter {
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
         let capacity = self.inner.algorithm.capacity(&self.inner.quota);
         if cost > capacity {
-            return Err(RedisLimitError::NeverAllowed(NeverAllowed { cost, capacity }));
+            return Err(RedisLimitError::NeverAllowed(NeverAllowed {
+                cost,
+                capacity,
+            }));
         }
         let raw = self.raw(key, cost).await?;
         Ok(self.decision(raw))
@@ -686,7 +716,8 @@ impl RedisLimiter {
                 }
             }
             Err(_) => {
-                let until = inner.epoch.elapsed().as_nanos() as u64 + inner.backoff.as_nanos() as u64;
+                let until =
+                    inner.epoch.elapsed().as_nanos() as u64 + inner.backoff.as_nanos() as u64;
                 inner.down_until.store(until.max(1), Ordering::Relaxed);
             }
         }
@@ -739,9 +770,5 @@ impl RedisLimiter {
     pub fn is_backing_off(&self) -> bool {
         let down = self.inner.down_until.load(Ordering::Relaxed);
         down != 0 && (self.inner.epoch.elapsed().as_nanos() as u64) < down
-    }
-
-    pub(crate) fn core(&self) -> &Core {
-        &self.inner.core
     }
 }

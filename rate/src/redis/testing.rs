@@ -387,9 +387,8 @@ impl RedisCluster {
             .nodes
             .iter()
             .filter(|n| {
-                n.cli(&["INFO", "replication"]).is_ok_and(|s| {
-                    s.contains("role:slave") && s.contains("master_link_status:up")
-                })
+                n.cli(&["INFO", "replication"])
+                    .is_ok_and(|s| s.contains("role:slave") && s.contains("master_link_status:up"))
             })
             .count();
         synced >= want
@@ -402,14 +401,14 @@ impl RedisCluster {
 
     /// `CLUSTER NODES` as seen by the first running node.
     pub fn topology(&mut self) -> Result<Vec<NodeInfo>, FixtureError> {
-        let text = {
-            let node = self
-                .nodes
-                .iter_mut()
-                .find(|n| n.is_running())
-                .ok_or_else(|| FixtureError::NotReady("no node running".into()))?;
-            node.cli(&["CLUSTER", "NODES"])?
-        };
+        let mut text = None;
+        for node in &mut self.nodes {
+            if node.is_running() {
+                text = Some(node.cli(&["CLUSTER", "NODES"])?);
+                break;
+            }
+        }
+        let text = text.ok_or_else(|| FixtureError::NotReady("no node running".into()))?;
         Ok(text.lines().filter_map(parse_node).collect())
     }
 

@@ -1,0 +1,77 @@
+//! The gateway's application: routes and the two weir layers. Shared by the
+//! example's `main.rs` and by `rate/tests/gateway.rs`, which drives it over
+//! real loopback HTTP.
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::routing::get;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_rate::http::{InflightLayer, KeyFn, RateLimitLayer};
+use weir_rate::{Gcra, KeyedLimiter, Quota};
+
+/// What the gateway enforces.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Requests allowed per client IP per `window` (GCRA, burst = limit).
+    pub limit: NonZeroU32,
+    /// The rate window.
+    pub window: Duration,
+    /// Requests in progress at once per route before 503.
+    pub max_inflight: u32,
+    /// Count and report, never deny.
+    pub shadow: bool,
+    /// How long `/slow` takes to answer (an origin in trouble).
+    pub slow_origin: Duration,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            limit: NonZeroU32::new(100).expect("non-zero"),
+            window: Duration::from_secs(60),
+            max_inflight: 64,
+            shadow: false,
+            slow_origin: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The client IP as axum's `ConnectInfo` recorded it.
+fn client_ip<B>(request: &Request<B>) -> Option<IpAddr> {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+}
+
+/// The router with its limits: per-IP rate limit outside (429), per-route
+/// in-flight limit inside (503), so a slow origin sheds load before it
+/// piles up, and a refused request is not charged to the in-flight count.
+pub fn router(config: &GatewayConfig) -> Router {
+    let quota = Quota::new(config.limit.get(), config.window)
+        .expect("a non-zero limit over a non-zero window");
+    let per_ip = Arc::new(KeyedLimiter::new(Gcra::new(quota)));
+    let rate = RateLimitLayer::shared(per_ip, KeyFn::new(client_ip))
+        .policy_name("per-ip")
+        .cost_fn(|req: &Request<axum::body::Body>| if req.uri().path() == "/heavy" { 5 } else { 1 })
+        .shadow(config.shadow);
+    let per_route = KeyFn::new(|req: &Request<axum::body::Body>| Some(req.uri().path().to_owned()));
+    let inflight = InflightLayer::new(per_route, config.max_inflight).shadow(config.shadow);
+    let slow = config.slow_origin;
+    Router::new()
+        .route("/", get(|| async { "hello from behind weir\n" }))
+        .route("/heavy", get(|| async { "an expensive answer\n" }))
+        .route(
+            "/slow",
+            get(move || async move {
+                tokio::time::sleep(slow).await;
+                "finally\n"
+            }),
+        )
+        .layer(inflight)
+        .layer(rate)
+}

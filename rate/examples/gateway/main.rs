@@ -1,0 +1,49 @@
+//! An API gateway in front of a toy origin, limited by weir:
+//!
+//! * per client IP, a GCRA rate limit: 429 with `Retry-After` and the IETF
+//!   `RateLimit-Policy` / `RateLimit` fields (on every response);
+//! * per route, an in-flight limit (pingora's per-origin connection limit):
+//!   503 when the origin is too slow to keep up.
+//!
+//! ```sh
+//! cargo run -p weir-rate --features tower --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
+//! curl -i http://127.0.0.1:3000/
+//! ```
+
+mod app;
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: gateway [ADDR] [--limit N] [--window SECS] [--inflight N] [--slow MS] [--shadow]"
+    );
+    std::process::exit(2)
+}
+
+fn parse<T: std::str::FromStr>(value: Option<String>) -> T {
+    value.and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let mut config = app::GatewayConfig::default();
+    let mut addr: SocketAddr = "127.0.0.1:3000".parse().expect("valid address");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--limit" => config.limit = parse::<NonZeroU32>(args.next()),
+            "--window" => config.window = Duration::from_secs(parse::<u64>(args.next()).max(1)),
+            "--inflight" => config.max_inflight = parse(args.next()),
+            "--slow" => config.slow_origin = Duration::from_millis(parse(args.next())),
+            "--shadow" => config.shadow = true,
+            other => addr = other.parse().unwrap_or_else(|_| usage()),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("gateway listening on http://{} with {config:?}", listener.local_addr()?);
+    let app = app::router(&config).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app).await
+}
