@@ -1,1 +1,121 @@
-//! weir-timeout (being built).
+//! Cheap async timeouts for services that arm millions of them a second and
+//! cancel almost all of them.
+//!
+//! ```
+//! use std::time::Duration;
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! match weir_timeout::timeout(Duration::from_secs(5), async { 42 }).await {
+//!     Ok(v) => assert_eq!(v, 42),
+//!     Err(elapsed) => panic!("{elapsed}"),
+//! }
+//! # });
+//! ```
+//!
+//! # Design
+//!
+//! A proxy's timeouts are almost never reached: a read, a write, a handshake
+//! each arm one, the I/O completes, the timer is thrown away. So everything is
+//! arranged to make arming and cancelling cheap and to push the cost into
+//! the rare firing:
+//!
+//! - **Lazy.** A [`Timeout`] polls its future first and arms nothing if it is
+//!   ready. The clock is read only when a timer is armed.
+//! - **Quantised and shared.** Deadlines are rounded *up* to a tick (10 ms by
+//!   default, per [`TimerManager`] otherwise), so never early, and every
+//!   waiter of one tick on one thread shares one timer: arming stores a waker
+//!   in that tick's slot vector, cancelling clears the slot. Each thread
+//!   caches the tick it used last, so under load arming is a clock read, a
+//!   compare and one short uncontended lock.
+//! - **Per-thread tables, one sweeper.** Each worker has its own table, so
+//!   arming never waits on another worker. One sweeper thread per manager
+//!   sleeps until the earliest armed tick starts, fires what is due, and
+//!   parks with no timeout when nothing is armed.
+//!
+//! It fixes pingora-timeout's known faults (each has a test): no lost
+//! wake-up between checking and arming (the fired flag and the wakers share
+//! a lock, modelled with loom), tokio's paused test clock is honoured (the
+//! timer defers to tokio's when the runtime's clock is paused), lateness is
+//! at most one tick plus wake-up noise (the sweeper wakes at tick starts, not
+//! on a fixed beat), no wake-ups and no thread while idle, a tick's timer is
+//! freed as soon as its last waiter goes, `Duration::MAX` saturates and zero
+//! fires at once, and a forked child gets a working sweeper at once.
+//!
+//! Below roughly a hundred timeouts a second none of this matters and
+//! `tokio::time::timeout` is just as good.
+
+#[cfg(not(loom))]
+mod clock;
+#[cfg(not(loom))]
+mod future;
+#[cfg(not(loom))]
+mod manager;
+
+mod bucket;
+mod sync;
+
+#[cfg(not(loom))]
+pub use future::{Elapsed, Sleep, Timeout, sleep, timeout};
+#[cfg(not(loom))]
+pub use manager::{
+    DEFAULT_RESOLUTION, InvalidResolution, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
+};
+
+/// Stop the global manager's sweeper before `fork()`; see
+/// [`TimerManager::pause_for_fork`].
+#[cfg(not(loom))]
+pub fn pause_for_fork() {
+    TimerManager::global().pause_for_fork();
+}
+
+/// Resume the global manager after `fork()`, in parent and child; see
+/// [`TimerManager::unpause`].
+#[cfg(not(loom))]
+pub fn unpause() {
+    TimerManager::global().unpause();
+}
+
+/// The shared-timer protocol, exposed only to the loom models.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_model {
+    pub use crate::bucket::Release;
+
+    /// A tick's shared timer.
+    #[derive(Debug)]
+    pub struct Bucket(crate::bucket::Bucket);
+
+    impl Bucket {
+        /// A bucket in its table, not cached.
+        pub fn new() -> Self {
+            Self(crate::bucket::Bucket::new(1, false))
+        }
+        /// Subscribe; `None` if already fired.
+        pub fn register(&self, waker: &std::task::Waker) -> Option<u32> {
+            self.0.register(waker)
+        }
+        /// Re-poll: `true` if fired.
+        pub fn poll_slot(&self, slot: u32, waker: &std::task::Waker) -> bool {
+            self.0.poll_slot(slot, waker)
+        }
+        /// Cancel.
+        pub fn cancel(&self, slot: u32) -> Release {
+            self.0.cancel(slot).0
+        }
+        /// Second half of an unlink; `remove` takes the bucket out of its
+        /// table (the caller holds the table's lock). Returns whether to free.
+        pub fn finish_unlink(&self, remove: impl FnOnce()) -> bool {
+            self.0.finish_unlink(remove).1
+        }
+        /// Fire; returns the wakers and whether to free.
+        pub fn fire(&self) -> (Vec<std::task::Waker>, bool) {
+            let (w, _, free) = self.0.fire();
+            (w, free)
+        }
+    }
+
+    impl Default for Bucket {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! One tick's shared timer.
+//!
+//! Every waiter whose deadline rounds up to the same tick on the same worker
+//! thread subscribes to one [`Bucket`]. Subscribing stores the waiter's waker
+//! in a slot of the bucket, so firing the tick is one pass over one vector and
+//! cancelling is one slot write: no per-waiter allocation, no per-waiter
+//! reference count, no intrusive list to unlink.
+//!
+//! # Why one lock, held for a few instructions
+//!
+//! pingora's shared timer is a flag plus a `Notify`: a waiter checks the flag,
+//! then arms the notification, and a tick fired between the two is missed.
+//! Here the fired flag and the wakers live under the same lock, so
+//! "check fired, store waker" and "set fired, take wakers" are each atomic
+//! with respect to the other: either the sweeper sees the waker and wakes it,
+//! or the waiter sees the flag and completes. The loom model in
+//! `tests/loom.rs` checks exactly that. A separate atomic copy of the flag
+//! lets an already-armed waiter that is re-polled see "fired" without taking
+//! the lock.
+//!
+//! # Lifetime without `Arc`
+//!
+//! A bucket is kept alive by three kinds of holder, all counted under its
+//! lock: its entry in the owning thread's table (`in_table`), that thread's
+//! one-entry cache of "the bucket I used last" (`cached`), and each live
+//! registration (`live`). When all three are gone the last one frees it. So a
+//! tick whose waiters were all cancelled is freed at once (pingora keeps it
+//! until its deadline), memory is bounded by live waiters plus one cached
+//! bucket per thread, and the common path (same tick as last time, on the
+//! owning thread) touches no reference count at all.
+
+use crate::sync::{AtomicBool, Lock, Ordering};
+use std::task::Waker;
+
+/// A tick's shared timer: the wakers of everyone waiting for that tick.
+#[derive(Debug)]
+pub(crate) struct Bucket {
+    /// The tick this bucket fires at (ticks since the manager's origin).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) tick: u64,
+    /// Copy of `State::fired`, readable without the lock.
+    fired: AtomicBool,
+    state: Lock<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    fired: bool,
+    /// Registrations that still hold this bucket (armed or already fired).
+    live: usize,
+    /// The owning thread's table still maps `tick` to this bucket.
+    in_table: bool,
+    /// The owning thread's cache points at this bucket.
+    cached: bool,
+    /// One waker per armed waiter; `None` marks a free slot.
+    slots: Vec<Option<Waker>>,
+    /// Indices of free slots, reused before the vector grows.
+    free: Vec<u32>,
+    /// Cancellations not yet added to the table's counter.
+    cancelled: u64,
+}
+
+/// What the caller must do after dropping a hold on a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Others still hold the bucket.
+    Keep,
+    /// That was the last hold: free the bucket (it is no longer in any table).
+    Free,
+    /// The caller is the last registration of a bucket still in its table and
+    /// not cached: take the table's lock and call [`Bucket::finish_unlink`].
+    /// The caller's registration still counts until then.
+    Unlink,
+}
+
+impl Bucket {
+    /// A new bucket for `tick`, entered in its table and, if `cached`, in the
+    /// owner's cache.
+    pub(crate) fn new(tick: u64, cached: bool) -> Self {
+        Self {
+            tick,
+            fired: AtomicBool::new(false),
+            state: Lock::new(State {
+                fired: false,
+                live: 0,
+                in_table: true,
+                cached,
+                slots: Vec::new(),
+                free: Vec::new(),
+                cancelled: 0,
+            }),
+        }
+    }
+
+    /// Subscribe a waiter. Returns its slot, or `None` if the tick has
+    /// already fired (the deadline has passed: the waiter is elapsed and
+    /// holds nothing).
+    #[inline]
+    pub(crate) fn register(&self, waker: &Waker) -> Option<u32> {
+        let mut st = self.state.lock();
+        if st.fired {
+            return None;
+        }
+        st.live += 1;
+        let waker = waker.clone();
+        let slot = match st.free.pop() {
+            Some(slot) => {
+                st.slots[slot as usize] = Some(waker);
+                slot
+            }
+            None => {
+                let slot = u32::try_from(st.slots.len()).expect("fewer than 2^32 waiters per tick");
+                st.slots.push(Some(waker));
+                slot
+            }
+        };
+        Some(slot)
+    }
+
+    /// Whether the tick has fired, without the lock. `Acquire` pairs with the
+    /// sweeper's `Release` store so a waiter that sees `true` also sees
+    /// everything the sweeper did before firing.
+    #[inline]
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// Re-poll of an armed waiter: returns `true` if the tick fired,
+    /// otherwise makes sure the stored waker is the current one.
+    pub(crate) fn poll_slot(&self, slot: u32, waker: &Waker) -> bool {
+        if self.is_fired() {
+            return true;
+        }
+        let mut st = self.state.lock();
+        if st.fired {
+            return true;
+        }
+        let stored = &mut st.slots[slot as usize];
+        match stored {
+            Some(w) if w.will_wake(waker) => {}
+            _ => {
+                let old = stored.replace(waker.clone());
+                drop(st);
+                drop(old);
+            }
+        }
+        false
+    }
+
+    /// Drop a registration. Returns the waker to drop (after the lock is
+    /// released) and what else the caller must do.
+    #[inline]
+    pub(crate) fn cancel(&self, slot: u32) -> (Release, Option<Waker>) {
+        let mut st = self.state.lock();
+        let mut waker = None;
+        if !st.fired {
+            waker = st.slots[slot as usize].take();
+            st.free.push(slot);
+            st.cancelled += 1;
+            if st.live == 1 && st.in_table && !st.cached {
+                return (Release::Unlink, waker);
+            }
+        }
+        st.live -= 1;
+        (st.release_decision(), waker)
+    }
+
+    /// Second half of [`Release::Unlink`]; the caller holds the table lock
+    /// and `remove` takes this bucket out of the table. Returns the number
+    /// of cancellations to add to the table's counter and whether to free.
+    pub(crate) fn finish_unlink(&self, remove: impl FnOnce()) -> (u64, bool) {
+        let mut st = self.state.lock();
+        st.live -= 1;
+        if st.live == 0 && st.in_table && !st.cached && !st.fired {
+            remove();
+            st.in_table = false;
+        }
+        let cancelled = std::mem::take(&mut st.cancelled);
+        (cancelled, st.release_decision() == Release::Free)
+    }
+
+    /// Mark the bucket as the owner's cached one.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn set_cached(&self) {
+        self.state.lock().cached = true;
+    }
+
+    /// The owner's cache moves on; the caller holds the table lock and
+    /// `remove` takes this bucket out of the table. Returns the number of
+    /// cancellations to add to the table's counter and whether to free.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn uncache(&self, remove: impl FnOnce()) -> (u64, bool) {
+        let mut st = self.state.lock();
+        st.cached = false;
+        if st.live == 0 && st.in_table && !st.fired {
+            remove();
+            st.in_table = false;
+        }
+        let cancelled = std::mem::take(&mut st.cancelled);
+        (cancelled, st.release_decision() == Release::Free)
+    }
+
+    /// Fire the tick: the caller (the sweeper) has removed the bucket from
+    /// its table. Returns the wakers to wake (after the lock is released),
+    /// the cancellations to add to the table's counter, and whether to free.
+    pub(crate) fn fire(&self) -> (Vec<Waker>, u64, bool) {
+        let mut st = self.state.lock();
+        st.fired = true;
+        self.fired.store(true, Ordering::Release);
+        st.in_table = false;
+        st.free = Vec::new();
+        let wakers: Vec<Waker> = std::mem::take(&mut st.slots)
+            .into_iter()
+            .flatten()
+            .collect();
+        let cancelled = std::mem::take(&mut st.cancelled);
+        (wakers, cancelled, st.release_decision() == Release::Free)
+    }
+
+    /// (live registrations, armed waiters, pending cancellations), for metrics.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn stats(&self) -> (usize, usize, u64) {
+        let st = self.state.lock();
+        let armed = if st.fired {
+            0
+        } else {
+            st.slots.len() - st.free.len()
+        };
+        (st.live, armed, st.cancelled)
+    }
+}
+
+impl State {
+    fn release_decision(&self) -> Release {
+        if self.live == 0 && !self.in_table && !self.cached {
+            Release::Free
+        } else {
+            Release::Keep
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The futures: [`Timeout`] and [`Sleep`], both built on one lazily armed
+//! [`Timer`].
+//!
+//! A timer costs nothing until the first poll that would have to wait: the
+//! proxy's common case is a read that is already satisfied, and then no clock
+//! is read and no table is touched. Only when the inner future pends is the
+//! timer armed, and only then is the clock read, so a `Timeout` that is ready
+//! on its first poll costs one branch over the bare future.
+
+use crate::clock;
+use crate::manager::{Arm, Armed, Inner, TimerManager};
+use pin_project_lite::pin_project;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The error of a [`Timeout`] whose deadline passed before its future
+/// completed.
+///
+/// It converts into [`std::io::Error`] with kind
+/// [`TimedOut`](std::io::ErrorKind::TimedOut), so `?` works in I/O code:
+///
+/// ```
+/// use std::io;
+/// use weir_timeout::Elapsed;
+///
+/// let e: io::Error = Elapsed::new().into();
+/// assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Elapsed(());
+
+impl Elapsed {
+    /// An `Elapsed` error (for tests and adapters).
+    pub fn new() -> Self {
+        Self(())
+    }
+}
+
+impl fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+impl From<Elapsed> for std::io::Error {
+    fn from(e: Elapsed) -> Self {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, e)
+    }
+}
+
+/// Which manager a timer uses.
+#[derive(Debug)]
+enum Source {
+    Global,
+    Custom(Arc<Inner>),
+}
+
+impl Source {
+    #[inline]
+    fn inner(&self) -> &Arc<Inner> {
+        match self {
+            Source::Global => &TimerManager::global().inner,
+            Source::Custom(inner) => inner,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    /// Not armed yet.
+    Idle,
+    /// Subscribed to a tick's shared timer.
+    Armed(Armed),
+    /// The deadline has passed.
+    Elapsed,
+    /// Under a paused tokio clock: tokio's own timer, so virtual time rules.
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+}
+
+/// A lazily armed deadline `duration` after the first poll that waits.
+#[derive(Debug)]
+pub(crate) struct Timer {
+    duration: Duration,
+    source: Source,
+    state: State,
+}
+
+impl Timer {
+    fn new(duration: Duration, source: Source) -> Self {
+        Self {
+            duration,
+            source,
+            state: State::Idle,
+        }
+    }
+
+    /// `Ready` once the deadline has passed; otherwise the task behind `cx`
+    /// will be woken when it does.
+    #[inline]
+    fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.state {
+            State::Idle => self.arm(cx),
+            State::Armed(armed) => {
+                if self.source.inner().poll_armed(armed, cx.waker()) {
+                    self.finish();
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }
+            State::Elapsed => Poll::Ready(()),
+            State::Tokio(sleep) => sleep.as_mut().poll(cx),
+        }
+    }
+
+    #[inline]
+    fn arm(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.duration.is_zero() {
+            self.state = State::Elapsed;
+            return Poll::Ready(());
+        }
+        let inner = self.source.inner();
+        match inner.arm(clock::duration_ns(self.duration), cx.waker()) {
+            Arm::Armed(armed) => {
+                self.state = State::Armed(armed);
+                Poll::Pending
+            }
+            Arm::Elapsed => {
+                self.state = State::Elapsed;
+                Poll::Ready(())
+            }
+            Arm::UseTokio => {
+                self.state = State::Tokio(Box::pin(tokio::time::sleep(self.duration)));
+                self.poll_elapsed(cx)
+            }
+        }
+    }
+
+    /// The tick fired: give back the registration.
+    fn finish(&mut self) {
+        if let State::Armed(armed) = std::mem::replace(&mut self.state, State::Elapsed) {
+            self.source.inner().disarm(armed);
+        }
+    }
+
+    /// Whether the deadline is known to have passed, without registering.
+    fn has_elapsed(&self) -> bool {
+        match &self.state {
+            State::Idle => self.duration.is_zero(),
+            State::Armed(armed) => self.source.inner().armed_fired(armed),
+            State::Elapsed => true,
+            State::Tokio(sleep) => sleep.is_elapsed(),
+        }
+    }
+}
+
+impl Drop for Timer {
+    #[inline]
+    fn drop(&mut self) {
+        if let State::Armed(_) = &self.state {
+            self.finish();
+        }
+    }
+}
+
+pin_project! {
+    /// A future with a deadline, from [`timeout`](crate::timeout) or
+    /// [`TimerManager::timeout`].
+    ///
+    /// Each poll polls the inner future first, so a result that is ready is
+    /// returned even if the deadline has just passed, and a future that is
+    /// ready at once never arms a timer.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    #[derive(Debug)]
+    pub struct Timeout<F> {
+        #[pin]
+        future: F,
+        timer: Timer,
+    }
+}
+
+impl<F> Timeout<F> {
+    /// The inner future.
+    ///
+    /// ```
+    /// let t = weir_timeout::timeout(std::time::Duration::from_secs(1), std::future::ready(5));
+    /// let _inner: &std::future::Ready<i32> = t.get_ref();
+    /// ```
+    pub fn get_ref(&self) -> &F {
+        &self.future
+    }
+
+    /// The inner future, mutably.
+    pub fn get_mut(&mut self) -> &mut F {
+        &mut self.future
+    }
+
+    /// The inner future, pinned.
+    pub fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut F> {
+        self.project().future
+    }
+
+    /// Give up the deadline and take back the inner future (cancelling the
+    /// timer if it was armed).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let t = weir_timeout::timeout(std::time::Duration::from_secs(1), async { 5 });
+    /// assert_eq!(t.into_inner().await, 5);
+    /// # });
+    /// ```
+    pub fn into_inner(self) -> F {
+        self.future
+    }
+
+    /// Whether the deadline is known to have passed. `false` until the
+    /// timer is armed (the first poll at which the inner future waits).
+    pub fn is_elapsed(&self) -> bool {
+        self.timer.has_elapsed()
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.future.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        match this.timer.poll_elapsed(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed(()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A future that completes after a duration, from [`sleep`](crate::sleep) or
+/// [`TimerManager::sleep`].
+///
+/// The deadline is counted from the first poll and rounded up to the
+/// manager's tick: it never completes early and is late by at most one tick
+/// plus the sweeper's wake-up latency.
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+#[derive(Debug)]
+pub struct Sleep {
+    timer: Timer,
+}
+
+impl Sleep {
+    /// Whether the deadline is known to have passed.
+    pub fn is_elapsed(&self) -> bool {
+        self.timer.has_elapsed()
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.timer.poll_elapsed(cx)
+    }
+}
+
+/// Run `future` with a deadline `duration` away on the global manager
+/// (10 ms ticks).
+///
+/// The deadline is rounded up to the next tick and counted from the first
+/// poll at which `future` is not ready; a future that is ready at once never
+/// touches the timer. `Duration::ZERO` times out at the first poll that
+/// would wait; `Duration::MAX` (or anything past the year 2500) never does.
+///
+/// ```
+/// use std::time::Duration;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let fast = weir_timeout::timeout(Duration::from_millis(50), async { "done" }).await;
+/// assert_eq!(fast, Ok("done"));
+///
+/// let slow = weir_timeout::timeout(Duration::from_millis(20), std::future::pending::<()>()).await;
+/// assert!(slow.is_err());
+/// # });
+/// ```
+#[inline]
+pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
+    Timeout {
+        future,
+        timer: Timer::new(duration, Source::Global),
+    }
+}
+
+/// Wait for `duration` on the global manager (10 ms ticks).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let start = Instant::now();
+/// weir_timeout::sleep(Duration::from_millis(15)).await;
+/// assert!(start.elapsed() >= Duration::from_millis(15));
+/// # });
+/// ```
+#[inline]
+pub fn sleep(duration: Duration) -> Sleep {
+    Sleep {
+        timer: Timer::new(duration, Source::Global),
+    }
+}
+
+impl TimerManager {
+    /// [`timeout`](crate::timeout) on this manager.
+    pub fn timeout<F: Future>(&self, duration: Duration, future: F) -> Timeout<F> {
+        Timeout {
+            future,
+            timer: Timer::new(duration, Source::Custom(Arc::clone(&self.inner))),
+        }
+    }
+
+    /// [`sleep`](crate::sleep) on this manager.
+    pub fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep {
+            timer: Timer::new(duration, Source::Custom(Arc::clone(&self.inner))),
+        }
+    }
+}

@@ -1,0 +1,731 @@
+//! The timer manager: per-thread tables of shared timers and one sweeper.
+//!
+//! # Layout
+//!
+//! Each worker thread that arms a timer gets its own [`ThreadTable`]: a
+//! sorted map from tick to [`Bucket`] plus a one-entry cache of the bucket it
+//! used last. Only the owning thread inserts into its table, so registering
+//! never waits for another worker; the map's lock is shared only with the
+//! sweeper (once per sweep) and with the rare waiter dropped on a different
+//! thread from the one that armed it. Under steady load every waiter of the
+//! current tick finds its bucket in the cache and never touches the map.
+//!
+//! # The sweeper
+//!
+//! One thread per manager, started by the first timer ever armed (linking the
+//! crate or creating a manager starts nothing). It sleeps until the start of
+//! the earliest armed tick, not on a fixed 10 ms beat, so a timer is late by
+//! at most the rounding to its tick plus the thread's wake-up latency
+//! (pingora sleeps a full tick after each sweep, which adds up to a second
+//! tick). When no timer is armed it parks with no timeout: an idle process
+//! sees no wake-ups at all.
+//!
+//! Waking it is cheap and cannot be lost. `planned` holds the earliest tick
+//! the sweeper will wake for. A thread that creates a new bucket lowers it
+//! with `fetch_min` and unparks the sweeper only if it lowered it. The sweeper
+//! resets `planned` to "never" *before* it scans the tables and folds in what
+//! it found with `fetch_min` *after*: a bucket created after the sweeper's
+//! look at that table was created after the reset, so its `fetch_min` sees
+//! "never" (or a later tick) and unparks. `park`'s token makes an unpark
+//! that arrives before the park count.
+//!
+//! # fork()
+//!
+//! [`TimerManager::pause_for_fork`] stops the sweeper at a point where it
+//! holds no lock and waits for it to say so. In the child only the forking
+//! thread exists: [`TimerManager::unpause`] (or the first new tick armed in
+//! the child, which notices the process id changed) marks every other
+//! thread's table abandoned, so nothing ever waits on a lock a vanished thread
+//! held, and starts a fresh sweeper at once. pingora's child instead waits
+//! for a 2 s watchdog. Timers armed during the pause are kept and fire when
+//! due after `unpause`, never early.
+
+use crate::bucket::{Bucket, Release};
+use crate::clock::{self, Clock};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering,
+};
+use std::sync::{Arc, OnceLock, Weak};
+use std::task::Waker;
+use std::thread::{self, Thread};
+use std::time::Duration;
+use thread_local::ThreadLocal;
+
+/// The default tick: 10 ms, as in pingora.
+pub const DEFAULT_RESOLUTION: Duration = Duration::from_millis(10);
+
+/// Shortest tick a manager accepts.
+pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
+
+/// Longest tick a manager accepts.
+pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
+
+/// A bucket pointer in a table. The table owns the `in_table` hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BucketPtr(NonNull<Bucket>);
+
+// SAFETY: a `Bucket` is `Sync` (all its state is behind a lock or atomic) and
+// is freed only by whoever drops its last hold, so the pointer may be sent to
+// and used from any thread while a hold is kept.
+unsafe impl Send for BucketPtr {}
+
+/// Allocate a bucket and leak it into a raw pointer; freed by [`free_bucket`].
+fn new_bucket(tick: u64, cached: bool) -> NonNull<Bucket> {
+    NonNull::from(Box::leak(Box::new(Bucket::new(tick, cached))))
+}
+
+/// Free a bucket.
+///
+/// # Safety
+///
+/// `bucket` came from [`new_bucket`] and its last hold was just dropped (a
+/// `Release::Free` decision), so nothing can reach it any more.
+unsafe fn free_bucket(inner: &Inner, bucket: NonNull<Bucket>) {
+    inner.buckets_allocated.fetch_sub(1, Ordering::Relaxed);
+    // SAFETY: per the function's contract.
+    drop(unsafe { Box::from_raw(bucket.as_ptr()) });
+}
+
+/// One thread's timers.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadTable {
+    map: Mutex<BTreeMap<u64, BucketPtr>>,
+    /// The bucket this thread used last (holds a `cached` hold), or null.
+    /// Only the owning thread reads or writes it; the atomic is just a safe
+    /// `Cell` that is `Sync` (relaxed loads and stores are plain moves).
+    cache: AtomicPtr<Bucket>,
+    /// Owner-only memo of the tokio paused-clock check:
+    /// `2 + 2·(due tick when checked) + paused`, 0 when never checked.
+    tokio_check: AtomicU64,
+    fired: AtomicU64,
+    cancelled: AtomicU64,
+    /// Set in a forked child for tables of threads that did not survive.
+    abandoned: AtomicBool,
+}
+
+/// A live registration: which bucket, which slot, and which table owns it.
+#[derive(Debug)]
+pub(crate) struct Armed {
+    table: NonNull<ThreadTable>,
+    bucket: NonNull<Bucket>,
+    slot: u32,
+}
+
+// SAFETY: the pointers stay valid while the registration (a `live` hold on the
+// bucket) exists, the table lives as long as the manager (kept alive by the
+// timer that owns this `Armed`), and both types are `Sync`.
+unsafe impl Send for Armed {}
+// SAFETY: as above; `&Armed` gives no access beyond what `Sync` targets allow.
+unsafe impl Sync for Armed {}
+
+/// What arming a timer produced.
+#[derive(Debug)]
+pub(crate) enum Arm {
+    /// Subscribed to a tick's shared timer.
+    Armed(Armed),
+    /// The deadline has already passed.
+    Elapsed,
+    /// The current tokio runtime's clock is paused: use a tokio timer so that
+    /// virtual time governs the deadline.
+    UseTokio,
+}
+
+const SWEEPER_NOT_STARTED: u8 = 0;
+const SWEEPER_RUNNING: u8 = 1;
+const SWEEPER_IDLE: u8 = 2;
+const SWEEPER_PAUSED: u8 = 3;
+
+#[derive(Debug, Default)]
+struct SweeperHandle {
+    thread: Option<Thread>,
+}
+
+/// The shared state of one manager.
+pub(crate) struct Inner {
+    resolution_ns: u64,
+    clock: Clock,
+    tables: ThreadLocal<ThreadTable>,
+    /// Earliest tick the sweeper will wake up for (`u64::MAX`: never).
+    planned: AtomicU64,
+    sweeper: Mutex<SweeperHandle>,
+    sweeper_state: AtomicU8,
+    /// Process id the sweeper was started in (0: none yet).
+    sweeper_pid: AtomicU32,
+    paused: AtomicBool,
+    wakeups: AtomicU64,
+    threads_started: AtomicU64,
+    buckets_allocated: AtomicI64,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerManager")
+            .field("resolution", &Duration::from_nanos(self.resolution_ns))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Let a parked sweeper notice that its manager is gone and exit.
+        if let Some(thread) = self.sweeper.get_mut().thread.take() {
+            thread.unpark();
+        }
+        for table in self.tables.iter_mut() {
+            let map = std::mem::take(table.map.get_mut());
+            let cache = *table.cache.get_mut();
+            for (_, b) in map {
+                if b.0.as_ptr() != cache {
+                    // SAFETY: no timer can outlive the manager (each keeps it
+                    // alive), so the table's hold is the only one left.
+                    drop(unsafe { Box::from_raw(b.0.as_ptr()) });
+                }
+            }
+            if !cache.is_null() {
+                // SAFETY: as above; the cache's hold is the last one.
+                drop(unsafe { Box::from_raw(cache) });
+            }
+        }
+    }
+}
+
+/// Counters a user can read from a [`TimerManager`].
+///
+/// ```
+/// let metrics = weir_timeout::TimerManager::global().metrics();
+/// assert!(metrics.fired >= 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Shared tick timers currently allocated (each thread may keep one empty
+    /// one cached for reuse).
+    pub live_ticks: u64,
+    /// Waiters currently armed.
+    pub waiters: u64,
+    /// Waiters woken because their tick fired.
+    pub fired: u64,
+    /// Waiters removed before their tick fired.
+    pub cancelled: u64,
+    /// Times the sweeper thread has woken up.
+    pub sweeper_wakeups: u64,
+    /// Sweeper threads started so far (0 until the first timer is armed).
+    pub sweeper_threads_started: u64,
+}
+
+/// Why a [`TimerManager`] could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidResolution {
+    requested: Duration,
+}
+
+impl InvalidResolution {
+    /// The resolution that was asked for.
+    pub fn requested(&self) -> Duration {
+        self.requested
+    }
+}
+
+impl fmt::Display for InvalidResolution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "timer resolution {:?} is outside {MIN_RESOLUTION:?}..={MAX_RESOLUTION:?}",
+            self.requested
+        )
+    }
+}
+
+impl std::error::Error for InvalidResolution {}
+
+/// A set of timers sharing one tick length and one sweeper thread.
+///
+/// The free functions [`timeout`](crate::timeout) and [`sleep`](crate::sleep)
+/// use [`TimerManager::global`], whose tick is [`DEFAULT_RESOLUTION`]. Create
+/// your own for a different precision; each has its own sweeper, started
+/// when its first timer is armed. Cloning gives another handle to the same
+/// manager.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::TimerManager;
+///
+/// let fine = TimerManager::new(Duration::from_millis(1)).unwrap();
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let slept = std::time::Instant::now();
+/// fine.sleep(Duration::from_millis(3)).await;
+/// assert!(slept.elapsed() >= Duration::from_millis(3));
+/// let r = fine.timeout(Duration::from_millis(5), async { 7 }).await;
+/// assert_eq!(r, Ok(7));
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct TimerManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+static GLOBAL: OnceLock<TimerManager> = OnceLock::new();
+
+impl TimerManager {
+    /// A manager whose deadlines are rounded up to multiples of `resolution`.
+    ///
+    /// Returns [`InvalidResolution`] unless `resolution` is between
+    /// [`MIN_RESOLUTION`] and [`MAX_RESOLUTION`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_timeout::TimerManager;
+    ///
+    /// assert!(TimerManager::new(Duration::from_millis(5)).is_ok());
+    /// assert!(TimerManager::new(Duration::ZERO).is_err());
+    /// ```
+    pub fn new(resolution: Duration) -> Result<Self, InvalidResolution> {
+        if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&resolution) {
+            return Err(InvalidResolution {
+                requested: resolution,
+            });
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                resolution_ns: clock::duration_ns(resolution),
+                clock: Clock::new(),
+                tables: ThreadLocal::new(),
+                planned: AtomicU64::new(u64::MAX),
+                sweeper: Mutex::new(SweeperHandle::default()),
+                sweeper_state: AtomicU8::new(SWEEPER_NOT_STARTED),
+                sweeper_pid: AtomicU32::new(0),
+                paused: AtomicBool::new(false),
+                wakeups: AtomicU64::new(0),
+                threads_started: AtomicU64::new(0),
+                buckets_allocated: AtomicI64::new(0),
+            }),
+        })
+    }
+
+    /// The process-wide manager behind [`timeout`](crate::timeout) and
+    /// [`sleep`](crate::sleep), with a [`DEFAULT_RESOLUTION`] tick. Created on
+    /// first use; its sweeper starts with the first armed timer.
+    ///
+    /// ```
+    /// use weir_timeout::{TimerManager, DEFAULT_RESOLUTION};
+    /// assert_eq!(TimerManager::global().resolution(), DEFAULT_RESOLUTION);
+    /// ```
+    pub fn global() -> &'static TimerManager {
+        GLOBAL.get_or_init(|| TimerManager::new(DEFAULT_RESOLUTION).expect("valid default"))
+    }
+
+    /// The tick length.
+    pub fn resolution(&self) -> Duration {
+        Duration::from_nanos(self.inner.resolution_ns)
+    }
+
+    /// A snapshot of the manager's counters. Takes each thread's table lock
+    /// briefly; meant for monitoring, not for hot paths.
+    pub fn metrics(&self) -> Metrics {
+        self.inner.metrics()
+    }
+
+    /// Stop the sweeper so that no lock of this manager is held by it across
+    /// a `fork()`. Returns once the sweeper has stopped (or at once if it
+    /// never started). Call [`unpause`](Self::unpause) in both parent and
+    /// child afterwards.
+    ///
+    /// Timers may still be armed while paused; they fire when due after
+    /// `unpause`, never before their deadline. Fork from a point where no
+    /// other thread of yours is in the middle of arming or dropping a timer
+    /// (as with any lock across `fork()`); the child never touches the tables
+    /// of threads that did not survive the fork.
+    ///
+    /// ```
+    /// let manager = weir_timeout::TimerManager::global();
+    /// manager.pause_for_fork();
+    /// // ... fork() here ...
+    /// manager.unpause();
+    /// ```
+    pub fn pause_for_fork(&self) {
+        self.inner.pause_for_fork();
+    }
+
+    /// Resume after [`pause_for_fork`](Self::pause_for_fork). In a forked
+    /// child it adopts the surviving thread's timers and starts a new sweeper
+    /// immediately.
+    pub fn unpause(&self) {
+        self.inner.unpause();
+    }
+}
+
+/// Whether the current tokio runtime (if any) runs on a paused test clock.
+///
+/// A paused clock reads the same value twice in a row; a real one, read
+/// through the vDSO with nanosecond resolution, does not. A second look after
+/// a short spin guards against a coarse clock source.
+fn tokio_clock_paused() -> bool {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return false;
+    }
+    let a = tokio::time::Instant::now();
+    if tokio::time::Instant::now() != a {
+        return false;
+    }
+    for _ in 0..2_000 {
+        std::hint::spin_loop();
+    }
+    tokio::time::Instant::now() == a
+}
+
+impl Inner {
+    /// Arm a timer `duration_ns` from now for the task behind `waker`.
+    #[inline]
+    pub(crate) fn arm(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
+        let now = self.clock.now_ns();
+        let tick = clock::tick_of_deadline(now.saturating_add(duration_ns), self.resolution_ns);
+        let table = self.tables.get_or(ThreadTable::default);
+        let cached = table.cache.load(Ordering::Relaxed);
+        if !cached.is_null() {
+            // SAFETY: the cache holds a `cached` hold on the bucket, which
+            // only this (the owning) thread releases.
+            let bucket = unsafe { &*cached };
+            if bucket.tick == tick {
+                return match bucket.register(waker) {
+                    Some(slot) => Arm::Armed(Armed {
+                        table: NonNull::from(table),
+                        // SAFETY: checked non-null above.
+                        bucket: unsafe { NonNull::new_unchecked(cached) },
+                        slot,
+                    }),
+                    None => Arm::Elapsed,
+                };
+            }
+        }
+        self.arm_slow(table, now, tick, waker)
+    }
+
+    #[cold]
+    fn arm_slow(self: &Arc<Self>, table: &ThreadTable, now: u64, tick: u64, waker: &Waker) -> Arm {
+        let due = clock::due_tick(now, self.resolution_ns);
+        let memo = table.tokio_check.load(Ordering::Relaxed);
+        let paused = if memo != 0 && (memo - 2) / 2 == due {
+            (memo - 2) % 2 == 1
+        } else {
+            let paused = tokio_clock_paused();
+            table.tokio_check.store(
+                2 + due.saturating_mul(2).min(u64::MAX - 3) + u64::from(paused),
+                Ordering::Relaxed,
+            );
+            paused
+        };
+        if paused {
+            return Arm::UseTokio;
+        }
+        if tick <= due {
+            return Arm::Elapsed;
+        }
+
+        let mut created = false;
+        let (bucket, slot) = {
+            let mut map = table.map.lock();
+            let bucket = match map.get(&tick) {
+                Some(b) => b.0,
+                None => {
+                    created = true;
+                    self.buckets_allocated.fetch_add(1, Ordering::Relaxed);
+                    let b = new_bucket(tick, false);
+                    map.insert(tick, BucketPtr(b));
+                    b
+                }
+            };
+            // Move the cache to this bucket.
+            let old = table.cache.load(Ordering::Relaxed);
+            if old != bucket.as_ptr() {
+                // SAFETY: the table's hold keeps `bucket` alive while we hold
+                // the table lock.
+                unsafe { bucket.as_ref() }.set_cached();
+                table.cache.store(bucket.as_ptr(), Ordering::Relaxed);
+                if let Some(old) = NonNull::new(old) {
+                    // SAFETY: the cache's hold kept `old` alive until now.
+                    let old_ref = unsafe { old.as_ref() };
+                    let old_tick = old_ref.tick;
+                    let (cancelled, free) = old_ref.uncache(|| {
+                        map.remove(&old_tick);
+                    });
+                    table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+                    if free {
+                        // SAFETY: that was the last hold.
+                        unsafe { free_bucket(self, old) };
+                    }
+                }
+            }
+            // SAFETY: as above.
+            (bucket, unsafe { bucket.as_ref() }.register(waker))
+        };
+        if created {
+            self.ensure_sweeper();
+            let prev = self.planned.fetch_min(tick, Ordering::SeqCst);
+            if prev > tick {
+                self.unpark_sweeper();
+            }
+        }
+        match slot {
+            Some(slot) => Arm::Armed(Armed {
+                table: NonNull::from(table),
+                bucket,
+                slot,
+            }),
+            None => Arm::Elapsed,
+        }
+    }
+
+    /// Re-poll an armed registration: `true` once its tick has fired.
+    #[inline]
+    pub(crate) fn poll_armed(&self, armed: &Armed, waker: &Waker) -> bool {
+        // SAFETY: the registration holds a `live` hold on the bucket.
+        unsafe { armed.bucket.as_ref() }.poll_slot(armed.slot, waker)
+    }
+
+    /// Whether an armed registration's tick has fired, without the lock.
+    #[inline]
+    pub(crate) fn armed_fired(&self, armed: &Armed) -> bool {
+        // SAFETY: the registration holds a `live` hold on the bucket.
+        unsafe { armed.bucket.as_ref() }.is_fired()
+    }
+
+    /// Drop a registration (cancelled, or done after its tick fired).
+    #[inline]
+    pub(crate) fn disarm(&self, armed: Armed) {
+        // SAFETY: the registration holds a `live` hold on the bucket.
+        let bucket = unsafe { armed.bucket.as_ref() };
+        let (release, waker) = bucket.cancel(armed.slot);
+        drop(waker);
+        match release {
+            Release::Keep => {}
+            Release::Free => {
+                // SAFETY: that was the last hold.
+                unsafe { free_bucket(self, armed.bucket) };
+            }
+            Release::Unlink => self.unlink(armed),
+        }
+    }
+
+    #[cold]
+    fn unlink(&self, armed: Armed) {
+        // SAFETY: the table lives as long as the manager, which the caller's
+        // timer keeps alive.
+        let table = unsafe { armed.table.as_ref() };
+        // SAFETY: our `live` hold is still counted until `finish_unlink`.
+        let bucket = unsafe { armed.bucket.as_ref() };
+        let mut map = table.map.lock();
+        let tick = bucket.tick;
+        let (cancelled, free) = bucket.finish_unlink(|| {
+            map.remove(&tick);
+        });
+        drop(map);
+        table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+        if free {
+            // SAFETY: that was the last hold.
+            unsafe { free_bucket(self, armed.bucket) };
+        }
+    }
+
+    fn metrics(&self) -> Metrics {
+        let mut m = Metrics {
+            live_ticks: u64::try_from(self.buckets_allocated.load(Ordering::Relaxed).max(0))
+                .unwrap_or(0),
+            sweeper_wakeups: self.wakeups.load(Ordering::Relaxed),
+            sweeper_threads_started: self.threads_started.load(Ordering::Relaxed),
+            ..Metrics::default()
+        };
+        for table in self.tables.iter() {
+            if table.abandoned.load(Ordering::Relaxed) {
+                continue;
+            }
+            let map = table.map.lock();
+            m.fired += table.fired.load(Ordering::Relaxed);
+            m.cancelled += table.cancelled.load(Ordering::Relaxed);
+            let cache = table.cache.load(Ordering::Relaxed);
+            for b in map.values() {
+                // SAFETY: the table's hold keeps it alive under the lock.
+                let (_, armed, cancelled) = unsafe { b.0.as_ref() }.stats();
+                m.waiters += armed as u64;
+                m.cancelled += cancelled;
+            }
+            if !cache.is_null() && !map.values().any(|b| b.0.as_ptr() == cache) {
+                // A cached bucket that already fired: only its pending
+                // cancellation count matters. The cache's hold keeps it
+                // alive; only the owner could release it, and that needs the
+                // table lock we hold.
+                // SAFETY: as just argued.
+                let (_, _, cancelled) = unsafe { &*cache }.stats();
+                m.cancelled += cancelled;
+            }
+        }
+        m
+    }
+
+    fn unpark_sweeper(&self) {
+        if let Some(thread) = &self.sweeper.lock().thread {
+            thread.unpark();
+        }
+    }
+
+    /// Start the sweeper if this process has none (first timer ever, or
+    /// first new tick in a forked child).
+    fn ensure_sweeper(self: &Arc<Self>) {
+        let pid = std::process::id();
+        if self.sweeper_pid.load(Ordering::Acquire) == pid {
+            return;
+        }
+        self.start_sweeper(pid);
+    }
+
+    #[cold]
+    fn start_sweeper(self: &Arc<Self>, pid: u32) {
+        let mut handle = self.sweeper.lock();
+        let previous = self.sweeper_pid.load(Ordering::Acquire);
+        if previous == pid {
+            return;
+        }
+        if previous != 0 {
+            // A forked child: only this thread survived.
+            self.adopt_after_fork();
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("weir-timeout".into())
+            .spawn(move || sweeper_main(weak));
+        match spawned {
+            Ok(join) => {
+                handle.thread = Some(join.thread().clone());
+                self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
+                self.threads_started.fetch_add(1, Ordering::Relaxed);
+                self.sweeper_pid.store(pid, Ordering::Release);
+            }
+            Err(e) => panic!("weir-timeout: cannot start the sweeper thread: {e}"),
+        }
+    }
+
+    /// In a forked child: forget every table but this thread's.
+    fn adopt_after_fork(&self) {
+        let mine = self
+            .tables
+            .get()
+            .map_or(ptr::null(), |t| t as *const ThreadTable);
+        for table in self.tables.iter() {
+            if !ptr::eq(table, mine) {
+                table.abandoned.store(true, Ordering::SeqCst);
+            }
+        }
+        self.planned.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    fn pause_for_fork(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+        if self.sweeper_pid.load(Ordering::Acquire) != std::process::id() {
+            return;
+        }
+        self.unpark_sweeper();
+        // The sweeper acknowledges at its next loop turn, a few microseconds
+        // away unless it is busy waking a large tick.
+        let start = std::time::Instant::now();
+        while self.sweeper_state.load(Ordering::SeqCst) != SWEEPER_PAUSED {
+            if start.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+            thread::sleep(Duration::from_micros(50));
+            self.unpark_sweeper();
+        }
+    }
+
+    fn unpause(self: &Arc<Self>) {
+        self.paused.store(false, Ordering::SeqCst);
+        let pid = std::process::id();
+        let started = self.sweeper_pid.load(Ordering::Acquire);
+        if started != 0 && started != pid {
+            self.start_sweeper(pid);
+        }
+        self.unpark_sweeper();
+    }
+
+    /// One pass of the sweeper. Returns how long to park (`None`: until
+    /// unparked).
+    fn sweep(&self) -> Option<Duration> {
+        if self.paused.load(Ordering::SeqCst) {
+            self.sweeper_state.store(SWEEPER_PAUSED, Ordering::SeqCst);
+            return None;
+        }
+        self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
+        self.planned.store(u64::MAX, Ordering::SeqCst);
+        let now = self.clock.now_ns();
+        let due = clock::due_tick(now, self.resolution_ns);
+        let mut earliest = u64::MAX;
+        let mut wakers = Vec::new();
+        for table in self.tables.iter() {
+            if table.abandoned.load(Ordering::Relaxed) {
+                continue;
+            }
+            let mut map = table.map.lock();
+            let mut fired = 0u64;
+            let mut cancelled = 0u64;
+            while let Some(entry) = map.first_entry() {
+                if *entry.key() > due {
+                    earliest = earliest.min(*entry.key());
+                    break;
+                }
+                let b = entry.remove();
+                // SAFETY: the table's hold, now ours, keeps it alive.
+                let (w, c, free) = unsafe { b.0.as_ref() }.fire();
+                fired += w.len() as u64;
+                cancelled += c;
+                wakers.extend(w);
+                if free {
+                    // SAFETY: that was the last hold.
+                    unsafe { free_bucket(self, b.0) };
+                }
+            }
+            drop(map);
+            table.fired.fetch_add(fired, Ordering::Relaxed);
+            table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+        }
+        for w in wakers {
+            w.wake();
+        }
+        let next = self
+            .planned
+            .fetch_min(earliest, Ordering::SeqCst)
+            .min(earliest);
+        if next == u64::MAX {
+            self.sweeper_state.store(SWEEPER_IDLE, Ordering::SeqCst);
+            return None;
+        }
+        let wake_at = clock::tick_start_ns(next, self.resolution_ns);
+        Some(Duration::from_nanos(
+            wake_at
+                .saturating_sub(self.clock.now_ns())
+                .min(3_600_000_000_000),
+        ))
+    }
+}
+
+fn sweeper_main(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let park = inner.sweep();
+        drop(inner);
+        match park {
+            None => thread::park(),
+            Some(d) if d.is_zero() => {}
+            Some(d) => thread::park_timeout(d),
+        }
+        match weak.upgrade() {
+            Some(inner) => {
+                inner.wakeups.fetch_add(1, Ordering::Relaxed);
+            }
+            None => return,
+        }
+    }
+}

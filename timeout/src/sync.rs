@@ -1,0 +1,136 @@
+//! The concurrency primitives the shared-timer protocol uses, in one place so
+//! that the loom models (`cargo xtask loom`, built with `--cfg loom`) can swap
+//! in loom's checked versions without touching the protocol itself.
+//!
+//! [`Lock`] is a test-and-test-and-set spin lock in normal builds. Every
+//! critical section it guards is a handful of instructions (push or take one
+//! waker, flip a flag), and the owning worker is almost always the only thread
+//! that touches it, so one uncontended compare-exchange to lock and a plain
+//! release store to unlock beat a parking mutex, whose unlock is a second
+//! read-modify-write. Under loom it is loom's `Mutex`.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+
+#[cfg(not(loom))]
+mod spin {
+    use std::cell::UnsafeCell;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A spin lock for very short critical sections.
+    #[derive(Debug, Default)]
+    pub(crate) struct Lock<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the value is only reached through a `LockGuard`, and at most one
+    // guard exists at a time (the `locked` flag is taken with acquire ordering
+    // and released with release ordering), so sharing the lock shares `T`
+    // between threads one at a time, which needs `T: Send` only.
+    unsafe impl<T: Send> Sync for Lock<T> {}
+    // SAFETY: moving the lock moves the `T` it owns.
+    unsafe impl<T: Send> Send for Lock<T> {}
+
+    impl<T> Lock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self {
+                locked: AtomicBool::new(false),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        #[inline]
+        pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                self.lock_slow();
+            }
+            LockGuard { lock: self }
+        }
+
+        #[cold]
+        fn lock_slow(&self) {
+            let mut round = 0u32;
+            loop {
+                while self.locked.load(Ordering::Relaxed) {
+                    if round < 7 {
+                        for _ in 0..(1u32 << round) {
+                            std::hint::spin_loop();
+                        }
+                        round += 1;
+                    } else {
+                        // The holder was preempted: let it run.
+                        std::thread::yield_now();
+                    }
+                }
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Proof that the lock is held; unlocks on drop.
+    pub(crate) struct LockGuard<'a, T> {
+        lock: &'a Lock<T>,
+    }
+
+    impl<T> Deref for LockGuard<'_, T> {
+        type Target = T;
+        #[inline]
+        fn deref(&self) -> &T {
+            // SAFETY: the guard exists only while this thread holds the lock.
+            unsafe { &*self.lock.value.get() }
+        }
+    }
+
+    impl<T> DerefMut for LockGuard<'_, T> {
+        #[inline]
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard exists only while this thread holds the lock,
+            // and `&mut self` makes this the only reference through it.
+            unsafe { &mut *self.lock.value.get() }
+        }
+    }
+
+    impl<T> Drop for LockGuard<'_, T> {
+        #[inline]
+        fn drop(&mut self) {
+            self.lock.locked.store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+pub(crate) use spin::Lock;
+
+#[cfg(loom)]
+mod checked {
+    /// loom's mutex behind the same interface as the spin lock.
+    #[derive(Debug)]
+    pub(crate) struct Lock<T>(loom::sync::Mutex<T>);
+
+    impl<T> Lock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use checked::Lock;

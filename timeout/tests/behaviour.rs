@@ -1,0 +1,341 @@
+//! Behaviour of `timeout` and `sleep`, including one test per known fault of
+//! pingora-timeout (each named after the fault it rules out).
+
+use std::future::{Future, pending, ready};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use weir_timeout::{Elapsed, TimerManager, sleep, timeout};
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+use std::pin::Pin;
+
+/// A future that is pending on its first poll (waking itself) and ready on
+/// the second.
+struct PendOnce(bool);
+
+impl Future for PendOnce {
+    type Output = u8;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u8> {
+        if self.0 {
+            Poll::Ready(9)
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Wait (bounded) until `cond` holds.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(ms(1));
+    }
+}
+
+#[test]
+fn ready_future_arms_no_timer_and_starts_no_thread() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    assert_eq!(block_on(m.timeout(ms(100), ready(5))), Ok(5));
+    let metrics = m.metrics();
+    assert_eq!(metrics.sweeper_threads_started, 0);
+    assert_eq!(metrics.live_ticks, 0);
+    assert_eq!(metrics.waiters, 0);
+}
+
+#[test]
+fn creating_a_manager_starts_no_thread() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    let _sleep = m.sleep(ms(10));
+    let _timeout = m.timeout(ms(10), pending::<()>());
+    assert_eq!(m.metrics().sweeper_threads_started, 0);
+}
+
+#[test]
+fn pend_once_future_completes_and_cancels_its_timer() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    assert_eq!(
+        block_on(m.timeout(Duration::from_secs(5), PendOnce(false))),
+        Ok(9)
+    );
+    let metrics = m.metrics();
+    assert_eq!(metrics.cancelled, 1);
+    assert_eq!(metrics.fired, 0);
+    assert_eq!(metrics.waiters, 0);
+}
+
+#[test]
+fn timeout_elapses_after_its_deadline_never_before() {
+    let m = TimerManager::new(ms(1)).unwrap();
+    let start = Instant::now();
+    let r = block_on(m.timeout(ms(20), pending::<()>()));
+    assert_eq!(r, Err(Elapsed::new()));
+    assert!(start.elapsed() >= ms(20));
+    assert_eq!(m.metrics().fired, 1);
+}
+
+#[test]
+fn sleeps_never_end_early() {
+    block_on(async {
+        for d in [1, 3, 7, 9, 10, 11, 13, 29] {
+            let start = Instant::now();
+            sleep(ms(d)).await;
+            let took = start.elapsed();
+            assert!(took >= ms(d), "sleep({d} ms) took {took:?}");
+        }
+    });
+}
+
+#[test]
+fn inner_result_wins_over_a_passed_deadline() {
+    // The inner future is polled first, so a result that is ready is kept.
+    let waker = Waker::noop();
+    let mut t = pin!(timeout(Duration::ZERO, ready(1)));
+    assert_eq!(
+        t.as_mut().poll(&mut Context::from_waker(waker)),
+        Poll::Ready(Ok(1))
+    );
+}
+
+#[test]
+fn zero_duration_fires_at_once_without_a_timer() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    let waker = Waker::noop();
+    let mut s = m.sleep(Duration::ZERO);
+    assert_eq!(poll_once(&mut s, waker), Poll::Ready(()));
+    let mut t = Box::pin(m.timeout(Duration::ZERO, pending::<()>()));
+    assert_eq!(
+        t.as_mut().poll(&mut Context::from_waker(waker)),
+        Poll::Ready(Err(Elapsed::new()))
+    );
+    assert!(t.is_elapsed());
+    assert_eq!(m.metrics().sweeper_threads_started, 0);
+}
+
+#[test]
+fn duration_max_saturates_instead_of_panicking() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    let waker = Waker::noop();
+    let mut s = m.sleep(Duration::MAX);
+    assert_eq!(poll_once(&mut s, waker), Poll::Pending);
+    let mut t = Box::pin(m.timeout(Duration::MAX, pending::<()>()));
+    assert!(
+        t.as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_pending()
+    );
+    let mut g = sleep(Duration::MAX);
+    assert_eq!(poll_once(&mut g, waker), Poll::Pending);
+    assert_eq!(m.metrics().waiters, 2);
+    assert!(!s.is_elapsed());
+    drop((s, t, g));
+    assert_eq!(m.metrics().waiters, 0);
+}
+
+#[test]
+fn waiters_of_one_tick_share_one_timer() {
+    let m = TimerManager::new(Duration::from_secs(1)).unwrap();
+    let waker = Waker::noop();
+    let mut sleeps: Vec<_> = (0..100).map(|_| m.sleep(Duration::from_secs(10))).collect();
+    for s in &mut sleeps {
+        assert_eq!(poll_once(s, waker), Poll::Pending);
+    }
+    let metrics = m.metrics();
+    assert_eq!(metrics.waiters, 100);
+    // All in one tick, or two if a tick boundary passed while arming.
+    assert!(metrics.live_ticks <= 2, "{metrics:?}");
+}
+
+#[test]
+fn a_ticks_timer_is_freed_when_its_last_waiter_drops() {
+    // pingora keeps a cancelled tick's timer until its deadline: memory grows
+    // with cancelled timeouts. Here it is freed with its last waiter.
+    let m = TimerManager::new(ms(10)).unwrap();
+    let waker = Waker::noop();
+    let mut sleeps: Vec<_> = (0..1000u64)
+        .map(|i| m.sleep(Duration::from_secs(60) + ms(10 * i)))
+        .collect();
+    for s in &mut sleeps {
+        assert_eq!(poll_once(s, waker), Poll::Pending);
+    }
+    assert!(m.metrics().live_ticks >= 1000);
+    drop(sleeps);
+    let metrics = m.metrics();
+    // At most the one bucket this thread keeps cached for reuse.
+    assert!(metrics.live_ticks <= 1, "{metrics:?}");
+    assert_eq!(metrics.waiters, 0);
+    assert_eq!(metrics.cancelled, 1000);
+}
+
+#[test]
+fn a_timer_dropped_on_another_thread_is_released() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    let waker = Waker::noop();
+    let mut sleeps: Vec<_> = (0..10u64)
+        .map(|i| m.sleep(Duration::from_secs(60 + i)))
+        .collect();
+    for s in &mut sleeps {
+        assert_eq!(poll_once(s, waker), Poll::Pending);
+    }
+    std::thread::spawn(move || drop(sleeps)).join().unwrap();
+    let metrics = m.metrics();
+    assert!(metrics.live_ticks <= 1, "{metrics:?}");
+    assert_eq!(metrics.waiters, 0);
+    assert_eq!(metrics.cancelled, 10);
+}
+
+#[test]
+fn a_repolled_waiter_is_woken_through_its_latest_waker() {
+    let m = TimerManager::new(ms(1)).unwrap();
+    let first = Arc::new(CountingWaker::default());
+    let second = Arc::new(CountingWaker::default());
+    let mut s = m.sleep(ms(5));
+    assert_eq!(
+        poll_once(&mut s, &Waker::from(first.clone())),
+        Poll::Pending
+    );
+    assert_eq!(
+        poll_once(&mut s, &Waker::from(second.clone())),
+        Poll::Pending
+    );
+    eventually("the tick to fire", || second.0.load(Ordering::SeqCst) == 1);
+    assert_eq!(first.0.load(Ordering::SeqCst), 0);
+    assert_eq!(poll_once(&mut s, Waker::noop()), Poll::Ready(()));
+}
+
+#[test]
+fn the_sweeper_parks_while_no_timer_is_armed() {
+    // pingora's clock thread wakes every 10 ms forever once started.
+    let m = TimerManager::new(ms(1)).unwrap();
+    block_on(m.sleep(ms(3)));
+    block_on(m.timeout(Duration::from_secs(5), PendOnce(false))).unwrap();
+    assert_eq!(m.metrics().sweeper_threads_started, 1);
+    // Let the sweeper finish its last pass, then watch it for 100 ticks.
+    std::thread::sleep(ms(30));
+    let before = m.metrics().sweeper_wakeups;
+    std::thread::sleep(ms(100));
+    let after = m.metrics().sweeper_wakeups;
+    assert_eq!(before, after, "the sweeper woke while nothing was armed");
+    // And it still comes back when needed.
+    let start = Instant::now();
+    block_on(m.sleep(ms(5)));
+    assert!(start.elapsed() >= ms(5));
+}
+
+#[test]
+fn timers_armed_during_a_fork_pause_do_not_fire_early() {
+    // pingora hands out an already-fired timer while paused.
+    let m = TimerManager::new(ms(1)).unwrap();
+    block_on(m.sleep(ms(2))); // the sweeper is running
+    m.pause_for_fork();
+    let unpauser = {
+        let m = m.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(ms(40));
+            m.unpause();
+        })
+    };
+    let start = Instant::now();
+    block_on(m.sleep(ms(15)));
+    let took = start.elapsed();
+    assert!(took >= ms(15), "fired early: {took:?}");
+    // Paused past its deadline, it fired only after unpause.
+    assert!(took >= ms(38), "fired while paused: {took:?}");
+    unpauser.join().unwrap();
+    let start = Instant::now();
+    block_on(m.sleep(ms(5)));
+    assert!(start.elapsed() >= ms(5));
+}
+
+#[test]
+fn many_tasks_on_a_multi_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let m = TimerManager::new(ms(5)).unwrap();
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for i in 0..400u64 {
+            let m = m.clone();
+            handles.push(tokio::spawn(async move {
+                if i % 4 == 0 {
+                    // Times out.
+                    m.timeout(ms(10 + i % 7), pending::<()>()).await.is_err()
+                } else {
+                    // Completes long before its deadline.
+                    let r = m
+                        .timeout(Duration::from_secs(10), async {
+                            tokio::task::yield_now().await;
+                            tokio::time::sleep(ms(i % 3)).await;
+                            i
+                        })
+                        .await;
+                    r == Ok(i)
+                }
+            }));
+        }
+        for h in handles {
+            assert!(h.await.unwrap());
+        }
+    });
+    let metrics = m.metrics();
+    assert_eq!(metrics.fired, 100);
+    assert_eq!(metrics.waiters, 0);
+}
+
+#[test]
+fn elapsed_converts_to_io_timed_out() {
+    let e: std::io::Error = Elapsed::new().into();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    assert_eq!(Elapsed::new().to_string(), "deadline has elapsed");
+}
+
+#[test]
+fn bad_resolutions_are_rejected() {
+    let e = TimerManager::new(Duration::ZERO).unwrap_err();
+    assert_eq!(e.requested(), Duration::ZERO);
+    assert!(TimerManager::new(Duration::from_nanos(10)).is_err());
+    assert!(TimerManager::new(Duration::from_secs(7200)).is_err());
+    assert!(TimerManager::new(Duration::MAX).is_err());
+}
+
+#[test]
+fn into_inner_gives_back_the_future() {
+    let t = timeout(ms(5), PendOnce(false));
+    assert!(!t.get_ref().0);
+    assert_eq!(block_on(t.into_inner()), 9);
+}

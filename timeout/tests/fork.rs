@@ -1,0 +1,83 @@
+//! After `fork()`, the child's timers work at once. pingora's child has no
+//! clock thread and waits for a 2 s watchdog before anything fires.
+#![cfg(unix)]
+
+use std::time::{Duration, Instant};
+
+fn child_sleeps_work(manager: &weir_timeout::TimerManager) -> i32 {
+    manager.unpause();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(_) => return 3,
+    };
+    let start = Instant::now();
+    // Bounded by tokio's own timer, so a child without a working sweeper
+    // fails instead of hanging.
+    let slept = rt.block_on(tokio::time::timeout(
+        Duration::from_secs(1),
+        manager.sleep(Duration::from_millis(20)),
+    ));
+    if slept.is_err() {
+        return 5;
+    }
+    let took = start.elapsed();
+    if took < Duration::from_millis(20) {
+        return 4;
+    }
+    // Far below pingora's 2 s watchdog gap.
+    if took > Duration::from_millis(1000) {
+        return 5;
+    }
+    0
+}
+
+#[test]
+fn a_forked_child_fires_timers_without_a_gap() {
+    let manager = weir_timeout::TimerManager::new(Duration::from_millis(5)).unwrap();
+    // Start the sweeper in the parent and leave a timer armed.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(manager.sleep(Duration::from_millis(6)));
+    let mut armed = Box::pin(manager.sleep(Duration::from_secs(60)));
+    assert!(
+        futures_poll(&mut armed).is_pending(),
+        "a 60 s sleep is pending"
+    );
+
+    manager.pause_for_fork();
+    // SAFETY: the child only runs Rust code that allocates and spawns a
+    // thread (safe with glibc's fork handlers), then leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| child_sleeps_work(&manager)))
+                .unwrap_or(6);
+        // SAFETY: ends the child without running the parent's atexit hooks.
+        unsafe { libc::_exit(code) };
+    }
+    manager.unpause();
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child reported a failure");
+
+    // The parent's timers still work after the pause.
+    let start = Instant::now();
+    rt.block_on(manager.sleep(Duration::from_millis(10)));
+    assert!(start.elapsed() >= Duration::from_millis(10));
+    drop(armed);
+}
+
+fn futures_poll<F: std::future::Future + ?Sized>(
+    f: &mut std::pin::Pin<Box<F>>,
+) -> std::task::Poll<F::Output> {
+    f.as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}

@@ -1,0 +1,40 @@
+//! Under tokio's paused test clock, weir's timers follow virtual time.
+//! pingora's timer runs on a real-time thread, so a paused test either hangs
+//! or lets the inner future win.
+
+use std::time::{Duration, Instant};
+
+#[tokio::test(start_paused = true)]
+async fn timeout_fires_at_virtual_time() {
+    let virtual_start = tokio::time::Instant::now();
+    let real_start = Instant::now();
+    let r = weir_timeout::timeout(
+        Duration::from_secs(1),
+        tokio::time::sleep(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(r.is_err(), "the 10 s sleep won against a 1 s timeout");
+    let waited = virtual_start.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    assert!(real_start.elapsed() < Duration::from_millis(900));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleep_takes_no_real_time() {
+    let virtual_start = tokio::time::Instant::now();
+    let real_start = Instant::now();
+    weir_timeout::sleep(Duration::from_secs(2)).await;
+    assert!(virtual_start.elapsed() >= Duration::from_secs(2));
+    assert!(real_start.elapsed() < Duration::from_millis(900));
+}
+
+#[tokio::test(start_paused = true)]
+async fn inner_future_still_wins_in_virtual_time() {
+    let r = weir_timeout::timeout(
+        Duration::from_secs(10),
+        tokio::time::sleep(Duration::from_secs(1)),
+    )
+    .await;
+    assert!(r.is_ok());
+}
