@@ -20,7 +20,9 @@ type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
 /// Serve the gateway on a free loopback port until the test's runtime ends.
 async fn start(config: app::GatewayConfig) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
     let service = app::router(&config).into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, service).await });
@@ -65,23 +67,40 @@ async fn exactly_the_allowed_number_pass_and_denials_carry_headers() {
         answers.push(get(&client, addr, "/").await);
     }
     let passed = answers.iter().filter(|a| a.status == 200).count();
-    assert_eq!(passed, 5, "statuses: {:?}", answers.iter().map(|a| a.status).collect::<Vec<_>>());
+    assert_eq!(
+        passed,
+        5,
+        "statuses: {:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
     for (i, answer) in answers.iter().enumerate() {
         assert_eq!(answer.headers["ratelimit-policy"], "\"per-ip\";q=5;w=60");
         if i < 5 {
             assert_eq!(answer.status, 200);
             let remaining = 4 - i;
             assert!(
-                answer.headers["ratelimit"].to_str().unwrap().starts_with(&format!("\"per-ip\";r={remaining};")),
+                answer.headers["ratelimit"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with(&format!("\"per-ip\";r={remaining};")),
                 "request {i}: {:?}",
                 answer.headers["ratelimit"]
             );
         } else {
             assert_eq!(answer.status, 429);
             // GCRA frees one request every 12 s (60 s / 5).
-            let retry: u64 = answer.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            let retry: u64 = answer.headers["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
             assert!((1..=12).contains(&retry), "retry-after {retry}");
-            assert!(answer.headers["ratelimit"].to_str().unwrap().starts_with("\"per-ip\";r=0;"));
+            assert!(
+                answer.headers["ratelimit"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("\"per-ip\";r=0;")
+            );
         }
     }
 }

@@ -24,7 +24,9 @@ fn usage() -> ! {
 }
 
 fn parse<T: std::str::FromStr>(value: Option<String>) -> T {
-    value.and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+    value
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| usage())
 }
 
 #[tokio::main]
@@ -43,7 +45,10 @@ async fn main() -> std::io::Result<()> {
         }
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    println!("gateway listening on http://{} with {config:?}", listener.local_addr()?);
+    println!(
+        "gateway listening on http://{} with {config:?}",
+        listener.local_addr()?
+    );
     let app = app::router(&config).into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app).await
 }
