@@ -13,4 +13,5 @@ pub mod machine;
 pub mod plot;
 pub mod rate;
 pub mod report;
+pub mod timeout;
 pub mod workload;

@@ -49,7 +49,11 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick]|fmt>";
 
 /// The loom models of each crate, as `(package, test target)` pairs.
-const LOOM_MODELS: &[(&str, &str)] = &[("weir-limits", "loom"), ("weir-rate", "loom")];
+const LOOM_MODELS: &[(&str, &str)] = &[
+    ("weir-limits", "loom"),
+    ("weir-rate", "loom"),
+    ("weir-timeout", "loom"),
+];
 
 fn test(args: &[String]) -> Result<(), String> {
     reject_args("test", args)?;

@@ -39,6 +39,8 @@ fn main() {
     weir_bench_suite::hhh::run(&mut report);
     weir_bench_suite::rate::run(&mut report);
 
+    weir_bench_suite::timeout::run(&mut report);
+
     let path = report.finish(&header).expect("write the report");
     if scale == Scale::Full {
         // docs/ keeps the latest full run (tables and plots), with date and machine.

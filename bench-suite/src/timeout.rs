@@ -1,0 +1,441 @@
+//! weir-timeout against `tokio::time::timeout`, the real `pingora-timeout`
+//! and the bare future, on a 2-worker multi-thread tokio runtime.
+//!
+//! Three shapes, each timed in one task (or, for the contended shape, in many
+//! tasks on both workers) and repeated in interleaved rounds so that every
+//! contender sees the same machine state; the report keeps each contender's
+//! median round:
+//!
+//! 1. **ready**: the future is ready at once (no timer should be armed);
+//! 2. **pend-once**: the future wakes itself and pends once, then completes,
+//!    so a lazy timer is armed and cancelled: the proxy's common case;
+//! 3. **contended**: the pend-once shape in many tasks on both workers.
+//!
+//! Beside speed: the cost of creating, arming and dropping a bare timer,
+//! the heap per live waiter, and lateness percentiles for sleeps of 3–99 ms.
+
+use crate::alloc;
+use crate::report::{Report, Table};
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// The deadline used by the speed shapes: long enough never to fire.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Who is being measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    /// The future with no timeout at all.
+    Bare,
+    /// `weir_timeout::timeout`.
+    Weir,
+    /// `tokio::time::timeout`.
+    Tokio,
+    /// `pingora_timeout::timeout` (its `fast_timeout`).
+    Pingora,
+}
+
+impl Contender {
+    /// Every contender, bare first.
+    pub const ALL: [Contender; 4] = [
+        Contender::Bare,
+        Contender::Weir,
+        Contender::Tokio,
+        Contender::Pingora,
+    ];
+
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Bare => "bare future",
+            Contender::Weir => "weir-timeout",
+            Contender::Tokio => "tokio::time::timeout",
+            Contender::Pingora => "pingora-timeout",
+        }
+    }
+}
+
+/// A future that wakes itself and pends on its first poll, then is ready:
+/// one trip through the scheduler, like a read that had to wait once.
+#[derive(Debug, Default)]
+pub struct PendOnce(bool);
+
+impl Future for PendOnce {
+    type Output = u64;
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u64> {
+        if self.0 {
+            Poll::Ready(1)
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Await `fut` under `contender`'s timeout (or none); returns the value or 0.
+#[inline(always)]
+async fn under<F: Future<Output = u64>>(contender: Contender, fut: F) -> u64 {
+    match contender {
+        Contender::Bare => fut.await,
+        Contender::Weir => weir_timeout::timeout(DEADLINE, fut).await.unwrap_or(0),
+        Contender::Tokio => tokio::time::timeout(DEADLINE, fut).await.unwrap_or(0),
+        Contender::Pingora => pingora_timeout::timeout(DEADLINE, fut).await.unwrap_or(0),
+    }
+}
+
+/// The 2-worker multi-thread runtime every shape runs on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("build the tokio runtime")
+}
+
+/// Shape 1: `n` timeouts around a ready future, in one task. Returns the
+/// elapsed time.
+pub fn ready(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let mut sum = 0u64;
+            for i in 0..n {
+                sum += under(contender, std::future::ready(black_box(i))).await;
+            }
+            black_box(sum);
+            start.elapsed()
+        })
+        .await
+        .expect("bench task")
+    })
+}
+
+/// Shape 2: `n` timeouts around a future that pends once, in one task.
+pub fn pend_once(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let mut sum = 0u64;
+            for _ in 0..n {
+                sum += under(contender, black_box(PendOnce::default())).await;
+            }
+            black_box(sum);
+            start.elapsed()
+        })
+        .await
+        .expect("bench task")
+    })
+}
+
+/// Shape 3: `tasks` tasks spread over both workers, each doing `n` pend-once
+/// timeouts. Returns the wall time for all `tasks × n`.
+pub fn contended(
+    rt: &tokio::runtime::Runtime,
+    contender: Contender,
+    tasks: u64,
+    n: u64,
+) -> Duration {
+    rt.block_on(async move {
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(tasks as usize + 1));
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let barrier = barrier.clone();
+            handles.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let mut sum = 0u64;
+                for _ in 0..n {
+                    sum += under(contender, black_box(PendOnce::default())).await;
+                }
+                sum
+            }));
+        }
+        barrier.wait().await;
+        let start = Instant::now();
+        for h in handles {
+            black_box(h.await.expect("bench task"));
+        }
+        start.elapsed()
+    })
+}
+
+/// Create a sleep, poll it once (arming its timer), drop it: `n` times in
+/// one task. Bare: just the loop.
+pub fn create_drop(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            let mut cx = Context::from_waker(Waker::noop());
+            let start = Instant::now();
+            for _ in 0..n {
+                match contender {
+                    Contender::Bare => {
+                        black_box(&mut cx);
+                    }
+                    Contender::Weir => {
+                        let mut s = weir_timeout::sleep(DEADLINE);
+                        let _ = black_box(Pin::new(&mut s).poll(&mut cx));
+                    }
+                    Contender::Tokio => {
+                        let mut s = std::pin::pin!(tokio::time::sleep(DEADLINE));
+                        let _ = black_box(s.as_mut().poll(&mut cx));
+                    }
+                    Contender::Pingora => {
+                        let mut s = std::pin::pin!(pingora_timeout::sleep(DEADLINE));
+                        let _ = black_box(s.as_mut().poll(&mut cx));
+                    }
+                }
+            }
+            start.elapsed()
+        })
+        .await
+        .expect("bench task")
+    })
+}
+
+/// Heap bytes per live (armed, pending) waiter, beyond the future itself,
+/// and the future's size. Arms `n` sleeps held in a pre-allocated vector.
+pub fn memory_per_waiter(rt: &tokio::runtime::Runtime, contender: Contender, n: usize) -> (f64, usize) {
+    fn hold<F: Future>(n: usize, make: impl Fn() -> F) -> f64 {
+        let mut held: Vec<Pin<Box<F>>> = Vec::with_capacity(n);
+        let mut cx = Context::from_waker(Waker::noop());
+        let ((), stats) = alloc::measure(|| {
+            for _ in 0..n {
+                let mut f = Box::pin(make());
+                let _ = f.as_mut().poll(&mut cx);
+                held.push(f);
+            }
+        });
+        let boxes = n * std::mem::size_of::<F>();
+        drop(held);
+        stats.peak_bytes.saturating_sub(boxes) as f64 / n as f64
+    }
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            match contender {
+                Contender::Bare => (0.0, 0),
+                Contender::Weir => (
+                    hold(n, || weir_timeout::sleep(DEADLINE)),
+                    std::mem::size_of::<weir_timeout::Sleep>(),
+                ),
+                Contender::Tokio => (
+                    hold(n, || tokio::time::sleep(DEADLINE)),
+                    std::mem::size_of::<tokio::time::Sleep>(),
+                ),
+                Contender::Pingora => {
+                    fn size_of_fut<F>(_: &F) -> usize {
+                        std::mem::size_of::<F>()
+                    }
+                    let size = size_of_fut(&pingora_timeout::sleep(DEADLINE));
+                    (hold(n, || pingora_timeout::sleep(DEADLINE)), size)
+                }
+            }
+        })
+        .await
+        .expect("bench task")
+    })
+}
+
+/// Lateness (actual minus requested) of sleeps of 3–99 ms: `tasks` tasks
+/// each sleeping `rounds` times for pseudo-random durations. Returns the
+/// sorted latenesses in microseconds; negative would mean early.
+pub fn lateness(
+    rt: &tokio::runtime::Runtime,
+    contender: Contender,
+    tasks: u64,
+    rounds: u64,
+) -> Vec<i64> {
+    rt.block_on(async move {
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            handles.push(tokio::spawn(async move {
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut out = Vec::new();
+                for _ in 0..rounds {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let d = Duration::from_micros(3_000 + x % 96_000);
+                    let start = Instant::now();
+                    match contender {
+                        Contender::Bare | Contender::Tokio => tokio::time::sleep(d).await,
+                        Contender::Weir => weir_timeout::sleep(d).await,
+                        Contender::Pingora => pingora_timeout::sleep(d).await,
+                    }
+                    let took = start.elapsed();
+                    out.push(took.as_micros() as i64 - d.as_micros() as i64);
+                }
+                out
+            }));
+        }
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.await.expect("lateness task"));
+        }
+        all.sort_unstable();
+        all
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ns_per(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n as f64
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(us: i64) -> String {
+    format!("{:.2}", us as f64 / 1000.0)
+}
+
+/// Median ns/op per contender over interleaved rounds of `shape`.
+fn rounds(
+    report: &Report,
+    what: &str,
+    rounds: usize,
+    n: u64,
+    mut shape: impl FnMut(Contender, u64) -> Duration,
+) -> [f64; 4] {
+    report.progress(what);
+    // Warm up every contender (starts pingora's clock thread, weir's sweeper).
+    for c in Contender::ALL {
+        shape(c, n / 10 + 1);
+    }
+    let mut samples: [Vec<f64>; 4] = Default::default();
+    for _ in 0..rounds {
+        for (i, c) in Contender::ALL.into_iter().enumerate() {
+            samples[i].push(ns_per(shape(c, n), n));
+        }
+    }
+    samples.map(median)
+}
+
+/// The report section.
+pub fn run(report: &mut Report) {
+    let scale = report.scale();
+    report.section("weir-timeout: timeouts against tokio and pingora-timeout");
+    report.text(
+        "Each shape runs on a 2-worker multi-thread tokio runtime, all contenders in the same \
+         process, in interleaved rounds; figures are the median round. Overhead is the \
+         contender's ns/op minus the bare future's. The deadline is 5 s and never fires.",
+    );
+    let rt = runtime();
+    let n = scale.pick(200_000u64, 2_000_000);
+    let r = scale.pick(5usize, 9);
+
+    let ready = rounds(report, "ready future", r, n, |c, n| ready(&rt, c, n));
+    let pend = rounds(report, "pend-once future", r, n, |c, n| pend_once(&rt, c, n));
+    let tasks = 64u64;
+    let per_task = scale.pick(4_000u64, 40_000);
+    let cont = rounds(report, "contended, 64 tasks", r, per_task, |c, n| {
+        contended(&rt, c, tasks, n)
+    });
+    // Per operation across all tasks.
+    let cont = cont.map(|v| v / tasks as f64);
+
+    let mut t = Table::new([
+        "shape",
+        "bare ns/op",
+        "weir ns/op",
+        "tokio ns/op",
+        "pingora ns/op",
+        "weir overhead",
+        "tokio overhead",
+        "pingora overhead",
+        "weir / tokio overhead",
+    ]);
+    let row = |t: &mut Table, name: &str, v: [f64; 4]| {
+        let over = |x: f64| x - v[0];
+        t.row([
+            name.to_string(),
+            format!("{:.1}", v[0]),
+            format!("{:.1}", v[1]),
+            format!("{:.1}", v[2]),
+            format!("{:.1}", v[3]),
+            format!("{:.1}", over(v[1])),
+            format!("{:.1}", over(v[2])),
+            format!("{:.1}", over(v[3])),
+            if over(v[2]) > 0.0 {
+                format!("{:.2}", over(v[1]) / over(v[2]))
+            } else {
+                "n/a".into()
+            },
+        ]);
+    };
+    row(&mut t, "1. ready", ready);
+    row(&mut t, "2. pend once", pend);
+    row(&mut t, "3. contended (64 tasks, ns per op)", cont);
+    report.table(&t);
+
+    let mut t = Table::new(["contended throughput", "M ops/s", "× tokio"]);
+    for (i, c) in Contender::ALL.into_iter().enumerate() {
+        t.row([
+            c.name().to_string(),
+            format!("{:.2}", 1_000.0 / cont[i]),
+            format!("{:.2}", cont[2] / cont[i]),
+        ]);
+    }
+    report.table(&t);
+
+    report.progress("create/drop and memory");
+    let cd_n = scale.pick(200_000u64, 2_000_000);
+    let cd = rounds(report, "create, arm, drop a bare timer", r, cd_n, |c, n| {
+        create_drop(&rt, c, n)
+    });
+    let mem_n = scale.pick(100_000usize, 1_000_000);
+    let mut t = Table::new([
+        "contender",
+        "create+arm+drop ns",
+        "future size (bytes)",
+        "heap per live waiter (bytes)",
+    ]);
+    for (i, c) in Contender::ALL.into_iter().enumerate().skip(1) {
+        let (heap, size) = memory_per_waiter(&rt, c, mem_n);
+        t.row([
+            c.name().to_string(),
+            format!("{:.1}", cd[i] - cd[0]),
+            size.to_string(),
+            format!("{heap:.1}"),
+        ]);
+    }
+    report.table(&t);
+
+    let tasks = scale.pick(300u64, 1_000);
+    let rounds_per_task = scale.pick(4u64, 20);
+    let mut t = Table::new([
+        "sleep 3–99 ms",
+        "samples",
+        "lateness p50 ms",
+        "p99 ms",
+        "max ms",
+        "min ms",
+    ]);
+    for c in [Contender::Weir, Contender::Pingora, Contender::Tokio] {
+        report.progress(&format!("lateness of {}", c.name()));
+        let l = lateness(&rt, c, tasks, rounds_per_task);
+        t.row([
+            c.name().to_string(),
+            l.len().to_string(),
+            ms(percentile(&l, 0.5)),
+            ms(percentile(&l, 0.99)),
+            ms(*l.last().expect("samples")),
+            ms(l[0]),
+        ]);
+    }
+    report.table(&t);
+    report.text(
+        "Lateness is actual minus requested sleep; a negative minimum would mean a timer \
+         fired early. weir and pingora round deadlines up to a 10 ms tick; tokio's wheel has \
+         1 ms resolution.",
+    );
+}
