@@ -14,6 +14,8 @@ use std::fmt;
 pub enum ConfigError {
     /// A limit of zero packets per second would drop everything.
     ZeroLimit,
+    /// A window growth factor of zero (use 1 for equal windows).
+    ZeroWindowGrowth,
     /// A source prefix is longer than the address, or the subnet prefix is
     /// longer than the "exact" one.
     InvalidPrefix {
@@ -39,6 +41,7 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroLimit => f.write_str("the limit must be at least one packet per second"),
+            Self::ZeroWindowGrowth => f.write_str("the window growth factor must be at least 1"),
             Self::InvalidPrefix {
                 family,
                 exact,

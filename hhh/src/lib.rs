@@ -44,8 +44,8 @@ pub mod tuple;
 pub mod udp;
 
 pub use classifier::{
-    Builder, Classifier, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, LevelStats, Limited, Stats,
-    Verdict,
+    Builder, Classifier, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH,
+    LevelStats, Limited, Stats, Verdict,
 };
 pub use error::ConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};

@@ -1,0 +1,291 @@
+//! weir-hhh against rakelimit's figures: `classify` throughput on the full
+//! IPv4 and IPv6 lattices (every packet walks all twelve generalisations,
+//! as in rakelimit's own benchmark with an unreachable limit), the memory of
+//! the default configuration, and the paper's three scenarios replayed on a
+//! simulated clock (per-second received and forwarded packets, also written
+//! as CSV files next to the report).
+
+use crate::alloc;
+use crate::report::{Report, Table, thousands};
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+use weir_hhh::random::{RandomSource, SeededRandom};
+use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+use weir_hhh::tuple::udp_packet;
+use weir_hhh::{Classifier, FourTuple};
+use weir_limits::clock::ManualClock;
+use weir_limits::sketch::Layout;
+
+/// rakelimit's BPF program, ns per packet (its paper's benchmark).
+pub const RAKELIMIT_NS_V4: f64 = 385.0;
+/// See [`RAKELIMIT_NS_V4`].
+pub const RAKELIMIT_NS_V6: f64 = 417.0;
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `n` tuples towards one server address and port from random sources
+/// (addresses in a /8, random ports): every generalisation sees many keys.
+pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
+    (0..n as u64)
+        .map(|i| {
+            let r = splitmix(seed ^ i);
+            let port = (r >> 48) as u16 | 1;
+            if v6 {
+                let src = Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(r & 0xffff_ffff_ffff));
+                let dst: Ipv6Addr = "2001:db8:ffff::1".parse().unwrap_or(Ipv6Addr::LOCALHOST);
+                FourTuple::from_socket_addrs(
+                    SocketAddr::new(IpAddr::V6(src), port),
+                    SocketAddr::new(IpAddr::V6(dst), 443),
+                )
+            } else {
+                let src = Ipv4Addr::from(0x0a00_0000 | (r as u32 & 0x00ff_ffff));
+                FourTuple::from_socket_addrs(
+                    SocketAddr::new(IpAddr::V4(src), port),
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 443),
+                )
+            }
+        })
+        .collect()
+}
+
+/// A classifier whose limit is never reached (every packet walks all twelve
+/// generalisations), with the given sketch shape.
+pub fn unlimited(layout: Layout, hashes: usize, slots: usize) -> Classifier<ManualClock, SeededRandom> {
+    Classifier::builder(u64::MAX >> 20)
+        .sketch(hashes, slots)
+        .layout(layout)
+        .seed(1)
+        .clock(ManualClock::new())
+        .random(SeededRandom::new(1))
+        .build()
+        .expect("valid benchmark configuration")
+}
+
+/// Classify every tuple `rounds` times, 100 ns of simulated time apart
+/// (10 M packets/s); returns ns per packet.
+pub fn time_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, tuples: &[FourTuple], rounds: usize) -> f64 {
+    let mut now = 1_000_000_000u64;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for t in tuples {
+            now += 100;
+            black_box(rake.classify_at(black_box(t), now));
+        }
+    }
+    started.elapsed().as_nanos() as f64 / (rounds * tuples.len()) as f64
+}
+
+/// Parse raw packets and classify them; returns ns per packet.
+pub fn time_parse_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, packets: &[Vec<u8>], rounds: usize) -> f64 {
+    let mut now = 1_000_000_000u64;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for p in packets {
+            now += 100;
+            if let Ok(t) = FourTuple::parse(black_box(p)) {
+                black_box(rake.classify_at(&t, now));
+            }
+        }
+    }
+    started.elapsed().as_nanos() as f64 / (rounds * packets.len()) as f64
+}
+
+/// The paper's three scenarios (plus rakelimit's attack-propagation check),
+/// as `(file stem, title, limit, scenario)`.
+pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
+    let fixed = |s: &str| Addr::Fixed(s.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+    let any4 = Addr::Random {
+        base: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        prefix: 0,
+    };
+    vec![
+        (
+            "hhh-scenario-1",
+            "Scenario 1: 100 pps flood from one address and port, 5 pps legit from the same /24, limit 25 pps",
+            25,
+            Scenario {
+                duration: Duration::from_secs(60),
+                seed: 1,
+                streams: vec![
+                    Stream::new("flood", 100, fixed("10.1.1.1"), Port::Fixed(80), fixed("192.0.2.1"), Port::Fixed(53)),
+                    Stream::new("legit", 5, fixed("10.1.1.2"), Port::Fixed(80), fixed("192.0.2.1"), Port::Fixed(53)),
+                ],
+            },
+        ),
+        (
+            "hhh-scenario-2",
+            "Scenario 2: reflection attack (random sources, source port 53) at 100 pps beside 100 pps of random 4-tuples, limit 25 pps",
+            25,
+            Scenario {
+                duration: Duration::from_secs(60),
+                seed: 2,
+                streams: vec![
+                    Stream::new("attack", 100, any4, Port::Fixed(53), fixed("192.0.2.1"), Port::Fixed(443)),
+                    Stream::new("random", 100, any4, Port::Random, any4, Port::Random),
+                ],
+            },
+        ),
+        (
+            "hhh-scenario-3",
+            "Scenario 3: 1 M pps for 5 s against a limit of 250 k pps",
+            250_000,
+            Scenario {
+                duration: Duration::from_secs(5),
+                seed: 3,
+                streams: vec![Stream::new(
+                    "flood",
+                    1_000_000,
+                    fixed("10.9.9.9"),
+                    Port::Fixed(1234),
+                    fixed("192.0.2.1"),
+                    Port::Fixed(443),
+                )],
+            },
+        ),
+        (
+            "hhh-attack-propagation",
+            "rakelimit's attack propagation: 3x the limit from 7.6.5.4:53 beside limit/2 from 7.6.5.4 on random ports, limit 2645 pps",
+            2645,
+            Scenario {
+                duration: Duration::from_secs(10),
+                seed: 6,
+                streams: vec![
+                    Stream::new("attack", 3 * 2645, fixed("7.6.5.4"), Port::Fixed(53), fixed("1.2.3.4"), Port::Fixed(443)),
+                    Stream::new("legit", 2645 / 2, fixed("7.6.5.4"), Port::Random, fixed("1.2.3.4"), Port::Fixed(443)),
+                ],
+            },
+        ),
+    ]
+}
+
+/// The weir-hhh section of the report.
+pub fn run(report: &mut Report) {
+    report.section("weir-hhh: fair-share flood limiter (rakelimit's algorithm)");
+    let scale = report.scale();
+    let n = 1 << 16;
+    let rounds = scale.pick(8, 60);
+    let v4 = tuples(n, false, 1);
+    let v6 = tuples(n, true, 2);
+    let packets: Vec<Vec<u8>> = v4.iter().map(|t| udp_packet(t, b"0123456789abcdef")).collect();
+
+    report.text(&format!(
+        "`classify_at` with an unreachable limit, so every packet updates all 12 generalisations \
+         (rakelimit benchmarks its BPF program the same way). {} distinct tuples (sources in a /8 or \
+         a /80, random ports, one server address), {rounds} passes, simulated clock advancing 100 ns per \
+         packet, one thread. rakelimit: {RAKELIMIT_NS_V4} ns (IPv4), {RAKELIMIT_NS_V6} ns (IPv6).",
+        thousands(n as u64)
+    ));
+    let mut table = Table::new(["configuration", "family", "ns/packet", "M packets/s", "vs rakelimit BPF", "sketch memory"]);
+    let configs = [
+        ("rows 2 x 1024 (default)", Layout::Rows, 2, 1024),
+        ("blocked 2 x 1024", Layout::Blocked, 2, 1024),
+        ("rows 5 x 256 (rakelimit's shape)", Layout::Rows, 5, 256),
+        ("rows 4 x 4096", Layout::Rows, 4, 4096),
+    ];
+    for (name, layout, hashes, slots) in configs {
+        report.progress(name);
+        let rake = unlimited(layout, hashes, slots);
+        for (family, input, base) in [("IPv4", &v4, RAKELIMIT_NS_V4), ("IPv6", &v6, RAKELIMIT_NS_V6)] {
+            time_classify(&rake, input, 1); // warm up
+            let ns = time_classify(&rake, input, rounds);
+            table.row([
+                name.to_string(),
+                family.to_string(),
+                format!("{ns:.1}"),
+                format!("{:.1}", 1e3 / ns),
+                format!("{:.1}x faster", base / ns),
+                format!("{} KiB", rake.memory_bytes() / 1024),
+            ]);
+        }
+    }
+    let rake = unlimited(Layout::Rows, 2, 1024);
+    time_parse_classify(&rake, &packets, 1);
+    let ns = time_parse_classify(&rake, &packets, rounds);
+    table.row([
+        "rows 2 x 1024, parse raw packet + classify".to_string(),
+        "IPv4".to_string(),
+        format!("{ns:.1}"),
+        format!("{:.1}", 1e3 / ns),
+        format!("{:.1}x faster", RAKELIMIT_NS_V4 / ns),
+        format!("{} KiB", rake.memory_bytes() / 1024),
+    ]);
+    report.table(&table);
+
+    let (built, stats) = alloc::measure(|| Classifier::new(1000));
+    let default_bytes = built.as_ref().map(|c| c.memory_bytes()).unwrap_or(0);
+    let (_, per_packet) = alloc::measure(|| {
+        time_classify(&rake, &v4, 1);
+    });
+    report.text(&format!(
+        "Memory of the default configuration (12 sketches x 2 hashes x 1024 slots x 16-byte cells): \
+         {} bytes by `memory_bytes()`, {} bytes peak heap / {} allocations when built. \
+         Classifying {} packets allocated {} times.",
+        thousands(default_bytes as u64),
+        thousands(stats.peak_bytes as u64),
+        stats.allocations,
+        thousands(v4.len() as u64),
+        per_packet.allocations
+    ));
+
+    for (stem, title, limit, scenario) in scenarios() {
+        report.progress(stem);
+        let rake = Classifier::builder(limit)
+            .seed(7)
+            .clock(ManualClock::new())
+            .random(SeededRandom::new(7))
+            .build()
+            .expect("valid scenario configuration");
+        let started = Instant::now();
+        let outcome = sim::run(&scenario, &rake);
+        let elapsed = started.elapsed();
+        let csv = report.dir().join(format!("{stem}.csv"));
+        let _ = std::fs::create_dir_all(report.dir());
+        let _ = std::fs::write(&csv, outcome.to_csv());
+        let mut headers = vec!["second".to_string()];
+        for s in &outcome.streams {
+            headers.push(format!("{} received", s.name));
+            headers.push(format!("{} forwarded", s.name));
+        }
+        let mut table = Table::new(headers);
+        let seconds = outcome.streams[0].received.len();
+        let shown: Vec<usize> = if seconds <= 10 {
+            (0..seconds).collect()
+        } else {
+            (0..5).chain([10, 20, 30, 40, 50, seconds - 1]).filter(|&s| s < seconds).collect()
+        };
+        for s in shown {
+            let mut row = vec![s.to_string()];
+            for st in &outcome.streams {
+                row.push(thousands(st.received[s]));
+                row.push(thousands(st.forwarded[s]));
+            }
+            table.row(row);
+        }
+        let summary: Vec<String> = outcome
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}: {} received, {} forwarded ({:.1} pps after the first second), {} dropped (by level {:?})",
+                    s.name,
+                    thousands(s.received_total()),
+                    thousands(s.forwarded_total()),
+                    s.forwarded_rate_after(1),
+                    thousands(s.dropped_total()),
+                    s.dropped_at_level
+                )
+            })
+            .collect();
+        report.text(&format!(
+            "**{title}.** {}. Simulated in {elapsed:.1?}; full per-second series in `{stem}.csv`.",
+            summary.join("; ")
+        ));
+        report.table(&table);
+    }
+}
