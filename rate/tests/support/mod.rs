@@ -211,7 +211,9 @@ pub fn collect_workers(children: Vec<std::process::Child>) -> Result<Tally, Box<
         let text = String::from_utf8_lossy(&out.stdout);
         let mut seen = false;
         for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("WEIR_ALLOWED ") {
+            // The harness may print "test name ... " before our line.
+            if let Some(at) = line.find("WEIR_ALLOWED ") {
+                let rest = &line[at + "WEIR_ALLOWED ".len()..];
                 seen = true;
                 let (k, v) = rest.rsplit_once('=').ok_or("bad worker line")?;
                 if k == "!not_redis" {
@@ -239,6 +241,7 @@ pub fn worker_main() -> TestResult {
         .enable_all()
         .build()?;
     let tally = rt.block_on(run_load(&spec))?;
+    println!();
     for (k, v) in &tally.allowed {
         println!("WEIR_ALLOWED {k}={v}");
     }
@@ -258,7 +261,13 @@ pub fn window_index(window: Duration) -> u128 {
 /// The most one key may allow over a run of `elapsed`, starting fresh:
 /// `limit` (= burst), plus refill for the rate algorithms, plus a second
 /// window's worth when the run crossed a window boundary.
-pub fn upper_bound(alg: Algorithm, limit: u32, window: Duration, elapsed: Duration, crossed: bool) -> u64 {
+pub fn upper_bound(
+    alg: Algorithm,
+    limit: u32,
+    window: Duration,
+    elapsed: Duration,
+    crossed: bool,
+) -> u64 {
     let limit = u64::from(limit);
     let refill = (limit as f64 * elapsed.as_secs_f64() / window.as_secs_f64()).ceil() as u64 + 1;
     match alg {

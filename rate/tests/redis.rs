@@ -1,0 +1,443 @@
+//! The Redis backend against real, private `redis-server` processes:
+//! semantics equal to the in-process limiters, limits held by concurrent
+//! tasks and processes, and faults (server killed and restarted,
+//! `SCRIPT FLUSH`) under load with each failure policy.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+use weir_rate::redis::testing::{RedisServer, wait_until};
+use weir_rate::redis::{
+    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
+};
+use weir_rate::{
+    FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
+};
+
+/// Entry point of the worker processes spawned by the tests (does nothing
+/// when run normally).
+#[test]
+fn worker_process_entry() -> TestResult {
+    worker_main()
+}
+
+fn rt() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// The in-process limiter equivalent to `alg` over `quota`, time frozen.
+fn local_pattern<L: Limiter>(l: L, n: usize) -> Vec<(bool, u32)> {
+    let clock = weir_rate::clock::ManualClock::new();
+    let limiter = RateLimiter::with_clock(l, clock);
+    (0..n)
+        .map(|_| {
+            let d = limiter.check();
+            (d.is_allowed(), d.remaining())
+        })
+        .collect()
+}
+
+#[test]
+fn decisions_match_the_in_process_limiters() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("decisions_match_the_in_process_limiters")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    // A long window: the few microseconds between calls refill nothing.
+    let quota = Quota::per_hour(nz(5));
+    for alg in ALGORITHMS {
+        let expected = match alg {
+            Algorithm::TokenBucket => local_pattern(TokenBucket::new(quota), 8),
+            Algorithm::Gcra => local_pattern(Gcra::new(quota), 8),
+            Algorithm::FixedWindow => local_pattern(FixedWindow::new(quota), 8),
+            _ => local_pattern(SlidingWindow::new(quota, 2)?, 8),
+        };
+        let prefix = unique_prefix("match");
+        let got: Vec<(bool, u32)> = rt.block_on(async {
+            let limiter = RedisLimiter::builder(alg, quota)
+                .prefix(prefix.clone())
+                .on_failure(FailurePolicy::Closed)
+                .connect(Target::server(server.url()))
+                .await?;
+            let mut got = Vec::new();
+            for _ in 0..8 {
+                let v = limiter.check_verbose("k", 1).await?;
+                if v.source != Source::Redis {
+                    return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
+                }
+                let d = v.decision;
+                if !d.is_allowed() {
+                    let retry = d.retry_after().ok_or("denial without retry-after")?;
+                    if retry.is_zero() || retry > Duration::from_secs(3600) {
+                        return Err(format!("{alg}: retry-after {retry:?}").into());
+                    }
+                    if d.headers("p").len() != 3 {
+                        return Err("a denial renders three headers".into());
+                    }
+                }
+                got.push((d.is_allowed(), d.remaining()));
+            }
+            // Beyond capacity: an error, not a denial.
+            if limiter.check_n("k", 6).await.is_ok() {
+                return Err(format!("{alg}: cost 6 > capacity 5 was not refused").into());
+            }
+            Ok::<_, Box<dyn std::error::Error>>(got)
+        })?;
+        assert_eq!(got, expected, "{alg}: Redis and in-process disagree");
+        // One key, hash-tagged, with a TTL.
+        let keys = server.cli(&["KEYS", &format!("{prefix}:*")])?;
+        let keys: Vec<&str> = keys.lines().collect();
+        assert_eq!(
+            keys.len(),
+            1,
+            "{alg}: one Redis key per limiter key: {keys:?}"
+        );
+        assert!(keys[0].ends_with(":{k}"), "{alg}: key {}", keys[0]);
+        let ttl: i64 = server.cli(&["PTTL", keys[0]])?.trim().parse()?;
+        assert!(ttl > 0, "{alg}: key without TTL ({ttl})");
+    }
+    Ok(())
+}
+
+#[test]
+fn short_windows_refill_and_expire() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("short_windows_refill_and_expire")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    let quota = Quota::new(3, Duration::from_millis(300))?;
+    for alg in ALGORITHMS {
+        rt.block_on(async {
+            let limiter = RedisLimiter::builder(alg, quota)
+                .prefix(unique_prefix("refill"))
+                .connect(Target::server(server.url()))
+                .await?;
+            let mut allowed = 0;
+            for _ in 0..10 {
+                allowed += u32::from(limiter.check("k").await.is_allowed());
+            }
+            assert!((3..=4).contains(&allowed), "{alg}: burst allowed {allowed}");
+            let denied = limiter.check("k").await;
+            let retry = denied.retry_after().unwrap_or(Duration::from_secs(1));
+            // After the retry-after (and for the sliding counter, the rest of
+            // the window), the request is allowed again.
+            tokio::time::sleep(retry + Duration::from_millis(5)).await;
+            let mut ok = limiter.check("k").await.is_allowed();
+            if !ok {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                ok = limiter.check("k").await.is_allowed();
+            }
+            assert!(ok, "{alg}: not allowed again after retry-after {retry:?}");
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })?;
+    }
+    // Every key expires on its own once idle.
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .cli(&["DBSIZE"])
+            .is_ok_and(|s| s.trim() == "0")),
+        "keys left behind: {}",
+        server.cli(&["KEYS", "*"])?
+    );
+    Ok(())
+}
+
+#[test]
+fn tasks_and_processes_never_exceed_the_limit() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("tasks_and_processes_never_exceed_the_limit")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    for alg in ALGORITHMS {
+        for batched in [false, true] {
+            let spec = Spec {
+                cluster: false,
+                urls: vec![server.url()],
+                prefix: unique_prefix("load"),
+                algorithm: alg,
+                limit: 150,
+                window: Duration::from_secs(3600),
+                keys: vec!["a".into(), "b".into(), "c".into()],
+                tasks: 6,
+                requests: 120,
+                batched,
+            };
+            let first = window_index(spec.window);
+            let started = Instant::now();
+            // Two other processes and six tasks here: 3 × 6 × 120 = 2160
+            // attempts on 3 keys of 150 each.
+            let workers = spawn_workers("worker_process_entry", 2, &spec)?;
+            let mut tally = rt.block_on(run_load(&spec))?;
+            tally.merge(&collect_workers(workers)?);
+            let what = if batched { "batched" } else { "plain" };
+            assert_eq!(tally.not_redis, 0, "{alg} {what}: Redis was healthy");
+            check_tally(what, &spec, &tally, started, first)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn hot_key_leases_never_exceed_the_limit() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("hot_key_leases_never_exceed_the_limit")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let quota = Quota::per_hour(nz(2_000));
+        let hot = PreAggregation {
+            lease: 50,
+            hot_after: 10,
+            max_age: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let prefix = unique_prefix("hot");
+        let mut limiters = Vec::new();
+        for _ in 0..3 {
+            // Three "instances", each with its own leases.
+            limiters.push(
+                RedisLimiter::builder(Algorithm::Gcra, quota)
+                    .prefix(prefix.clone())
+                    .pre_aggregate(hot)
+                    .connect(Target::server(server.url()))
+                    .await?,
+            );
+        }
+        let mut handles = Vec::new();
+        for (i, l) in limiters.iter().enumerate() {
+            for _ in 0..4 {
+                let l = l.clone();
+                handles.push(tokio::spawn(async move {
+                    let (mut allowed, mut leased) = (0u64, 0u64);
+                    for _ in 0..300 + i {
+                        if let Ok(v) = l.check_verbose("hot", 1).await {
+                            if v.decision.is_allowed() {
+                                allowed += 1;
+                                leased += u64::from(v.source == Source::Lease);
+                            }
+                        }
+                    }
+                    (allowed, leased)
+                }));
+            }
+        }
+        let (mut allowed, mut leased) = (0, 0);
+        for h in handles {
+            let (a, l) = h.await?;
+            allowed += a;
+            leased += l;
+        }
+        // Every unit was counted in Redis: never more than the limit (plus
+        // the refill of a few seconds at 2000/h, under 2).
+        assert!(allowed <= 2_002, "hot key allowed {allowed} > 2000");
+        assert!(leased > 1_000, "leases answered only {leased} checks");
+        // Far from the limit at first, close to it at the end: the units
+        // lost in unused leases are at most one lease per instance.
+        assert!(allowed + 3 * 50 >= 2_000, "hot key allowed only {allowed}");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// Kill the server under load, observe the policy, restart it, observe
+/// decisions from Redis again, correct ones.
+fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> TestResult {
+    let name = format!("kill_and_restart({policy:?})");
+    let Some(mut server) = RedisServer::start_or_skip(&name)? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let timeout = Duration::from_millis(200);
+        let mut b = RedisLimiter::builder(Algorithm::TokenBucket, Quota::per_second(nz(1_000_000)))
+            .prefix(unique_prefix("kill"))
+            .timeout(timeout)
+            .backoff(Duration::from_millis(50))
+            .on_failure(policy);
+        if batched {
+            b = b.batching(Batching::default());
+        }
+        let limiter = b.connect(Target::server(server.url())).await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut handles = Vec::new();
+        for t in 0..8 {
+            let l = limiter.clone();
+            let stop = stop.clone();
+            handles.push(tokio::spawn(async move {
+                let mut seen = std::collections::HashMap::<Source, u64>::new();
+                let mut slowest = Duration::ZERO;
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 200_000 {
+                    let start = Instant::now();
+                    let v = l.check_verbose(&format!("k{t}"), 1).await;
+                    slowest = slowest.max(start.elapsed());
+                    if let Ok(v) = v {
+                        *seen.entry(v.source).or_default() += 1;
+                    }
+                    n += 1;
+                    if n % 16 == 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                (seen, slowest)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.kill();
+        // During the outage, callers get the policy's answer.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let during = limiter.check_verbose("probe", 1).await?;
+        assert_eq!(
+            during.source, expect,
+            "outage answered by {:?}",
+            during.source
+        );
+        assert!(during.error.is_some());
+        server.restart()?;
+        // Decisions come from Redis again once it is back.
+        let mut back = false;
+        for _ in 0..200 {
+            if limiter.check_verbose("probe", 1).await?.source == Source::Redis {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            back,
+            "decisions did not resume from Redis after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut total = std::collections::HashMap::<Source, u64>::new();
+        for h in handles {
+            let (seen, slowest) = h.await?;
+            // Never hung: one timeout plus scheduling slack on a busy machine.
+            assert!(slowest < timeout * 10, "a check took {slowest:?}");
+            for (k, v) in seen {
+                *total.entry(k).or_default() += v;
+            }
+        }
+        assert!(
+            total.get(&Source::Redis).copied().unwrap_or(0) > 0,
+            "{total:?}"
+        );
+        assert!(total.get(&expect).copied().unwrap_or(0) > 0, "{total:?}");
+        // And correct decisions afterwards: exactly the quota on a fresh key.
+        let fresh = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(7)))
+            .prefix(unique_prefix("after"))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url()))
+            .await?;
+        let mut allowed = 0;
+        for _ in 0..20 {
+            let v = fresh.check_verbose("x", 1).await?;
+            assert_eq!(v.source, Source::Redis);
+            allowed += u32::from(v.decision.is_allowed());
+        }
+        assert_eq!(allowed, 7);
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+#[test]
+fn server_killed_and_restarted_fail_open() -> TestResult {
+    kill_and_restart(FailurePolicy::Open, Source::FailOpen, false)
+}
+
+#[test]
+fn server_killed_and_restarted_fail_closed_batched() -> TestResult {
+    kill_and_restart(FailurePolicy::Closed, Source::FailClosed, true)
+}
+
+#[test]
+fn server_killed_and_restarted_local_fallback() -> TestResult {
+    let local: KeyedLimiter<String, Gcra> =
+        KeyedLimiter::new(Gcra::new(Quota::per_second(nz(1_000_000))));
+    kill_and_restart(FailurePolicy::Local(Arc::new(local)), Source::Local, false)
+}
+
+#[test]
+fn script_flush_under_load_is_invisible() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("script_flush_under_load_is_invisible")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    for alg in ALGORITHMS {
+        for batched in [false, true] {
+            let spec = Spec {
+                cluster: false,
+                urls: vec![server.url()],
+                prefix: unique_prefix("flush"),
+                algorithm: alg,
+                limit: 300,
+                window: Duration::from_secs(3600),
+                keys: vec!["x".into(), "y".into()],
+                tasks: 6,
+                requests: 150,
+                batched,
+            };
+            let first = window_index(spec.window);
+            let started = Instant::now();
+            let tally = rt.block_on(async {
+                let load = tokio::spawn({
+                    let spec = spec.clone();
+                    async move { run_load(&spec).await.map_err(|e| e.to_string()) }
+                });
+                for _ in 0..5 {
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    let flushed = server.cli(&["SCRIPT", "FLUSH"])?;
+                    assert_eq!(flushed.trim(), "OK");
+                }
+                Ok::<_, Box<dyn std::error::Error>>(load.await??)
+            })?;
+            // NOSCRIPT is answered by reloading: no caller ever saw it.
+            let stats = server.cli(&["INFO", "commandstats"])?;
+            let loads = stats
+                .lines()
+                .find(|l| l.starts_with("cmdstat_script|load:"))
+                .and_then(|l| l.split("calls=").nth(1))
+                .and_then(|l| l.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            assert!(
+                loads >= 2,
+                "{alg}: the flushes hit no load ({loads} SCRIPT LOADs)"
+            );
+            assert_eq!(tally.not_redis, 0, "{alg}: decisions lost to SCRIPT FLUSH");
+            check_tally("flush", &spec, &tally, started, first)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn unreachable_at_start_is_an_error_not_a_hang() -> TestResult {
+    let rt = rt()?;
+    rt.block_on(async {
+        // A port nobody listens on (bound, then released).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let start = Instant::now();
+        let r = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(NonZeroU32::MIN))
+            .timeout(Duration::from_millis(100))
+            .connect(Target::server(format!("redis://127.0.0.1:{port}/")))
+            .await;
+        assert!(r.is_err());
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let bad = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(NonZeroU32::MIN))
+            .prefix("a{b")
+            .connect(Target::server("redis://127.0.0.1:1/"))
+            .await;
+        assert!(bad.is_err());
+        Ok(())
+    })
+}
