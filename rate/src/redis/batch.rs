@@ -9,7 +9,6 @@
 //! pays no batching delay.
 
 use super::{Batching, Core, Raw, RedisLimitError};
-use redis::cluster_routing::Slot;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,9 +74,12 @@ async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
             });
             continue;
         }
-        let mut groups: HashMap<Slot, Vec<Job>> = HashMap::new();
+        let mut groups: HashMap<u16, Vec<Job>> = HashMap::new();
         for job in jobs.drain(..) {
-            groups.entry(Slot::for_key(&job.key)).or_default().push(job);
+            groups
+                .entry(super::cluster_slot(&job.key))
+                .or_default()
+                .push(job);
         }
         let mut permit = Some(permit);
         for (_, batch) in groups {

@@ -93,6 +93,42 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
+/// (the text between the first `{` and the next `}`, when non-empty) or of
+/// the whole key, modulo 16384 — what `CLUSTER KEYSLOT` answers.
+///
+/// ```
+/// use weir_rate::redis::cluster_slot;
+///
+/// assert_eq!(cluster_slot("123456789"), 12739); // the CRC16/XMODEM check value
+/// assert_eq!(cluster_slot("api:gcra:{user1}"), cluster_slot("user1"));
+/// ```
+pub fn cluster_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        let rest = &b[open + 1..];
+        let close = rest.iter().position(|&c| c == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(b) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Back-off cells: one for a single server; for a cluster one per 64
+/// consecutive slots, so a dead master only sends its own slots' keys to
+/// the failure policy while the other masters keep deciding.
+const CLUSTER_CELLS: usize = 256;
+
 /// Which algorithm the Redis script runs. All read the [`Quota`] the way
 /// the in-process limiters do: window algorithms allow `limit` per
 /// `window`; rate algorithms refill at `limit / window` up to `burst`.
@@ -530,7 +566,13 @@ impl Builder {
                 prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
                 policy: self.policy,
                 backoff: self.backoff,
-                down_until: AtomicU64::new(0),
+                down_until: (0..if target.is_cluster() {
+                    CLUSTER_CELLS
+                } else {
+                    1
+                })
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
                 epoch: Instant::now(),
                 batcher,
                 hot: self.hot.map(hot::Hot::new),
@@ -546,8 +588,9 @@ struct Inner {
     prefix: String,
     policy: FailurePolicy,
     backoff: Duration,
-    /// Nanoseconds since `epoch` until which Redis is skipped; 0 = healthy.
-    down_until: AtomicU64,
+    /// Per back-off cell: nanoseconds since `epoch` until which Redis is
+    /// skipped; 0 = healthy.
+    down_until: Box<[AtomicU64]>,
     epoch: Instant,
     batcher: Option<batch::Batcher>,
     hot: Option<hot::Hot>,
@@ -682,13 +725,18 @@ impl RedisLimiter {
     /// the back-off.
     pub(crate) async fn raw(&self, key: &str, cost: u32) -> Result<Raw, RedisLimitError> {
         let inner = &*self.inner;
+        let rkey = self.redis_key(key);
+        let cell = &inner.down_until[if inner.down_until.len() > 1 {
+            usize::from(cluster_slot(&rkey)) * inner.down_until.len() / 16384
+        } else {
+            0
+        }];
         let now = inner.epoch.elapsed().as_nanos() as u64;
-        let down = inner.down_until.load(Ordering::Relaxed);
+        let down = cell.load(Ordering::Relaxed);
         if down != 0 {
             // One caller per back-off period probes; the rest skip Redis.
             if now < down
-                || inner
-                    .down_until
+                || cell
                     .compare_exchange(
                         down,
                         now + inner.backoff.as_nanos() as u64,
@@ -700,7 +748,6 @@ impl RedisLimiter {
                 return Err(RedisLimitError::BackingOff);
             }
         }
-        let rkey = self.redis_key(key);
         let result = match &inner.batcher {
             Some(b) => b.submit(rkey, cost, inner.core.timeout).await,
             None => inner
@@ -711,14 +758,14 @@ impl RedisLimiter {
         };
         match &result {
             Ok(_) => {
-                if inner.down_until.load(Ordering::Relaxed) != 0 {
-                    inner.down_until.store(0, Ordering::Relaxed);
+                if cell.load(Ordering::Relaxed) != 0 {
+                    cell.store(0, Ordering::Relaxed);
                 }
             }
             Err(_) => {
                 let until =
                     inner.epoch.elapsed().as_nanos() as u64 + inner.backoff.as_nanos() as u64;
-                inner.down_until.store(until.max(1), Ordering::Relaxed);
+                cell.store(until.max(1), Ordering::Relaxed);
             }
         }
         result
@@ -766,9 +813,15 @@ impl RedisLimiter {
         }
     }
 
-    /// Whether Redis is being skipped after a recent failure.
-    pub fn is_backing_off(&self) -> bool {
-        let down = self.inner.down_until.load(Ordering::Relaxed);
+    /// Whether Redis is being skipped for `key` after a recent failure.
+    pub fn is_backing_off(&self, key: &str) -> bool {
+        let cells = &self.inner.down_until;
+        let i = if cells.len() > 1 {
+            usize::from(cluster_slot(&self.redis_key(key))) * cells.len() / 16384
+        } else {
+            0
+        };
+        let down = cells[i].load(Ordering::Relaxed);
         down != 0 && (self.inner.epoch.elapsed().as_nanos() as u64) < down
     }
 }
