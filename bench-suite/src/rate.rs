@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
-use weir_limits::clock::MonotonicClock;
+use weir_limits::clock::{Clock, MonotonicClock};
 use weir_limits::sketch::{Layout, Locator};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingLog,
@@ -295,14 +295,39 @@ pub trait KeyedCheck: Sync {
     fn check(&self, key: u32) -> bool;
 }
 
-impl KeyedCheck for KeyedLimiter<u32, Gcra, MonotonicClock> {
+/// governor's default clock (quanta, reading the TSC) as a weir [`Clock`],
+/// so that weir can be measured on the same clock source as governor. On
+/// machines where `clock_gettime` is slow the clock read dominates a check.
+pub struct QuantaClock {
+    clock: governor::clock::QuantaClock,
+    origin: governor::clock::QuantaInstant,
+}
+
+impl Default for QuantaClock {
+    fn default() -> Self {
+        use governor::clock::Clock as _;
+        let clock = governor::clock::QuantaClock::default();
+        let origin = clock.now();
+        Self { clock, origin }
+    }
+}
+
+impl Clock for QuantaClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        use governor::clock::{Clock as _, Reference as _};
+        self.clock.now().duration_since(self.origin).as_u64()
+    }
+}
+
+impl<C: Clock> KeyedCheck for KeyedLimiter<u32, Gcra, C> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         KeyedLimiter::check(self, &key).is_allowed()
     }
 }
 
-impl KeyedCheck for SketchLimiter<MonotonicClock> {
+impl<C: Clock> KeyedCheck for SketchLimiter<C> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         SketchLimiter::check(self, &key).is_allowed()
@@ -322,8 +347,8 @@ pub fn bench_quota() -> Quota {
         .allow_burst(NonZeroU32::new(50).expect("non-zero"))
 }
 
-/// Sketch dimensions of the benchmark: 4 hashes × 8192 slots (256 KiB).
-pub const SKETCH: (usize, usize) = (4, 8192);
+/// Sketch dimensions of the benchmark: 2 hashes × 16384 slots (256 KiB).
+pub const SKETCH: (usize, usize) = (2, 16384);
 
 /// One contender of the keyed benchmark.
 pub struct Contender {
@@ -351,18 +376,35 @@ pub fn contenders() -> Vec<Contender> {
         },
         Contender {
             name: "weir SketchLimiter (rows)",
-            build: || Box::new(sketch(Layout::Rows)),
+            build: || Box::new(sketch(Layout::Rows, MonotonicClock::new())),
         },
         Contender {
             name: "weir SketchLimiter (blocked)",
-            build: || Box::new(sketch(Layout::Blocked)),
+            build: || Box::new(sketch(Layout::Blocked, MonotonicClock::new())),
+        },
+        Contender {
+            name: "weir KeyedLimiter<Gcra>, quanta clock",
+            build: || {
+                Box::new(KeyedLimiter::with_clock(
+                    Gcra::new(bench_quota()),
+                    QuantaClock::default(),
+                ))
+            },
+        },
+        Contender {
+            name: "weir SketchLimiter (rows), quanta clock",
+            build: || Box::new(sketch(Layout::Rows, QuantaClock::default())),
+        },
+        Contender {
+            name: "weir SketchLimiter (blocked), quanta clock",
+            build: || Box::new(sketch(Layout::Blocked, QuantaClock::default())),
         },
     ]
 }
 
-fn sketch(layout: Layout) -> SketchLimiter<MonotonicClock> {
+fn sketch<C: Clock>(layout: Layout, clock: C) -> SketchLimiter<C> {
     let locator = Locator::new(SKETCH.0, SKETCH.1, layout).expect("valid sketch");
-    SketchLimiter::with_locator(bench_quota(), locator, MonotonicClock::new())
+    SketchLimiter::with_locator(bench_quota(), locator, clock)
 }
 
 /// Run each stream on its own thread; returns the slowest thread's wall
@@ -409,13 +451,14 @@ pub fn benchmark(report: &mut Report) {
     let q = bench_quota();
     report.text(&format!(
         "{} checks over {} uniformly drawn `u32` keys (pre-generated), per-key quota {} per second with burst {}. \
-         Each thread runs its own stream; ns/check is per thread, throughput is the total. Sketch: {} hashes × {} slots ({} KiB). \
+         Each thread runs its own stream; ns/check is per thread, throughput is the total; contenders run interleaved for {} rounds and each keeps its best. Sketch: {} hashes × {} slots ({} KiB). \
          Memory is the peak heap growth while building and running the 1-thread case (bench-suite's counting allocator). \
          'Allowed' shows what each limiter let through: the exact limiters agree, and the sketch's shortfall is its over-limiting from collisions.",
         thousands(total as u64),
         thousands(u64::from(workload::KEYS)),
         q.limit(),
         q.burst(),
+        scale.pick(3, 5),
         SKETCH.0,
         SKETCH.1,
         SKETCH.0 * SKETCH.1 * 8 / 1024,
@@ -429,28 +472,43 @@ pub fn benchmark(report: &mut Report) {
                 .collect()
         })
         .collect();
-    let mut results = Vec::new();
-    for contender in contenders() {
-        report.progress(contender.name);
-        let mut speed = Speed {
-            per_check_ns: [0.0; 2],
-            throughput: [0.0; 2],
-            allowed: [0; 2],
-            memory: AllocStats::default(),
-        };
-        for (i, &threads) in thread_counts.iter().enumerate() {
-            let ((elapsed, allowed), stats) = alloc::measure(|| {
-                let limiter = (contender.build)();
-                run_threads(limiter.as_ref(), &streams[i])
-            });
-            if threads == 1 {
-                speed.memory = stats;
+    // The machine is shared: contenders run interleaved, several rounds,
+    // and each keeps its best round (the least disturbed).
+    let rounds = scale.pick(3, 5);
+    let all = contenders();
+    let mut results: Vec<(&'static str, Speed)> = all
+        .iter()
+        .map(|c| {
+            (
+                c.name,
+                Speed {
+                    per_check_ns: [f64::INFINITY; 2],
+                    throughput: [0.0; 2],
+                    allowed: [0; 2],
+                    memory: AllocStats::default(),
+                },
+            )
+        })
+        .collect();
+    for round in 0..rounds {
+        report.progress(&format!("round {} of {rounds}", round + 1));
+        for (contender, (_, speed)) in all.iter().zip(results.iter_mut()) {
+            for (i, &threads) in thread_counts.iter().enumerate() {
+                let ((elapsed, allowed), stats) = alloc::measure(|| {
+                    let limiter = (contender.build)();
+                    run_threads(limiter.as_ref(), &streams[i])
+                });
+                if threads == 1 && round == 0 {
+                    speed.memory = stats;
+                }
+                let ns = elapsed.as_nanos() as f64 / (total / threads) as f64;
+                if ns < speed.per_check_ns[i] {
+                    speed.per_check_ns[i] = ns;
+                    speed.throughput[i] = total as f64 / elapsed.as_secs_f64();
+                    speed.allowed[i] = allowed;
+                }
             }
-            speed.per_check_ns[i] = elapsed.as_nanos() as f64 / (total / threads) as f64;
-            speed.throughput[i] = total as f64 / elapsed.as_secs_f64();
-            speed.allowed[i] = allowed;
         }
-        results.push((contender.name, speed));
     }
     let governor = results
         .iter()
@@ -488,7 +546,11 @@ pub fn benchmark(report: &mut Report) {
     }
     report.table(&table);
     report.text(
-        "Goals (issue 4): SketchLimiter ≥ 5× governor's throughput with ≤ 1/100 of its memory; KeyedLimiter ≥ governor's speed.",
+        "Goals (issue 4): SketchLimiter ≥ 5× governor's throughput with ≤ 1/100 of its memory; KeyedLimiter ≥ governor's speed. \
+         governor reads the TSC through quanta; weir's default `MonotonicClock` is `Instant::now()` (`clock_gettime`), which costs \
+         tens of ns on some virtual machines, so the rows marked 'quanta clock' run weir on governor's clock source for a like-for-like comparison. \
+         The sketch over-limits once the traffic hashed into one cell exceeds the per-key rate (here about total rate × hashes / cells); \
+         the 'allowed' column shows when that happens.",
     );
 }
 

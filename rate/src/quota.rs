@@ -102,6 +102,15 @@ impl Quota {
         Self::fixed(limit, 3_600_000_000_000)
     }
 
+    /// A quota from raw parts known to be valid (zeros are raised to one).
+    pub(crate) fn from_raw(limit: u32, burst: u32, window_ns: u64) -> Self {
+        Self {
+            limit: NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN),
+            burst: NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN),
+            window_ns: if window_ns == 0 { 1 } else { window_ns },
+        }
+    }
+
     /// `limit` units per `window`, checked at run time.
     pub fn new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroRate)?;

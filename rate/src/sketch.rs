@@ -83,9 +83,9 @@ impl Params {
                 let tolerance = self.tolerance.load(Ordering::Relaxed);
                 fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == before {
-                    if let Some(quota) = rebuild(limit, burst, window) {
-                        return Gcra::from_parts(quota, interval, tolerance);
-                    }
+                    // The values were written together from a valid quota.
+                    let quota = Quota::from_raw(limit as u32, burst as u32, window);
+                    return Gcra::from_parts(quota, interval, tolerance);
                 }
             }
             spin();
@@ -106,15 +106,6 @@ impl Params {
             .store(gcra.tolerance_nanos(), Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
-}
-
-fn rebuild(limit: u64, burst: u64, window: u64) -> Option<Quota> {
-    let quota = Quota::new(
-        u32::try_from(limit).ok()?,
-        std::time::Duration::from_nanos(window),
-    )
-    .ok()?;
-    quota.try_burst(u32::try_from(burst).ok()?).ok()
 }
 
 #[inline]
@@ -226,9 +217,11 @@ impl<C: Clock> SketchLimiter<C> {
         let location = self.locator.locate(key);
         let now = self.clock.now_nanos();
         let decision = loop {
+            let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);
-            for cell in location.iter() {
+            for (i, cell) in location.iter().enumerate() {
                 let v = self.cells[cell].load(Ordering::Relaxed);
+                seen[i] = v;
                 if v < min {
                     (min, at) = (v, cell);
                 }
@@ -246,8 +239,9 @@ impl<C: Clock> SketchLimiter<C> {
             if mode == Mode::Peek {
                 break gcra.decide(now, cost, &step);
             }
-            for cell in location.iter() {
-                if cell != at {
+            for (i, cell) in location.iter().enumerate() {
+                // A cell seen at or above `new` can only have grown since.
+                if cell != at && seen[i] < new {
                     self.cells[cell].fetch_max(new, Ordering::SeqCst);
                 }
             }
