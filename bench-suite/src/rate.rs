@@ -179,7 +179,9 @@ pub fn accuracy(report: &mut Report) {
     report.text(&format!(
         "{} requests over {hours} simulated hours against {LIMIT} calls per {}s; Poisson arrivals whose rate is redrawn every 5 s \
          log-uniformly between ¼× and 4× the limit (seed 4). N-counter rows split the window into N − 1 sub-windows \
-         (N = 2 is Cloudflare's approximation; N = 5 is the post's five 15 s windows).",
+         (N = 2 is Cloudflare's approximation; N = 5 is the post's five 15 s windows). \
+         The traffic is built to sit near the limit all the time, where approximations err most; Cloudflare's 0.003 % wrong decisions \
+         were measured on real traffic, where most clients are far below their limit.",
         thousands(times.len() as u64),
         WINDOW.as_secs()
     ));
@@ -550,7 +552,10 @@ pub fn benchmark(report: &mut Report) {
          governor reads the TSC through quanta; weir's default `MonotonicClock` is `Instant::now()` (`clock_gettime`), which costs \
          tens of ns on some virtual machines, so the rows marked 'quanta clock' run weir on governor's clock source for a like-for-like comparison. \
          The sketch over-limits once the traffic hashed into one cell exceeds the per-key rate (here about total rate × hashes / cells); \
-         the 'allowed' column shows when that happens.",
+         the 'allowed' column shows when that happens. \
+         The exact KeyedLimiter's memory stays small because it sweeps keys whose state has expired (here after burst/rate = 50 ms); \
+         governor keeps every key until `retain_recent()` is called. Two threads share two cores with other work on this machine, \
+         so 2-thread ns/check near twice the 1-thread figure means the threads mostly did not run at the same time.",
     );
 }
 

@@ -30,17 +30,17 @@
 //! ```
 
 pub mod algorithms;
-mod decision;
+pub mod decision;
 pub mod ewma;
 #[cfg(feature = "tower")]
 pub mod http;
-mod keyed;
+pub mod keyed;
 mod limiter;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod single;
-mod sketch;
+pub mod sketch;
 mod sync;
 
 /// The injectable clock, shared with `weir-limits`.

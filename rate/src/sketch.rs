@@ -28,10 +28,13 @@
 //! * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
 //!   keys; the exact map grows with the keys active within a window.
 //! * Wrong denials: a key is over-limited when all of its cells are shared
-//!   with keys that spent recently. This grows with the number of keys
-//!   active at once per cell; size the sketch so that `slots` is well above
-//!   the number of keys active within `burst · T` (the bench report measures
-//!   the wrong-denial rate for its sizes).
+//!   with keys that spent recently. Each cell accumulates the spending of
+//!   every key hashed to it, so once the request rate landing on one cell
+//!   (about `total rate × hashes / cells` for uniform keys) approaches the
+//!   per-key rate, cells saturate and keys start being denied. Size the
+//!   sketch so that `slots` is well above `total rate / per-key rate`
+//!   (and above the number of keys active within one burst period); the
+//!   bench report shows the allowed fraction next to the exact limiter's.
 //! * No refunds: lowering a shared cell could loosen another key.
 
 use crate::algorithms::{Gcra, Step, gcra_step};
@@ -116,7 +119,7 @@ fn spin() {
     std::hint::spin_loop();
 }
 
-/// A per-key GCRA limiter in fixed memory; see the [module docs](self) for
+/// A per-key GCRA limiter in fixed memory; see the [module docs](crate::sketch) for
 /// the guarantees and the trade-off.
 ///
 /// ```

@@ -1,0 +1,93 @@
+//! Keyed limiters: peek, refunds, shadow mode, several limits per key, and
+//! the sketch against the exact map under concurrency.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_limits::clock::ManualClock;
+use weir_limits::sketch::{Layout, Locator};
+use weir_rate::{
+    FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingWindow,
+};
+
+fn per_second(n: u32) -> Quota {
+    Quota::per_second(NonZeroU32::new(n).unwrap())
+}
+
+#[test]
+fn keyed_peek_refund_and_shadow() {
+    let clock = ManualClock::new();
+    let keyed = KeyedLimiter::with_clock(Gcra::new(per_second(2)), clock.clone());
+    assert!(keyed.peek_n(&"a", 2).unwrap().is_allowed());
+    assert!(keyed.is_empty(), "a peek must not insert the key");
+    assert!(keyed.check_n(&"a", 2).unwrap().is_allowed());
+    assert!(!keyed.check(&"a").is_allowed());
+    keyed.refund(&"a", 1);
+    assert!(keyed.check(&"a").is_allowed());
+    keyed.set_shadow(true);
+    let d = keyed.check(&"a");
+    assert!(d.is_allowed() && !d.is_conforming());
+    assert_eq!(keyed.check_n(&"a", 3).unwrap_err().capacity, 2);
+}
+
+#[test]
+fn several_limits_per_key_are_all_or_nothing() {
+    let clock = ManualClock::new();
+    let limits = (
+        Gcra::new(per_second(5)),
+        FixedWindow::new(Quota::per_minute(NonZeroU32::new(8).unwrap())),
+    );
+    let keyed = KeyedLimiter::with_clock(limits, clock.clone());
+    // The per-second burst binds first: 5, and nothing spent on the rest.
+    assert_eq!(
+        (0..10).filter(|_| keyed.check(&1u8).is_allowed()).count(),
+        5
+    );
+    clock.advance(Duration::from_secs(2));
+    // Then the per-minute window: 3 more, although the burst would allow 5.
+    assert_eq!(
+        (0..10).filter(|_| keyed.check(&1u8).is_allowed()).count(),
+        3
+    );
+    let d = keyed.check(&1u8);
+    assert_eq!(d.remaining(), 0);
+    assert!(d.retry_after().unwrap() > Duration::from_secs(50));
+}
+
+#[test]
+fn sliding_window_estimate_weighs_the_oldest_sub_window() {
+    let q = Quota::per_minute(NonZeroU32::new(1000).unwrap());
+    let sw = SlidingWindow::new(q, 2).unwrap();
+    let mut s = sw.new_state(0);
+    let sec = 1_000_000_000;
+    sw.check(&mut s, 10 * sec, 60, Mode::Consume).unwrap();
+    assert_eq!(sw.estimate(&s, 30 * sec), 60.0);
+    assert_eq!(sw.estimate(&s, 90 * sec), 30.0);
+    assert_eq!(sw.estimate(&s, 120 * sec), 0.0);
+    let fw = FixedWindow::new(q);
+    let mut f = fw.new_state(0);
+    fw.check(&mut f, 10 * sec, 60, Mode::Consume).unwrap();
+    assert_eq!(fw.estimate(&f, 59 * sec), 60.0);
+    assert_eq!(fw.estimate(&f, 60 * sec), 0.0);
+}
+
+#[test]
+fn sketch_racing_threads_never_exceed_a_keys_burst() {
+    let clock = ManualClock::new();
+    let q = per_second(1).allow_burst(NonZeroU32::new(100).unwrap());
+    let locator = Locator::with_seed(3, 64, Layout::Blocked, 9).unwrap();
+    let sketch = Arc::new(SketchLimiter::with_locator(q, locator, clock));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let sketch = Arc::clone(&sketch);
+            std::thread::spawn(move || {
+                (0..1000)
+                    .filter(|_| sketch.check(&5u32).is_allowed())
+                    .count()
+            })
+        })
+        .collect();
+    let allowed: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    // No time passes: exactly the burst, however the threads interleave.
+    assert_eq!(allowed, 100);
+}
