@@ -549,23 +549,74 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// batch of packets).
     #[inline]
     pub fn classify_at(&self, tuple: &FourTuple, now_nanos: u64) -> Verdict {
-        let (digest, keys) = self.digest(tuple);
-        let limit = self.limit.load(Ordering::Relaxed);
-        for (level, &(first, end)) in LEVEL_RANGES.iter().enumerate() {
-            let mut max = 0;
-            let mut culprit = first;
-            for g in first..end {
-                let hash = generalised_hash(g, &digest, keys[g]);
-                let rate = self.touch(&self.windows[level], g, hash, now_nanos);
-                if rate > max {
-                    max = rate;
-                    culprit = g;
-                }
-            }
-            if max > limit {
-                return self.limited(level, culprit, max, limit);
-            }
+        // Specialise the hot loop for the usual numbers of cells per key,
+        // so that it unrolls; anything else takes the general path.
+        match self.locator.hashes() {
+            1 => self.classify_cells::<1>(tuple, now_nanos, 1),
+            2 => self.classify_cells::<2>(tuple, now_nanos, 2),
+            3 => self.classify_cells::<3>(tuple, now_nanos, 3),
+            4 => self.classify_cells::<4>(tuple, now_nanos, 4),
+            n => self.classify_cells::<{ weir_limits::sketch::MAX_HASHES }>(tuple, now_nanos, n),
         }
+    }
+
+    /// [`classify_at`](Self::classify_at) for keys of `n ≤ H` cells.
+    ///
+    /// Written out per generalisation (a macro over the constant indices)
+    /// so that each generalisation's choice of fields folds away at compile
+    /// time.
+    #[inline(always)]
+    fn classify_cells<const H: usize>(&self, tuple: &FourTuple, now: u64, n: usize) -> Verdict {
+        let n = n.min(H);
+        let (digest, keys) = self.digest(tuple);
+        // Locals, so the compiler need not reload them after every store.
+        let blocks: &[Block] = &self.blocks;
+        let per_sketch = self.cells_per_sketch;
+        let locator = &self.locator;
+        // Find every generalisation's cells and prefetch them first, so
+        // that the cache misses of all twelve sketches overlap instead of
+        // queueing behind each level's arithmetic.
+        let first = &blocks[0].0[0];
+        let mut cells: [[&Cell; H]; GENERALISATIONS] = [[first; H]; GENERALISATIONS];
+        macro_rules! locate {
+            ($($g:literal)*) => {$(
+                let hash = generalised_hash::<$g>(&digest, keys[$g]);
+                let base = $g * per_sketch;
+                for (slot, cell) in cells[$g].iter_mut().zip(locator.locate_hash(hash).iter()) {
+                    *slot = cell_at(blocks, base + cell);
+                    prefetch(slot);
+                }
+            )*};
+        }
+        locate!(0 1 2 3 4 5 6 7 8 9 10 11);
+        let limit = self.limit.load(Ordering::Relaxed);
+        let windows = &self.windows;
+        macro_rules! level {
+            ($level:literal: $($g:literal)*) => {{
+                let ewma = &windows[$level];
+                let mut max = 0;
+                let mut culprit = 0;
+                $(
+                    let mut rate = u64::MAX;
+                    for cell in &cells[$g][..n] {
+                        rate = rate.min(touch_cell(ewma, cell, now));
+                    }
+                    if rate > max {
+                        max = rate;
+                        culprit = $g;
+                    }
+                )*
+                if max > limit {
+                    return self.limited($level, culprit, max, limit);
+                }
+            }};
+        }
+        // The same ranges as LEVEL_RANGES (checked at compile time below).
+        level!(0: 0);
+        level!(1: 1 2 3);
+        level!(2: 4 5 6 7);
+        level!(3: 8 9 10);
+        level!(4: 11);
         self.counters.unlimited.fetch_add(1, Ordering::Relaxed);
         Verdict::Pass
     }
@@ -629,20 +680,9 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
         }
     }
 
-    /// Update the cells of one generalisation's key; returns the minimum.
-    #[inline(always)]
-    fn touch(&self, ewma: &OneEvent, g: usize, hash: u64, now: u64) -> u64 {
-        let base = g * self.cells_per_sketch;
-        let mut min = u64::MAX;
-        for cell in self.locator.locate_hash(hash).iter() {
-            min = min.min(touch_cell(ewma, self.cell(base + cell), now));
-        }
-        min
-    }
-
     #[inline(always)]
     fn cell(&self, index: usize) -> &Cell {
-        &self.blocks[index / BLOCK_CELLS].0[index % BLOCK_CELLS]
+        cell_at(&self.blocks, index)
     }
 
     /// The estimated rate of `tuple` under one generalisation at
@@ -668,7 +708,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     ) -> FixedRate {
         let g = generalisation.index();
         let (digest, keys) = self.digest(tuple);
-        let hash = generalised_hash(g, &digest, keys[g]);
+        let hash = generalised_hash_dyn(g, &digest, keys[g]);
         let base = g * self.cells_per_sketch;
         let min = self
             .locator
@@ -806,6 +846,28 @@ impl OneEvent {
     }
 }
 
+/// Ask the CPU to start loading a cell's cache line (a hint: no effect on
+/// correctness, and a no-op off x86-64).
+#[inline(always)]
+fn prefetch(cell: &Cell) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of the x86-64 baseline, so the instruction
+        // exists; a prefetch only hints the cache and never dereferences
+        // or faults (the pointer is a valid reference anyway).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((cell as *const Cell).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = cell;
+}
+
+/// Cell `index` of the sketches.
+#[inline(always)]
+fn cell_at(blocks: &[Block], index: usize) -> &Cell {
+    &blocks[index / BLOCK_CELLS].0[index % BLOCK_CELLS]
+}
+
 /// One event now in one cell; returns the cell's new rate (bits).
 #[inline(always)]
 fn touch_cell(ewma: &OneEvent, cell: &Cell, now: u64) -> u64 {
@@ -813,16 +875,14 @@ fn touch_cell(ewma: &OneEvent, cell: &Cell, now: u64) -> u64 {
     let stamp = cell.stamp.load(Ordering::Relaxed);
     let rate = ewma.update(old, now.saturating_sub(stamp));
     cell.rate.store(rate, Ordering::Relaxed);
-    if now > stamp {
-        cell.stamp.store(now, Ordering::Relaxed);
-    }
+    cell.stamp.store(now.max(stamp), Ordering::Relaxed);
     rate
 }
 
 /// The key hash of generalisation `g` of a digested tuple.
 #[inline(always)]
-fn generalised_hash(g: usize, d: &Digest, (k0, k1): (u64, u64)) -> u64 {
-    let node = Generalisation::ALL[g];
+fn generalised_hash<const G: usize>(d: &Digest, (k0, k1): (u64, u64)) -> u64 {
+    let node = const { Generalisation::ALL[G] };
     let src = d.src[match node.src {
         AddrScope::Exact => 0,
         AddrScope::Subnet => 1,
@@ -838,6 +898,36 @@ fn generalised_hash(g: usize, d: &Digest, (k0, k1): (u64, u64)) -> u64 {
     };
     // For IPv4 the second word is (sport, dport, dst) packed without loss.
     mum(src ^ k0, (d.dst ^ (sport << 48) ^ (dport << 32)) ^ k1)
+}
+
+// `classify_cells` spells the levels out; they must match the lattice.
+const _: () = assert!(
+    LEVEL_RANGES[0].0 == 0
+        && LEVEL_RANGES[0].1 == 1
+        && LEVEL_RANGES[1].1 == 4
+        && LEVEL_RANGES[2].1 == 8
+        && LEVEL_RANGES[3].1 == 11
+        && LEVEL_RANGES[4].1 == 12
+);
+
+/// [`generalised_hash`] for a generalisation chosen at run time.
+fn generalised_hash_dyn(g: usize, d: &Digest, key: (u64, u64)) -> u64 {
+    type HashFn = fn(&Digest, (u64, u64)) -> u64;
+    const HASHES: [HashFn; GENERALISATIONS] = [
+        generalised_hash::<0>,
+        generalised_hash::<1>,
+        generalised_hash::<2>,
+        generalised_hash::<3>,
+        generalised_hash::<4>,
+        generalised_hash::<5>,
+        generalised_hash::<6>,
+        generalised_hash::<7>,
+        generalised_hash::<8>,
+        generalised_hash::<9>,
+        generalised_hash::<10>,
+        generalised_hash::<11>,
+    ];
+    HASHES[g % GENERALISATIONS](d, key)
 }
 
 #[cfg(all(test, not(loom)))]
