@@ -97,39 +97,54 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("build the tokio runtime")
 }
 
-/// Shape 1: `n` timeouts around a ready future, in one task. Returns the
-/// elapsed time.
+/// Shape 1: `n` timeouts around a ready future, awaited in `block_on` on
+/// the runtime (the caller's thread drives the future; the runtime's workers
+/// and time driver are there). Returns the elapsed time.
 pub fn ready(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
     rt.block_on(async move {
-        tokio::spawn(async move {
-            let start = Instant::now();
-            let mut sum = 0u64;
-            for i in 0..n {
-                sum += under(contender, std::future::ready(black_box(i))).await;
-            }
-            black_box(sum);
-            start.elapsed()
-        })
-        .await
-        .expect("bench task")
+        let start = Instant::now();
+        let mut sum = 0u64;
+        for i in 0..n {
+            sum += under(contender, std::future::ready(black_box(i))).await;
+        }
+        black_box(sum);
+        start.elapsed()
     })
 }
 
-/// Shape 2: `n` timeouts around a future that pends once, in one task.
+/// Shape 2: `n` timeouts around a future that pends once, in `block_on`
+/// like [`ready`]: each pend is one cheap self-wake, so the timer's own
+/// arm-and-cancel cost is what shows.
 pub fn pend_once(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
     rt.block_on(async move {
-        tokio::spawn(async move {
-            let start = Instant::now();
-            let mut sum = 0u64;
-            for _ in 0..n {
-                sum += under(contender, black_box(PendOnce::default())).await;
-            }
-            black_box(sum);
-            start.elapsed()
-        })
-        .await
-        .expect("bench task")
+        let start = Instant::now();
+        let mut sum = 0u64;
+        for _ in 0..n {
+            sum += under(contender, black_box(PendOnce::default())).await;
+        }
+        black_box(sum);
+        start.elapsed()
     })
+}
+
+/// Shape 2 in a spawned task on a worker: the self-wake goes through the
+/// worker's run queue, and the task may move between the two workers.
+pub fn pend_once_spawned(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -> Duration {
+    rt.block_on(async move {
+        tokio::spawn(async move { pend_once_inner(contender, n).await })
+            .await
+            .expect("bench task")
+    })
+}
+
+async fn pend_once_inner(contender: Contender, n: u64) -> Duration {
+    let start = Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..n {
+        sum += under(contender, black_box(PendOnce::default())).await;
+    }
+    black_box(sum);
+    start.elapsed()
 }
 
 /// Shape 3: `tasks` tasks spread over both workers, each doing `n` pend-once
@@ -327,7 +342,10 @@ pub fn run(report: &mut Report) {
     report.text(
         "Each shape runs on a 2-worker multi-thread tokio runtime, all contenders in the same \
          process, in interleaved rounds; figures are the median round. Overhead is the \
-         contender's ns/op minus the bare future's. The deadline is 5 s and never fires.",
+         contender's ns/op minus the bare future's. The deadline is 5 s and never fires. \
+         Shapes 1 and 2 run in `block_on` on the runtime; 2b runs the same loop in one \
+         spawned task (its self-wake goes through a worker's run queue and the task can move \
+         between workers); 3 runs 64 such tasks at once.",
     );
     let rt = runtime();
     let n = scale.pick(200_000u64, 2_000_000);
@@ -335,6 +353,9 @@ pub fn run(report: &mut Report) {
 
     let ready = rounds(report, "ready future", r, n, |c, n| ready(&rt, c, n));
     let pend = rounds(report, "pend-once future", r, n, |c, n| pend_once(&rt, c, n));
+    let pend_spawned = rounds(report, "pend-once future, spawned task", r, n, |c, n| {
+        pend_once_spawned(&rt, c, n)
+    });
     let tasks = 64u64;
     let per_task = scale.pick(4_000u64, 40_000);
     let cont = rounds(report, "contended, 64 tasks", r, per_task, |c, n| {
@@ -374,6 +395,7 @@ pub fn run(report: &mut Report) {
     };
     row(&mut t, "1. ready", ready);
     row(&mut t, "2. pend once", pend);
+    row(&mut t, "2b. pend once, spawned task", pend_spawned);
     row(&mut t, "3. contended (64 tasks, ns per op)", cont);
     report.table(&t);
 

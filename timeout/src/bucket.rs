@@ -43,6 +43,20 @@ pub(crate) struct Bucket {
     state: Lock<State>,
 }
 
+/// A waiter's place in a bucket.
+///
+/// A free slot keeps the waker of its last occupant. A task that arms and
+/// cancels timeouts in a loop (a connection reading with a deadline) lands in
+/// the same slot each time, sees that the stored waker already wakes it, and
+/// skips the clone on arming and the drop on cancelling: two atomic
+/// read-modify-writes on the task's reference count. The stale waker lives at
+/// most until the slot is reused or the bucket fires or is freed.
+#[derive(Debug)]
+struct Slot {
+    waker: Option<Waker>,
+    armed: bool,
+}
+
 #[derive(Debug)]
 struct State {
     fired: bool,
@@ -52,8 +66,8 @@ struct State {
     in_table: bool,
     /// The owning thread's cache points at this bucket.
     cached: bool,
-    /// One waker per armed waiter; `None` marks a free slot.
-    slots: Vec<Option<Waker>>,
+    /// One slot per waiter, armed or free.
+    slots: Vec<Slot>,
     /// Indices of free slots, reused before the vector grows.
     free: Vec<u32>,
     /// Cancellations not yet added to the table's counter.
@@ -102,19 +116,29 @@ impl Bucket {
             return None;
         }
         st.live += 1;
-        let waker = waker.clone();
-        let slot = match st.free.pop() {
+        match st.free.pop() {
             Some(slot) => {
-                st.slots[slot as usize] = Some(waker);
-                slot
+                let entry = &mut st.slots[slot as usize];
+                entry.armed = true;
+                match &entry.waker {
+                    Some(w) if w.will_wake(waker) => {}
+                    _ => {
+                        let stale = entry.waker.replace(waker.clone());
+                        drop(st);
+                        drop(stale);
+                    }
+                }
+                Some(slot)
             }
             None => {
                 let slot = u32::try_from(st.slots.len()).expect("fewer than 2^32 waiters per tick");
-                st.slots.push(Some(waker));
-                slot
+                st.slots.push(Slot {
+                    waker: Some(waker.clone()),
+                    armed: true,
+                });
+                Some(slot)
             }
-        };
-        Some(slot)
+        }
     }
 
     /// Whether the tick has fired, without the lock. `Acquire` pairs with the
@@ -135,7 +159,7 @@ impl Bucket {
         if st.fired {
             return true;
         }
-        let stored = &mut st.slots[slot as usize];
+        let stored = &mut st.slots[slot as usize].waker;
         match stored {
             Some(w) if w.will_wake(waker) => {}
             _ => {
@@ -147,22 +171,21 @@ impl Bucket {
         false
     }
 
-    /// Drop a registration. Returns the waker to drop (after the lock is
-    /// released) and what else the caller must do.
+    /// Drop a registration; returns what else the caller must do. The slot
+    /// keeps its waker for the next occupant (see [`Slot`]).
     #[inline]
-    pub(crate) fn cancel(&self, slot: u32) -> (Release, Option<Waker>) {
+    pub(crate) fn cancel(&self, slot: u32) -> Release {
         let mut st = self.state.lock();
-        let mut waker = None;
         if !st.fired {
-            waker = st.slots[slot as usize].take();
+            st.slots[slot as usize].armed = false;
             st.free.push(slot);
             st.cancelled += 1;
             if st.live == 1 && st.in_table && !st.cached {
-                return (Release::Unlink, waker);
+                return Release::Unlink;
             }
         }
         st.live -= 1;
-        (st.release_decision(), waker)
+        st.release_decision()
     }
 
     /// Second half of [`Release::Unlink`]; the caller holds the table lock
@@ -209,12 +232,17 @@ impl Bucket {
         self.fired.store(true, Ordering::Release);
         st.in_table = false;
         st.free = Vec::new();
-        let wakers: Vec<Waker> = std::mem::take(&mut st.slots)
-            .into_iter()
-            .flatten()
-            .collect();
+        let slots = std::mem::take(&mut st.slots);
         let cancelled = std::mem::take(&mut st.cancelled);
-        (wakers, cancelled, st.release_decision() == Release::Free)
+        let free = st.release_decision() == Release::Free;
+        drop(st);
+        // Stale wakers of free slots are dropped here, outside the lock.
+        let wakers = slots
+            .into_iter()
+            .filter(|s| s.armed)
+            .filter_map(|s| s.waker)
+            .collect();
+        (wakers, cancelled, free)
     }
 
     /// (live registrations, armed waiters, pending cancellations), for metrics.

@@ -99,7 +99,7 @@ pub mod loom_model {
         }
         /// Cancel.
         pub fn cancel(&self, slot: u32) -> Release {
-            self.0.cancel(slot).0
+            self.0.cancel(slot)
         }
         /// Second half of an unlink; `remove` takes the bucket out of its
         /// table (the caller holds the table's lock). Returns whether to free.

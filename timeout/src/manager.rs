@@ -98,6 +98,12 @@ pub(crate) struct ThreadTable {
     /// Only the owning thread reads or writes it; the atomic is just a safe
     /// `Cell` that is `Sync` (relaxed loads and stores are plain moves).
     cache: AtomicPtr<Bucket>,
+    /// The duration (ns) the cached bucket is the answer for, and the
+    /// counter window in which it still is: valid while
+    /// `counter - cache_start < cache_span` (see the clock module).
+    cache_duration: AtomicU64,
+    cache_start: AtomicU64,
+    cache_span: AtomicU64,
     /// Owner-only memo of the tokio paused-clock check:
     /// `2 + 2·(due tick when checked) + paused`, 0 when never checked.
     tokio_check: AtomicU64,
@@ -381,15 +387,15 @@ impl Inner {
     /// Arm a timer `duration_ns` from now for the task behind `waker`.
     #[inline]
     pub(crate) fn arm(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
-        let now = self.clock.now_ns();
-        let tick = clock::tick_of_deadline(now.saturating_add(duration_ns), self.resolution_ns);
         let table = self.tables.get_or(ThreadTable::default);
+        let counter = self.clock.counter();
         let cached = table.cache.load(Ordering::Relaxed);
-        if !cached.is_null() {
-            // SAFETY: the cache holds a `cached` hold on the bucket, which
-            // only this (the owning) thread releases.
-            let bucket = unsafe { &*cached };
-            if bucket.tick == tick {
+        if !cached.is_null() && table.cache_duration.load(Ordering::Relaxed) == duration_ns {
+            let start = table.cache_start.load(Ordering::Relaxed);
+            if counter.wrapping_sub(start) < table.cache_span.load(Ordering::Relaxed) {
+                // SAFETY: the cache holds a `cached` hold on the bucket, which
+                // only this (the owning) thread releases.
+                let bucket = unsafe { &*cached };
                 return match bucket.register(waker) {
                     Some(slot) => Arm::Armed(Armed {
                         table: NonNull::from(table),
@@ -401,11 +407,21 @@ impl Inner {
                 };
             }
         }
-        self.arm_slow(table, now, tick, waker)
+        self.arm_slow(table, counter, duration_ns, waker)
     }
 
     #[cold]
-    fn arm_slow(self: &Arc<Self>, table: &ThreadTable, now: u64, tick: u64, waker: &Waker) -> Arm {
+    fn arm_slow(
+        self: &Arc<Self>,
+        table: &ThreadTable,
+        counter: u64,
+        duration_ns: u64,
+        waker: &Waker,
+    ) -> Arm {
+        // The counter was read before the clock: the cache window below
+        // relies on that order.
+        let now = self.clock.now_ns();
+        let tick = clock::tick_of_deadline(now.saturating_add(duration_ns), self.resolution_ns);
         let due = clock::due_tick(now, self.resolution_ns);
         let memo = table.tokio_check.load(Ordering::Relaxed);
         let paused = if memo != 0 && (memo - 2) / 2 == due {
@@ -459,6 +475,15 @@ impl Inner {
                     }
                 }
             }
+            // Registrations within `slack` of now still belong to `tick`.
+            let slack = clock::tick_start_ns(tick, self.resolution_ns)
+                .saturating_sub(duration_ns)
+                .saturating_sub(now);
+            table.cache_duration.store(duration_ns, Ordering::Relaxed);
+            table.cache_start.store(counter, Ordering::Relaxed);
+            table
+                .cache_span
+                .store(self.clock.window(counter, now, slack), Ordering::Relaxed);
             // SAFETY: as above.
             (bucket, unsafe { bucket.as_ref() }.register(waker))
         };
@@ -498,9 +523,7 @@ impl Inner {
     pub(crate) fn disarm(&self, armed: Armed) {
         // SAFETY: the registration holds a `live` hold on the bucket.
         let bucket = unsafe { armed.bucket.as_ref() };
-        let (release, waker) = bucket.cancel(armed.slot);
-        drop(waker);
-        match release {
+        match bucket.cancel(armed.slot) {
             Release::Keep => {}
             Release::Free => {
                 // SAFETY: that was the last hold.

@@ -16,10 +16,13 @@ fn child_sleeps_work(manager: &weir_timeout::TimerManager) -> i32 {
     let start = Instant::now();
     // Bounded by tokio's own timer, so a child without a working sweeper
     // fails instead of hanging.
-    let slept = rt.block_on(tokio::time::timeout(
-        Duration::from_secs(1),
-        manager.sleep(Duration::from_millis(20)),
-    ));
+    let slept = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            manager.sleep(Duration::from_millis(20)),
+        )
+        .await
+    });
     if slept.is_err() {
         return 5;
     }
