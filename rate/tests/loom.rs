@@ -61,3 +61,30 @@ fn ewma_records_from_two_threads_are_both_counted() {
         assert_eq!(ewma.rate(), FixedRate::from_per_second(7));
     });
 }
+
+#[test]
+fn a_quota_change_is_never_seen_half_done() {
+    loom::model(|| {
+        let small = Quota::per_second(NonZeroU32::new(1).unwrap());
+        let big = Quota::per_minute(NonZeroU32::new(600).unwrap())
+            .allow_burst(NonZeroU32::new(3).unwrap());
+        let locator = Locator::with_seed(1, 2, Layout::Rows, 3).unwrap();
+        let limiter = Arc::new(SketchLimiter::with_locator(
+            small,
+            locator,
+            ManualClock::new(),
+        ));
+        let other = Arc::clone(&limiter);
+        let t = thread::spawn(move || other.set_quota(big));
+        let d = limiter.check_n(&1u32, 1).unwrap();
+        t.join().unwrap();
+        // Either the old quota (1/s, burst 1) or the new one (600/min,
+        // burst 3), never a mix of the two.
+        match d.limit() {
+            1 => assert_eq!((d.window(), d.remaining()), (Duration::from_secs(1), 0)),
+            600 => assert_eq!((d.window(), d.remaining()), (Duration::from_secs(60), 2)),
+            other => panic!("torn quota: limit {other}"),
+        }
+        assert_eq!(limiter.quota(), big);
+    });
+}
