@@ -8,10 +8,12 @@
 
 pub mod alloc;
 pub mod hhh;
+pub mod http;
 pub mod limits;
 pub mod machine;
 pub mod plot;
 pub mod rate;
+pub mod redis;
 pub mod report;
 pub mod timeout;
 pub mod workload;

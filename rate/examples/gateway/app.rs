@@ -74,4 +74,7 @@ pub fn router(config: &GatewayConfig) -> Router {
         )
         .layer(inflight)
         .layer(rate)
+        // Finalise the routes once; otherwise axum rebuilds each route and
+        // re-applies its layers on every request.
+        .with_state(())
 }

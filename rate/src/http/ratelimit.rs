@@ -21,8 +21,9 @@ use tower::{Layer, Service};
 
 /// A per-key rate decision, possibly asynchronous.
 pub trait KeyedCheck<K>: Send + Sync + 'static {
-    /// The future of one decision.
-    type Future: Future<Output = Result<Decision, NeverAllowed>> + Send + 'static;
+    /// The future of one decision (`Unpin`: a boxed future or an
+    /// already-completed one).
+    type Future: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static;
 
     /// Decide (and spend when allowed) `cost` units for `key`.
     fn check_key(&self, key: K, cost: u32) -> Self::Future;
@@ -154,7 +155,8 @@ impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService {
             inner,
-            layer: self.clone(),
+            layer: Arc::new(self.clone()),
+            policy_cache: None,
         }
     }
 }
@@ -162,14 +164,17 @@ impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
 /// The service [`RateLimitLayer`] produces.
 pub struct RateLimitService<S, Ch, X, B> {
     inner: S,
-    layer: RateLimitLayer<Ch, X, B>,
+    /// Shared: services are cloned per connection (and by axum per request).
+    layer: Arc<RateLimitLayer<Ch, X, B>>,
+    policy_cache: Option<((u32, std::time::Duration), HeaderValue)>,
 }
 
 impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            layer: self.layer.clone(),
+            layer: Arc::clone(&self.layer),
+            policy_cache: self.policy_cache.clone(),
         }
     }
 }
@@ -185,8 +190,99 @@ impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug
     }
 }
 
-/// The response future of [`RateLimitService`].
-pub type RateLimitFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+impl<S, Ch, X, B> RateLimitService<S, Ch, X, B> {
+    /// The `RateLimit-Policy` value for this decision's quota, formatted
+    /// once per quota rather than per request.
+    fn policy_header(&mut self, decision: &Decision) -> Option<HeaderValue> {
+        let quota = (decision.limit(), decision.window());
+        match &self.policy_cache {
+            Some((cached, value)) if *cached == quota => Some(value.clone()),
+            _ => {
+                let value =
+                    HeaderValue::from_str(&decision.ratelimit_policy(&self.layer.policy)).ok()?;
+                self.policy_cache = Some((quota, value.clone()));
+                Some(value)
+            }
+        }
+    }
+}
+
+/// The headers a decision puts on a response.
+#[derive(Debug, Clone)]
+struct DecisionHeaders {
+    policy: Option<HeaderValue>,
+    ratelimit: Option<HeaderValue>,
+    retry_after: Option<HeaderValue>,
+    shadow_denied: bool,
+}
+
+impl DecisionHeaders {
+    fn new(decision: &Decision, policy_name: &str, policy: Option<HeaderValue>) -> Self {
+        Self {
+            policy,
+            ratelimit: HeaderValue::from_str(&decision.ratelimit(policy_name)).ok(),
+            retry_after: decision
+                .retry_after_header()
+                .and_then(|v| HeaderValue::from_str(&v).ok()),
+            shadow_denied: !decision.is_conforming() || !decision.is_allowed(),
+        }
+    }
+
+    fn apply<B>(self, response: &mut Response<B>) {
+        let headers = response.headers_mut();
+        if let Some(v) = self.policy {
+            headers.insert(HeaderName::from_static("ratelimit-policy"), v);
+        }
+        if let Some(v) = self.ratelimit {
+            headers.insert(HeaderName::from_static("ratelimit"), v);
+        }
+        if let Some(v) = self.retry_after {
+            headers.insert(http::header::RETRY_AFTER, v);
+        }
+        if self.shadow_denied {
+            mark_shadow(response);
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimitService`].
+    ///
+    /// In-process limiters decide inside `call`, so the common path is the
+    /// inner service's future plus precomputed headers: no allocation.
+    /// Limiters that must wait (a network round trip) take the boxed path.
+    #[project = RateLimitProj]
+    #[allow(missing_docs)]
+    pub enum RateLimitFuture<F, B, E> {
+        Answered { response: Option<Response<B>> },
+        Calling { #[pin] future: F, headers: Option<DecisionHeaders> },
+        Waiting { future: Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>> },
+    }
+}
+
+impl<F, B, E> Future for RateLimitFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            RateLimitProj::Answered { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => panic!("RateLimitFuture polled after completion"),
+            },
+            RateLimitProj::Calling { future, headers } => {
+                let mut result = std::task::ready!(future.poll(cx));
+                if let (Ok(response), Some(headers)) = (&mut result, headers.take()) {
+                    headers.apply(response);
+                }
+                Poll::Ready(result)
+            }
+            RateLimitProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
 
 impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B>
 where
@@ -200,67 +296,107 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = RateLimitFuture<Response<ResBody>, S::Error>;
+    type Future = RateLimitFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The ready clone serves this request; a fresh clone waits for the next.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let Some(key) = self.layer.extractor.extract(&request) else {
-            return Box::pin(ready(Ok(reject(Rejection::NoKey))));
+            return answered(reject(Rejection::NoKey));
         };
         let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
-        let decision = self.layer.checker.check_key(key, cost);
-        let policy = Arc::clone(&self.layer.policy);
-        let denied_status = self.layer.denied_status;
+        let mut check = self.layer.checker.check_key(key, cost);
+        // In-process limiters are ready at once; only a limiter that must
+        // wait (a network round trip) needs the boxed path.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let outcome = match Pin::new(&mut check).poll(&mut cx) {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => return self.wait_for(check, request),
+        };
         let shadow = self.layer.shadow;
-        Box::pin(async move {
-            let decision = match decision.await {
-                Ok(decision) => decision,
-                Err(_) if shadow => {
-                    let mut response = inner.call(request).await?;
-                    mark_shadow(&mut response);
-                    return Ok(response);
+        match outcome {
+            Err(_) if shadow => RateLimitFuture::Calling {
+                future: self.inner.call(request),
+                headers: Some(DecisionHeaders {
+                    policy: None,
+                    ratelimit: None,
+                    retry_after: None,
+                    shadow_denied: true,
+                }),
+            },
+            Err(never) => answered(never_allowed(never, self.layer.denied_status)),
+            Ok(decision) => {
+                let policy = self.policy_header(&decision);
+                let headers = DecisionHeaders::new(&decision, &self.layer.policy, policy);
+                if !decision.is_allowed() && !shadow {
+                    let mut response = Response::new(ResBody::default());
+                    *response.status_mut() = self.layer.denied_status;
+                    headers.apply(&mut response);
+                    return answered(response);
                 }
-                Err(never) => return Ok(never_allowed(never, denied_status)),
-            };
-            if !decision.is_allowed() && !shadow {
-                let mut response = Response::new(ResBody::default());
-                *response.status_mut() = denied_status;
-                add_headers(&mut response, &decision, &policy);
-                return Ok(response);
+                RateLimitFuture::Calling {
+                    future: self.inner.call(request),
+                    headers: Some(headers),
+                }
             }
-            let mut response = inner.call(request).await?;
-            add_headers(&mut response, &decision, &policy);
-            if !decision.is_conforming() || !decision.is_allowed() {
-                mark_shadow(&mut response);
-            }
-            Ok(response)
-        })
-    }
-}
-
-fn add_headers<B>(response: &mut Response<B>, decision: &Decision, policy: &str) {
-    for (name, value) in decision.headers(policy) {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response
-                .headers_mut()
-                .insert(HeaderName::from_static(lowercase(name)), value);
         }
     }
 }
 
-/// `HeaderName::from_static` wants lowercase names.
-fn lowercase(name: &'static str) -> &'static str {
-    match name {
-        "RateLimit-Policy" => "ratelimit-policy",
-        "RateLimit" => "ratelimit",
-        "Retry-After" => "retry-after",
-        other => other,
+impl<S, Ch, X, B, ResBody> RateLimitService<S, Ch, X, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    Ch: KeyedCheck<X::Key>,
+    X: KeyExtractor<B>,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    /// The boxed path, for a decision that is not ready yet.
+    fn wait_for(
+        &mut self,
+        check: Ch::Future,
+        request: Request<B>,
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error> {
+        // The ready clone serves this request; a fresh clone waits for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let policy = Arc::clone(&self.layer.policy);
+        let denied_status = self.layer.denied_status;
+        let shadow = self.layer.shadow;
+        RateLimitFuture::Waiting {
+            future: Box::pin(async move {
+                let decision = match check.await {
+                    Ok(decision) => decision,
+                    Err(_) if shadow => {
+                        let mut response = inner.call(request).await?;
+                        mark_shadow(&mut response);
+                        return Ok(response);
+                    }
+                    Err(never) => return Ok(never_allowed(never, denied_status)),
+                };
+                let policy_value = HeaderValue::from_str(&decision.ratelimit_policy(&policy)).ok();
+                let headers = DecisionHeaders::new(&decision, &policy, policy_value);
+                if !decision.is_allowed() && !shadow {
+                    let mut response = Response::new(ResBody::default());
+                    *response.status_mut() = denied_status;
+                    headers.apply(&mut response);
+                    return Ok(response);
+                }
+                let mut response = inner.call(request).await?;
+                headers.apply(&mut response);
+                Ok(response)
+            }),
+        }
+    }
+}
+
+fn answered<F, B, E>(response: Response<B>) -> RateLimitFuture<F, B, E> {
+    RateLimitFuture::Answered {
+        response: Some(response),
     }
 }
 
@@ -374,6 +510,44 @@ mod tests {
         let second = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(second.status(), StatusCode::OK);
         assert_eq!(second.headers()["x-ratelimit-shadow"], "denied");
+    }
+
+    /// A checker that answers only after a real wait, like a network backend.
+    struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
+
+    impl KeyedCheck<()> for Slow {
+        type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+        fn check_key(&self, key: (), cost: u32) -> Self::Future {
+            let outcome = self.0.check_n(&key, cost);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                outcome
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn checkers_that_must_wait_take_the_same_decisions() {
+        let (limiter, _clock) = per_minute(2);
+        let service = RateLimitLayer::new(Slow(limiter), GlobalKey)
+            .policy_name("api")
+            .layer(hello());
+        let first = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(first.headers()["ratelimit"], "\"api\";r=1;t=60");
+        assert_eq!(
+            service
+                .clone()
+                .oneshot(Request::new(()))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+        let denied = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.headers()["retry-after"], "60");
     }
 
     #[tokio::test]
