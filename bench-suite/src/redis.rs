@@ -1,0 +1,463 @@
+//! weir-rate's Redis backend against `redis-benchmark`, in one run, on one
+//! private `redis-server` started for the purpose (loopback, no
+//! persistence).
+//!
+//! * Baselines from `redis-benchmark` on that server: unpipelined `INCR`
+//!   at 50 clients, `EVALSHA` of a minimal token-bucket script, and both
+//!   pipelined 16 deep.
+//! * Every algorithm's plain path (one script call per decision) at 1 and
+//!   50 concurrent callers, and the batched path at 50: decisions per
+//!   second and p50/p99 latency per decision, measured by the callers.
+//! * One hot key at 50 callers: plain against local pre-aggregation
+//!   (leases), and, with a limit that is reached, how many requests each
+//!   admits against what the limit allows.
+//!
+//! Skipped, with a line saying so, when `redis-server` or
+//! `redis-benchmark` is not installed.
+
+use crate::report::{Report, Table, thousands};
+use std::num::NonZeroU32;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use weir_rate::Quota;
+use weir_rate::redis::testing::RedisServer;
+use weir_rate::redis::{
+    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
+};
+
+/// A minimal token bucket, the baseline for "one script per decision".
+const MINIMAL_TOKEN_BUCKET: &str = "local t = redis.call('TIME') \
+local now = t[1] * 1000000 + t[2] \
+local v = redis.call('HMGET', KEYS[1], 'n', 'ts') \
+local cap = tonumber(ARGV[2]) \
+local n = tonumber(v[1]) or cap \
+local ts = tonumber(v[2]) or now \
+n = math.min(cap, n + (now - ts) * tonumber(ARGV[1])) \
+local ok = 0 \
+if n >= 1 then n = n - 1 ok = 1 end \
+redis.call('HSET', KEYS[1], 'n', n, 'ts', now) \
+redis.call('PEXPIRE', KEYS[1], 60000) \
+return ok";
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow { counters: 2 },
+];
+
+fn installed(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Requests per second of one `redis-benchmark` run (`--csv`).
+fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.starts_with('"'))?;
+    line.split(',')
+        .nth(1)?
+        .trim_matches('"')
+        .parse::<f64>()
+        .ok()
+}
+
+/// What one load run measured.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    decisions: u64,
+    allowed: u64,
+    leased: u64,
+    failed: u64,
+    secs: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        self.decisions as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// `callers` tasks check keys for `secs`: `hot` = one key, else keys drawn
+/// from 10 000.
+async fn load(limiters: &[RedisLimiter], callers: usize, dur: Duration, hot: bool) -> Run {
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::with_capacity(callers);
+    let start = Instant::now();
+    for c in 0..callers {
+        let limiter = limiters[c % limiters.len()].clone();
+        let stop = stop.clone();
+        let failed = failed.clone();
+        handles.push(tokio::spawn(async move {
+            let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
+            let (mut allowed, mut leased) = (0u64, 0u64);
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (c as u64 + 1);
+            let mut key = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                key.clear();
+                if hot {
+                    key.push_str("hot");
+                } else {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    key.push_str("k");
+                    key.push_str(&(x % 10_000).to_string());
+                }
+                let t = Instant::now();
+                match limiter.check_verbose(&key, 1).await {
+                    Ok(v) => {
+                        if v.source == Source::Lease {
+                            leased += 1;
+                        } else if v.source != Source::Redis {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        allowed += u64::from(v.decision.is_allowed());
+                    }
+                    Err(_) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                lat.push(u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX));
+            }
+            (lat, allowed, leased)
+        }));
+    }
+    tokio::time::sleep(dur).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all: Vec<u32> = Vec::new();
+    let mut run = Run::default();
+    for h in handles {
+        if let Ok((lat, allowed, leased)) = h.await {
+            all.extend_from_slice(&lat);
+            run.allowed += allowed;
+            run.leased += leased;
+        }
+    }
+    run.secs = start.elapsed().as_secs_f64();
+    run.decisions = all.len() as u64;
+    run.failed = failed.load(Ordering::Relaxed);
+    all.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if all.is_empty() {
+            return 0.0;
+        }
+        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
+        f64::from(all[i]) / 1000.0
+    };
+    run.p50_us = pct(0.50);
+    run.p99_us = pct(0.99);
+    run
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
+}
+
+fn kps(x: f64) -> String {
+    format!("{:.1} k/s", x / 1000.0)
+}
+
+/// The Redis section of the report.
+pub fn run(report: &mut Report) {
+    report.section("Redis backend: weir-rate's scripts against redis-benchmark");
+    if !installed("redis-server") || !installed("redis-benchmark") || !installed("redis-cli") {
+        report.text(
+            "**Skipped**: `redis-server`, `redis-cli` or `redis-benchmark` is not installed \
+             (Debian: `apt-get install redis-server redis-tools`).",
+        );
+        return;
+    }
+    let server = match RedisServer::start() {
+        Ok(s) => s,
+        Err(e) => {
+            report.text(&format!(
+                "**Skipped**: could not start a private redis-server: {e}"
+            ));
+            return;
+        }
+    };
+    let version = server
+        .cli(&["INFO", "server"])
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("redis_version:").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "?".into());
+    let scale = report.scale();
+    let port = server.port();
+
+    // 1. redis-benchmark on the same server.
+    report.progress("redis-benchmark baselines");
+    let n_plain = scale.pick("200000", "1000000");
+    let n_piped = scale.pick("1000000", "4000000");
+    let sha = server
+        .cli(&["SCRIPT", "LOAD", MINIMAL_TOKEN_BUCKET])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let evalsha = ["EVALSHA", &sha, "1", "tb:__rand_int__", "0.001", "100"];
+    let incr50 = redis_benchmark(
+        port,
+        &["-c", "50", "-n", n_plain, "-r", "10000", "-t", "incr"],
+    );
+    let mut args: Vec<&str> = vec!["-c", "50", "-n", n_plain, "-r", "10000"];
+    args.extend_from_slice(&evalsha);
+    let eval50 = redis_benchmark(port, &args);
+    let piped_incr = redis_benchmark(
+        port,
+        &[
+            "-c", "50", "-n", n_piped, "-r", "10000", "-P", "16", "-t", "incr",
+        ],
+    );
+    let mut args: Vec<&str> = vec!["-c", "50", "-n", n_plain, "-r", "10000", "-P", "16"];
+    args.extend_from_slice(&evalsha);
+    let piped_eval = redis_benchmark(port, &args);
+    let show = |x: Option<f64>| x.map_or_else(|| "failed".into(), kps);
+    let mut t = Table::new(["redis-benchmark (50 clients, 10 000 keys)", "requests/s"]);
+    t.row(["INCR".to_owned(), show(incr50)]);
+    t.row(["EVALSHA minimal token bucket".to_owned(), show(eval50)]);
+    t.row(["INCR, pipelined 16 deep".to_owned(), show(piped_incr)]);
+    t.row([
+        "EVALSHA minimal token bucket, pipelined 16 deep".to_owned(),
+        show(piped_eval),
+    ]);
+    report.text(&format!(
+        "One private redis-server {version} on 127.0.0.1 (no persistence), shared by \
+         redis-benchmark and weir in this run; the client runs on the same 2 cores."
+    ));
+    report.table(&t);
+
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            report.text(&format!("**Skipped**: no tokio runtime: {e}"));
+            return;
+        }
+    };
+    let dur = scale.pick(Duration::from_millis(1000), Duration::from_secs(3));
+    let target = Target::server(server.url());
+    let connect = |alg: Algorithm, quota: Quota, batched: bool, hot: Option<PreAggregation>| {
+        let mut b = RedisLimiter::builder(alg, quota)
+            .prefix(format!("bench{}", if batched { "b" } else { "" }))
+            .timeout(Duration::from_secs(1))
+            .on_failure(FailurePolicy::Closed);
+        if batched {
+            b = b.batching(Batching::default());
+        }
+        if let Some(h) = hot {
+            b = b.pre_aggregate(h);
+        }
+        rt.block_on(b.connect(target.clone()))
+    };
+
+    // 2. Every algorithm, plain at 1 and 50 callers, batched at 50.
+    let roomy = Quota::per_second(nz(1_000_000));
+    let mut t = Table::new([
+        "algorithm",
+        "path",
+        "callers",
+        "decisions/s",
+        "p50 µs",
+        "p99 µs",
+        "vs INCR@50",
+    ]);
+    let mut plain50 = Vec::new();
+    let mut batched50 = Vec::new();
+    for alg in ALGORITHMS {
+        for (path, batched, callers) in [
+            ("plain", false, 1),
+            ("plain", false, 50),
+            ("batched", true, 50),
+        ] {
+            report.progress(&format!("{alg}: {path} at {callers} callers"));
+            let limiter = match connect(alg, roomy, batched, None) {
+                Ok(l) => l,
+                Err(e) => {
+                    report.text(&format!("{alg}: could not connect: {e}"));
+                    continue;
+                }
+            };
+            let r = rt.block_on(load(&[limiter], callers, dur, false));
+            if callers == 50 {
+                if batched {
+                    batched50.push(r.rate());
+                } else {
+                    plain50.push(r.rate());
+                }
+            }
+            let mut cells = vec![
+                alg.to_string(),
+                path.to_owned(),
+                callers.to_string(),
+                kps(r.rate()),
+                format!("{:.0}", r.p50_us),
+                format!("{:.0}", r.p99_us),
+                incr50.map_or_else(|| "—".into(), |i| format!("{:.2}×", r.rate() / i)),
+            ];
+            if r.failed > 0 {
+                cells[3] = format!("{} ({} failed)", cells[3], thousands(r.failed));
+            }
+            t.row(cells);
+        }
+    }
+    report.table(&t);
+
+    // 3. One hot key: plain against pre-aggregation, far from the limit.
+    report.progress("hot key: plain and pre-aggregated");
+    let leases = PreAggregation {
+        lease: 256,
+        hot_after: 100,
+        max_age: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let huge = Quota::per_second(nz(100_000_000));
+    let hot_plain =
+        connect(Algorithm::Gcra, huge, false, None).map(|l| rt.block_on(load(&[l], 50, dur, true)));
+    let hot_pre = connect(Algorithm::Gcra, huge, false, Some(leases))
+        .map(|l| rt.block_on(load(&[l], 50, dur, true)));
+
+    // 4. A hot key that reaches its limit: admitted against the limit.
+    report.progress("hot key at its limit: admitted requests");
+    let limit = 100_000u32;
+    let tight = Quota::per_second(nz(limit));
+    let admitted = |pre: bool| -> Option<(Run, f64)> {
+        // Two "instances" (limiters with their own leases), 25 callers each,
+        // each run on a fresh prefix so the bucket starts full.
+        let mut ls = Vec::new();
+        for i in 0..2 {
+            let mut b = RedisLimiter::builder(Algorithm::Gcra, tight)
+                .prefix(format!("adm{}{}", u8::from(pre), i / 2))
+                .timeout(Duration::from_secs(1))
+                .on_failure(FailurePolicy::Closed);
+            if pre {
+                b = b.pre_aggregate(leases);
+            }
+            ls.push(rt.block_on(b.connect(target.clone())).ok()?);
+        }
+        let r = rt.block_on(load(&ls, 50, dur, true));
+        // burst + rate × elapsed
+        let ideal = f64::from(limit) + f64::from(limit) * r.secs;
+        Some((r, ideal))
+    };
+    let adm_plain = admitted(false);
+    let adm_pre = admitted(true);
+
+    let mut t = Table::new([
+        "hot key, 50 callers",
+        "decisions/s",
+        "p50 µs",
+        "p99 µs",
+        "from leases",
+    ]);
+    for (name, r) in [
+        ("plain (GCRA)", &hot_plain),
+        ("pre-aggregated (lease 256, max age 50 ms)", &hot_pre),
+    ] {
+        match r {
+            Ok(r) => t.row([
+                name.to_owned(),
+                kps(r.rate()),
+                format!("{:.1}", r.p50_us),
+                format!("{:.0}", r.p99_us),
+                format!(
+                    "{:.1}%",
+                    100.0 * r.leased as f64 / r.decisions.max(1) as f64
+                ),
+            ]),
+            Err(e) => t.row([
+                name.to_owned(),
+                format!("failed: {e}"),
+                "".into(),
+                "".into(),
+                "".into(),
+            ]),
+        }
+    }
+    report.table(&t);
+    let mut t = Table::new([
+        "hot key at 100 000/s (2 instances × 25 callers)",
+        "decisions/s",
+        "admitted",
+        "limit allows (burst + rate × elapsed)",
+        "extra admitted",
+    ]);
+    for (name, r) in [("plain", &adm_plain), ("pre-aggregated", &adm_pre)] {
+        if let Some((r, ideal)) = r {
+            t.row([
+                name.to_owned(),
+                kps(r.rate()),
+                thousands(r.allowed),
+                thousands(*ideal as u64),
+                format!(
+                    "{:+.0} ({:+.2}%)",
+                    r.allowed as f64 - ideal,
+                    100.0 * (r.allowed as f64 - ideal) / ideal
+                ),
+            ]);
+        }
+    }
+    report.table(&t);
+
+    // 5. Against the goals.
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let (p50m, b50m) = (mean(&plain50), mean(&batched50));
+    let mut lines = Vec::new();
+    if let Some(i) = incr50 {
+        lines.push(format!(
+            "* plain path at 50 callers (mean over the algorithms): {} = {:.2}× unpipelined INCR (goal ≥ 0.5×)",
+            kps(p50m),
+            p50m / i
+        ));
+    }
+    lines.push(format!(
+        "* batched path at 50 callers: {} = {:.2}× the plain path (goal ≥ 4×)",
+        kps(b50m),
+        b50m / p50m.max(1e-9)
+    ));
+    if let (Ok(p), Ok(h)) = (&hot_plain, &hot_pre) {
+        lines.push(format!(
+            "* pre-aggregated hot key: {} = {:.1}× the plain hot key (goal ≥ 10×)",
+            kps(h.rate()),
+            h.rate() / p.rate().max(1e-9)
+        ));
+    }
+    if let Some((r, ideal)) = &adm_pre {
+        lines.push(format!(
+            "* pre-aggregation admitted {} against {} allowed by the limit: every admitted unit was \
+             counted in Redis (at most `max_age` earlier), so the excess is bounded by instances × lease \
+             = {} per window",
+            thousands(r.allowed),
+            thousands(*ideal as u64),
+            2 * leases.lease
+        ));
+    }
+    report.text(&lines.join("\n"));
+    drop(server);
+}
