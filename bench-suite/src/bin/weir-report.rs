@@ -38,6 +38,7 @@ fn main() {
     weir_bench_suite::limits::run(&mut report);
     weir_bench_suite::hhh::run(&mut report);
     weir_bench_suite::rate::run(&mut report);
+    weir_bench_suite::redis::run(&mut report);
 
     weir_bench_suite::timeout::run(&mut report);
 
