@@ -51,6 +51,7 @@ mod future;
 mod manager;
 
 mod bucket;
+mod planner;
 mod sync;
 
 #[cfg(not(loom))]
@@ -79,6 +80,35 @@ pub fn unpause() {
 #[doc(hidden)]
 pub mod loom_model {
     pub use crate::bucket::Release;
+
+    /// The sweeper's wake-up plan.
+    #[derive(Debug)]
+    pub struct Planner(crate::planner::Planner);
+
+    impl Planner {
+        /// Nothing planned.
+        pub fn new() -> Self {
+            Self(crate::planner::Planner::new())
+        }
+        /// A bucket was entered: `true` if the sweeper must be unparked.
+        pub fn lower(&self, tick: u64) -> bool {
+            self.0.lower(tick)
+        }
+        /// The sweeper starts a scan.
+        pub fn reset(&self) {
+            self.0.reset()
+        }
+        /// The sweeper found `earliest`: returns when to wake.
+        pub fn settle(&self, earliest: u64) -> u64 {
+            self.0.settle(earliest)
+        }
+    }
+
+    impl Default for Planner {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
 
     /// A tick's shared timer.
     #[derive(Debug)]

@@ -20,14 +20,9 @@
 //! tick). When no timer is armed it parks with no timeout: an idle process
 //! sees no wake-ups at all.
 //!
-//! Waking it is cheap and cannot be lost. `planned` holds the earliest tick
-//! the sweeper will wake for. A thread that creates a new bucket lowers it
-//! with `fetch_min` and unparks the sweeper only if it lowered it. The sweeper
-//! resets `planned` to "never" *before* it scans the tables and folds in what
-//! it found with `fetch_min` *after*: a bucket created after the sweeper's
-//! look at that table was created after the reset, so its `fetch_min` sees
-//! "never" (or a later tick) and unparks. `park`'s token makes an unpark
-//! that arrives before the park count.
+//! Waking it is cheap and cannot be lost: see [`Planner`]. Only a thread
+//! that creates a new bucket (about once per tick per thread) touches the
+//! shared plan, and only one that moves the plan earlier unparks the sweeper.
 //!
 //! # fork()
 //!
@@ -42,6 +37,7 @@
 
 use crate::bucket::{Bucket, Release};
 use crate::clock::{self, Clock};
+use crate::planner::Planner;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -155,8 +151,8 @@ pub(crate) struct Inner {
     resolution_ns: u64,
     clock: Clock,
     tables: ThreadLocal<ThreadTable>,
-    /// Earliest tick the sweeper will wake up for (`u64::MAX`: never).
-    planned: AtomicU64,
+    /// Earliest tick the sweeper will wake up for.
+    planned: Planner,
     sweeper: Mutex<SweeperHandle>,
     sweeper_state: AtomicU8,
     /// Process id the sweeper was started in (0: none yet).
@@ -300,7 +296,7 @@ impl TimerManager {
                 resolution_ns: clock::duration_ns(resolution),
                 clock: Clock::new(),
                 tables: ThreadLocal::new(),
-                planned: AtomicU64::new(u64::MAX),
+                planned: Planner::new(),
                 sweeper: Mutex::new(SweeperHandle::default()),
                 sweeper_state: AtomicU8::new(SWEEPER_NOT_STARTED),
                 sweeper_pid: AtomicU32::new(0),
@@ -489,8 +485,7 @@ impl Inner {
         };
         if created {
             self.ensure_sweeper();
-            let prev = self.planned.fetch_min(tick, Ordering::SeqCst);
-            if prev > tick {
+            if self.planned.lower(tick) {
                 self.unpark_sweeper();
             }
         }
@@ -641,7 +636,7 @@ impl Inner {
                 table.abandoned.store(true, Ordering::SeqCst);
             }
         }
-        self.planned.store(u64::MAX, Ordering::SeqCst);
+        self.planned.reset();
     }
 
     fn pause_for_fork(&self) {
@@ -680,7 +675,7 @@ impl Inner {
             return None;
         }
         self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
-        self.planned.store(u64::MAX, Ordering::SeqCst);
+        self.planned.reset();
         let now = self.clock.now_ns();
         let due = clock::due_tick(now, self.resolution_ns);
         let mut earliest = u64::MAX;
@@ -715,10 +710,7 @@ impl Inner {
         for w in wakers {
             w.wake();
         }
-        let next = self
-            .planned
-            .fetch_min(earliest, Ordering::SeqCst)
-            .min(earliest);
+        let next = self.planned.settle(earliest);
         if next == u64::MAX {
             self.sweeper_state.store(SWEEPER_IDLE, Ordering::SeqCst);
             return None;

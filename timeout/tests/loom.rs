@@ -7,7 +7,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::task::{Wake, Waker};
-use weir_timeout::loom_model::{Bucket, Release};
+use weir_timeout::loom_model::{Bucket, Planner, Release};
 
 struct Flag(AtomicUsize);
 
@@ -130,5 +130,74 @@ fn cancel_racing_the_fire_frees_once() {
         let frees_by_sweeper = usize::from(sweeper.join().unwrap());
         // The bucket is not cached, so once both are done someone frees it.
         assert_eq!(frees_by_cancel + frees_by_sweeper, 1);
+    });
+}
+
+/// The sweeper scans a table while a worker enters a new bucket in it: either
+/// the scan sees the bucket, or the sweeper plans to wake no later than the
+/// bucket's tick, or the worker unparks it.
+#[test]
+fn no_lost_sweeper_wakeup() {
+    loom::model(|| {
+        let planner = Arc::new(Planner::new());
+        // The previous pass planned to wake at tick 2 (now past): a worker
+        // that sees that stale plan must not conclude the sweeper is coming.
+        planner.settle(2);
+        // The table: the earliest tick entered, if any.
+        let table = Arc::new(Mutex::new(None::<u64>));
+        let tick = 5u64;
+        let worker = {
+            let planner = planner.clone();
+            let table = table.clone();
+            thread::spawn(move || {
+                *table.lock().unwrap() = Some(tick);
+                planner.lower(tick)
+            })
+        };
+        // One sweeper pass.
+        planner.reset();
+        let seen = *table.lock().unwrap();
+        let next = planner.settle(seen.unwrap_or(u64::MAX));
+        let unparked = worker.join().unwrap();
+        assert!(
+            seen == Some(tick) || next <= tick || unparked,
+            "lost: seen {seen:?}, next {next}, unparked {unparked}"
+        );
+    });
+}
+
+/// Two workers enter buckets while the sweeper scans: each is covered.
+#[test]
+fn no_lost_sweeper_wakeup_two_workers() {
+    loom::model(|| {
+        let planner = Arc::new(Planner::new());
+        let tables = Arc::new([Mutex::new(None::<u64>), Mutex::new(None::<u64>)]);
+        let workers: Vec<_> = [(0usize, 7u64), (1, 3)]
+            .into_iter()
+            .map(|(i, tick)| {
+                let planner = planner.clone();
+                let tables = tables.clone();
+                thread::spawn(move || {
+                    *tables[i].lock().unwrap() = Some(tick);
+                    (tick, planner.lower(tick))
+                })
+            })
+            .collect();
+        planner.reset();
+        let mut earliest = u64::MAX;
+        let mut seen = [None, None];
+        for (i, t) in tables.iter().enumerate() {
+            seen[i] = *t.lock().unwrap();
+            earliest = earliest.min(seen[i].unwrap_or(u64::MAX));
+        }
+        let next = planner.settle(earliest);
+        let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let any_unpark = results.iter().any(|(_, u)| *u);
+        for (i, (tick, _)) in results.iter().enumerate() {
+            assert!(
+                seen[i] == Some(*tick) || next <= *tick || any_unpark,
+                "lost tick {tick}: seen {seen:?}, next {next}"
+            );
+        }
     });
 }
