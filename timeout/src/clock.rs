@@ -151,6 +151,71 @@ pub(crate) fn tick_start_ns(tick: u64, resolution_ns: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A clock whose counter runs at `per_ns` ticks per nanosecond,
+    /// calibrated from two exact samples `span_ns` apart.
+    fn calibrated(per_ns: f64, span_ns: u64) -> Clock {
+        let clock = Clock {
+            origin: Instant::now(),
+            tsc: true,
+            base_counter: AtomicU64::new(0),
+            base_ns: AtomicU64::new(u64::MAX),
+            per_ns_q32: AtomicU64::new(0),
+        };
+        let at = |ns: u64| (ns as f64 * per_ns) as u64 + 1_000;
+        assert_eq!(clock.window(at(1_000), 1_000, 1), 0, "uncalibrated");
+        let end = 1_000 + span_ns;
+        clock.window(at(end), end, 0);
+        clock
+    }
+
+    proptest! {
+        #[test]
+        fn a_deadline_never_maps_to_an_earlier_tick(
+            deadline in 0u64..u64::MAX / 2,
+            res in 1_000u64..3_600_000_000_000,
+        ) {
+            let tick = tick_of_deadline(deadline, res);
+            let start = tick_start_ns(tick, res);
+            prop_assert!(start >= deadline);
+            prop_assert!(start - deadline < res);
+            prop_assert!(due_tick(start, res) >= tick);
+            if start > 0 {
+                prop_assert!(due_tick(start - 1, res) < tick);
+            }
+        }
+
+        #[test]
+        fn a_cache_window_never_outlasts_its_slack(
+            per_ns in 0.2f64..6.0,
+            slack in 0u64..100_000_000_000,
+        ) {
+            let clock = calibrated(per_ns, CALIBRATION_NS);
+            let span = clock.window(0, 0, slack);
+            // `span` counter ticks take `span / per_ns` ns: never more than
+            // the slack (the window may only close early).
+            prop_assert!(span as f64 / per_ns <= slack as f64 + 1.0, "{span} ticks for {slack} ns");
+            // And not much earlier: within the 1/64 margin plus rounding.
+            prop_assert!(span as f64 / per_ns >= slack as f64 * (1.0 - 1.0 / 60.0) - 2.0);
+        }
+    }
+
+    #[test]
+    fn an_uncalibrated_clock_opens_no_window() {
+        let clock = Clock {
+            origin: Instant::now(),
+            tsc: true,
+            base_counter: AtomicU64::new(0),
+            base_ns: AtomicU64::new(u64::MAX),
+            per_ns_q32: AtomicU64::new(0),
+        };
+        assert_eq!(clock.window(5_000, 100, 1_000_000), 0);
+        // Too short a baseline: still nothing.
+        assert_eq!(clock.window(9_000, 1_000_100, 1_000_000), 0);
+        // Counter going backwards: nothing.
+        assert_eq!(clock.window(10, CALIBRATION_NS + 200, 1_000_000), 0);
+    }
 
     #[test]
     fn deadlines_round_up_to_the_next_tick() {

@@ -339,3 +339,38 @@ fn into_inner_gives_back_the_future() {
     assert!(!t.get_ref().0);
     assert_eq!(block_on(t.into_inner()), 9);
 }
+
+#[test]
+fn timers_armed_across_many_ticks_never_fire_early() {
+    // Arms a timer every ~100 µs for ~30 ticks, so the per-thread cache
+    // window opens and closes many times; each timer must fire no earlier
+    // than its duration after it was armed.
+    let m = TimerManager::new(ms(1)).unwrap();
+    let d = ms(7);
+    block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let mut t = Box::pin(m.timeout(d, pending::<()>()));
+            std::future::poll_fn(|cx| {
+                assert!(t.as_mut().poll(cx).is_pending());
+                Poll::Ready(())
+            })
+            .await;
+            // Read after arming, so `elapsed` understates the true wait.
+            let armed_at = Instant::now();
+            tasks.push(tokio::spawn(async move {
+                assert!(t.await.is_err());
+                armed_at.elapsed()
+            }));
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_micros(100) {
+                std::hint::spin_loop();
+            }
+        }
+        for task in tasks {
+            let waited = task.await.unwrap();
+            assert!(waited >= d, "fired after {waited:?}");
+        }
+    });
+    assert_eq!(m.metrics().fired, 300);
+}
