@@ -22,10 +22,12 @@
 //! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
-//!   Cluster slot. The sliding-window counter keeps all its sub-window
-//!   counters in one hash for that reason. A key that itself contains `}`
+//!   Cluster slot. The state is one string per key (`GET` and `SET … PX`
+//!   per decision); the sliding-window counter keeps its whole ring of
+//!   sub-window counters in that one string, never in per-window keys that
+//!   a script would have to name itself. A key that itself contains `}`
 //!   still maps to one slot, just through a shorter tag.
-//! * **TTL.** Every write sets a `PEXPIRE` equal to the time after which
+//! * **TTL.** Every write sets an expiry (`PX`) equal to the time after which
 //!   the state would be indistinguishable from a fresh key (a full bucket,
 //!   a past window), plus a millisecond, so idle keys vanish on their own.
 //! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
@@ -48,9 +50,11 @@
 //!   ordinary decision of cost `lease`) and answers from the lease locally.
 //!   It does so only while the key is far from its limit (the last Redis
 //!   answer left at least `2 × lease` units) and a lease lives at most
-//!   `max_age`. Its error, documented on [`PreAggregation`], is a shift in
-//!   time, never extra units: every unit admitted was counted in Redis, at
-//!   most `max_age` earlier.
+//!   `max_age` (the next one is fetched in the background when half is
+//!   used). Its error, documented on [`PreAggregation`], is a shift in time,
+//!   never uncounted units: every unit admitted was counted in Redis, at
+//!   most `2 × max_age` earlier, so the excess over any window is below
+//!   `1.5 × lease` per instance.
 //!
 //! # Example
 //!
@@ -404,11 +408,29 @@ impl Core {
             inv.arg(*c);
         }
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> =
-            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn)).await {
-                Ok(r) => r?,
-                Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
-            };
+        // `invoke_async` sends EVALSHA and, on NOSCRIPT, loads the script and
+        // sends it once more. A second NOSCRIPT (the cache emptied again in
+        // between, e.g. repeated `SCRIPT FLUSH` or a failover) is retried
+        // here, a few times, all within the same deadline.
+        let attempts = async {
+            let mut tries = 0;
+            loop {
+                match inv.invoke_async::<Vec<i64>>(&mut conn).await {
+                    Err(e)
+                        if tries < 4
+                            && e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        tries += 1;
+                    }
+                    r => return r,
+                }
+            }
+        };
+        let reply: Vec<i64> = match tokio::time::timeout(self.timeout, attempts).await {
+            Ok(r) => r?,
+            Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
+        };
         if reply.len() != 4 * keys.len() {
             return Err(RedisLimitError::BadReply(format!(
                 "{} integers for {} keys",

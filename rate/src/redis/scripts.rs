@@ -8,6 +8,10 @@
 //! * `ARGV[1..P]` — the algorithm's parameters, shared by the whole call;
 //! * `ARGV[P + i]` — the cost of the i-th decision.
 //!
+//! State is one string per Redis key, read with `GET` and written with
+//! `SET … PX <ttl>`: two commands per decided key, the least a
+//! read-decide-write with an expiry can take.
+//!
 //! The reply is a flat array of four integers per key: `allowed` (1 or 0),
 //! `remaining`, `reset_after` and `retry_after` in whole microseconds
 //! (rounded up). Time is the server's `TIME`, read once per call; since
@@ -50,15 +54,20 @@ return out
 "#;
 
 /// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
-/// fractional), `ARGV[2]` = capacity (`burst`). State: a hash with the
-/// fractional token count `t` and the time `ts` it was computed at.
+/// fractional), `ARGV[2]` = capacity (`burst`). State: one string,
+/// `"<tokens> <time>"` (fractional tokens, server microseconds), so a
+/// decision costs one `GET` and one `SET … PX`.
 const TOKEN_BUCKET: &str = r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local function load(key)
-  local v = redis.call('HMGET', key, 't', 'ts')
-  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  local tokens, ts
+  local v = redis.call('GET', key)
+  if v then
+    local a, b = string.match(v, '^(%S+) (%S+)$')
+    tokens, ts = tonumber(a), tonumber(b)
+  end
   if tokens == nil or ts == nil then tokens, ts = burst, now end
   if now > ts then tokens = math.min(burst, tokens + (now - ts) / T) end
   return { tokens = tokens, dirty = false }
@@ -72,8 +81,7 @@ local function decide(st, cost)
   return 0, st.tokens, (burst - st.tokens) * T, (cost - st.tokens) * T
 end
 local function store(key, st)
-  redis.call('HSET', key, 't', fmt(st.tokens), 'ts', fmt(now))
-  redis.call('PEXPIRE', key, ms((burst - st.tokens) * T) + 1)
+  redis.call('SET', key, fmt(st.tokens) .. ' ' .. fmt(now), 'PX', ms((burst - st.tokens) * T) + 1)
 end
 "#;
 
@@ -104,8 +112,8 @@ end
 "#;
 
 /// Fixed window aligned to the server clock. `ARGV[1]` = window in
-/// microseconds, `ARGV[2]` = limit. State: a hash with the window index `w`
-/// and the units counted in it `n`.
+/// microseconds, `ARGV[2]` = limit. State: one string `"<window index>
+/// <units counted>"`.
 const FIXED_WINDOW: &str = r#"
 local P = 2
 local W = tonumber(ARGV[1])
@@ -113,9 +121,12 @@ local limit = tonumber(ARGV[2])
 local idx = math.floor(now / W)
 local reset = (idx + 1) * W - now
 local function load(key)
-  local v = redis.call('HMGET', key, 'w', 'n')
-  local n = tonumber(v[2])
-  if tonumber(v[1]) ~= idx or n == nil then n = 0 end
+  local n = 0
+  local v = redis.call('GET', key)
+  if v then
+    local a, b = string.match(v, '^(%S+) (%S+)$')
+    if tonumber(a) == idx then n = tonumber(b) or 0 end
+  end
   return { n = n, dirty = false }
 end
 local function decide(st, cost)
@@ -127,8 +138,7 @@ local function decide(st, cost)
   return 0, limit - st.n, reset, reset
 end
 local function store(key, st)
-  redis.call('HSET', key, 'w', fmt(idx), 'n', fmt(st.n))
-  redis.call('PEXPIRE', key, ms(reset) + 1)
+  redis.call('SET', key, fmt(idx) .. ' ' .. fmt(st.n), 'PX', ms(reset) + 1)
 end
 "#;
 
@@ -137,9 +147,9 @@ end
 /// `ARGV[3]` = `c`. The window `[now - W, now]` is the current sub-window, the `c - 2`
 /// before it, and the part of the oldest one still inside, weighted by the
 /// fraction still inside (`c = 2` is Cloudflare's two-window estimate).
-/// State: one hash per limiter key; ring slot `j` holds the absolute
-/// sub-window index `i<j>` and its count `n<j>`, so no window key is ever
-/// computed inside the script.
+/// State: one string per limiter key holding a ring of `c` pairs
+/// `"<sub-window index> <count>"`; ring slot `j` holds sub-window
+/// `i ≡ j (mod c)`, so no window key is ever computed inside the script.
 const SLIDING_WINDOW: &str = r#"
 local P = 3
 local S = tonumber(ARGV[1])
@@ -148,22 +158,25 @@ local c = tonumber(ARGV[3])
 local W = S * (c - 1)
 local idx = math.floor(now / S)
 local e = now - idx * S
-local fields = {}
-for j = 0, c - 1 do
-  fields[#fields + 1] = 'i' .. j
-  fields[#fields + 1] = 'n' .. j
-end
 local function load(key)
-  local v = redis.call('HMGET', key, unpack(fields))
+  local ring = {}
+  local v = redis.call('GET', key)
+  if v then
+    for x in string.gmatch(v, '%S+') do ring[#ring + 1] = tonumber(x) end
+  end
+  if #ring ~= 2 * c then
+    ring = {}
+    for j = 1, 2 * c do ring[j] = -1 end
+  end
   local counts = {}
   for k = 0, c - 1 do
     local want = idx - k
     local j = want % c
     local n = 0
-    if tonumber(v[2 * j + 1]) == want then n = tonumber(v[2 * j + 2]) or 0 end
+    if ring[2 * j + 1] == want then n = ring[2 * j + 2] or 0 end
     counts[k] = n
   end
-  return { counts = counts, dirty = false }
+  return { counts = counts, ring = ring, dirty = false }
 end
 -- the sub-window counts as seen `s` sub-window boundaries from now
 -- (nothing more being spent): the full ones' sum, the oldest (partly
@@ -213,9 +226,13 @@ local function decide(st, cost)
   return 0, limit - est, reset_after(counts), retry
 end
 local function store(key, st)
+  local ring = st.ring
   local j = idx % c
-  redis.call('HSET', key, 'i' .. j, fmt(idx), 'n' .. j, fmt(st.counts[0]))
-  redis.call('PEXPIRE', key, ms((idx + c) * S - now) + 1)
+  ring[2 * j + 1] = idx
+  ring[2 * j + 2] = st.counts[0]
+  local parts = {}
+  for x = 1, 2 * c do parts[x] = fmt(ring[x]) end
+  redis.call('SET', key, table.concat(parts, ' '), 'PX', ms((idx + c) * S - now) + 1)
 end
 "#;
 
