@@ -119,6 +119,12 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         self.run(key, cost, Mode::Peek)
     }
 
+    /// [`check_n`](Self::check_n) at a time the caller read from this
+    /// limiter's clock (e.g. once for a batch of requests).
+    pub fn check_n_at(&self, key: &K, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed> {
+        self.run_at(key, cost, Mode::Consume, now_ns)
+    }
+
     /// Give back `cost` units `key` spent earlier.
     pub fn refund(&self, key: &K, cost: u32) {
         let now = self.clock.now_nanos();
@@ -167,8 +173,12 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         self.shadow.store(shadow, Ordering::Relaxed);
     }
 
+    #[inline]
     fn run(&self, key: &K, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
-        let now = self.clock.now_nanos();
+        self.run_at(key, cost, mode, self.clock.now_nanos())
+    }
+
+    fn run_at(&self, key: &K, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed> {
         let decision = {
             let mut guard = self.shard(key).lock();
             let shard = &mut *guard;

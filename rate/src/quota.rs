@@ -121,6 +121,21 @@ impl Quota {
         Ok(Self::fixed(limit, window_ns))
     }
 
+    /// One unit per `period` (governor's `with_period`): a burst of one,
+    /// refilled every `period`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::{Quota, QuotaError};
+    ///
+    /// let q = Quota::with_period(Duration::from_millis(100)).unwrap();
+    /// assert_eq!((q.limit(), q.burst(), q.emission_interval_nanos()), (1, 1, 100_000_000));
+    /// assert_eq!(Quota::with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
+    /// ```
+    pub fn with_period(period: Duration) -> Result<Self, QuotaError> {
+        Self::new(1, period)
+    }
+
     /// The same rate with at most `burst` units at once.
     pub const fn allow_burst(self, burst: NonZeroU32) -> Self {
         Self { burst, ..self }

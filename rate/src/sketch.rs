@@ -189,6 +189,18 @@ impl<C: Clock> SketchLimiter<C> {
         self.run(key, cost, Mode::Peek)
     }
 
+    /// [`check_n`](Self::check_n) at a time the caller read from this
+    /// limiter's clock (e.g. once for a batch of requests). Times earlier
+    /// than a key's last check count as that time.
+    pub fn check_n_at<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        now_ns: u64,
+    ) -> Result<Decision, NeverAllowed> {
+        self.run_at(key, cost, Mode::Consume, now_ns)
+    }
+
     /// Change the quota for every key. Stored TATs are kept: what was spent
     /// stays spent (as time), so no key gains a burst.
     pub fn set_quota(&self, quota: Quota) {
@@ -206,11 +218,22 @@ impl<C: Clock> SketchLimiter<C> {
             .store(shadow, std::sync::atomic::Ordering::Relaxed);
     }
 
+    #[inline]
     fn run<K: Hash + ?Sized>(
         &self,
         key: &K,
         cost: u32,
         mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        self.run_at(key, cost, mode, self.clock.now_nanos())
+    }
+
+    fn run_at<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        mode: Mode,
+        now: u64,
     ) -> Result<Decision, NeverAllowed> {
         let gcra = self.params.read();
         let capacity = gcra.quota().burst();
@@ -218,7 +241,6 @@ impl<C: Clock> SketchLimiter<C> {
             return Err(NeverAllowed { cost, capacity });
         }
         let location = self.locator.locate(key);
-        let now = self.clock.now_nanos();
         let decision = loop {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);

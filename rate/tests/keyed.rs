@@ -91,3 +91,24 @@ fn sketch_racing_threads_never_exceed_a_keys_burst() {
     // No time passes: exactly the burst, however the threads interleave.
     assert_eq!(allowed, 100);
 }
+
+#[test]
+fn checks_at_a_caller_supplied_time() {
+    let q = per_second(1);
+    let keyed = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
+    let locator = Locator::with_seed(2, 32, Layout::Rows, 1).unwrap();
+    let sketch = SketchLimiter::with_locator(q, locator, ManualClock::new());
+    let sec = 1_000_000_000;
+    for (t, expect) in [(0, true), (sec / 2, false), (sec, true), (sec / 2, false)] {
+        assert_eq!(
+            keyed.check_n_at(&3u32, 1, t).unwrap().is_allowed(),
+            expect,
+            "keyed at {t}"
+        );
+        assert_eq!(
+            sketch.check_n_at(&3u32, 1, t).unwrap().is_allowed(),
+            expect,
+            "sketch at {t}"
+        );
+    }
+}
