@@ -21,13 +21,13 @@
 //! # Lifetime without `Arc`
 //!
 //! A bucket is kept alive by three kinds of holder, all counted under its
-//! lock: its entry in the owning thread's table (`in_table`), that thread's
-//! one-entry cache of "the bucket I used last" (`cached`), and each live
-//! registration (`live`). When all three are gone the last one frees it. So a
-//! tick whose waiters were all cancelled is freed at once (pingora keeps it
-//! until its deadline), memory is bounded by live waiters plus one cached
-//! bucket per thread, and the common path (same tick as last time, on the
-//! owning thread) touches no reference count at all.
+//! lock: its entry in the owning thread's table (`in_table`), the entries of
+//! that thread's small cache of "the bucket I used last for this duration"
+//! (`cached`), and each live registration (`live`). When all are gone the
+//! last one frees it. So a tick whose waiters were all cancelled is freed at
+//! once (pingora keeps it until its deadline), memory is bounded by live
+//! waiters plus a few cached buckets per thread, and the common path (same
+//! bucket as last time, on the owning thread) touches no reference count.
 
 use crate::sync::{AtomicBool, Lock, Ordering};
 use std::task::Waker;
@@ -64,8 +64,8 @@ struct State {
     live: usize,
     /// The owning thread's table still maps `tick` to this bucket.
     in_table: bool,
-    /// The owning thread's cache points at this bucket.
-    cached: bool,
+    /// Entries of the owning thread's cache that point at this bucket.
+    cached: u8,
     /// One slot per waiter, armed or free.
     slots: Vec<Slot>,
     /// Indices of free slots, reused before the vector grows.
@@ -98,7 +98,7 @@ impl Bucket {
                 fired: false,
                 live: 0,
                 in_table: true,
-                cached,
+                cached: u8::from(cached),
                 slots: Vec::new(),
                 free: Vec::new(),
                 cancelled: 0,
@@ -180,7 +180,7 @@ impl Bucket {
             st.slots[slot as usize].armed = false;
             st.free.push(slot);
             st.cancelled += 1;
-            if st.live == 1 && st.in_table && !st.cached {
+            if st.live == 1 && st.in_table && st.cached == 0 {
                 return Release::Unlink;
             }
         }
@@ -194,7 +194,7 @@ impl Bucket {
     pub(crate) fn finish_unlink(&self, remove: impl FnOnce()) -> (u64, bool) {
         let mut st = self.state.lock();
         st.live -= 1;
-        if st.live == 0 && st.in_table && !st.cached && !st.fired {
+        if st.live == 0 && st.in_table && st.cached == 0 && !st.fired {
             remove();
             st.in_table = false;
         }
@@ -202,20 +202,20 @@ impl Bucket {
         (cancelled, st.release_decision() == Release::Free)
     }
 
-    /// Mark the bucket as the owner's cached one.
+    /// One more entry of the owner's cache points here.
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn set_cached(&self) {
-        self.state.lock().cached = true;
+        self.state.lock().cached += 1;
     }
 
-    /// The owner's cache moves on; the caller holds the table lock and
+    /// One entry of the owner's cache moves on; the caller holds the table lock and
     /// `remove` takes this bucket out of the table. Returns the number of
     /// cancellations to add to the table's counter and whether to free.
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn uncache(&self, remove: impl FnOnce()) -> (u64, bool) {
         let mut st = self.state.lock();
-        st.cached = false;
-        if st.live == 0 && st.in_table && !st.fired {
+        st.cached -= 1;
+        if st.live == 0 && st.in_table && st.cached == 0 && !st.fired {
             remove();
             st.in_table = false;
         }
@@ -260,7 +260,7 @@ impl Bucket {
 
 impl State {
     fn release_decision(&self) -> Release {
-        if self.live == 0 && !self.in_table && !self.cached {
+        if self.live == 0 && !self.in_table && self.cached == 0 {
             Release::Free
         } else {
             Release::Keep

@@ -24,8 +24,10 @@
 //!   default, per [`TimerManager`] otherwise), so never early, and every
 //!   waiter of one tick on one thread shares one timer: arming stores a waker
 //!   in that tick's slot vector, cancelling clears the slot. Each thread
-//!   caches the tick it used last, so under load arming is a clock read, a
-//!   compare and one short uncontended lock.
+//!   caches, per recent duration, the bucket it used last and how long that
+//!   bucket stays the right answer (checked with the TSC, not the clock), so
+//!   under load arming is a counter read, a compare and one short
+//!   uncontended lock.
 //! - **Per-thread tables, one sweeper.** Each worker has its own table, so
 //!   arming never waits on another worker. One sweeper thread per manager
 //!   sleeps until the earliest armed tick starts, fires what is due, and

@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! Each worker thread that arms a timer gets its own [`ThreadTable`]: a
-//! sorted map from tick to [`Bucket`] plus a one-entry cache of the bucket it
+//! sorted map from tick to [`Bucket`] plus a small cache of the bucket it
 //! used last. Only the owning thread inserts into its table, so registering
 //! never waits for another worker; the map's lock is shared only with the
 //! sweeper (once per sweep) and with the rare waiter dropped on a different
@@ -86,20 +86,32 @@ unsafe fn free_bucket(inner: &Inner, bucket: NonNull<Bucket>) {
     drop(unsafe { Box::from_raw(bucket.as_ptr()) });
 }
 
+/// Durations a thread remembers its current bucket for: a proxy arms a few
+/// distinct timeouts (read, write, idle, connect) in turn.
+const CACHE_ENTRIES: usize = 4;
+
+/// "For `duration`, the answer is `bucket` while the counter is in the
+/// window": valid while `counter - start < span` (see the clock module).
+///
+/// Only the owning thread reads or writes an entry; the atomics are a safe
+/// `Cell` that is `Sync` (relaxed loads and stores are plain moves). A
+/// non-null `bucket` holds one `cached` hold on it.
+#[derive(Debug, Default)]
+struct CacheEntry {
+    bucket: AtomicPtr<Bucket>,
+    duration: AtomicU64,
+    start: AtomicU64,
+    span: AtomicU64,
+}
+
 /// One thread's timers.
 #[derive(Debug, Default)]
 pub(crate) struct ThreadTable {
     map: Mutex<BTreeMap<u64, BucketPtr>>,
-    /// The bucket this thread used last (holds a `cached` hold), or null.
-    /// Only the owning thread reads or writes it; the atomic is just a safe
-    /// `Cell` that is `Sync` (relaxed loads and stores are plain moves).
-    cache: AtomicPtr<Bucket>,
-    /// The duration (ns) the cached bucket is the answer for, and the
-    /// counter window in which it still is: valid while
-    /// `counter - cache_start < cache_span` (see the clock module).
-    cache_duration: AtomicU64,
-    cache_start: AtomicU64,
-    cache_span: AtomicU64,
+    /// The buckets this thread used last, one per recent duration.
+    cache: [CacheEntry; CACHE_ENTRIES],
+    /// Next cache entry to replace (round robin), owner-only.
+    cache_victim: AtomicU8,
     /// Owner-only memo of the tokio paused-clock check:
     /// `2 + 2·(due tick when checked) + paused`, 0 when never checked.
     tokio_check: AtomicU64,
@@ -178,18 +190,20 @@ impl Drop for Inner {
             thread.unpark();
         }
         for table in self.tables.iter_mut() {
-            let map = std::mem::take(table.map.get_mut());
-            let cache = *table.cache.get_mut();
-            for (_, b) in map {
-                if b.0.as_ptr() != cache {
-                    // SAFETY: no timer can outlive the manager (each keeps it
-                    // alive), so the table's hold is the only one left.
-                    drop(unsafe { Box::from_raw(b.0.as_ptr()) });
-                }
-            }
-            if !cache.is_null() {
-                // SAFETY: as above; the cache's hold is the last one.
-                drop(unsafe { Box::from_raw(cache) });
+            // No timer can outlive the manager (each keeps it alive), so the
+            // table and the cache hold the only references left: collect the
+            // distinct buckets and free each once.
+            let mut buckets: Vec<*mut Bucket> = std::mem::take(table.map.get_mut())
+                .into_values()
+                .map(|b| b.0.as_ptr())
+                .collect();
+            buckets.extend(table.cache.iter_mut().map(|e| *e.bucket.get_mut()));
+            buckets.retain(|b| !b.is_null());
+            buckets.sort_unstable();
+            buckets.dedup();
+            for b in buckets {
+                // SAFETY: as argued above, and each pointer is freed once.
+                drop(unsafe { Box::from_raw(b) });
             }
         }
     }
@@ -204,8 +218,8 @@ impl Drop for Inner {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Metrics {
-    /// Shared tick timers currently allocated (each thread may keep one empty
-    /// one cached for reuse).
+    /// Shared tick timers currently allocated (each thread may keep a few
+    /// empty ones cached for reuse, one per recent duration).
     pub live_ticks: u64,
     /// Waiters currently armed.
     pub waiters: u64,
@@ -385,11 +399,15 @@ impl Inner {
     pub(crate) fn arm(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
         let table = self.tables.get_or(ThreadTable::default);
         let counter = self.clock.counter();
-        let cached = table.cache.load(Ordering::Relaxed);
-        if !cached.is_null() && table.cache_duration.load(Ordering::Relaxed) == duration_ns {
-            let start = table.cache_start.load(Ordering::Relaxed);
-            if counter.wrapping_sub(start) < table.cache_span.load(Ordering::Relaxed) {
-                // SAFETY: the cache holds a `cached` hold on the bucket, which
+        for entry in &table.cache {
+            if entry.duration.load(Ordering::Relaxed) != duration_ns {
+                continue;
+            }
+            let cached = entry.bucket.load(Ordering::Relaxed);
+            let start = entry.start.load(Ordering::Relaxed);
+            if !cached.is_null() && counter.wrapping_sub(start) < entry.span.load(Ordering::Relaxed)
+            {
+                // SAFETY: the entry holds a `cached` hold on the bucket, which
                 // only this (the owning) thread releases.
                 let bucket = unsafe { &*cached };
                 return match bucket.register(waker) {
@@ -402,6 +420,7 @@ impl Inner {
                     None => Arm::Elapsed,
                 };
             }
+            break;
         }
         self.arm_slow(table, counter, duration_ns, waker)
     }
@@ -450,13 +469,27 @@ impl Inner {
                     b
                 }
             };
-            // Move the cache to this bucket.
-            let old = table.cache.load(Ordering::Relaxed);
+            // Point this duration's cache entry (or a victim) at the bucket.
+            let entry = match table
+                .cache
+                .iter()
+                .find(|e| e.duration.load(Ordering::Relaxed) == duration_ns)
+            {
+                Some(entry) => entry,
+                None => {
+                    let victim = table.cache_victim.load(Ordering::Relaxed);
+                    table
+                        .cache_victim
+                        .store((victim + 1) % CACHE_ENTRIES as u8, Ordering::Relaxed);
+                    &table.cache[usize::from(victim)]
+                }
+            };
+            let old = entry.bucket.load(Ordering::Relaxed);
             if old != bucket.as_ptr() {
                 // SAFETY: the table's hold keeps `bucket` alive while we hold
                 // the table lock.
                 unsafe { bucket.as_ref() }.set_cached();
-                table.cache.store(bucket.as_ptr(), Ordering::Relaxed);
+                entry.bucket.store(bucket.as_ptr(), Ordering::Relaxed);
                 if let Some(old) = NonNull::new(old) {
                     // SAFETY: the cache's hold kept `old` alive until now.
                     let old_ref = unsafe { old.as_ref() };
@@ -475,10 +508,10 @@ impl Inner {
             let slack = clock::tick_start_ns(tick, self.resolution_ns)
                 .saturating_sub(duration_ns)
                 .saturating_sub(now);
-            table.cache_duration.store(duration_ns, Ordering::Relaxed);
-            table.cache_start.store(counter, Ordering::Relaxed);
-            table
-                .cache_span
+            entry.duration.store(duration_ns, Ordering::Relaxed);
+            entry.start.store(counter, Ordering::Relaxed);
+            entry
+                .span
                 .store(self.clock.window(counter, now, slack), Ordering::Relaxed);
             // SAFETY: as above.
             (bucket, unsafe { bucket.as_ref() }.register(waker))
@@ -563,20 +596,27 @@ impl Inner {
             let map = table.map.lock();
             m.fired += table.fired.load(Ordering::Relaxed);
             m.cancelled += table.cancelled.load(Ordering::Relaxed);
-            let cache = table.cache.load(Ordering::Relaxed);
             for b in map.values() {
                 // SAFETY: the table's hold keeps it alive under the lock.
                 let (_, armed, cancelled) = unsafe { b.0.as_ref() }.stats();
                 m.waiters += armed as u64;
                 m.cancelled += cancelled;
             }
-            if !cache.is_null() && !map.values().any(|b| b.0.as_ptr() == cache) {
+            let mut cached: Vec<*mut Bucket> = table
+                .cache
+                .iter()
+                .map(|e| e.bucket.load(Ordering::Relaxed))
+                .filter(|b| !b.is_null() && !map.values().any(|m| m.0.as_ptr() == *b))
+                .collect();
+            cached.sort_unstable();
+            cached.dedup();
+            for b in cached {
                 // A cached bucket that already fired: only its pending
                 // cancellation count matters. The cache's hold keeps it
                 // alive; only the owner could release it, and that needs the
                 // table lock we hold.
                 // SAFETY: as just argued.
-                let (_, _, cancelled) = unsafe { &*cache }.stats();
+                let (_, _, cancelled) = unsafe { &*b }.stats();
                 m.cancelled += cancelled;
             }
         }
