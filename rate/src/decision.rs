@@ -36,10 +36,53 @@ pub struct Decision {
     pub(crate) conforming: bool,
     pub(crate) limit: u32,
     pub(crate) window: Duration,
-    pub(crate) remaining: u32,
+    pub(crate) remaining: Remaining,
     pub(crate) reset_after: Duration,
     pub(crate) retry_after: Option<Duration>,
     pub(crate) delay: Duration,
+}
+
+/// Units remaining as a quotient, divided only when asked for (the
+/// division is the dearest step of a GCRA check).
+#[derive(Clone, Copy)]
+pub(crate) struct Remaining {
+    num: u64,
+    den: u64,
+}
+
+impl Remaining {
+    #[inline]
+    pub(crate) fn exact(n: u32) -> Self {
+        Self {
+            num: u64::from(n),
+            den: 1,
+        }
+    }
+
+    /// `⌊num / den⌋` units; `den` must be non-zero.
+    #[inline]
+    pub(crate) fn ratio(num: u64, den: u64) -> Self {
+        Self { num, den }
+    }
+
+    #[inline]
+    fn get(self) -> u32 {
+        u32::try_from(self.num / self.den.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+impl PartialEq for Remaining {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for Remaining {}
+
+impl fmt::Debug for Remaining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
 }
 
 /// Nanoseconds as a `Duration`.
@@ -54,6 +97,16 @@ fn ceil_secs(d: Duration) -> u64 {
 
 impl Decision {
     pub(crate) fn allow(limit: u32, window: Duration, remaining: u32, reset_after: u64) -> Self {
+        Self::allow_with(limit, window, Remaining::exact(remaining), reset_after)
+    }
+
+    #[inline]
+    pub(crate) fn allow_with(
+        limit: u32,
+        window: Duration,
+        remaining: Remaining,
+        reset_after: u64,
+    ) -> Self {
         Self {
             allowed: true,
             conforming: true,
@@ -78,7 +131,7 @@ impl Decision {
             conforming: false,
             limit,
             window,
-            remaining,
+            remaining: Remaining::exact(remaining),
             reset_after: nanos(reset_after),
             retry_after: Some(nanos(retry_after.max(1))),
             delay: Duration::ZERO,
@@ -115,7 +168,7 @@ impl Decision {
     /// Units that could still be spent now (`r` of `RateLimit`).
     #[inline]
     pub fn remaining(&self) -> u32 {
-        self.remaining
+        self.remaining.get()
     }
 
     /// Time until the quota is fully available again if nothing more is
@@ -161,7 +214,7 @@ impl Decision {
         format!(
             "{};r={};t={}",
             Quoted(name),
-            self.remaining,
+            self.remaining(),
             ceil_secs(self.reset_after)
         )
     }
@@ -191,11 +244,12 @@ impl Decision {
     /// together): allowed only if both are, the smaller remaining, the later
     /// reset and retry.
     pub fn combine(self, other: Decision) -> Decision {
-        let first = if other.remaining < self.remaining || (!other.conforming && self.conforming) {
-            other
-        } else {
-            self
-        };
+        let first =
+            if other.remaining() < self.remaining() || (!other.conforming && self.conforming) {
+                other
+            } else {
+                self
+            };
         Decision {
             allowed: self.allowed && other.allowed,
             conforming: self.conforming && other.conforming,

@@ -1,5 +1,5 @@
 use super::{clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Remaining};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 
@@ -100,7 +100,7 @@ impl Gcra {
             Step::Allow(new) => {
                 // new ≤ horizon, and horizon − new ≤ τ fits in u64.
                 let slack = (horizon - u128::from(new)) as u64;
-                Decision::allow(limit, window, clamp_u32(u128::from(slack / t)), new - now)
+                Decision::allow_with(limit, window, Remaining::ratio(slack, t), new - now)
             }
             Step::Deny(start) => {
                 let slack = clamp_ns(horizon.saturating_sub(u128::from(start)));
