@@ -326,7 +326,7 @@ pub fn run(report: &mut Report) {
     // 3. One hot key: plain against pre-aggregation, far from the limit.
     report.progress("hot key: plain and pre-aggregated");
     let leases = PreAggregation {
-        lease: 256,
+        lease: 1024,
         hot_after: 100,
         max_age: Duration::from_millis(50),
         ..Default::default()
@@ -372,7 +372,7 @@ pub fn run(report: &mut Report) {
     ]);
     for (name, r) in [
         ("plain (GCRA)", &hot_plain),
-        ("pre-aggregated (lease 256, max age 50 ms)", &hot_pre),
+        ("pre-aggregated (lease 1024, max age 50 ms)", &hot_pre),
     ] {
         match r {
             Ok(r) => t.row([
@@ -450,12 +450,13 @@ pub fn run(report: &mut Report) {
     }
     if let Some((r, ideal)) = &adm_pre {
         lines.push(format!(
-            "* pre-aggregation admitted {} against {} allowed by the limit: every admitted unit was \
-             counted in Redis (at most `max_age` earlier), so the excess is bounded by instances × lease \
-             = {} per window",
+            "* pre-aggregation admitted {} against {} allowed by the limit ({:+.2}%): every admitted unit was \
+             counted in Redis (at most 2 × max_age earlier), so the excess over any window stays below \
+             1.5 × instances × lease = {} units",
             thousands(r.allowed),
             thousands(*ideal as u64),
-            2 * leases.lease
+            100.0 * (r.allowed as f64 - ideal) / ideal,
+            3 * leases.lease
         ));
     }
     report.text(&lines.join("\n"));

@@ -4,7 +4,9 @@ use super::{Raw, RedisLimitError, RedisLimiter, Source, Verdict};
 use crate::decision::Decision;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Answer hot keys locally from leases taken from Redis in blocks.
 ///
@@ -88,6 +90,16 @@ struct Entry {
     /// Time to reset of the last Redis answer, in ns.
     reset_ns: u64,
     fetching: bool,
+    /// Bumped and notified when a fetch finishes.
+    generation: u64,
+    notify: Arc<Notify>,
+}
+
+enum Step {
+    Answer(Verdict, bool),
+    Wait(Arc<Notify>, u64),
+    Fetch,
+    Plain,
 }
 
 pub(crate) struct Hot {
@@ -118,85 +130,112 @@ impl Hot {
     /// Answer from a lease, or take one; `None` sends the check down the
     /// plain path.
     pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Verdict> {
-        let now = self.epoch.elapsed().as_nanos() as u64;
         let max_age = self.cfg.max_age.as_nanos() as u64;
         let lease = self
             .cfg
             .lease
             .min(lim.algorithm().capacity(&lim.quota()))
             .max(cost);
-        let prefetch;
-        let verdict;
-        {
-            let mut map = self.map.lock();
-            if !map.contains_key(key) {
-                if map.len() >= self.cfg.max_keys {
-                    let sec = now / 1_000_000_000;
-                    map.retain(|_, e| e.fetching || e.expires > now || e.second + 1 >= sec);
+        // At most: find the lease empty with a fetch in flight, wait for
+        // it, answer from the new lease.
+        for round in 0..2 {
+            let now = self.epoch.elapsed().as_nanos() as u64;
+            let step = {
+                let mut map = self.map.lock();
+                if !map.contains_key(key) {
                     if map.len() >= self.cfg.max_keys {
-                        return None;
-                    }
-                }
-                map.insert(key.to_owned(), Entry::default());
-            }
-            let e = map.get_mut(key)?;
-            let sec = now / 1_000_000_000;
-            if e.second != sec {
-                e.second = sec;
-                e.hits = 0;
-            }
-            e.hits = e.hits.saturating_add(1);
-            let near_limit = match e.remaining {
-                Some((r, at)) => r < 2 * u64::from(lease) && now < at + max_age,
-                None => false,
-            };
-            if e.left >= cost && now < e.expires {
-                e.left -= cost;
-                let rem = e.remaining.map_or(0, |r| r.0);
-                verdict = Some(Self::lease_decision(lim, rem, e.left, e.reset_ns));
-                // Fetch the next lease in the background while half of this
-                // one is left, so callers rarely wait for a round trip.
-                prefetch = e.left < lease / 2 && !e.fetching && !near_limit;
-                if prefetch {
-                    e.fetching = true;
-                }
-            } else {
-                if e.hits < self.cfg.hot_after || e.fetching || near_limit {
-                    return None;
-                }
-                e.fetching = true;
-                e.left = 0;
-                // Fetch below, once the lock is released.
-                prefetch = false;
-                verdict = None;
-            }
-        }
-        let Some(verdict) = verdict else {
-            let result = lim.raw(key, lease).await;
-            return self
-                .finish(key, result, lease, cost)
-                .map(|(rem, left, reset)| Self::lease_decision(lim, rem, left, reset));
-        };
-        if prefetch {
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    let lim = lim.clone();
-                    let key = key.to_owned();
-                    rt.spawn(async move {
-                        let result = lim.raw(&key, lease).await;
-                        if let Some(hot) = &lim.inner.hot {
-                            hot.finish(&key, result, lease, 0);
+                        let sec = now / 1_000_000_000;
+                        map.retain(|_, e| e.fetching || e.expires > now || e.second + 1 >= sec);
+                        if map.len() >= self.cfg.max_keys {
+                            return None;
                         }
-                    });
+                    }
+                    map.insert(key.to_owned(), Entry::default());
                 }
-                Err(_) => {
-                    if let Some(e) = self.map.lock().get_mut(key) {
-                        e.fetching = false;
+                let e = map.get_mut(key)?;
+                let sec = now / 1_000_000_000;
+                if e.second != sec {
+                    e.second = sec;
+                    e.hits = 0;
+                }
+                if round == 0 {
+                    e.hits = e.hits.saturating_add(1);
+                }
+                let near_limit = match e.remaining {
+                    Some((r, at)) => r < 2 * u64::from(lease) && now < at + max_age,
+                    None => false,
+                };
+                if e.left >= cost && now < e.expires {
+                    e.left -= cost;
+                    let rem = e.remaining.map_or(0, |r| r.0);
+                    // Fetch the next lease in the background while half of
+                    // this one is left, so callers rarely wait.
+                    let prefetch = e.left < lease / 2 && !e.fetching && !near_limit;
+                    if prefetch {
+                        e.fetching = true;
+                    }
+                    Step::Answer(Self::lease_decision(lim, rem, e.left, e.reset_ns), prefetch)
+                } else if e.fetching && round == 0 && !near_limit && e.hits >= self.cfg.hot_after {
+                    Step::Wait(e.notify.clone(), e.generation)
+                } else if e.hits < self.cfg.hot_after || e.fetching || near_limit {
+                    Step::Plain
+                } else {
+                    e.fetching = true;
+                    e.left = 0;
+                    Step::Fetch
+                }
+            };
+            match step {
+                Step::Plain => return None,
+                Step::Answer(verdict, prefetch) => {
+                    if prefetch {
+                        self.prefetch(lim, key, lease);
+                    }
+                    return Some(verdict);
+                }
+                Step::Fetch => {
+                    let result = lim.raw(key, lease).await;
+                    return self
+                        .finish(key, result, lease, cost)
+                        .map(|(rem, left, reset)| Self::lease_decision(lim, rem, left, reset));
+                }
+                Step::Wait(notify, generation) => {
+                    let woken = notify.notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
+                    let finished = self
+                        .map
+                        .lock()
+                        .get(key)
+                        .is_none_or(|e| e.generation != generation);
+                    if !finished {
+                        let _ = tokio::time::timeout(lim.inner.core.timeout, woken).await;
                     }
                 }
             }
         }
-        Some(verdict)
+        None
+    }
+
+    /// Fetch the next lease for `key` on a background task.
+    fn prefetch(&self, lim: &RedisLimiter, key: &str, lease: u32) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let lim = lim.clone();
+                let key = key.to_owned();
+                rt.spawn(async move {
+                    let result = lim.raw(&key, lease).await;
+                    if let Some(hot) = &lim.inner.hot {
+                        hot.finish(&key, result, lease, 0);
+                    }
+                });
+            }
+            Err(_) => {
+                if let Some(e) = self.map.lock().get_mut(key) {
+                    e.fetching = false;
+                }
+            }
+        }
     }
 
     /// Record a lease fetch: on success `lease - taken` more units, valid
@@ -212,6 +251,10 @@ impl Hot {
         let mut map = self.map.lock();
         let e = map.get_mut(key)?;
         e.fetching = false;
+        e.generation = e.generation.wrapping_add(1);
+        // Waiters registered (and checked `generation`) under this lock,
+        // so none misses the wake-up.
+        e.notify.notify_waiters();
         let raw = result.ok()?;
         e.remaining = Some((raw.remaining, now));
         e.reset_ns = raw.reset_after_us.saturating_mul(1000);

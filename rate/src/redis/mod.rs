@@ -374,8 +374,8 @@ pub struct Batching {
 impl Default for Batching {
     fn default() -> Self {
         Self {
-            max_batch: 128,
-            max_in_flight: 4,
+            max_batch: 256,
+            max_in_flight: 2,
             queue: 16_384,
         }
     }
