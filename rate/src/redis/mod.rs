@@ -231,7 +231,7 @@ where
 ///
 /// // 100 per second shared by 4 instances: 25 per instance while Redis is down.
 /// let local = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(25).unwrap())));
-/// assert!(local.check_n("k", 1).is_some_and(|d| d.is_allowed()));
+/// assert!(Fallback::check_n(&local, "k", 1).is_some_and(|d| d.is_allowed()));
 /// let policy = FailurePolicy::Local(Arc::new(local));
 /// # let _ = policy;
 /// ```
@@ -518,7 +518,7 @@ impl Builder {
             return Err(RedisLimitError::Config("a zero timeout"));
         }
         if let Algorithm::SlidingWindow { counters } = self.algorithm {
-            if counters < 2 || counters > 1024 {
+            if !(2..=1024).contains(&counters) {
                 return Err(RedisLimitError::Config(
                     "a sliding-window counter needs 2 to 1024 counters",
                 ));
