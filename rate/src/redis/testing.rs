@@ -25,14 +25,15 @@
 //! ```
 
 use std::fmt;
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Why a fixture could not be set up.
-#[derive(Debug)]
+/// Why a fixture could not be set up. Its `Debug` form is the message,
+/// so a test returning it as an error says what to do.
 #[non_exhaustive]
 pub enum FixtureError {
     /// `redis-server` is not installed and `CI=true`.
@@ -53,6 +54,12 @@ impl fmt::Display for FixtureError {
             Self::Io(e) => write!(f, "Redis fixture: {e}"),
             Self::NotReady(s) => write!(f, "Redis fixture not ready: {s}"),
         }
+    }
+}
+
+impl fmt::Debug for FixtureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -87,7 +94,10 @@ pub fn available_or_skip(what: &str) -> Result<bool, FixtureError> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         return Err(FixtureError::Missing);
     }
-    eprintln!(
+    // Straight to the process's stderr: the test harness captures
+    // `eprintln!`, and this notice must be seen even when the test passes.
+    let _ = writeln!(
+        std::io::stderr(),
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
          !!! SKIPPED {what}: redis-server/redis-cli are not installed.\n\
          !!! Install them (apt-get install redis-server redis-tools);\n\
