@@ -7,9 +7,13 @@
 //! pingora-limits hashes each key once per row with a separate hasher, reduces
 //! with `%`, and keeps each row in its own allocation, so an update touches
 //! `hashes` cache lines far apart. A [`Locator`] hashes the key **once** and
-//! derives every row's position from that one 64-bit hash
-//! (Kirsch–Mitzenmacher double hashing), reducing with a multiply-shift
-//! instead of a division. Two layouts are offered:
+//! derives every row's position from that one 64-bit hash with a
+//! multiply-shift per row (a distinct odd multiplier each, then the high
+//! bits scaled onto the row width), so there is no division. Kirsch–
+//! Mitzenmacher probes (`h1 + i·h2`) were tried first and rejected: reduced
+//! by their high bits, two keys that collide in two rows collide in all,
+//! which tripled the worst-case overestimate on skewed traffic. Two layouts
+//! are offered:
 //!
 //! * [`Layout::Rows`] (the default): the classic count-min matrix, `hashes`
 //!   rows of `slots` counters, one independent position per row (one
@@ -67,9 +71,9 @@ pub enum Layout {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
-    /// Blocked: index of the line's first cell. Rows: the first probe.
+    /// Blocked: index of the line's first cell. Rows: the key's hash.
     base: u64,
-    /// Blocked: first lane. Rows: the probe increment.
+    /// Blocked: first lane. Rows: unused.
     offset: u64,
     /// Blocked: lane step (odd). Rows: row width.
     step: u64,
@@ -102,7 +106,11 @@ impl Location {
         if self.blocked {
             (self.base + ((self.offset + i * self.step) & (LANES as u64 - 1))) as usize
         } else {
-            let probe = self.base.wrapping_add(i.wrapping_mul(self.offset));
+            // Multiply-shift with a distinct odd multiplier per row: rows of
+            // two keys collide (nearly) independently. Kirsch–Mitzenmacher
+            // probes `h1 + i·h2` reduced by their high bits do not: keys
+            // colliding in two rows then almost surely collide in all.
+            let probe = self.base.wrapping_mul(ROW_MULTIPLIERS[i as usize]);
             (i * self.step + reduce(probe, self.step)) as usize
         }
     }
@@ -223,11 +231,9 @@ impl Locator {
                 len: self.hashes,
                 blocked: true,
             },
-            // Kirsch–Mitzenmacher: probe_i = h1 + i·h2, with h2 odd so that
-            // successive rows never repeat a probe.
             Layout::Rows => Location {
                 base: hash,
-                offset: hash.rotate_left(32) | 1,
+                offset: 0,
                 step: self.span,
                 len: self.hashes,
                 blocked: false,
@@ -259,6 +265,27 @@ impl Locator {
         self.layout
     }
 }
+
+/// One odd multiplier per row (the first is 1: row 0 uses the hash as is).
+/// Fixed constants are enough: the hash itself is randomly seeded.
+const ROW_MULTIPLIERS: [u64; MAX_HASHES] = [
+    0x0000_0000_0000_0001,
+    0x9e37_79b9_7f4a_7c15,
+    0xbf58_476d_1ce4_e5b9,
+    0x94d0_49bb_1331_11eb,
+    0xd6e8_feb8_6659_fd93,
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+    0x1d8e_4e27_c47d_124f,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0x27d4_eb2f_1656_67c5,
+    0xff51_afd7_ed55_8ccd,
+    0xc4ce_b9fe_1a85_ec53,
+    0x8765_4321_0fed_cba9,
+];
 
 /// Map a 64-bit hash uniformly onto `0..n` with a multiply-shift (Lemire's
 /// fast range), which uses the hash's high bits and costs no division.
