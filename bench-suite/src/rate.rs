@@ -564,6 +564,21 @@ pub fn benchmark(report: &mut Report) {
         ]);
     }
     report.table(&table);
+    let reads = scale.pick(2_000_000u32, 10_000_000);
+    let per_read = |clock: &dyn Clock| {
+        let start = Instant::now();
+        let mut sink = 0u64;
+        for _ in 0..reads {
+            sink = sink.wrapping_add(clock.now_nanos());
+        }
+        std::hint::black_box(sink);
+        start.elapsed().as_nanos() as f64 / f64::from(reads)
+    };
+    let monotonic = per_read(&MonotonicClock::new());
+    let quanta = per_read(&QuantaClock::default());
+    report.text(&format!(
+        "One clock read on this machine: weir's default `MonotonicClock` {monotonic:.1} ns, quanta (governor's clock) {quanta:.1} ns."
+    ));
     report.text(
         "Goals (issue 4): SketchLimiter ≥ 5× governor's throughput with ≤ 1/100 of its memory; KeyedLimiter ≥ governor's speed. \
          governor reads the TSC through quanta; weir's default `MonotonicClock` is `Instant::now()` (`clock_gettime`), which costs \
