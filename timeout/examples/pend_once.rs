@@ -27,12 +27,46 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000_000);
+    // `bare`, `weir` or `tokio` runs only that loop once (for `perf stat`); anything
+    // else runs both, three rounds.
+    let only = std::env::args().nth(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {
+        match only.as_deref() {
+            Some("bare") => {
+                let mut sum = 0;
+                for _ in 0..n {
+                    sum += PendOnce(false).await;
+                }
+                black_box(sum);
+                return;
+            }
+            Some("weir") => {
+                let mut sum = 0;
+                for _ in 0..n {
+                    sum += weir_timeout::timeout(Duration::from_secs(5), PendOnce(false))
+                        .await
+                        .unwrap_or(0);
+                }
+                black_box(sum);
+                return;
+            }
+            Some("tokio") => {
+                let mut sum = 0;
+                for _ in 0..n {
+                    sum += tokio::time::timeout(Duration::from_secs(5), PendOnce(false))
+                        .await
+                        .unwrap_or(0);
+                }
+                black_box(sum);
+                return;
+            }
+            _ => {}
+        }
         for round in 0..3 {
             let start = Instant::now();
             let mut sum = 0;

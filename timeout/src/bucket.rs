@@ -110,7 +110,7 @@ impl Bucket {
     /// already fired (the deadline has passed: the waiter is elapsed and
     /// holds nothing).
     #[inline]
-    pub(crate) fn register(&self, waker: &Waker) -> Option<u32> {
+    pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
         let mut st = self.state.lock();
         if st.fired {
             return None;
@@ -118,7 +118,8 @@ impl Bucket {
         st.live += 1;
         match st.free.pop() {
             Some(slot) => {
-                let entry = &mut st.slots[slot as usize];
+                let slot = slot as usize;
+                let entry = &mut st.slots[slot];
                 entry.armed = true;
                 match &entry.waker {
                     Some(w) if w.will_wake(waker) => {}
@@ -131,7 +132,8 @@ impl Bucket {
                 Some(slot)
             }
             None => {
-                let slot = u32::try_from(st.slots.len()).expect("fewer than 2^32 waiters per tick");
+                let slot = st.slots.len();
+                assert!(slot < u32::MAX as usize, "fewer than 2^32 waiters per tick");
                 st.slots.push(Slot {
                     waker: Some(waker.clone()),
                     armed: true,
@@ -151,7 +153,7 @@ impl Bucket {
 
     /// Re-poll of an armed waiter: returns `true` if the tick fired,
     /// otherwise makes sure the stored waker is the current one.
-    pub(crate) fn poll_slot(&self, slot: u32, waker: &Waker) -> bool {
+    pub(crate) fn poll_slot(&self, slot: usize, waker: &Waker) -> bool {
         if self.is_fired() {
             return true;
         }
@@ -159,7 +161,7 @@ impl Bucket {
         if st.fired {
             return true;
         }
-        let stored = &mut st.slots[slot as usize].waker;
+        let stored = &mut st.slots[slot].waker;
         match stored {
             Some(w) if w.will_wake(waker) => {}
             _ => {
@@ -174,11 +176,12 @@ impl Bucket {
     /// Drop a registration; returns what else the caller must do. The slot
     /// keeps its waker for the next occupant (see [`Slot`]).
     #[inline]
-    pub(crate) fn cancel(&self, slot: u32) -> Release {
+    pub(crate) fn cancel(&self, slot: usize) -> Release {
         let mut st = self.state.lock();
         if !st.fired {
-            st.slots[slot as usize].armed = false;
-            st.free.push(slot);
+            st.slots[slot].armed = false;
+            // Slots are created below `u32::MAX` (see `register`).
+            st.free.push(slot as u32);
             st.cancelled += 1;
             if st.live == 1 && st.in_table && st.cached == 0 {
                 return Release::Unlink;

@@ -122,15 +122,15 @@ pub mod loom_model {
             Self(crate::bucket::Bucket::new(1, false))
         }
         /// Subscribe; `None` if already fired.
-        pub fn register(&self, waker: &std::task::Waker) -> Option<u32> {
+        pub fn register(&self, waker: &std::task::Waker) -> Option<usize> {
             self.0.register(waker)
         }
         /// Re-poll: `true` if fired.
-        pub fn poll_slot(&self, slot: u32, waker: &std::task::Waker) -> bool {
+        pub fn poll_slot(&self, slot: usize, waker: &std::task::Waker) -> bool {
             self.0.poll_slot(slot, waker)
         }
         /// Cancel.
-        pub fn cancel(&self, slot: u32) -> Release {
+        pub fn cancel(&self, slot: usize) -> Release {
             self.0.cancel(slot)
         }
         /// Second half of an unlink; `remove` takes the bucket out of its

@@ -126,7 +126,9 @@ pub(crate) struct ThreadTable {
 pub(crate) struct Armed {
     table: NonNull<ThreadTable>,
     bucket: NonNull<Bucket>,
-    slot: u32,
+    // `usize`, not `u32`: the whole field is written and read as one word,
+    // so moving an `Armed` never stalls on a partial store.
+    slot: usize,
 }
 
 // SAFETY: the pointers stay valid while the registration (a `live` hold on the
