@@ -206,8 +206,8 @@ pub fn run(report: &mut Report) {
 
     // 1. redis-benchmark on the same server.
     report.progress("redis-benchmark baselines");
-    let n_plain = scale.pick("200000", "1000000");
-    let n_piped = scale.pick("1000000", "4000000");
+    let n_plain = scale.pick("50000", "1000000");
+    let n_piped = scale.pick("300000", "4000000");
     let sha = server
         .cli(&["SCRIPT", "LOAD", MINIMAL_TOKEN_BUCKET])
         .map(|s| s.trim().to_owned())
@@ -255,7 +255,7 @@ pub fn run(report: &mut Report) {
             return;
         }
     };
-    let dur = scale.pick(Duration::from_millis(1000), Duration::from_secs(3));
+    let dur = scale.pick(Duration::from_millis(700), Duration::from_secs(3));
     let target = Target::server(server.url());
     let connect = |alg: Algorithm, quota: Quota, batched: bool, hot: Option<PreAggregation>| {
         let mut b = RedisLimiter::builder(alg, quota)
