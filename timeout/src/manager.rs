@@ -750,7 +750,9 @@ impl Inner {
             table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
         }
         for w in wakers {
-            w.wake();
+            // A panicking waker must not take the sweeper (and with it every
+            // timer of the manager) down with it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
         }
         let next = self.planned.settle(earliest);
         if next == u64::MAX {

@@ -396,3 +396,34 @@ fn alternating_durations_share_the_cache_and_free_everything() {
     assert!(metrics.live_ticks <= 4, "{metrics:?}");
     drop(m);
 }
+
+/// A waker whose `wake` panics.
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("this waker panics on purpose");
+    }
+}
+
+#[test]
+fn a_panicking_waker_does_not_stop_the_sweeper() {
+    let m = TimerManager::new(ms(1)).unwrap();
+    let mut bad = m.sleep(ms(2));
+    assert_eq!(
+        poll_once(&mut bad, &Waker::from(Arc::new(PanickingWaker))),
+        Poll::Pending
+    );
+    eventually("the bad waker's tick to fire", || bad.is_elapsed());
+    // The sweeper survived and fires later ticks (bounded by tokio's own
+    // timer, so a dead sweeper fails the test instead of hanging it).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let slept = rt.block_on(async { tokio::time::timeout(ms(2_000), m.sleep(ms(5))).await });
+    assert!(slept.is_ok(), "the sweeper died with the panicking waker");
+    assert!(start.elapsed() >= ms(5));
+    assert_eq!(m.metrics().sweeper_threads_started, 1);
+}
