@@ -22,7 +22,7 @@
 //! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
-//!   Cluster slot. The state is one string per key (`GET` and `SET … PX`
+//!   Cluster slot. The state is one string per key (`MGET` and `SET … PX`
 //!   per decision); the sliding-window counter keeps its whole ring of
 //!   sub-window counters in that one string, never in per-window keys that
 //!   a script would have to name itself. A key that itself contains `}`

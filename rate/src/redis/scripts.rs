@@ -8,9 +8,9 @@
 //! * `ARGV[1..P]` — the algorithm's parameters, shared by the whole call;
 //! * `ARGV[P + i]` — the cost of the i-th decision.
 //!
-//! State is one string per Redis key, read with `GET` and written with
-//! `SET … PX <ttl>`: two commands per decided key, the least a
-//! read-decide-write with an expiry can take.
+//! State is one string per Redis key, read with one `MGET` for all the
+//! keys of a call and written with `SET … PX <ttl>` per changed key: one
+//! command per decided key plus one per call.
 //!
 //! The reply is a flat array of four integers per key: `allowed` (1 or 0),
 //! `remaining`, `reset_after` and `retry_after` in whole microseconds
@@ -29,18 +29,26 @@ local function fmt(x) return string.format('%.17g', x) end
 local function ms(us) return math.max(1, math.ceil(us / 1000)) end
 "#;
 
-/// Shared epilogue: run `decide` over every key, then store dirty state.
+/// Shared epilogue: read every distinct key with `MGET` (in chunks), run
+/// `decide` over the keys in order, then store the dirty states, so a
+/// batch of `n` distinct keys costs about `n / 256 + n` commands rather
+/// than `2n`.
 const EPILOGUE: &str = r#"
 local cache, order, out = {}, {}, {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local st = cache[key]
-  if st == nil then
-    st = load(key)
-    cache[key] = st
+  if cache[key] == nil then
+    cache[key] = false
     order[#order + 1] = key
   end
-  local a, rem, reset, retry = decide(st, tonumber(ARGV[P + i]))
+end
+for from = 1, #order, 256 do
+  local to = math.min(#order, from + 255)
+  local vals = redis.call('MGET', unpack(order, from, to))
+  for j = from, to do cache[order[j]] = load(order[j], vals[j - from + 1]) end
+end
+for i = 1, #KEYS do
+  local a, rem, reset, retry = decide(cache[KEYS[i]], tonumber(ARGV[P + i]))
   out[#out + 1] = a
   out[#out + 1] = math.max(0, math.floor(rem + EPS))
   out[#out + 1] = math.max(0, math.ceil(reset - EPS))
@@ -56,14 +64,13 @@ return out
 /// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
 /// fractional), `ARGV[2]` = capacity (`burst`). State: one string,
 /// `"<tokens> <time>"` (fractional tokens, server microseconds), so a
-/// decision costs one `GET` and one `SET … PX`.
+/// decision costs one `SET … PX` besides the shared `MGET`.
 const TOKEN_BUCKET: &str = r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
-local function load(key)
+local function load(key, v)
   local tokens, ts
-  local v = redis.call('GET', key)
   if v then
     local a, b = string.match(v, '^(%S+) (%S+)$')
     tokens, ts = tonumber(a), tonumber(b)
@@ -91,8 +98,8 @@ const GCRA: &str = r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2]) * T
-local function load(key)
-  local tat = tonumber(redis.call('GET', key))
+local function load(key, v)
+  local tat = tonumber(v)
   if tat == nil or tat < now then tat = now end
   return { tat = tat, dirty = false }
 end
@@ -120,9 +127,8 @@ local W = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local idx = math.floor(now / W)
 local reset = (idx + 1) * W - now
-local function load(key)
+local function load(key, v)
   local n = 0
-  local v = redis.call('GET', key)
   if v then
     local a, b = string.match(v, '^(%S+) (%S+)$')
     if tonumber(a) == idx then n = tonumber(b) or 0 end
@@ -158,9 +164,8 @@ local c = tonumber(ARGV[3])
 local W = S * (c - 1)
 local idx = math.floor(now / S)
 local e = now - idx * S
-local function load(key)
+local function load(key, v)
   local ring = {}
-  local v = redis.call('GET', key)
   if v then
     for x in string.gmatch(v, '%S+') do ring[#ring + 1] = tonumber(x) end
   end
