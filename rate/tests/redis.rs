@@ -442,3 +442,90 @@ fn unreachable_at_start_is_an_error_not_a_hang() -> TestResult {
         Ok(())
     })
 }
+
+/// Short windows under concurrent load: for every allowed decision, the
+/// allowed decisions that surely happened (on the server clock) within a
+/// span `d` after it never exceed what the algorithm allows over `d`.
+#[test]
+fn short_windows_hold_over_every_span() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("short_windows_hold_over_every_span")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    let (limit, window) = (20u32, Duration::from_millis(400));
+    let quota = Quota::new(limit, window)?;
+    for alg in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+    ] {
+        let prefix = unique_prefix("span");
+        let spans: Vec<(u128, u128)> = rt.block_on(async {
+            // Two "instances" with their own connections, 4 tasks each.
+            let mut limiters = Vec::new();
+            for batched in [false, true] {
+                let mut b = RedisLimiter::builder(alg, quota)
+                    .prefix(prefix.clone())
+                    .timeout(Duration::from_secs(2));
+                if batched {
+                    b = b.batching(Batching::default());
+                }
+                limiters.push(b.connect(Target::server(server.url())).await?);
+            }
+            let epoch = Instant::now();
+            let mut handles = Vec::new();
+            for t in 0..8 {
+                let l = limiters[t % 2].clone();
+                handles.push(tokio::spawn(async move {
+                    let mut spans = Vec::new();
+                    for _ in 0..300 {
+                        let start = epoch.elapsed().as_micros();
+                        let v = l.check_verbose("k", 1).await;
+                        let end = epoch.elapsed().as_micros();
+                        if let Ok(v) = v {
+                            if v.source == Source::Redis && v.decision.is_allowed() {
+                                spans.push((start, end));
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    spans
+                }));
+            }
+            let mut all = Vec::new();
+            for h in handles {
+                all.extend(h.await?);
+            }
+            Ok::<_, Box<dyn std::error::Error>>(all)
+        })?;
+        let w = window.as_micros();
+        let limit = u128::from(limit);
+        // Spans checked, and the most each may hold: a rate algorithm
+        // (burst = limit) allows burst + d / T; a fixed window at most two
+        // windows' worth over a span of one window.
+        let checks: Vec<(u128, u128)> = match alg {
+            Algorithm::FixedWindow => vec![(w, 2 * limit)],
+            _ => vec![(w / 4, limit + limit / 4 + 1), (w, 2 * limit + 1)],
+        };
+        assert!(
+            spans.len() as u128 > limit,
+            "{alg}: only {} allowed",
+            spans.len()
+        );
+        for (d, most) in checks {
+            for &(s0, _) in &spans {
+                // Decisions that started after s0 and ended before s0 + d
+                // were decided by the server within [s0, s0 + d].
+                let inside = spans
+                    .iter()
+                    .filter(|&&(s, e)| s >= s0 && e <= s0 + d)
+                    .count() as u128;
+                assert!(
+                    inside <= most,
+                    "{alg}: {inside} allowed within {d} µs (at most {most})"
+                );
+            }
+        }
+    }
+    Ok(())
+}
