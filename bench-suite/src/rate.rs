@@ -465,7 +465,7 @@ struct Speed {
 /// The benchmark part of the report.
 pub fn benchmark(report: &mut Report) {
     let scale = report.scale();
-    let total: usize = scale.pick(4_000_000, 40_000_000);
+    let total: usize = scale.pick(4_000_000, 20_000_000);
     report.section("weir-rate: keyed limiters against governor");
     let q = bench_quota();
     report.text(&format!(
@@ -477,7 +477,7 @@ pub fn benchmark(report: &mut Report) {
         thousands(u64::from(workload::KEYS)),
         q.limit(),
         q.burst(),
-        scale.pick(3, 5),
+        scale.pick(3, 3),
         SKETCH.0,
         SKETCH.1,
         SKETCH.0 * SKETCH.1 * 8 / 1024,
@@ -493,7 +493,7 @@ pub fn benchmark(report: &mut Report) {
         .collect();
     // The machine is shared: contenders run interleaved, several rounds,
     // and each keeps its best round (the least disturbed).
-    let rounds = scale.pick(3, 5);
+    let rounds = scale.pick(3, 3);
     let all = contenders();
     let mut results: Vec<(&'static str, Speed)> = all
         .iter()
