@@ -318,18 +318,23 @@ impl Stats {
 /// locked instruction: a `fetch_add` per packet cost about a fifth of the
 /// whole classification, because it waits for the packet's 48 cell stores
 /// to drain); [`Classifier::stats`] sums every thread's.
+///
+/// These are std atomics even under loom: a single writer per OS thread
+/// needs no model (and loom runs its threads on one OS thread, where they
+/// would share one set).
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Counters {
-    unlimited: AtomicU64,
-    passed: [AtomicU64; LEVELS],
-    dropped: [AtomicU64; LEVELS],
+    unlimited: std::sync::atomic::AtomicU64,
+    passed: [std::sync::atomic::AtomicU64; LEVELS],
+    dropped: [std::sync::atomic::AtomicU64; LEVELS],
 }
 
 /// Add one to a counter only this thread writes.
 #[inline(always)]
-fn bump(counter: &AtomicU64) {
-    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+fn bump(counter: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    counter.store(counter.load(Relaxed) + 1, Relaxed);
 }
 
 /// Configures and builds a [`Classifier`].
@@ -743,10 +748,11 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
         for c in self.counters.iter() {
-            stats.unlimited += c.unlimited.load(Ordering::Relaxed);
+            use std::sync::atomic::Ordering::Relaxed;
+            stats.unlimited += c.unlimited.load(Relaxed);
             for (l, s) in stats.levels.iter_mut().enumerate() {
-                s.passed += c.passed[l].load(Ordering::Relaxed);
-                s.dropped += c.dropped[l].load(Ordering::Relaxed);
+                s.passed += c.passed[l].load(Relaxed);
+                s.dropped += c.dropped[l].load(Relaxed);
             }
         }
         stats

@@ -7,6 +7,7 @@
 //! so the outcome is as deterministic as on the simulated clock and no
 //! datagram can be lost to a full socket buffer. Each test is bounded in
 //! packets (a few thousand) and in time (every wait has a timeout).
+#![cfg(not(loom))]
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};

@@ -53,6 +53,7 @@ const LOOM_MODELS: &[(&str, &str)] = &[
     ("weir-limits", "loom"),
     ("weir-rate", "loom"),
     ("weir-timeout", "loom"),
+    ("weir-hhh", "loom"),
 ];
 
 fn test(args: &[String]) -> Result<(), String> {
