@@ -27,9 +27,15 @@
 //!   sub-window counters in that one string, never in per-window keys that
 //!   a script would have to name itself. A key that itself contains `}`
 //!   still maps to one slot, just through a shorter tag.
-//! * **TTL.** Every write sets an expiry (`PX`) equal to the time after which
-//!   the state would be indistinguishable from a fresh key (a full bucket,
-//!   a past window), plus a millisecond, so idle keys vanish on their own.
+//! * **TTL.** Every key carries an expiry no earlier than the moment its
+//!   state becomes indistinguishable from a fresh key (a full bucket, a
+//!   passed arrival time, a past window), so idle keys vanish on their own.
+//!   The token bucket and GCRA, whose state is one number, expire at the
+//!   whole second after that moment (+1 s): while that deadline does not
+//!   move, a write keeps the key's expiry (`SET … KEEPTTL`, markedly cheaper
+//!   in a script than setting a new one) and otherwise sets it (`PXAT`);
+//!   idle keys therefore linger at most two seconds. The window counters
+//!   set `PX` on every write. Needs Redis 6.2 or later.
 //! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or

@@ -27,6 +27,20 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local EPS = 1e-9
 local function fmt(x) return string.format('%.17g', x) end
 local function ms(us) return math.max(1, math.ceil(us / 1000)) end
+-- Single-number states expire at whole-second deadlines: the second
+-- after the one in which the state becomes fresh again. The deadline is
+-- a function of the stored number, so while it does not change the key
+-- keeps its expiry (SET … KEEPTTL, cheaper than a new expiry) and idle
+-- keys still vanish at most two seconds late.
+local function deadline(fresh_at) return (math.floor(fresh_at / 1000000) + 2) * 1000000 end
+local function put(key, value, fresh_at, old_fresh_at)
+  local d = deadline(fresh_at)
+  if old_fresh_at ~= nil and deadline(old_fresh_at) == d then
+    redis.call('SET', key, value, 'KEEPTTL')
+  else
+    redis.call('SET', key, value, 'PXAT', d / 1000)
+  end
+end
 "#;
 
 /// Shared epilogue: read every distinct key with `MGET` (in chunks), run
@@ -62,46 +76,50 @@ return out
 "#;
 
 /// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
-/// fractional), `ARGV[2]` = capacity (`burst`). State: one string,
-/// `"<tokens> <time>"` (fractional tokens, server microseconds), so a
-/// decision costs one `SET … PX` besides the shared `MGET`.
+/// fractional), `ARGV[2]` = capacity (`burst`). State: one number, the
+/// server time `z` at which the bucket was (or would have been) empty, so
+/// `tokens = min(burst, (now - z) / T)` — the same bucket as a token count
+/// and a timestamp, in a single number.
 const TOKEN_BUCKET: &str = r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local function load(key, v)
-  local tokens, ts
-  if v then
-    local a, b = string.match(v, '^(%S+) (%S+)$')
-    tokens, ts = tonumber(a), tonumber(b)
-  end
-  if tokens == nil or ts == nil then tokens, ts = burst, now end
-  if now > ts then tokens = math.min(burst, tokens + (now - ts) / T) end
-  return { tokens = tokens, dirty = false }
+  local old = tonumber(v)
+  local z = old
+  local full_at = now - burst * T
+  if z == nil or z < full_at then z = full_at end
+  return { z = z, old = old, dirty = false }
 end
 local function decide(st, cost)
-  if st.tokens + EPS >= cost then
-    st.tokens = st.tokens - cost
+  local tokens = (now - st.z) / T
+  if tokens + EPS >= cost then
+    st.z = st.z + cost * T
     st.dirty = true
-    return 1, st.tokens, (burst - st.tokens) * T, 0
+    tokens = tokens - cost
+    return 1, tokens, (burst - tokens) * T, 0
   end
-  return 0, st.tokens, (burst - st.tokens) * T, (cost - st.tokens) * T
+  return 0, tokens, (burst - tokens) * T, (cost - tokens) * T
 end
 local function store(key, st)
-  redis.call('SET', key, fmt(st.tokens) .. ' ' .. fmt(now), 'PX', ms((burst - st.tokens) * T) + 1)
+  -- fresh again (full) at z + burst * T
+  local old = nil
+  if st.old ~= nil then old = st.old + burst * T end
+  put(key, st.z, st.z + burst * T, old)
 end
 "#;
 
 /// GCRA. `ARGV[1]` = microseconds per unit (`T`), `ARGV[2]` = `burst`.
-/// State: the theoretical arrival time `tat` (a plain string key).
+/// State: the theoretical arrival time `tat` (one number).
 const GCRA: &str = r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2]) * T
 local function load(key, v)
-  local tat = tonumber(v)
+  local old = tonumber(v)
+  local tat = old
   if tat == nil or tat < now then tat = now end
-  return { tat = tat, dirty = false }
+  return { tat = tat, old = old, dirty = false }
 end
 local function decide(st, cost)
   local new = st.tat + cost * T
@@ -114,7 +132,8 @@ local function decide(st, cost)
   return 1, (now + tau - new) / T, new - now, 0
 end
 local function store(key, st)
-  redis.call('SET', key, fmt(st.tat), 'PX', ms(st.tat - now) + 1)
+  -- fresh again once tat has passed
+  put(key, st.tat, st.tat, st.old)
 end
 "#;
 
