@@ -146,7 +146,7 @@ const CLUSTER_CELLS: usize = 256;
 #[non_exhaustive]
 pub enum Algorithm {
     /// A bucket of `burst` tokens refilled continuously (fractional tokens
-    /// kept). State: a hash of two numbers.
+    /// kept). State: one number, the time the bucket was empty.
     TokenBucket,
     /// The generic cell rate algorithm: one theoretical arrival time per
     /// key, as redis-cell and governor keep.

@@ -9,7 +9,7 @@
 //! * `ARGV[P + i]` — the cost of the i-th decision.
 //!
 //! State is one string per Redis key, read with one `MGET` for all the
-//! keys of a call and written with `SET … PX <ttl>` per changed key: one
+//! keys of a call and written with one `SET` (keeping or setting an expiry) per changed key: one
 //! command per decided key plus one per call.
 //!
 //! The reply is a flat array of four integers per key: `allowed` (1 or 0),
