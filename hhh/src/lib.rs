@@ -13,7 +13,7 @@
 //! * [`Classifier`] / [`Builder`] — the limiter, with injectable clock and
 //!   randomness for deterministic tests.
 //! * [`FourTuple`] — the input, from socket addresses or parsed from raw
-//!   IPv4/IPv6 UDP packets ([`tuple`]).
+//!   IPv4/IPv6 UDP packets ([`mod@tuple`]).
 //! * [`udp`] (feature `tokio`, on by default) — a guarded tokio UDP socket
 //!   that drops flood packets before the application sees them.
 //! * [`sim`] — replay the paper's scenarios (floods beside legitimate
