@@ -5,6 +5,16 @@
 //! [`Quota`] and the same [`Decision`], but keeps the state in Redis so
 //! that every instance of a service draws from one limit.
 //!
+//! The in-process [`Limiter`](crate::Limiter) trait is a synchronous step
+//! function over state the caller holds; here the state lives in Redis and
+//! a decision is a network round trip, so [`RedisLimiter`] offers the same
+//! operations as the in-process containers — [`check`](RedisLimiter::check),
+//! cost-weighted [`check_n`](RedisLimiter::check_n) with the same
+//! [`NeverAllowed`] error — as `async` methods, and each algorithm's script
+//! computes what the in-process algorithm of the same name computes
+//! (`remaining`, `reset_after`, `retry_after` included; the tests compare
+//! them decision by decision).
+//!
 //! # Design
 //!
 //! * **Atomicity.** Each algorithm ([`Algorithm`]: token bucket, GCRA, fixed
