@@ -564,6 +564,33 @@ pub fn benchmark(report: &mut Report) {
         ]);
     }
     report.table(&table);
+    // The goals, judged on this run's numbers.
+    let best = |prefix: &str, quanta: bool| {
+        results
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix) && n.ends_with("quanta clock") == quanta)
+            .map(|(_, s)| s.throughput[0] / governor.0[0])
+            .fold(0.0f64, f64::max)
+    };
+    let sketch_memory = results
+        .iter()
+        .filter(|(n, _)| n.starts_with("weir SketchLimiter"))
+        .map(|(_, s)| s.memory.peak_bytes as f64 / governor.1.max(1) as f64)
+        .fold(0.0f64, f64::max);
+    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let (sketch_default, sketch_quanta) = (
+        best("weir SketchLimiter", false),
+        best("weir SketchLimiter", true),
+    );
+    let exact = best("weir KeyedLimiter", false);
+    report.text(&format!(
+        "* SketchLimiter, 1 thread: {sketch_default:.2}× governor on weir's default clock ({}), {sketch_quanta:.2}× on governor's clock ({}); memory {sketch_memory:.4} of governor's ({}).\n\
+         * KeyedLimiter (exact), 1 thread, default clock: {exact:.2}× governor ({}).",
+        verdict(sketch_default >= 5.0),
+        verdict(sketch_quanta >= 5.0),
+        verdict(sketch_memory <= 0.01),
+        verdict(exact >= 1.0),
+    ));
     let reads = scale.pick(2_000_000u32, 10_000_000);
     let per_read = |clock: &dyn Clock| {
         let start = Instant::now();
