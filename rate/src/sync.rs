@@ -3,11 +3,9 @@
 //! checked versions without touching the limiters.
 
 #[cfg(loom)]
-#[allow(unused_imports)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 
 #[cfg(not(loom))]
-#[allow(unused_imports)]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// A mutex with parking_lot's guard-returning `lock` (no poisoning), backed
