@@ -70,6 +70,12 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         self.run(cost, Mode::Consume)
     }
 
+    /// [`check_n`](Self::check_n) at a time the caller read from this
+    /// limiter's clock (e.g. once for a batch of requests).
+    pub fn check_n_at(&self, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed> {
+        self.run_at(cost, Mode::Consume, now_ns)
+    }
+
     /// What [`check_n`](Self::check_n) would answer, without spending.
     pub fn peek_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Peek)
@@ -101,8 +107,12 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         self.shadow.load(Ordering::Relaxed)
     }
 
+    #[inline]
     fn run(&self, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
-        let now = self.clock.now_nanos();
+        self.run_at(cost, mode, self.clock.now_nanos())
+    }
+
+    fn run_at(&self, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed> {
         let decision = {
             let mut inner = self.inner.lock();
             let (limiter, state) = &mut *inner;
