@@ -37,7 +37,8 @@ pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
             let r = splitmix(seed ^ i);
             let port = (r >> 48) as u16 | 1;
             if v6 {
-                let src = Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(r & 0xffff_ffff_ffff));
+                let src =
+                    Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(r & 0xffff_ffff_ffff));
                 let dst: Ipv6Addr = "2001:db8:ffff::1".parse().unwrap_or(Ipv6Addr::LOCALHOST);
                 FourTuple::from_socket_addrs(
                     SocketAddr::new(IpAddr::V6(src), port),
@@ -56,7 +57,11 @@ pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
 
 /// A classifier whose limit is never reached (every packet walks all twelve
 /// generalisations), with the given sketch shape.
-pub fn unlimited(layout: Layout, hashes: usize, slots: usize) -> Classifier<ManualClock, SeededRandom> {
+pub fn unlimited(
+    layout: Layout,
+    hashes: usize,
+    slots: usize,
+) -> Classifier<ManualClock, SeededRandom> {
     Classifier::builder(u64::MAX >> 20)
         .sketch(hashes, slots)
         .layout(layout)
@@ -67,10 +72,42 @@ pub fn unlimited(layout: Layout, hashes: usize, slots: usize) -> Classifier<Manu
         .expect("valid benchmark configuration")
 }
 
+/// CPU time this thread has run, in ns (Linux `schedstat`; `None`
+/// elsewhere). On a shared machine it excludes time other processes held
+/// the core.
+pub fn thread_cpu_nanos() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Wall-clock and on-CPU ns per packet of one timed run.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Wall-clock ns per packet.
+    pub wall: f64,
+    /// On-CPU ns per packet, if the platform reports it.
+    pub cpu: Option<f64>,
+}
+
+impl Timing {
+    fn cpu_cell(&self) -> String {
+        self.cpu.map_or("n/a".to_string(), |c| format!("{c:.1}"))
+    }
+}
+
 /// Classify every tuple `rounds` times, 100 ns of simulated time apart
-/// (10 M packets/s); returns ns per packet.
-pub fn time_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, tuples: &[FourTuple], rounds: usize) -> f64 {
+/// (10 M packets/s).
+pub fn time_classify<R: RandomSource>(
+    rake: &Classifier<ManualClock, R>,
+    tuples: &[FourTuple],
+    rounds: usize,
+) -> Timing {
     let mut now = 1_000_000_000u64;
+    let cpu0 = thread_cpu_nanos();
     let started = Instant::now();
     for _ in 0..rounds {
         for t in tuples {
@@ -78,12 +115,22 @@ pub fn time_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, tuples:
             black_box(rake.classify_at(black_box(t), now));
         }
     }
-    started.elapsed().as_nanos() as f64 / (rounds * tuples.len()) as f64
+    let packets = (rounds * tuples.len()) as f64;
+    let wall = started.elapsed().as_nanos() as f64 / packets;
+    let cpu = cpu0
+        .zip(thread_cpu_nanos())
+        .map(|(a, b)| b.saturating_sub(a) as f64 / packets);
+    Timing { wall, cpu }
 }
 
 /// Parse raw packets and classify them; returns ns per packet.
-pub fn time_parse_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, packets: &[Vec<u8>], rounds: usize) -> f64 {
+pub fn time_parse_classify<R: RandomSource>(
+    rake: &Classifier<ManualClock, R>,
+    packets: &[Vec<u8>],
+    rounds: usize,
+) -> Timing {
     let mut now = 1_000_000_000u64;
+    let cpu0 = thread_cpu_nanos();
     let started = Instant::now();
     for _ in 0..rounds {
         for p in packets {
@@ -93,7 +140,12 @@ pub fn time_parse_classify<R: RandomSource>(rake: &Classifier<ManualClock, R>, p
             }
         }
     }
-    started.elapsed().as_nanos() as f64 / (rounds * packets.len()) as f64
+    let n = (rounds * packets.len()) as f64;
+    let wall = started.elapsed().as_nanos() as f64 / n;
+    let cpu = cpu0
+        .zip(thread_cpu_nanos())
+        .map(|(a, b)| b.saturating_sub(a) as f64 / n);
+    Timing { wall, cpu }
 }
 
 /// The paper's three scenarios (plus rakelimit's attack-propagation check),
@@ -113,8 +165,22 @@ pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
                 duration: Duration::from_secs(60),
                 seed: 1,
                 streams: vec![
-                    Stream::new("flood", 100, fixed("10.1.1.1"), Port::Fixed(80), fixed("192.0.2.1"), Port::Fixed(53)),
-                    Stream::new("legit", 5, fixed("10.1.1.2"), Port::Fixed(80), fixed("192.0.2.1"), Port::Fixed(53)),
+                    Stream::new(
+                        "flood",
+                        100,
+                        fixed("10.1.1.1"),
+                        Port::Fixed(80),
+                        fixed("192.0.2.1"),
+                        Port::Fixed(53),
+                    ),
+                    Stream::new(
+                        "legit",
+                        5,
+                        fixed("10.1.1.2"),
+                        Port::Fixed(80),
+                        fixed("192.0.2.1"),
+                        Port::Fixed(53),
+                    ),
                 ],
             },
         ),
@@ -126,7 +192,14 @@ pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
                 duration: Duration::from_secs(60),
                 seed: 2,
                 streams: vec![
-                    Stream::new("attack", 100, any4, Port::Fixed(53), fixed("192.0.2.1"), Port::Fixed(443)),
+                    Stream::new(
+                        "attack",
+                        100,
+                        any4,
+                        Port::Fixed(53),
+                        fixed("192.0.2.1"),
+                        Port::Fixed(443),
+                    ),
                     Stream::new("random", 100, any4, Port::Random, any4, Port::Random),
                 ],
             },
@@ -156,8 +229,22 @@ pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
                 duration: Duration::from_secs(10),
                 seed: 6,
                 streams: vec![
-                    Stream::new("attack", 3 * 2645, fixed("7.6.5.4"), Port::Fixed(53), fixed("1.2.3.4"), Port::Fixed(443)),
-                    Stream::new("legit", 2645 / 2, fixed("7.6.5.4"), Port::Random, fixed("1.2.3.4"), Port::Fixed(443)),
+                    Stream::new(
+                        "attack",
+                        3 * 2645,
+                        fixed("7.6.5.4"),
+                        Port::Fixed(53),
+                        fixed("1.2.3.4"),
+                        Port::Fixed(443),
+                    ),
+                    Stream::new(
+                        "legit",
+                        2645 / 2,
+                        fixed("7.6.5.4"),
+                        Port::Random,
+                        fixed("1.2.3.4"),
+                        Port::Fixed(443),
+                    ),
                 ],
             },
         ),
@@ -172,16 +259,29 @@ pub fn run(report: &mut Report) {
     let rounds = scale.pick(8, 60);
     let v4 = tuples(n, false, 1);
     let v6 = tuples(n, true, 2);
-    let packets: Vec<Vec<u8>> = v4.iter().map(|t| udp_packet(t, b"0123456789abcdef")).collect();
+    let packets: Vec<Vec<u8>> = v4
+        .iter()
+        .map(|t| udp_packet(t, b"0123456789abcdef"))
+        .collect();
 
     report.text(&format!(
         "`classify_at` with an unreachable limit, so every packet updates all 12 generalisations \
          (rakelimit benchmarks its BPF program the same way). {} distinct tuples (sources in a /8 or \
          a /80, random ports, one server address), {rounds} passes, simulated clock advancing 100 ns per \
-         packet, one thread. rakelimit: {RAKELIMIT_NS_V4} ns (IPv4), {RAKELIMIT_NS_V6} ns (IPv6).",
+         packet, one thread unless noted. rakelimit: {RAKELIMIT_NS_V4} ns (IPv4), {RAKELIMIT_NS_V6} ns (IPv6), \
+         its paper's figures on its own machine. \"On CPU\" is the thread's scheduled CPU time (Linux \
+         schedstat), which excludes time other processes held the core on a shared machine.",
         thousands(n as u64)
     ));
-    let mut table = Table::new(["configuration", "family", "ns/packet", "M packets/s", "vs rakelimit BPF", "sketch memory"]);
+    let mut table = Table::new([
+        "configuration",
+        "family",
+        "ns/packet (wall)",
+        "ns/packet (on CPU)",
+        "M packets/s (wall)",
+        "vs rakelimit BPF (wall)",
+        "sketch memory",
+    ]);
     let configs = [
         ("rows 2 x 1024 (default)", Layout::Rows, 2, 1024),
         ("blocked 2 x 1024", Layout::Blocked, 2, 1024),
@@ -191,28 +291,71 @@ pub fn run(report: &mut Report) {
     for (name, layout, hashes, slots) in configs {
         report.progress(name);
         let rake = unlimited(layout, hashes, slots);
-        for (family, input, base) in [("IPv4", &v4, RAKELIMIT_NS_V4), ("IPv6", &v6, RAKELIMIT_NS_V6)] {
+        for (family, input, base) in [
+            ("IPv4", &v4, RAKELIMIT_NS_V4),
+            ("IPv6", &v6, RAKELIMIT_NS_V6),
+        ] {
             time_classify(&rake, input, 1); // warm up
-            let ns = time_classify(&rake, input, rounds);
+            let t = time_classify(&rake, input, rounds);
             table.row([
                 name.to_string(),
                 family.to_string(),
-                format!("{ns:.1}"),
-                format!("{:.1}", 1e3 / ns),
-                format!("{:.1}x faster", base / ns),
+                format!("{:.1}", t.wall),
+                t.cpu_cell(),
+                format!("{:.1}", 1e3 / t.wall),
+                format!("{:.1}x faster", base / t.wall),
                 format!("{} KiB", rake.memory_bytes() / 1024),
             ]);
         }
     }
+    // Two threads sharing one classifier (racy cell updates, per-thread
+    // counters), each on its own tuples: ns per packet per thread.
+    let shared = unlimited(Layout::Rows, 2, 1024);
+    let other = tuples(n, false, 3);
+    let per_thread: Vec<Timing> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [&v4, &other]
+            .into_iter()
+            .map(|input| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    time_classify(shared, input, 1);
+                    time_classify(shared, input, rounds)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or(Timing {
+                    wall: f64::NAN,
+                    cpu: None,
+                })
+            })
+            .collect()
+    });
+    let ns = per_thread.iter().map(|t| t.wall).sum::<f64>() / per_thread.len() as f64;
+    let cpu: Option<Vec<f64>> = per_thread.iter().map(|t| t.cpu).collect();
+    table.row([
+        "rows 2 x 1024, 2 threads sharing one classifier".to_string(),
+        "IPv4".to_string(),
+        format!("{ns:.1} per thread"),
+        cpu.map_or("n/a".to_string(), |c| {
+            format!("{:.1} per thread", c.iter().sum::<f64>() / c.len() as f64)
+        }),
+        format!("{:.1} total", 2e3 / ns),
+        format!("{:.1}x faster", RAKELIMIT_NS_V4 / ns),
+        format!("{} KiB", shared.memory_bytes() / 1024),
+    ]);
     let rake = unlimited(Layout::Rows, 2, 1024);
     time_parse_classify(&rake, &packets, 1);
-    let ns = time_parse_classify(&rake, &packets, rounds);
+    let t = time_parse_classify(&rake, &packets, rounds);
     table.row([
         "rows 2 x 1024, parse raw packet + classify".to_string(),
         "IPv4".to_string(),
-        format!("{ns:.1}"),
-        format!("{:.1}", 1e3 / ns),
-        format!("{:.1}x faster", RAKELIMIT_NS_V4 / ns),
+        format!("{:.1}", t.wall),
+        t.cpu_cell(),
+        format!("{:.1}", 1e3 / t.wall),
+        format!("{:.1}x faster", RAKELIMIT_NS_V4 / t.wall),
         format!("{} KiB", rake.memory_bytes() / 1024),
     ]);
     report.table(&table);
@@ -257,7 +400,10 @@ pub fn run(report: &mut Report) {
         let shown: Vec<usize> = if seconds <= 10 {
             (0..seconds).collect()
         } else {
-            (0..5).chain([10, 20, 30, 40, 50, seconds - 1]).filter(|&s| s < seconds).collect()
+            (0..5)
+                .chain([10, 20, 30, 40, 50, seconds - 1])
+                .filter(|&s| s < seconds)
+                .collect()
         };
         for s in shown {
             let mut row = vec![s.to_string()];
