@@ -221,7 +221,11 @@ pub fn create_drop(rt: &tokio::runtime::Runtime, contender: Contender, n: u64) -
 
 /// Heap bytes per live (armed, pending) waiter, beyond the future itself,
 /// and the future's size. Arms `n` sleeps held in a pre-allocated vector.
-pub fn memory_per_waiter(rt: &tokio::runtime::Runtime, contender: Contender, n: usize) -> (f64, usize) {
+pub fn memory_per_waiter(
+    rt: &tokio::runtime::Runtime,
+    contender: Contender,
+    n: usize,
+) -> (f64, usize) {
     fn hold<F: Future>(n: usize, make: impl Fn() -> F) -> f64 {
         let mut held: Vec<Pin<Box<F>>> = Vec::with_capacity(n);
         let mut cx = Context::from_waker(Waker::noop());
@@ -363,7 +367,9 @@ pub fn run(report: &mut Report) {
     let r = scale.pick(15usize, 31);
 
     let ready = rounds(report, "ready future", r, n, |c, n| ready(&rt, c, n));
-    let pend = rounds(report, "pend-once future", r, n, |c, n| pend_once(&rt, c, n));
+    let pend = rounds(report, "pend-once future", r, n, |c, n| {
+        pend_once(&rt, c, n)
+    });
     let pend_spawned = rounds(report, "pend-once future, spawned task", r, n, |c, n| {
         pend_once_spawned(&rt, c, n)
     });
