@@ -278,6 +278,11 @@ impl Future for Sleep {
 /// touches the timer. `Duration::ZERO` times out at the first poll that
 /// would wait; `Duration::MAX` (or anything past the year 2500) never does.
 ///
+/// # Panics
+///
+/// The first timer ever armed on a manager starts its sweeper thread; if the
+/// operating system refuses to start a thread, that poll panics.
+///
 /// ```
 /// use std::time::Duration;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -297,6 +302,9 @@ pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
 }
 
 /// Wait for `duration` on the global manager (10 ms ticks).
+///
+/// Like [`timeout`], the deadline counts from the first poll, never fires
+/// early, and panics only if the sweeper thread cannot be started.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
