@@ -243,8 +243,21 @@ fn the_sweeper_parks_while_no_timer_is_armed() {
     block_on(m.sleep(ms(3)));
     block_on(m.timeout(Duration::from_secs(5), PendOnce(false))).unwrap();
     assert_eq!(m.metrics().sweeper_threads_started, 1);
-    // Let the sweeper finish its last pass, then watch it for 100 ticks.
-    std::thread::sleep(ms(30));
+    // Let the sweeper finish its last pass (it has nothing armed, so once it
+    // parks it stays parked however loaded the machine is), then watch it
+    // for 100 ticks.
+    let settle = Instant::now();
+    loop {
+        let before = m.metrics().sweeper_wakeups;
+        std::thread::sleep(ms(50));
+        if m.metrics().sweeper_wakeups == before {
+            break;
+        }
+        assert!(
+            settle.elapsed() < Duration::from_secs(3),
+            "the sweeper keeps waking while nothing is armed"
+        );
+    }
     let before = m.metrics().sweeper_wakeups;
     std::thread::sleep(ms(100));
     let after = m.metrics().sweeper_wakeups;
@@ -261,6 +274,9 @@ fn timers_armed_during_a_fork_pause_do_not_fire_early() {
     let m = TimerManager::new(ms(1)).unwrap();
     block_on(m.sleep(ms(2))); // the sweeper is running
     m.pause_for_fork();
+    // Taken before the unpauser starts its 40 ms, so `took` below is at
+    // least as long as the pause.
+    let start = Instant::now();
     let unpauser = {
         let m = m.clone();
         std::thread::spawn(move || {
@@ -268,7 +284,6 @@ fn timers_armed_during_a_fork_pause_do_not_fire_early() {
             m.unpause();
         })
     };
-    let start = Instant::now();
     block_on(m.sleep(ms(15)));
     let took = start.elapsed();
     assert!(took >= ms(15), "fired early: {took:?}");

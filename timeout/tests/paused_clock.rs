@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 #[tokio::test(start_paused = true)]
 async fn timeout_fires_at_virtual_time() {
     let virtual_start = tokio::time::Instant::now();
-    let real_start = Instant::now();
     let r = weir_timeout::timeout(
         Duration::from_secs(1),
         tokio::time::sleep(Duration::from_secs(10)),
@@ -16,8 +15,9 @@ async fn timeout_fires_at_virtual_time() {
     assert!(r.is_err(), "the 10 s sleep won against a 1 s timeout");
     let waited = virtual_start.elapsed();
     assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    // With a real-time timer tokio would have jumped straight to the inner
+    // sleep's 10 s and the inner future would have won.
     assert!(waited < Duration::from_secs(2), "{waited:?}");
-    assert!(real_start.elapsed() < Duration::from_millis(900));
 }
 
 #[tokio::test(start_paused = true)]
@@ -26,7 +26,8 @@ async fn sleep_takes_no_real_time() {
     let real_start = Instant::now();
     weir_timeout::sleep(Duration::from_secs(2)).await;
     assert!(virtual_start.elapsed() >= Duration::from_secs(2));
-    assert!(real_start.elapsed() < Duration::from_millis(900));
+    // A real-time timer would take the full 2 s.
+    assert!(real_start.elapsed() < Duration::from_millis(1_500));
 }
 
 #[tokio::test(start_paused = true)]
