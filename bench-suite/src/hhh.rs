@@ -362,6 +362,7 @@ pub fn run(report: &mut Report) {
 
     let (built, stats) = alloc::measure(|| Classifier::new(1000));
     let default_bytes = built.as_ref().map(|c| c.memory_bytes()).unwrap_or(0);
+    time_classify(&rake, &v4, 1);
     let (_, per_packet) = alloc::measure(|| {
         time_classify(&rake, &v4, 1);
     });

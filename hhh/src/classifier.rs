@@ -828,7 +828,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
 struct OneEvent {
     ewma: EwmaWindow,
     window: u64,
-    /// `⌊2⁶⁴ / window⌋` (saturated for a 1 ns window).
+    /// `⌊(2⁶⁴ − 1) / window⌋`.
     recip: u64,
     /// What one event adds: `⌊10⁹ · 2¹⁶ / window⌋`, from weir-rate.
     inc: u64,
@@ -837,7 +837,8 @@ struct OneEvent {
 impl OneEvent {
     fn new(ewma: EwmaWindow) -> Self {
         let window = ewma.window_nanos();
-        let recip = u64::try_from((1u128 << 64) / u128::from(window)).unwrap_or(u64::MAX);
+        // ⌊(2⁶⁴ − 1) / window⌋, so that keep·recip < 2⁶⁴ even for keep = window.
+        let recip = u64::MAX / window;
         Self {
             ewma,
             window,
@@ -856,8 +857,9 @@ impl OneEvent {
                 .to_bits();
         }
         let keep = self.window - elapsed;
-        // keep / window as a 32-bit fraction: keep·recip ≤ 2⁶⁴, so ≤ 2³².
-        let frac = ((u128::from(keep) * u128::from(self.recip)) >> 32) as u64;
+        // keep / window as a 32-bit fraction. keep ≤ window, so
+        // keep·⌊(2⁶⁴−1)/window⌋ < 2⁶⁴: a plain 64-bit multiply.
+        let frac = keep.wrapping_mul(self.recip) >> 32;
         let kept = ((u128::from(old) * u128::from(frac)) >> 32) as u64;
         kept.saturating_add(self.inc)
     }
@@ -996,6 +998,26 @@ mod tests {
         }
         let s = rake.stats();
         assert_eq!((s.total(), s.unlimited), (3000, 3000));
+    }
+
+    #[test]
+    fn one_event_update_handles_power_of_two_windows() {
+        for shift in 0..63 {
+            let window = 1u64 << shift;
+            let ewma = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
+            let fast = OneEvent::new(ewma);
+            for old in [0, 1 << 16, 1 << 40, u64::MAX >> 1] {
+                // No time passing keeps (almost) all of the old rate.
+                let exact = ewma.update_fixed(FixedRate::from_bits(old), 0, 1).to_bits();
+                let got = fast.update(old, 0);
+                let slack =
+                    ((u128::from(old) * (u128::from(window) + (1u128 << 32))) >> 64) as u64 + 2;
+                assert!(
+                    got <= exact && exact - got <= slack,
+                    "{window} {old}: {got} vs {exact}"
+                );
+            }
+        }
     }
 
     #[test]
