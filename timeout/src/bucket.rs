@@ -270,3 +270,126 @@ impl State {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Register,
+        Cancel(usize),
+        Fire,
+        Uncache,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Register),
+            4 => (0usize..16).prop_map(Op::Cancel),
+            1 => Just(Op::Fire),
+            1 => Just(Op::Uncache),
+        ]
+    }
+
+    /// The holders a bucket should be counting.
+    #[derive(Debug)]
+    struct Model {
+        live: Vec<usize>,
+        in_table: bool,
+        cached: bool,
+        fired: bool,
+        frees: usize,
+    }
+
+    impl Model {
+        fn holds(&self) -> bool {
+            !self.live.is_empty() || self.in_table || self.cached
+        }
+        fn freed(&mut self, free: bool) {
+            if free {
+                assert!(!self.holds(), "freed while held: {self:?}");
+                self.frees += 1;
+            }
+        }
+    }
+
+    fn cancel(b: &Bucket, m: &mut Model, i: usize) {
+        let slot = m.live.remove(i);
+        match b.cancel(slot) {
+            Release::Keep => {}
+            Release::Free => m.freed(true),
+            Release::Unlink => {
+                // The table lock is ours: the bucket may leave the table.
+                let free = b.finish_unlink(|| m.in_table = false).1;
+                m.freed(free);
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever the order of arming, cancelling, firing and cache
+        /// moves, the bucket is freed exactly once, after its last holder,
+        /// and a tick that fired wakes exactly its armed waiters.
+        #[test]
+        fn freed_once_after_the_last_hold(cached in any::<bool>(), ops in proptest::collection::vec(op(), 0..40)) {
+            let b = Bucket::new(1, cached);
+            let mut m = Model { live: Vec::new(), in_table: true, cached, fired: false, frees: 0 };
+            for op in ops {
+                if m.frees > 0 {
+                    break;
+                }
+                match op {
+                    Op::Register => match b.register(Waker::noop()) {
+                        Some(slot) => {
+                            prop_assert!(!m.fired);
+                            prop_assert!(!m.live.contains(&slot));
+                            m.live.push(slot);
+                        }
+                        None => prop_assert!(m.fired),
+                    },
+                    Op::Cancel(i) if !m.live.is_empty() => {
+                        let i = i % m.live.len();
+                        cancel(&b, &mut m, i);
+                    }
+                    Op::Cancel(_) => {}
+                    Op::Fire if m.in_table => {
+                        m.in_table = false;
+                        m.fired = true;
+                        let (wakers, _, free) = b.fire();
+                        prop_assert_eq!(wakers.len(), m.live.len());
+                        m.freed(free);
+                    }
+                    Op::Fire => {}
+                    Op::Uncache if m.cached => {
+                        m.cached = false;
+                        let free = b.uncache(|| m.in_table = false).1;
+                        m.freed(free);
+                    }
+                    Op::Uncache => {}
+                }
+                let (live, armed, _) = b.stats();
+                if m.frees == 0 {
+                    prop_assert_eq!(live, m.live.len());
+                    prop_assert_eq!(armed, if m.fired { 0 } else { m.live.len() });
+                }
+            }
+            // Release whatever is left: waiters, the cache, then the sweeper.
+            while m.frees == 0 && !m.live.is_empty() {
+                cancel(&b, &mut m, 0);
+            }
+            if m.frees == 0 && m.cached {
+                m.cached = false;
+                let free = b.uncache(|| m.in_table = false).1;
+                m.freed(free);
+            }
+            if m.frees == 0 && m.in_table {
+                m.in_table = false;
+                let (_, _, free) = b.fire();
+                m.freed(free);
+            }
+            prop_assert_eq!(m.frees, 1);
+        }
+    }
+}
