@@ -4,8 +4,9 @@
 //! A timer costs nothing until the first poll that would have to wait: the
 //! proxy's common case is a read that is already satisfied, and then no clock
 //! is read and no table is touched. Only when the inner future pends is the
-//! timer armed, and only then is the clock read, so a `Timeout` that is ready
-//! on its first poll costs one branch over the bare future.
+//! timer armed, and only then is time looked at (usually just the TSC, see
+//! the clock module), so a `Timeout` that is ready on its first poll costs
+//! one branch over the bare future.
 
 use crate::clock;
 use crate::manager::{Arm, Armed, Inner, TimerManager};

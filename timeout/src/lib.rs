@@ -19,7 +19,7 @@
 //! the rare firing:
 //!
 //! - **Lazy.** A [`Timeout`] polls its future first and arms nothing if it is
-//!   ready. The clock is read only when a timer is armed.
+//!   ready. Time is looked at only when a timer is armed.
 //! - **Quantised and shared.** Deadlines are rounded *up* to a tick (10 ms by
 //!   default, per [`TimerManager`] otherwise), so never early, and every
 //!   waiter of one tick on one thread shares one timer: arming stores a waker
