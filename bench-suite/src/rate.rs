@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
-use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::clock::{Clock, MonotonicClock, StdClock};
 use weir_limits::sketch::{Layout, Locator};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingLog,
@@ -314,31 +314,6 @@ pub trait KeyedCheck: Sync {
     fn check(&self, key: u32) -> bool;
 }
 
-/// governor's default clock (quanta, reading the TSC) as a weir [`Clock`],
-/// so that weir can be measured on the same clock source as governor. On
-/// machines where `clock_gettime` is slow the clock read dominates a check.
-pub struct QuantaClock {
-    clock: governor::clock::QuantaClock,
-    origin: governor::clock::QuantaInstant,
-}
-
-impl Default for QuantaClock {
-    fn default() -> Self {
-        use governor::clock::Clock as _;
-        let clock = governor::clock::QuantaClock::default();
-        let origin = clock.now();
-        Self { clock, origin }
-    }
-}
-
-impl Clock for QuantaClock {
-    #[inline]
-    fn now_nanos(&self) -> u64 {
-        use governor::clock::{Clock as _, Reference as _};
-        self.clock.now().duration_since(self.origin).as_u64()
-    }
-}
-
 impl<C: Clock> KeyedCheck for KeyedLimiter<u32, Gcra, C> {
     #[inline]
     fn check(&self, key: u32) -> bool {
@@ -400,23 +375,6 @@ pub fn contenders() -> Vec<Contender> {
         Contender {
             name: "weir SketchLimiter (blocked)",
             build: || Box::new(sketch(Layout::Blocked, MonotonicClock::new())),
-        },
-        Contender {
-            name: "weir KeyedLimiter<Gcra>, quanta clock",
-            build: || {
-                Box::new(KeyedLimiter::with_clock(
-                    Gcra::new(bench_quota()),
-                    QuantaClock::default(),
-                ))
-            },
-        },
-        Contender {
-            name: "weir SketchLimiter (rows), quanta clock",
-            build: || Box::new(sketch(Layout::Rows, QuantaClock::default())),
-        },
-        Contender {
-            name: "weir SketchLimiter (blocked), quanta clock",
-            build: || Box::new(sketch(Layout::Blocked, QuantaClock::default())),
         },
     ]
 }
@@ -565,10 +523,10 @@ pub fn benchmark(report: &mut Report) {
     }
     report.table(&table);
     // The goals, judged on this run's numbers.
-    let best = |prefix: &str, quanta: bool| {
+    let best = |prefix: &str| {
         results
             .iter()
-            .filter(|(n, _)| n.starts_with(prefix) && n.ends_with("quanta clock") == quanta)
+            .filter(|(n, _)| n.starts_with(prefix))
             .map(|(_, s)| s.throughput[0] / governor.0[0])
             .fold(0.0f64, f64::max)
     };
@@ -578,16 +536,12 @@ pub fn benchmark(report: &mut Report) {
         .map(|(_, s)| s.memory.peak_bytes as f64 / governor.1.max(1) as f64)
         .fold(0.0f64, f64::max);
     let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
-    let (sketch_default, sketch_quanta) = (
-        best("weir SketchLimiter", false),
-        best("weir SketchLimiter", true),
-    );
-    let exact = best("weir KeyedLimiter", false);
+    let sketch_default = best("weir SketchLimiter");
+    let exact = best("weir KeyedLimiter");
     report.text(&format!(
-        "* SketchLimiter, 1 thread: {sketch_default:.2}× governor on weir's default clock ({}), {sketch_quanta:.2}× on governor's clock ({}); memory {sketch_memory:.4} of governor's ({}).\n\
-         * KeyedLimiter (exact), 1 thread, default clock: {exact:.2}× governor ({}).",
+        "* SketchLimiter, 1 thread: {sketch_default:.2}× governor ({}); memory {sketch_memory:.4} of governor's ({}).\n\
+         * KeyedLimiter (exact), 1 thread: {exact:.2}× governor ({}).",
         verdict(sketch_default >= 5.0),
-        verdict(sketch_quanta >= 5.0),
         verdict(sketch_memory <= 0.01),
         verdict(exact >= 1.0),
     ));
@@ -602,14 +556,14 @@ pub fn benchmark(report: &mut Report) {
         start.elapsed().as_nanos() as f64 / f64::from(reads)
     };
     let monotonic = per_read(&MonotonicClock::new());
-    let quanta = per_read(&QuantaClock::default());
+    let std_clock = per_read(&StdClock::new());
     report.text(&format!(
-        "One clock read on this machine: weir's default `MonotonicClock` {monotonic:.1} ns, quanta (governor's clock) {quanta:.1} ns."
+        "One clock read on this machine: weir's default `MonotonicClock` (time-stamp counter, as governor's quanta clock) {monotonic:.1} ns, \
+         `StdClock` (`Instant::now()`) {std_clock:.1} ns."
     ));
     report.text(
         "Goals (issue 4): SketchLimiter ≥ 5× governor's throughput with ≤ 1/100 of its memory; KeyedLimiter ≥ governor's speed. \
-         governor reads the TSC through quanta; weir's default `MonotonicClock` is `Instant::now()` (`clock_gettime`), which costs \
-         tens of ns on some virtual machines, so the rows marked 'quanta clock' run weir on governor's clock source for a like-for-like comparison. \
+         Both governor and weir's default clock read the CPU's time-stamp counter, so the clock costs the same on both sides. \
          The sketch over-limits once the traffic hashed into one cell exceeds the per-key rate (here about total rate × hashes / cells); \
          the 'allowed' column shows when that happens. \
          The exact KeyedLimiter's memory stays small because it sweeps keys whose state has expired (here after burst/rate = 50 ms); \

@@ -7,7 +7,8 @@
 //!   the loom models. `.ci/run` calls exactly this.
 //! * `loom`  — only the loom models, built with `--cfg loom` into a separate
 //!   target directory so they never invalidate the normal build cache.
-//! * `bench` — the report harness in `bench-suite/` (`--quick` for a short run).
+//! * `bench` — the report harness in `bench-suite/` (`--quick` for a short
+//!   run, `--only SECTION` for one section: limits, timeout, rate, http, hhh).
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick]|fmt>";
+const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|fmt>";
 
 /// The loom models of each crate, as `(package, test target)` pairs.
 const LOOM_MODELS: &[(&str, &str)] = &[

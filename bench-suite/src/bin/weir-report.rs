@@ -9,16 +9,42 @@ use weir_bench_suite::report::{Report, Scale};
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
+/// A section of the report: its name for `--only`, and the function that runs it.
+type Section = (&'static str, fn(&mut Report));
+
+/// The report's sections, in order.
+const SECTIONS: &[Section] = &[
+    ("limits", weir_bench_suite::limits::run),
+    ("timeout", weir_bench_suite::timeout::run),
+    ("rate", weir_bench_suite::rate::run),
+    ("redis", weir_bench_suite::redis::run),
+    ("http", weir_bench_suite::http::run),
+    ("hhh", weir_bench_suite::hhh::run),
+];
+
 fn main() {
     let mut scale = Scale::Full;
-    for arg in std::env::args().skip(1) {
+    let mut only: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => scale = Scale::Quick,
+            "--only" => only.extend(args.next()),
             other => {
-                eprintln!("weir-report: unknown argument `{other}` (expected --quick)");
+                eprintln!(
+                    "weir-report: unknown argument `{other}` (expected --quick, --only SECTION)"
+                );
                 std::process::exit(2);
             }
         }
+    }
+    let names: Vec<&str> = SECTIONS.iter().map(|(name, _)| *name).collect();
+    if let Some(unknown) = only.iter().find(|o| !names.contains(&o.as_str())) {
+        eprintln!(
+            "weir-report: no section `{unknown}` (sections: {})",
+            names.join(", ")
+        );
+        std::process::exit(2);
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -35,15 +61,14 @@ fn main() {
     );
     println!("{header}");
 
-    weir_bench_suite::limits::run(&mut report);
-    weir_bench_suite::hhh::run(&mut report);
-    weir_bench_suite::rate::run(&mut report);
-    weir_bench_suite::redis::run(&mut report);
-
-    weir_bench_suite::timeout::run(&mut report);
+    for (name, run) in SECTIONS {
+        if only.is_empty() || only.iter().any(|o| o == name) {
+            run(&mut report);
+        }
+    }
 
     let path = report.finish(&header).expect("write the report");
-    if scale == Scale::Full {
+    if scale == Scale::Full && only.is_empty() {
         // docs/ keeps the latest full run (tables and plots), with date and machine.
         let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("..")
