@@ -9,9 +9,9 @@ use crate::report::{Report, Scale, Table, thousands};
 use crate::workload;
 use dashmap::DashMap;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weir_limits::sketch::Layout;
 use weir_limits::{Estimator, ShardedEstimator, Update};
 
@@ -130,28 +130,11 @@ fn weir(layout: Layout, update: Update) -> Estimator {
 /// Run `events` split over `threads` threads (each with its own slice of
 /// pre-generated keys); returns the wall time of the slowest thread.
 pub fn run_threads(counter: &dyn Counter, streams: &[Vec<u32>]) -> Duration {
-    let barrier = Barrier::new(streams.len());
-    let times: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = streams
-            .iter()
-            .map(|keys| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for &key in keys {
-                        counter.incr(key);
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    times.into_iter().max().unwrap_or_default()
+    workload::run_streams(streams, |key| {
+        counter.incr(key);
+        false
+    })
+    .0
 }
 
 struct Speed {

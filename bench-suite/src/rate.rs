@@ -10,7 +10,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, MonotonicClock, StdClock};
 use weir_limits::sketch::{Layout, Locator};
@@ -384,33 +383,9 @@ fn sketch<C: Clock>(layout: Layout, clock: C) -> SketchLimiter<C> {
     SketchLimiter::with_locator(bench_quota(), locator, clock)
 }
 
-/// Run each stream on its own thread; returns the slowest thread's wall
-/// time and the number of allowed checks.
+/// Check every key of each stream on its own thread; (slowest thread's time, allowed).
 pub fn run_threads(limiter: &dyn KeyedCheck, streams: &[Vec<u32>]) -> (Duration, u64) {
-    let barrier = Barrier::new(streams.len());
-    let results: Vec<(Duration, u64)> = std::thread::scope(|s| {
-        let handles: Vec<_> = streams
-            .iter()
-            .map(|keys| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut allowed = 0u64;
-                    for &key in keys {
-                        allowed += u64::from(limiter.check(key));
-                    }
-                    (start.elapsed(), allowed)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    let time = results.iter().map(|r| r.0).max().unwrap_or_default();
-    (time, results.iter().map(|r| r.1).sum())
+    workload::run_streams(streams, |key| limiter.check(key))
 }
 
 struct Speed {

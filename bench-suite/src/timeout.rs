@@ -426,6 +426,32 @@ pub fn run(report: &mut Report) {
     }
     report.table(&t);
 
+    // The three goals, judged from this run.
+    let met = |ok: bool| if ok { "met" } else { "NOT met" }.to_string();
+    let ready_over = ready[1] - ready[0];
+    let pend_ratio = (pend[1] - pend[0]) / (pend[2] - pend[0]);
+    let cont_speedup = cont[2] / cont[1];
+    let mut t = Table::new(["goal", "target", "this run", "verdict"]);
+    t.row([
+        "ready future: weir overhead over bare".to_string(),
+        "≤ 2 ns".to_string(),
+        format!("{ready_over:.1} ns"),
+        met(ready_over <= 2.0),
+    ]);
+    t.row([
+        "pend once: weir overhead / tokio overhead".to_string(),
+        "≤ 0.25".to_string(),
+        format!("{pend_ratio:.2}"),
+        met(pend_ratio <= 0.25),
+    ]);
+    t.row([
+        "contended: weir throughput / tokio".to_string(),
+        "≥ 2×".to_string(),
+        format!("{cont_speedup:.2}×"),
+        met(cont_speedup >= 2.0),
+    ]);
+    report.table(&t);
+
     report.progress("create/drop and memory");
     let cd_n = scale.pick(50_000u64, 500_000);
     let cd = rounds(report, "create, arm, drop a bare timer", r, cd_n, |c, n| {

@@ -25,6 +25,39 @@ pub fn zipf(len: usize, s: f64, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Run one thread per stream, all released together by a barrier, each
+/// calling `op` on every key of its stream and counting the calls that
+/// return true. Returns the slowest thread's time and the total count.
+pub fn run_streams<F>(streams: &[Vec<u32>], op: F) -> (std::time::Duration, u64)
+where
+    F: Fn(u32) -> bool + Sync,
+{
+    let barrier = std::sync::Barrier::new(streams.len());
+    let results: Vec<(std::time::Duration, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|keys| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = std::time::Instant::now();
+                    let mut hits = 0u64;
+                    for &key in keys {
+                        hits += u64::from(op(key));
+                    }
+                    (start.elapsed(), hits)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    let slowest = results.iter().map(|r| r.0).max().unwrap_or_default();
+    (slowest, results.iter().map(|r| r.1).sum())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
