@@ -71,15 +71,17 @@ async fn main() -> std::io::Result<()> {
     });
 
     let mut buf = vec![0u8; 65_536];
+    let mut drops = 0u64;
     loop {
         let (len, peer) = guard
             .recv_from_inspect(&mut buf, |peer, verdict| {
                 if let weir_hhh::Verdict::Drop(why) = verdict {
-                    // Log only the first drop of each second's worth to keep
-                    // the output readable under a flood.
-                    if why.rate.whole_per_second() % 1000 == 0 {
-                        eprintln!("drop {peer}: {why}");
+                    // Explain the first drop and every 1000th after it, to
+                    // keep the output readable under a flood.
+                    if drops % 1000 == 0 {
+                        eprintln!("drop #{} from {peer}: {why}", drops + 1);
                     }
+                    drops += 1;
                 }
             })
             .await?;
