@@ -6,7 +6,7 @@
 //! waits for the guard's verdict before sending the next packet (lockstep),
 //! so the outcome is as deterministic as on the simulated clock and no
 //! datagram can be lost to a full socket buffer. Each test is bounded in
-//! packets (a few thousand) and in time (every wait has a timeout).
+//! packets (at most 8000) and in time (every wait has a timeout).
 #![cfg(not(loom))]
 
 use std::collections::HashMap;
