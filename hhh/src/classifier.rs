@@ -963,6 +963,43 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Any traffic, with time jumping back and forth: no panic, every
+        /// packet counted once, and every limited verdict consistent (its
+        /// generalisation sits at its level, its rate is over the limit).
+        #[test]
+        fn verdicts_are_consistent_for_any_traffic(
+            limit in 1u64..200,
+            hashes in 1usize..=5,
+            packets in proptest::collection::vec((0u8..4, 0u16..3, 0u8..2, -2_000_000i64..20_000_000), 1..300),
+        ) {
+            let rake = Classifier::builder(limit)
+                .sketch(hashes, 16)
+                .seed(5)
+                .random(SeededRandom::new(5))
+                .build()
+                .unwrap();
+            let mut now: u64 = 1_000_000_000;
+            for &(host, sport, v6, step) in &packets {
+                now = now.saturating_add_signed(step);
+                let tuple = if v6 == 0 {
+                    t4([10, 0, host / 2, host], 1000 + sport, [10, 9, 9, 9], 53)
+                } else {
+                    FourTuple::from_socket_addrs(
+                        std::net::SocketAddr::new(std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, u16::from(host / 2), 0, 0, 0, 0, u16::from(host))), 1000 + sport),
+                        "[2001:db8:ffff::1]:53".parse().unwrap(),
+                    )
+                };
+                if let Some(why) = rake.classify_at(&tuple, now).limited() {
+                    proptest::prop_assert_eq!(why.generalisation.level(), why.level);
+                    proptest::prop_assert!(why.rate > why.limit);
+                    proptest::prop_assert_eq!(why.limit, FixedRate::from_per_second(limit));
+                }
+            }
+            proptest::prop_assert_eq!(rake.stats().total(), packets.len() as u64);
+        }
+
         #[test]
         fn one_event_update_tracks_weir_rate(
             window in 1u64..(1u64 << 42),
