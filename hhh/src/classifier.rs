@@ -8,7 +8,8 @@
 //! the levels from the most specific (0, the exact 4-tuple) to the most
 //! general (4, everything sent to the destination address). At each level it
 //! updates the packet's cells in every generalisation of the level with
-//! [`EwmaWindow::update_fixed`] (one event now), takes the minimum over a
+//! weir-rate's EWMA ([`EwmaWindow::update_fixed`] for one event now, with
+//! its divisions precomputed: see `OneEvent`), takes the minimum over a
 //! generalisation's cells as its estimate (count-min of rates), and the
 //! maximum estimate over the level. If that maximum exceeds the limit, the
 //! packet is *limited at this level*: it passes with probability
@@ -33,8 +34,8 @@
 //! `l` the window `window · growth^l` (default growth 2: 100 ms, 200 ms,
 //! ... 1.6 s). The more specific estimate reacts faster, so the culprit is
 //! singled out at its own level before any aggregate containing it crosses
-//! the limit, and it is then no longer counted there (the test
-//! `attacker_at_three_times_the_limit_never_costs_legit_a_packet` fails
+//! the limit, and it is then no longer counted there (the scenario test
+//! `equal_windows_let_a_starting_attack_hit_its_neighbours` shows the loss
 //! with `window_growth(1)`). Steady-state rates are the same for any
 //! window; only aggregate floods are detected later (about a window).
 //!
@@ -55,8 +56,8 @@
 //!   128-byte block (one memory access per generalisation) but correlates
 //!   them: in the paper's scenarios a random legitimate packet then
 //!   inherits a flood's rate about once per ten thousand packets (the
-//!   scenario tests fail with it), and on this workload it is not faster
-//!   (see the bench report), so it is an option, not the default.
+//!   scenario tests fail with it), and on this workload it is not reliably
+//!   faster (see the bench report), so it is an option, not the default.
 //! * **Fixed point.** Rates are [`FixedRate`] (16 fractional bits) updated
 //!   with integer arithmetic; the coin for limited packets is a 32-bit
 //!   integer compared without division.
@@ -70,10 +71,12 @@
 //! relaxed loads and stores, not a compare-and-swap loop or a lock. Two
 //! threads updating the same cell at the same moment may both read the old
 //! state and one update is lost (an undercount of one event, `1/window`
-//! packets/s), and a reader may pair a new rate with an old timestamp (it then
-//! decays the rate a little too much). Both errors are bounded by the number
-//! of simultaneous updates of one cell and vanish within one window; neither
-//! can make a rate grow. The exact alternative (a CAS on a packed word or a
+//! packets/s); a reader may pair a new rate with an old timestamp (it then
+//! decays the rate too much) or an old rate with a new timestamp (it skips
+//! one interval's decay). Whatever the interleaving, a racing update never
+//! writes more than a rate the cell held before plus one event, and the
+//! next uncontended updates correct it within a window. The exact
+//! alternative (a CAS on a packed word or a
 //! lock per cell) would cost an atomic read-modify-write on 24 cache lines
 //! per packet, which is the contention weir-limits measured to collapse
 //! pingora's sketch. The per-level counters are exact (one set per thread,
