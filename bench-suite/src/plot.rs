@@ -79,6 +79,13 @@ impl LinePlot {
         if !x0.is_finite() || !x1.is_finite() || x1 <= x0 {
             (x0, x1) = (0.0, 1.0);
         }
+        // Time axes that start just after zero read better from zero.
+        if x0 > 0.0 && x0 < (x1 - x0) * 0.05 {
+            x0 = 0.0;
+        }
+        if x0 == 0.0 {
+            x1 = nice_ceiling(x1);
+        }
         let y0 = 0.0;
         let y1 = nice_ceiling(if y1.is_finite() && y1 > 0.0 {
             y1 * 1.05
@@ -201,10 +208,10 @@ impl LinePlot {
     }
 }
 
-/// The smallest 1, 2 or 5 × 10ⁿ at or above `v`.
+/// The smallest 1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 × 10ⁿ at or above `v`.
 fn nice_ceiling(v: f64) -> f64 {
     let magnitude = 10f64.powf(v.log10().floor());
-    for step in [1.0, 2.0, 5.0, 10.0] {
+    for step in [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if step * magnitude >= v {
             return step * magnitude;
         }
@@ -218,7 +225,7 @@ fn short(v: f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || v == v.trunc() {
+    } else if a >= 10.0 || v == v.trunc() {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")
@@ -236,10 +243,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_ceiling_rounds_up_to_1_2_5() {
-        assert_eq!(nice_ceiling(0.7), 1.0);
-        assert_eq!(nice_ceiling(1.3), 2.0);
-        assert_eq!(nice_ceiling(260.0), 500.0);
+    fn nice_ceiling_rounds_up_to_a_round_number() {
+        assert_eq!(nice_ceiling(0.7), 0.8);
+        assert_eq!(nice_ceiling(1.3), 1.5);
+        assert_eq!(nice_ceiling(260.0), 300.0);
         assert_eq!(nice_ceiling(1000.0), 1000.0);
     }
 

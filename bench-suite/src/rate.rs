@@ -199,6 +199,7 @@ pub fn accuracy(report: &mut Report) {
         WINDOW.as_secs()
     ));
 
+    plot_counts(report, &times);
     report.text("**Counting all traffic** (the post's graphs): estimate before each request against the exact sliding count; a decision is wrong when `count + 1 ≤ limit` differs.");
     let mut table = Table::new([
         "counter",
@@ -284,6 +285,86 @@ pub fn accuracy(report: &mut Report) {
 }
 
 /// Fixed-window estimate of all traffic (every request counted).
+/// The post's graphs: over the first minutes of the same traffic, the
+/// exact sliding count (grey) against each approximation's estimate.
+fn plot_counts(report: &mut Report, times: &[u64]) {
+    let horizon = 6 * 60 * SEC;
+    let shown: Vec<u64> = times.iter().copied().take_while(|&t| t < horizon).collect();
+    let unlimited = Quota::new(u32::MAX, WINDOW).expect("valid");
+    let secs = |t: u64| t as f64 / SEC as f64;
+    // One point per request thins out to about one a second for the file.
+    let step = (shown.len() / 720).max(1);
+    let mut exact = Exact::new();
+    let mut perfect = Vec::new();
+    for (i, &t) in shown.iter().enumerate() {
+        if i % step == 0 {
+            perfect.push((secs(t), exact.count(t) as f64));
+        }
+        exact.push(t);
+    }
+    let series_of = |estimate: &mut dyn FnMut(u64) -> f64| {
+        shown
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &t)| {
+                let e = estimate(t);
+                (i % step == 0).then(|| (secs(t), e))
+            })
+            .collect::<Vec<_>>()
+    };
+    let fw = FixedWindow::new(unlimited);
+    let mut fw_state = fw.new_state(0);
+    let fixed = series_of(&mut |t| {
+        let e = fw.estimate(&fw_state, t);
+        let _ = fw.check(&mut fw_state, t, 1, Mode::Consume);
+        e
+    });
+    let sliding = |n: u32| {
+        let sw = SlidingWindow::new(unlimited, n).expect("valid counters");
+        let mut state = sw.new_state(0);
+        series_of(&mut |t| {
+            let e = sw.estimate(&state, t);
+            let _ = sw.check(&mut state, t, 1, Mode::Consume);
+            e
+        })
+    };
+    let reference = Some((f64::from(LIMIT), format!("limit {LIMIT}")));
+    let plot = |title: &str, label: &str, estimate: Vec<(f64, f64)>| crate::plot::LinePlot {
+        title: title.to_string(),
+        x_label: "time (s)".into(),
+        y_label: format!("calls in the last {} s", WINDOW.as_secs()),
+        series: vec![
+            crate::plot::Series::line("perfect sliding window", perfect.clone()),
+            crate::plot::Series::dashed(label, estimate),
+        ],
+        reference: reference.clone(),
+    };
+    report.plot(
+        "criteo-fixed-window",
+        &plot(
+            "Fixed window against the perfect sliding window",
+            "fixed window",
+            fixed,
+        ),
+    );
+    report.plot(
+        "criteo-two-windows",
+        &plot(
+            "Two-window approximation (Cloudflare) against the perfect sliding window",
+            "2 counters",
+            sliding(2),
+        ),
+    );
+    report.plot(
+        "criteo-five-windows",
+        &plot(
+            "Five 15 s windows against the perfect sliding window",
+            "5 counters",
+            sliding(5),
+        ),
+    );
+}
+
 fn count_all_fixed(times: &[u64]) -> CountingError {
     let unlimited = Quota::new(u32::MAX, WINDOW).expect("valid");
     let fw = FixedWindow::new(unlimited);
