@@ -854,11 +854,23 @@ impl OneEvent {
     #[inline(always)]
     fn update(&self, old: u64, elapsed: u64) -> u64 {
         if elapsed >= self.window {
-            return self
-                .ewma
-                .update_fixed(FixedRate::from_bits(old), elapsed, 1)
-                .to_bits();
+            return self.idle(old, elapsed);
         }
+        self.within_window(old, elapsed)
+    }
+
+    /// [`update`](Self::update) for a cell idle a whole window or more:
+    /// weir-rate's reset to `1 / elapsed`.
+    #[cold]
+    fn idle(&self, old: u64, elapsed: u64) -> u64 {
+        self.ewma
+            .update_fixed(FixedRate::from_bits(old), elapsed, 1)
+            .to_bits()
+    }
+
+    /// [`update`](Self::update) for `elapsed < window`.
+    #[inline(always)]
+    fn within_window(&self, old: u64, elapsed: u64) -> u64 {
         let keep = self.window - elapsed;
         // keep / window as a 32-bit fraction. keep ≤ window, so
         // keep·⌊(2⁶⁴−1)/window⌋ < 2⁶⁴: a plain 64-bit multiply.
@@ -895,9 +907,16 @@ fn cell_at(blocks: &[Block], index: usize) -> &Cell {
 fn touch_cell(ewma: &OneEvent, cell: &Cell, now: u64) -> u64 {
     let old = cell.rate.load(Ordering::Relaxed);
     let stamp = cell.stamp.load(Ordering::Relaxed);
-    let rate = ewma.update(old, now.saturating_sub(stamp));
+    // One unsigned comparison catches both rare cases: a cell idle for a
+    // window or more, and time behind the cell's (the difference wraps).
+    let elapsed = now.wrapping_sub(stamp);
+    let (rate, stamp) = if elapsed < ewma.window {
+        (ewma.within_window(old, elapsed), now)
+    } else {
+        (ewma.update(old, now.saturating_sub(stamp)), now.max(stamp))
+    };
     cell.rate.store(rate, Ordering::Relaxed);
-    cell.stamp.store(now.max(stamp), Ordering::Relaxed);
+    cell.stamp.store(stamp, Ordering::Relaxed);
     rate
 }
 
