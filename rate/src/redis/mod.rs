@@ -40,12 +40,12 @@
 //! * **TTL.** Every key carries an expiry no earlier than the moment its
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
 //!   passed arrival time, a past window), so idle keys vanish on their own.
-//!   The token bucket and GCRA, whose state is one number, expire at the
-//!   whole second after that moment (+1 s): while that deadline does not
-//!   move, a write keeps the key's expiry (`SET … KEEPTTL`, markedly cheaper
-//!   in a script than setting a new one) and otherwise sets it (`PXAT`);
-//!   idle keys therefore linger at most two seconds. The window counters
-//!   set `PX` on every write. Needs Redis 6.2 or later.
+//!   Keys expire at the whole second after that moment (+1 s): while that
+//!   deadline does not move, a write keeps the key's expiry
+//!   (`SET … KEEPTTL`, markedly cheaper in a script than setting a new
+//!   one) and otherwise sets it (`PXAT`); the deadline is a function of
+//!   the stored state, so the script always knows which applies. Idle keys
+//!   therefore linger at most two seconds. Needs Redis 6.2 or later.
 //! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or

@@ -26,12 +26,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local EPS = 1e-9
 local function fmt(x) return string.format('%.17g', x) end
-local function ms(us) return math.max(1, math.ceil(us / 1000)) end
--- Single-number states expire at whole-second deadlines: the second
--- after the one in which the state becomes fresh again. The deadline is
--- a function of the stored number, so while it does not change the key
--- keeps its expiry (SET … KEEPTTL, cheaper than a new expiry) and idle
--- keys still vanish at most two seconds late.
+-- States expire at whole-second deadlines: the second after the one in
+-- which the state becomes fresh again. The deadline is a function of the
+-- stored state, so while it does not change the key keeps its expiry
+-- (SET … KEEPTTL, cheaper than a new expiry) and idle keys still vanish
+-- at most two seconds late.
 local function deadline(fresh_at) return (math.floor(fresh_at / 1000000) + 2) * 1000000 end
 local function put(key, value, fresh_at, old_fresh_at)
   local d = deadline(fresh_at)
@@ -147,12 +146,14 @@ local limit = tonumber(ARGV[2])
 local idx = math.floor(now / W)
 local reset = (idx + 1) * W - now
 local function load(key, v)
-  local n = 0
+  local n, old = 0, nil
   if v then
     local a, b = string.match(v, '^(%S+) (%S+)$')
-    if tonumber(a) == idx then n = tonumber(b) or 0 end
+    a = tonumber(a)
+    if a ~= nil then old = (a + 1) * W end
+    if a == idx then n = tonumber(b) or 0 end
   end
-  return { n = n, dirty = false }
+  return { n = n, old = old, dirty = false }
 end
 local function decide(st, cost)
   if st.n + cost <= limit then
@@ -163,7 +164,8 @@ local function decide(st, cost)
   return 0, limit - st.n, reset, reset
 end
 local function store(key, st)
-  redis.call('SET', key, fmt(idx) .. ' ' .. fmt(st.n), 'PX', ms(reset) + 1)
+  -- fresh again when the window ends
+  put(key, fmt(idx) .. ' ' .. fmt(st.n), (idx + 1) * W, st.old)
 end
 "#;
 
@@ -188,9 +190,14 @@ local function load(key, v)
   if v then
     for x in string.gmatch(v, '%S+') do ring[#ring + 1] = tonumber(x) end
   end
+  local old = nil
   if #ring ~= 2 * c then
     ring = {}
     for j = 1, 2 * c do ring[j] = -1 end
+  else
+    local newest = -1
+    for j = 0, c - 1 do newest = math.max(newest, ring[2 * j + 1] or -1) end
+    if newest >= 0 then old = (newest + c) * S end
   end
   local counts = {}
   for k = 0, c - 1 do
@@ -200,7 +207,7 @@ local function load(key, v)
     if ring[2 * j + 1] == want then n = ring[2 * j + 2] or 0 end
     counts[k] = n
   end
-  return { counts = counts, ring = ring, dirty = false }
+  return { counts = counts, ring = ring, old = old, dirty = false }
 end
 -- the sub-window counts as seen `s` sub-window boundaries from now
 -- (nothing more being spent): the full ones' sum, the oldest (partly
@@ -256,7 +263,8 @@ local function store(key, st)
   ring[2 * j + 2] = st.counts[0]
   local parts = {}
   for x = 1, 2 * c do parts[x] = fmt(ring[x]) end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', ms((idx + c) * S - now) + 1)
+  -- fresh again when the current sub-window has slid out
+  put(key, table.concat(parts, ' '), (idx + c) * S, st.old)
 end
 "#;
 
