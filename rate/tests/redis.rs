@@ -60,13 +60,14 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
             _ => local_pattern(SlidingWindow::new(quota, 2)?, 8),
         };
         let prefix = unique_prefix("match");
-        let got: Vec<(bool, u32)> = rt.block_on(async {
+        let (got, last_reset): (Vec<(bool, u32)>, Duration) = rt.block_on(async {
             let limiter = RedisLimiter::builder(alg, quota)
                 .prefix(prefix.clone())
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url()))
                 .await?;
             let mut got = Vec::new();
+            let mut last_reset = Duration::ZERO;
             for _ in 0..8 {
                 let v = limiter.check_verbose("k", 1).await?;
                 if v.source != Source::Redis {
@@ -84,12 +85,13 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
                     }
                 }
                 got.push((d.is_allowed(), d.remaining()));
+                last_reset = d.reset_after();
             }
             // Beyond capacity: an error, not a denial.
             if limiter.check_n("k", 6).await.is_ok() {
                 return Err(format!("{alg}: cost 6 > capacity 5 was not refused").into());
             }
-            Ok::<_, Box<dyn std::error::Error>>(got)
+            Ok::<_, Box<dyn std::error::Error>>((got, last_reset))
         })?;
         assert_eq!(got, expected, "{alg}: Redis and in-process disagree");
         // One key, hash-tagged, with a TTL.
@@ -103,6 +105,17 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
         assert!(keys[0].ends_with(":{k}"), "{alg}: key {}", keys[0]);
         let ttl: i64 = server.cli(&["PTTL", keys[0]])?.trim().parse()?;
         assert!(ttl > 0, "{alg}: key without TTL ({ttl})");
+        // The key outlives its state: it expires no earlier than the state
+        // becomes fresh again (reset_after, less the time since).
+        let reset_ms = last_reset.as_millis() as i64;
+        assert!(
+            ttl + 1_000 >= reset_ms,
+            "{alg}: expires in {ttl} ms, state fresh only in {reset_ms} ms"
+        );
+        assert!(
+            ttl <= reset_ms + 2_100,
+            "{alg}: lingers {ttl} ms for {reset_ms} ms"
+        );
     }
     Ok(())
 }
