@@ -434,5 +434,27 @@ pub fn run(report: &mut Report) {
             summary.join("; ")
         ));
         report.table(&table);
+        // The paper's figures: received against forwarded per second, one
+        // chart per stream (the legitimate stream is far smaller than the flood).
+        for st in &outcome.streams {
+            let points = |counts: &[u64]| {
+                counts
+                    .iter()
+                    .enumerate()
+                    .map(|(second, &n)| (second as f64, n as f64))
+                    .collect::<Vec<_>>()
+            };
+            let plot = crate::plot::LinePlot {
+                title: format!("{title}: {}", st.name),
+                x_label: "time (s)".into(),
+                y_label: "packets per second".into(),
+                series: vec![
+                    crate::plot::Series::line("received", points(&st.received)),
+                    crate::plot::Series::dashed("forwarded", points(&st.forwarded)),
+                ],
+                reference: None,
+            };
+            report.plot(&format!("{stem}-{}", st.name.replace(' ', "-")), &plot);
+        }
     }
 }
