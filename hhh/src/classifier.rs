@@ -9,7 +9,7 @@
 //! general (4, everything sent to the destination address). At each level it
 //! updates the packet's cells in every generalisation of the level with
 //! weir-rate's EWMA ([`EwmaWindow::update_fixed`] for one event now, with
-//! its divisions precomputed: see `OneEvent`), takes the minimum over a
+//! its divisions precomputed: weir-rate's `OneEventUpdate`), takes the minimum over a
 //! generalisation's cells as its estimate (count-min of rates), and the
 //! maximum estimate over the level. If that maximum exceeds the limit, the
 //! packet is *limited at this level*: it passes with probability
@@ -97,7 +97,7 @@ use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::clock::{Clock, MonotonicClock};
 use weir_limits::sketch::{Layout, Locator};
-use weir_rate::ewma::{EwmaWindow, FixedRate};
+use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 
 /// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
 /// with one second and noted that a shorter window shortens the initial
@@ -462,13 +462,13 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
         if self.window_growth == 0 {
             return Err(ConfigError::ZeroWindowGrowth);
         }
-        let mut windows = [OneEvent::new(EwmaWindow::new(self.window)?); LEVELS];
+        let mut windows = [EwmaWindow::new(self.window)?.one_event(); LEVELS];
         let mut window = self.window;
         for w in windows.iter_mut().skip(1) {
             window = window
                 .checked_mul(self.window_growth)
                 .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
-            *w = OneEvent::new(EwmaWindow::new(window)?);
+            *w = EwmaWindow::new(window)?.one_event();
         }
         let seed = self.seed.unwrap_or_else(random_seed);
         let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
@@ -513,7 +513,7 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
 pub struct Classifier<C = MonotonicClock, R = ThreadRandom> {
     limit: AtomicU64,
     /// The EWMA of each level (windows growing with the level).
-    windows: [OneEvent; LEVELS],
+    windows: [OneEventUpdate; LEVELS],
     locator: Locator,
     cells_per_sketch: usize,
     blocks: Box<[Block]>,
@@ -739,7 +739,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
                 let rate = FixedRate::from_bits(cell.rate.load(Ordering::Relaxed));
                 let stamp = cell.stamp.load(Ordering::Relaxed);
                 self.windows[usize::from(generalisation.level())]
-                    .ewma
+                    .window()
                     .decay_fixed(rate, now_nanos.saturating_sub(stamp))
             })
             .min();
@@ -780,12 +780,12 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
 
     /// The EWMA window of level 0.
     pub fn window(&self) -> Duration {
-        self.windows[0].ewma.window()
+        self.windows[0].window().window()
     }
 
     /// The EWMA window of each level.
     pub fn level_windows(&self) -> [Duration; LEVELS] {
-        self.windows.map(|w| w.ewma.window())
+        self.windows.map(|w| w.window().window())
     }
 
     /// The source prefix lengths.
@@ -817,69 +817,6 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     }
 }
 
-/// weir-rate's [`EwmaWindow::update_fixed`] for exactly one event, with its
-/// two `u128` divisions by the window replaced by multiplications with
-/// precomputed reciprocals (they cost 24 divisions per packet otherwise,
-/// more than everything else together). The idle-cell branch
-/// (`elapsed ≥ window`) still calls weir-rate.
-///
-/// Never above `update_fixed`'s result, and below it by at most
-/// `old · (2⁻³² + window / 2⁶⁴) + 2` units of 2⁻¹⁶ events/s (a relative
-/// error under 10⁻⁹ for windows up to 10 s); the test
-/// `one_event_update_tracks_weir_rate` checks it against weir-rate.
-#[derive(Debug, Clone, Copy)]
-struct OneEvent {
-    ewma: EwmaWindow,
-    window: u64,
-    /// `⌊(2⁶⁴ − 1) / window⌋`.
-    recip: u64,
-    /// What one event adds: `⌊10⁹ · 2¹⁶ / window⌋`, from weir-rate.
-    inc: u64,
-}
-
-impl OneEvent {
-    fn new(ewma: EwmaWindow) -> Self {
-        let window = ewma.window_nanos();
-        // ⌊(2⁶⁴ − 1) / window⌋, so that keep·recip < 2⁶⁴ even for keep = window.
-        let recip = u64::MAX / window;
-        Self {
-            ewma,
-            window,
-            recip,
-            inc: ewma.update_fixed(FixedRate::ZERO, 0, 1).to_bits(),
-        }
-    }
-
-    /// The rate (bits) after one event `elapsed` ns after the rate `old`.
-    #[inline(always)]
-    fn update(&self, old: u64, elapsed: u64) -> u64 {
-        if elapsed >= self.window {
-            return self.idle(old, elapsed);
-        }
-        self.within_window(old, elapsed)
-    }
-
-    /// [`update`](Self::update) for a cell idle a whole window or more:
-    /// weir-rate's reset to `1 / elapsed`.
-    #[cold]
-    fn idle(&self, old: u64, elapsed: u64) -> u64 {
-        self.ewma
-            .update_fixed(FixedRate::from_bits(old), elapsed, 1)
-            .to_bits()
-    }
-
-    /// [`update`](Self::update) for `elapsed < window`.
-    #[inline(always)]
-    fn within_window(&self, old: u64, elapsed: u64) -> u64 {
-        let keep = self.window - elapsed;
-        // keep / window as a 32-bit fraction. keep ≤ window, so
-        // keep·⌊(2⁶⁴−1)/window⌋ < 2⁶⁴: a plain 64-bit multiply.
-        let frac = keep.wrapping_mul(self.recip) >> 32;
-        let kept = ((u128::from(old) * u128::from(frac)) >> 32) as u64;
-        kept.saturating_add(self.inc)
-    }
-}
-
 /// Ask the CPU to start loading a cell's cache line (a hint: no effect on
 /// correctness, and a no-op off x86-64).
 #[inline(always)]
@@ -904,13 +841,13 @@ fn cell_at(blocks: &[Block], index: usize) -> &Cell {
 
 /// One event now in one cell; returns the cell's new rate (bits).
 #[inline(always)]
-fn touch_cell(ewma: &OneEvent, cell: &Cell, now: u64) -> u64 {
+fn touch_cell(ewma: &OneEventUpdate, cell: &Cell, now: u64) -> u64 {
     let old = cell.rate.load(Ordering::Relaxed);
     let stamp = cell.stamp.load(Ordering::Relaxed);
     // One unsigned comparison catches both rare cases: a cell idle for a
     // window or more, and time behind the cell's (the difference wraps).
     let elapsed = now.wrapping_sub(stamp);
-    let (rate, stamp) = if elapsed < ewma.window {
+    let (rate, stamp) = if elapsed < ewma.window_nanos() {
         (ewma.within_window(old, elapsed), now)
     } else {
         (ewma.update(old, now.saturating_sub(stamp)), now.max(stamp))
@@ -1022,20 +959,6 @@ mod tests {
             proptest::prop_assert_eq!(rake.stats().total(), packets.len() as u64);
         }
 
-        #[test]
-        fn one_event_update_tracks_weir_rate(
-            window in 1u64..(1u64 << 42),
-            old: u64,
-            elapsed in 0u64..(1u64 << 43),
-        ) {
-            let ewma = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
-            let fast = OneEvent::new(ewma).update(old, elapsed);
-            let exact = ewma.update_fixed(FixedRate::from_bits(old), elapsed, 1).to_bits();
-            proptest::prop_assert!(fast <= exact, "{fast} > {exact}");
-            // old·(2⁻³² + window/2⁶⁴) + 2, in exact integer arithmetic.
-            let slack = ((u128::from(old) * (u128::from(window) + (1u128 << 32))) >> 64) as u64 + 2;
-            proptest::prop_assert!(exact - fast <= slack, "{exact} - {fast} > {slack}");
-        }
     }
 
     #[test]
@@ -1057,26 +980,6 @@ mod tests {
         }
         let s = rake.stats();
         assert_eq!((s.total(), s.unlimited), (3000, 3000));
-    }
-
-    #[test]
-    fn one_event_update_handles_power_of_two_windows() {
-        for shift in 0..63 {
-            let window = 1u64 << shift;
-            let ewma = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
-            let fast = OneEvent::new(ewma);
-            for old in [0, 1 << 16, 1 << 40, u64::MAX >> 1] {
-                // No time passing keeps (almost) all of the old rate.
-                let exact = ewma.update_fixed(FixedRate::from_bits(old), 0, 1).to_bits();
-                let got = fast.update(old, 0);
-                let slack =
-                    ((u128::from(old) * (u128::from(window) + (1u128 << 32))) >> 64) as u64 + 2;
-                assert!(
-                    got <= exact && exact - got <= slack,
-                    "{window} {old}: {got} vs {exact}"
-                );
-            }
-        }
     }
 
     #[test]
