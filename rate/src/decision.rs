@@ -241,15 +241,19 @@ impl Decision {
     }
 
     /// The more restrictive of two decisions (for several limits checked
-    /// together): allowed only if both are, the smaller remaining, the later
-    /// reset and retry.
+    /// together): allowed only if both are, the later reset and retry, and
+    /// the limit, window and remaining of the binding limit — a denying one
+    /// if any denies, otherwise the one with the least remaining. The result
+    /// does not depend on the order of the two.
     pub fn combine(self, other: Decision) -> Decision {
-        let first =
-            if other.remaining() < self.remaining() || (!other.conforming && self.conforming) {
-                other
-            } else {
-                self
-            };
+        // Non-conforming first (false < true), then least remaining; the
+        // limit and window only break exact ties, so the choice is symmetric.
+        let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window);
+        let first = if binding(&other) < binding(&self) {
+            other
+        } else {
+            self
+        };
         Decision {
             allowed: self.allowed && other.allowed,
             conforming: self.conforming && other.conforming,
@@ -330,6 +334,16 @@ impl std::error::Error for NeverAllowed {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn combining_does_not_depend_on_order() {
+        let allowed_empty = Decision::allow(10, Duration::from_secs(1), 0, 5);
+        let denied = Decision::deny(20, Duration::from_secs(60), 3, 7, 9);
+        assert_eq!(allowed_empty.combine(denied), denied.combine(allowed_empty));
+        let combined = denied.combine(allowed_empty);
+        assert!(!combined.is_allowed());
+        assert_eq!((combined.limit(), combined.remaining()), (20, 3));
+    }
 
     #[test]
     fn header_values_round_up_and_escape() {

@@ -30,6 +30,11 @@ struct Shard<K, L: Limiter> {
     limiter: L,
     map: HashMap<K, L::State, ahash::RandomState>,
     sweep_at: usize,
+    /// The time of the last sweep. A key swept as idle is only idle from
+    /// then on, so no later check may be judged at an earlier time (a
+    /// thread that read the clock before waiting for the lock, or a
+    /// caller-supplied time): checks are clamped to it.
+    swept_at: u64,
 }
 
 /// An exact per-key limiter over any [`Limiter`].
@@ -83,6 +88,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                     limiter: limiter.clone(),
                     map: HashMap::with_hasher(hasher.clone()),
                     sweep_at: MIN_SWEEP,
+                    swept_at: 0,
                 }))
             })
             .collect();
@@ -151,8 +157,10 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             let mut shard = shard.0.lock();
             let shard = &mut *shard;
             let limiter = &shard.limiter;
+            let now = now.max(shard.swept_at);
             shard.map.retain(|_, state| !limiter.is_idle(state, now));
             shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+            shard.swept_at = now;
             left += shard.map.len();
         }
         left
@@ -182,6 +190,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let decision = {
             let mut guard = self.shard(key).lock();
             let shard = &mut *guard;
+            let now = now.max(shard.swept_at);
             if let Some(state) = shard.map.get_mut(key) {
                 shard.limiter.check(state, now, cost, mode)?
             } else {
@@ -193,6 +202,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                         let limiter = &shard.limiter;
                         shard.map.retain(|_, s| !limiter.is_idle(s, now));
                         shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+                        shard.swept_at = now;
                     }
                 }
                 decision

@@ -30,8 +30,6 @@ pub enum QuotaError {
         /// Counters requested.
         counters: u32,
     },
-    /// A shaper whose queue could never hold even one unit.
-    QueueTooShort,
 }
 
 impl fmt::Display for QuotaError {
@@ -47,7 +45,6 @@ impl fmt::Display for QuotaError {
                 f,
                 "{counters} counters: a sliding-window counter needs at least 2, each covering at least 1 ns"
             ),
-            Self::QueueTooShort => f.write_str("the shaper's queue cannot hold a single unit"),
         }
     }
 }

@@ -190,8 +190,10 @@ impl<C: Clock> SketchLimiter<C> {
     }
 
     /// [`check_n`](Self::check_n) at a time the caller read from this
-    /// limiter's clock (e.g. once for a batch of requests). Times earlier
-    /// than a key's last check count as that time.
+    /// limiter's clock (e.g. once for a batch of requests). GCRA keeps no
+    /// time of a key's last check: a time earlier than the key's recent
+    /// requests is simply judged more strictly (their arrivals are still
+    /// ahead of it).
     pub fn check_n_at<K: Hash + ?Sized>(
         &self,
         key: &K,
@@ -245,7 +247,10 @@ impl<C: Clock> SketchLimiter<C> {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);
             for (i, cell) in location.iter().enumerate() {
-                let v = self.cells[cell].load(Ordering::Relaxed);
+                // Acquire: pairs with the commits' release half, so the
+                // never-under-limit argument holds in the memory model, not
+                // just on x86 (free there).
+                let v = self.cells[cell].load(Ordering::Acquire);
                 seen[i] = v;
                 if v < min {
                     (min, at) = (v, cell);

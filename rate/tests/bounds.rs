@@ -341,3 +341,47 @@ fn decisions_carry_retry_and_reset_for_every_algorithm() {
         }
     }
 }
+
+/// Shrinking a quota at run time below what a key has already spent leaves
+/// it with nothing remaining: a denial, never an arithmetic panic.
+#[test]
+fn shrinking_a_quota_below_what_was_spent_denies_without_panicking() {
+    use weir_limits::clock::ManualClock;
+    use weir_rate::{LeakyBucket, RateLimiter};
+    let big = Quota::per_second(NonZeroU32::new(100).unwrap());
+    let small = Quota::per_second(NonZeroU32::new(10).unwrap());
+    let bucket = RateLimiter::with_clock(TokenBucket::new(big), ManualClock::new());
+    assert!(bucket.check_n(100).unwrap().is_allowed());
+    bucket.replace(TokenBucket::new(small));
+    let denied = bucket.check();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.remaining(), 0);
+    let meter = RateLimiter::with_clock(LeakyBucket::meter(big), ManualClock::new());
+    assert!(meter.check_n(100).unwrap().is_allowed());
+    meter.replace(LeakyBucket::meter(small));
+    assert_eq!(meter.check().remaining(), 0);
+}
+
+/// A key swept out as idle is idle only from the sweep on: a check stamped
+/// earlier (a thread that read the clock before waiting for the lock, or a
+/// caller-supplied time) is judged at the sweep's time, exactly as if the
+/// key had been kept. Judged at its own stamp on a fresh state, it would be
+/// a third request in a window that allows two.
+#[test]
+fn eviction_never_lets_an_earlier_stamped_check_through() {
+    const MS: u64 = 1_000_000;
+    let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
+    let clock = ManualClock::new();
+    let evicting = KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone());
+    let keeping = KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone());
+    for limiter in [&evicting, &keeping] {
+        assert!(limiter.check_n_at(&"k", 2, 500 * MS).unwrap().is_allowed());
+    }
+    clock.set(Duration::from_millis(1600));
+    evicting.evict_idle();
+    assert_eq!(evicting.len(), 0);
+    // The window [0, 1 s) is full; a check stamped 0.9 s must not find room in it.
+    let late = evicting.check_n_at(&"k", 1, 900 * MS).unwrap();
+    let reference = keeping.check_n_at(&"k", 1, 1600 * MS).unwrap();
+    assert_eq!(late, reference);
+}

@@ -55,7 +55,8 @@ impl Bucket {
     /// Nanoseconds to drain `amount` (2⁻³² units), rounded up.
     #[inline]
     fn time_for(&self, amount: u128) -> u64 {
-        // amount < 2⁶⁵ and window < 2⁶⁴, so the product fits.
+        // amount < 2⁶⁵ and window < 2⁶⁴: the product can exceed u128, so
+        // it saturates (to a wait longer than any clock can reach).
         let num = amount.saturating_mul(u128::from(self.quota.window_nanos()));
         clamp_ns(ceil_div(num, u128::from(self.quota.limit()) * ONE))
     }
@@ -95,7 +96,9 @@ impl Bucket {
             if mode == Mode::Consume {
                 *s = drained;
             }
-            let remaining = clamp_u32((cap - drained.level) / ONE);
+            // A quota shrunk at run time can leave more spent than the new
+            // burst holds: nothing remains, and that must not underflow.
+            let remaining = clamp_u32(cap.saturating_sub(drained.level) / ONE);
             Ok(Decision::deny(
                 limit,
                 window,
