@@ -1,7 +1,7 @@
 //! The example gateway over real loopback HTTP, driven by a real HTTP client
 //! (hyper): the rate limit, the in-flight limit and shadow mode as a user of
 //! the gateway sees them.
-#![cfg(feature = "tower")]
+#![cfg(all(feature = "tower", feature = "redis"))]
 
 #[path = "../examples/gateway/app.rs"]
 #[allow(dead_code)]
@@ -163,4 +163,46 @@ async fn shadow_mode_denies_nothing() {
         shadow_denied += usize::from(answer.headers.contains_key("x-ratelimit-shadow"));
     }
     assert_eq!(shadow_denied, 4);
+}
+
+/// Two gateways sharing one per-IP limit through a private redis-server:
+/// requests alternate between them and exactly the limit passes in total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_redis_share_one_limit() {
+    use weir_rate::redis::testing::RedisServer;
+    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
+    let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
+    else {
+        return;
+    };
+    let config = config(6);
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(&config))
+            .prefix("gateway-test")
+            .connect(Target::server(server.url()))
+            .await
+            .expect("connect to the private redis-server");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let service = app::router_on_redis(&config, limiter)
+            .into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, service).await });
+        gateways.push(addr);
+    }
+    let client = client();
+    let mut statuses = Vec::new();
+    for i in 0..10 {
+        let answer = get(&client, gateways[i % 2], "/").await;
+        assert_eq!(answer.headers["ratelimit-policy"], "\"per-ip\";q=6;w=60");
+        statuses.push(answer.status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        6,
+        "{statuses:?}"
+    );
+    assert!(statuses[6..].iter().all(|&s| s == 429), "{statuses:?}");
 }

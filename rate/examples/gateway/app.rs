@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_rate::http::{InflightLayer, KeyFn, RateLimitLayer};
+use weir_rate::http::{InflightLayer, KeyFn, KeyedCheck, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// What the gateway enforces.
@@ -48,13 +48,27 @@ fn client_ip<B>(request: &Request<B>) -> Option<IpAddr> {
         .map(|info| info.0.ip())
 }
 
+/// The quota the per-IP limit enforces.
+pub fn quota(config: &GatewayConfig) -> Quota {
+    Quota::new(config.limit.get(), config.window).expect("a non-zero limit over a non-zero window")
+}
+
+/// The router with an in-process per-IP limit.
+pub fn router(config: &GatewayConfig) -> Router {
+    let per_ip = Arc::new(KeyedLimiter::new(Gcra::new(quota(config))));
+    router_with(config, per_ip)
+}
+
+/// The router with the per-IP limit shared through Redis, so several
+/// gateway instances enforce one limit together.
+pub fn router_on_redis(config: &GatewayConfig, limiter: weir_rate::redis::RedisLimiter) -> Router {
+    router_with(config, Arc::new(limiter))
+}
+
 /// The router with its limits: per-IP rate limit outside (429), per-route
 /// in-flight limit inside (503), so a slow origin sheds load before it
 /// piles up, and a refused request is not charged to the in-flight count.
-pub fn router(config: &GatewayConfig) -> Router {
-    let quota = Quota::new(config.limit.get(), config.window)
-        .expect("a non-zero limit over a non-zero window");
-    let per_ip = Arc::new(KeyedLimiter::new(Gcra::new(quota)));
+fn router_with<Ch: KeyedCheck<IpAddr>>(config: &GatewayConfig, per_ip: Arc<Ch>) -> Router {
     let rate = RateLimitLayer::shared(per_ip, KeyFn::new(client_ip))
         .policy_name("per-ip")
         .cost_fn(|req: &Request<axum::body::Body>| if req.uri().path() == "/heavy" { 5 } else { 1 })

@@ -5,9 +5,14 @@
 //! * per route, an in-flight limit (pingora's per-origin connection limit):
 //!   503 when the origin is too slow to keep up.
 //!
+//! The per-IP limit is in-process by default; `--redis URL` shares it
+//! through Redis (GCRA, one Lua script per decision, failing open if Redis
+//! is unreachable), so several gateways enforce one limit together.
+//!
 //! ```sh
-//! cargo run -p weir-rate --features tower --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
+//! cargo run -p weir-rate --features tower,redis --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
 //! curl -i http://127.0.0.1:3000/
+//! cargo run -p weir-rate --features tower,redis --example gateway -- 127.0.0.1:3001 --redis redis://127.0.0.1:6379/
 //! ```
 
 mod app;
@@ -18,7 +23,7 @@ use std::time::Duration;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: gateway [ADDR] [--limit N] [--window SECS] [--inflight N] [--slow MS] [--shadow]"
+        "usage: gateway [ADDR] [--limit N] [--window SECS] [--inflight N] [--slow MS] [--shadow] [--redis URL]"
     );
     std::process::exit(2)
 }
@@ -33,6 +38,7 @@ fn parse<T: std::str::FromStr>(value: Option<String>) -> T {
 async fn main() -> std::io::Result<()> {
     let mut config = app::GatewayConfig::default();
     let mut addr: SocketAddr = "127.0.0.1:3000".parse().expect("valid address");
+    let mut redis: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -41,6 +47,7 @@ async fn main() -> std::io::Result<()> {
             "--inflight" => config.max_inflight = parse(args.next()),
             "--slow" => config.slow_origin = Duration::from_millis(parse(args.next())),
             "--shadow" => config.shadow = true,
+            "--redis" => redis = Some(args.next().unwrap_or_else(|| usage())),
             other => addr = other.parse().unwrap_or_else(|_| usage()),
         }
     }
@@ -49,6 +56,21 @@ async fn main() -> std::io::Result<()> {
         "gateway listening on http://{} with {config:?}",
         listener.local_addr()?
     );
-    let app = app::router(&config).into_make_service_with_connect_info::<SocketAddr>();
+    let router = match redis {
+        None => app::router(&config),
+        Some(url) => {
+            let limiter = weir_rate::redis::RedisLimiter::builder(
+                weir_rate::redis::Algorithm::Gcra,
+                app::quota(&config),
+            )
+            .prefix("gateway")
+            .connect(weir_rate::redis::Target::server(url))
+            .await
+            .map_err(std::io::Error::other)?;
+            println!("per-IP limit shared through Redis");
+            app::router_on_redis(&config, limiter)
+        }
+    };
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app).await
 }

@@ -55,6 +55,22 @@ where
     }
 }
 
+/// A Redis-backed limiter decides for any key it can name: the key's
+/// `Display` form becomes the Redis key (inside the limiter's hash tag).
+#[cfg(feature = "redis")]
+impl<K> KeyedCheck<K> for crate::redis::RedisLimiter
+where
+    K: std::fmt::Display + Send + 'static,
+{
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+    fn check_key(&self, key: K, cost: u32) -> Self::Future {
+        let limiter = self.clone();
+        let key = key.to_string();
+        Box::pin(async move { limiter.check_n(&key, cost).await })
+    }
+}
+
 type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 
 /// A tower layer that rate-limits requests per key.
