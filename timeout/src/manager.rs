@@ -119,6 +119,30 @@ pub(crate) struct ThreadTable {
     cancelled: AtomicU64,
     /// Set in a forked child for tables of threads that did not survive.
     abandoned: AtomicBool,
+    /// [`thread_serial`] of the thread that owns the cache and the memo.
+    /// `thread_local` gives an exited thread's table to the next thread it
+    /// starts; that thread must not inherit the cache or the memo.
+    owner: AtomicU64,
+}
+
+/// A number unique to the current thread for the life of the process (0:
+/// never). Unlike `thread_local`'s ids these are never reused.
+#[inline]
+fn thread_serial() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    std::thread_local! {
+        // `const` and without `Drop`: readable even from TLS destructors.
+        static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    SERIAL.with(|s| {
+        let v = s.get();
+        if v != 0 {
+            return v;
+        }
+        let v = NEXT.fetch_add(1, Ordering::Relaxed);
+        s.set(v);
+        v
+    })
 }
 
 /// A live registration: which bucket, which slot, and which table owns it.
@@ -400,6 +424,10 @@ impl Inner {
     #[inline]
     pub(crate) fn arm(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
         let table = self.tables.get_or(ThreadTable::default);
+        let me = thread_serial();
+        if table.owner.load(Ordering::Relaxed) != me {
+            self.adopt_table(table, me);
+        }
         let counter = self.clock.counter();
         for entry in &table.cache {
             if entry.duration.load(Ordering::Relaxed) != duration_ns {
@@ -425,6 +453,45 @@ impl Inner {
             break;
         }
         self.arm_slow(table, counter, duration_ns, waker)
+    }
+
+    /// The current thread got `table` (new, or left by a thread that exited
+    /// and whose id `thread_local` recycled): drop the cache entries and the
+    /// paused-clock memo, which describe the previous owner. Its armed timers
+    /// stay in the map and fire as usual.
+    #[cold]
+    fn adopt_table(&self, table: &ThreadTable, me: u64) {
+        let mut to_free = Vec::new();
+        {
+            let mut map = table.map.lock();
+            for entry in &table.cache {
+                let old = entry.bucket.swap(ptr::null_mut(), Ordering::Relaxed);
+                entry.duration.store(0, Ordering::Relaxed);
+                entry.start.store(0, Ordering::Relaxed);
+                entry.span.store(0, Ordering::Relaxed);
+                if let Some(old) = NonNull::new(old) {
+                    // SAFETY: the cache's hold kept `old` alive until now.
+                    let old_ref = unsafe { old.as_ref() };
+                    let old_tick = old_ref.tick;
+                    let (cancelled, free) = old_ref.uncache(|| {
+                        map.remove(&old_tick);
+                    });
+                    table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+                    if free {
+                        to_free.push(old);
+                    }
+                }
+            }
+        }
+        table.cache_victim.store(0, Ordering::Relaxed);
+        table.tokio_check.store(0, Ordering::Relaxed);
+        table.owner.store(me, Ordering::Relaxed);
+        // Outside the table lock: freeing drops the stale wakers the bucket
+        // kept, and dropping a task can drop a timer of this very table.
+        for b in to_free {
+            // SAFETY: that was the last hold.
+            unsafe { free_bucket(self, b) };
+        }
     }
 
     #[cold]
@@ -459,7 +526,8 @@ impl Inner {
         }
 
         let mut created = false;
-        let (bucket, slot) = {
+        let mut to_free = None;
+        let bucket = {
             let mut map = table.map.lock();
             let bucket = match map.get(&tick) {
                 Some(b) => b.0,
@@ -501,8 +569,7 @@ impl Inner {
                     });
                     table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
                     if free {
-                        // SAFETY: that was the last hold.
-                        unsafe { free_bucket(self, old) };
+                        to_free = Some(old);
                     }
                 }
             }
@@ -514,10 +581,21 @@ impl Inner {
             entry.start.store(counter, Ordering::Relaxed);
             entry
                 .span
-                .store(self.clock.window(counter, now, slack), Ordering::Relaxed);
-            // SAFETY: as above.
-            (bucket, unsafe { bucket.as_ref() }.register(waker))
+                .store(self.clock.window(slack), Ordering::Relaxed);
+            bucket
         };
+        // Freeing a bucket drops the stale wakers it kept, and registering
+        // may drop one too; dropping the last reference to a task can drop a
+        // timer whose disarm takes this table's lock, so neither happens
+        // under it.
+        if let Some(old) = to_free {
+            // SAFETY: that was the last hold.
+            unsafe { free_bucket(self, old) };
+        }
+        // SAFETY: the cache entry's hold, which only this thread releases,
+        // keeps `bucket` alive. If the sweeper fires it first, the deadline
+        // has passed and `register` says so, as on the cached path.
+        let slot = unsafe { bucket.as_ref() }.register(waker);
         if created {
             self.ensure_sweeper();
             if self.planned.lower(tick) {
