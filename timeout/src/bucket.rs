@@ -108,39 +108,47 @@ impl Bucket {
 
     /// Subscribe a waiter. Returns its slot, or `None` if the tick has
     /// already fired (the deadline has passed: the waiter is elapsed and
-    /// holds nothing).
+    /// holds nothing). Must not be called under a table lock: it may drop a
+    /// stale waker, and with it a task and that task's timers.
     #[inline]
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
         let mut st = self.state.lock();
         if st.fired {
             return None;
         }
-        st.live += 1;
-        match st.free.pop() {
-            Some(slot) => {
+        // Nothing is changed until the waker is cloned and the slot index
+        // checked (either may panic): an unwind leaves the state as it was,
+        // with no registration counted that nobody holds.
+        let slot = match st.free.last() {
+            Some(&slot) => {
                 let slot = slot as usize;
-                let entry = &mut st.slots[slot];
-                entry.armed = true;
-                match &entry.waker {
-                    Some(w) if w.will_wake(waker) => {}
+                let stale = match &st.slots[slot].waker {
+                    Some(w) if w.will_wake(waker) => None,
                     _ => {
-                        let stale = entry.waker.replace(waker.clone());
-                        drop(st);
-                        drop(stale);
+                        let new = waker.clone();
+                        st.slots[slot].waker.replace(new)
                     }
+                };
+                st.free.pop();
+                st.slots[slot].armed = true;
+                st.live += 1;
+                if stale.is_some() {
+                    drop(st);
+                    // The caller holds no table lock (see `Bucket::fire`).
+                    drop(stale);
                 }
-                Some(slot)
+                return Some(slot);
             }
-            None => {
-                let slot = st.slots.len();
-                assert!(slot < u32::MAX as usize, "fewer than 2^32 waiters per tick");
-                st.slots.push(Slot {
-                    waker: Some(waker.clone()),
-                    armed: true,
-                });
-                Some(slot)
-            }
-        }
+            None => st.slots.len(),
+        };
+        assert!(slot < u32::MAX as usize, "fewer than 2^32 waiters per tick");
+        let waker = waker.clone();
+        st.slots.push(Slot {
+            waker: Some(waker),
+            armed: true,
+        });
+        st.live += 1;
+        Some(slot)
     }
 
     /// Whether the tick has fired, without the lock. `Acquire` pairs with the
@@ -227,9 +235,12 @@ impl Bucket {
     }
 
     /// Fire the tick: the caller (the sweeper) has removed the bucket from
-    /// its table. Returns the wakers to wake (after the lock is released),
-    /// the cancellations to add to the table's counter, and whether to free.
-    pub(crate) fn fire(&self) -> (Vec<Waker>, u64, bool) {
+    /// its table. Returns the wakers to wake, the stale wakers of free slots
+    /// to drop, the cancellations to add to the table's counter, and whether
+    /// to free. Both vectors must be dropped after the table lock is
+    /// released: dropping the last reference to a task drops its timers,
+    /// whose disarm may take that lock.
+    pub(crate) fn fire(&self) -> (Vec<Waker>, Vec<Waker>, u64, bool) {
         let mut st = self.state.lock();
         st.fired = true;
         self.fired.store(true, Ordering::Release);
@@ -239,13 +250,18 @@ impl Bucket {
         let cancelled = std::mem::take(&mut st.cancelled);
         let free = st.release_decision() == Release::Free;
         drop(st);
-        // Stale wakers of free slots are dropped here, outside the lock.
-        let wakers = slots
-            .into_iter()
-            .filter(|s| s.armed)
-            .filter_map(|s| s.waker)
-            .collect();
-        (wakers, cancelled, free)
+        let mut wakers = Vec::with_capacity(slots.len());
+        let mut stale = Vec::new();
+        for slot in slots {
+            if let Some(w) = slot.waker {
+                if slot.armed {
+                    wakers.push(w);
+                } else {
+                    stale.push(w);
+                }
+            }
+        }
+        (wakers, stale, cancelled, free)
     }
 
     /// (live registrations, armed waiters, pending cancellations), for metrics.
@@ -328,6 +344,46 @@ mod tests {
         }
     }
 
+    fn panicking_clone(_: *const ()) -> std::task::RawWaker {
+        panic!("clone failed");
+    }
+    fn nop(_: *const ()) {}
+    static PANICKING: std::task::RawWakerVTable =
+        std::task::RawWakerVTable::new(panicking_clone, nop, nop, nop);
+
+    /// A waker whose clone panics leaves no registration behind: the bucket
+    /// is still freed by its last real hold.
+    #[test]
+    fn a_panicking_waker_clone_counts_no_registration() {
+        // SAFETY: the vtable's functions ignore the data pointer.
+        let bad =
+            unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &PANICKING)) };
+        let b = Bucket::new(1, false);
+        // New slot.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.register(&bad)));
+        assert!(r.is_err());
+        assert_eq!(b.stats(), (0, 0, 0));
+        // Reused free slot holding another waker.
+        let slot = b.register(Waker::noop()).unwrap();
+        assert_eq!(b.cancel(slot), Release::Unlink);
+        assert!(b.finish_unlink(|| {}).1, "freed by its last hold");
+        let b = Bucket::new(1, true);
+        let slot = b.register(Waker::noop()).unwrap();
+        assert_eq!(b.cancel(slot), Release::Keep);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.register(&bad)));
+        assert!(r.is_err());
+        assert_eq!(b.stats(), (0, 0, 1));
+        // The slot is still free and reusable.
+        assert_eq!(b.register(Waker::noop()), Some(slot));
+        assert_eq!(b.cancel(slot), Release::Keep);
+        let (wakers, stale, _, free) = b.fire();
+        assert!(wakers.is_empty());
+        assert_eq!(stale.len(), 1);
+        // Only the cache's hold is left.
+        assert!(!free);
+        assert!(b.uncache(|| {}).1, "freed by its last hold");
+    }
+
     proptest! {
         /// Whatever the order of arming, cancelling, firing and cache
         /// moves, the bucket is freed exactly once, after its last holder,
@@ -357,7 +413,7 @@ mod tests {
                     Op::Fire if m.in_table => {
                         m.in_table = false;
                         m.fired = true;
-                        let (wakers, _, free) = b.fire();
+                        let (wakers, _, _, free) = b.fire();
                         prop_assert_eq!(wakers.len(), m.live.len());
                         m.freed(free);
                     }
@@ -386,7 +442,7 @@ mod tests {
             }
             if m.frees == 0 && m.in_table {
                 m.in_table = false;
-                let (_, _, free) = b.fire();
+                let (_, _, _, free) = b.fire();
                 m.freed(free);
             }
             prop_assert_eq!(m.frees, 1);

@@ -800,6 +800,9 @@ impl Inner {
         let due = clock::due_tick(now, self.resolution_ns);
         let mut earliest = u64::MAX;
         let mut wakers = Vec::new();
+        // Stale wakers of free slots: dropped once no table lock is held
+        // (see `Bucket::fire`).
+        let mut stale = Vec::new();
         for table in self.tables.iter() {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
@@ -814,10 +817,11 @@ impl Inner {
                 }
                 let b = entry.remove();
                 // SAFETY: the table's hold, now ours, keeps it alive.
-                let (w, c, free) = unsafe { b.0.as_ref() }.fire();
+                let (w, s, c, free) = unsafe { b.0.as_ref() }.fire();
                 fired += w.len() as u64;
                 cancelled += c;
                 wakers.extend(w);
+                stale.extend(s);
                 if free {
                     // SAFETY: that was the last hold.
                     unsafe { free_bucket(self, b.0) };
@@ -827,6 +831,8 @@ impl Inner {
             table.fired.fetch_add(fired, Ordering::Relaxed);
             table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
         }
+        // Dropping a task may panic too; keep the sweeper alive.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(stale)));
         for w in wakers {
             // A panicking waker must not take the sweeper (and with it every
             // timer of the manager) down with it.

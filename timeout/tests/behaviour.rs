@@ -442,3 +442,51 @@ fn a_panicking_waker_does_not_stop_the_sweeper() {
     assert!(start.elapsed() >= ms(5));
     assert_eq!(m.metrics().sweeper_threads_started, 1);
 }
+
+/// A waker whose task owns a timer: dropping the last reference to the waker
+/// drops (disarms) the timer, as dropping a task drops its futures.
+struct TaskOwningATimer {
+    _timer: std::sync::Mutex<Pin<Box<weir_timeout::Sleep>>>,
+}
+
+impl Wake for TaskOwningATimer {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// A free slot keeps its last waker. When the sweeper fires that bucket and
+/// drops the stale waker, the task it frees may drop a timer armed on the
+/// same thread's table, whose disarm takes that table's lock: the sweeper
+/// must not be holding it (it used to deadlock).
+#[test]
+fn dropping_a_stale_waker_while_firing_does_not_deadlock() {
+    let m = TimerManager::new(ms(10)).unwrap();
+    // A long timer whose bucket is in the table but no longer cached, so
+    // dropping its last waiter takes the table lock to unlink it.
+    let mut long = Box::pin(m.sleep(Duration::from_secs(3600)));
+    assert!(poll_once(&mut long, Waker::noop()).is_pending());
+    for d in 1..=4 {
+        // Four other durations push the hour out of the 4-entry cache.
+        let mut other = Box::pin(m.sleep(Duration::from_secs(100 + d)));
+        assert!(poll_once(&mut other, Waker::noop()).is_pending());
+    }
+    let task = Arc::new(TaskOwningATimer {
+        _timer: std::sync::Mutex::new(long),
+    });
+    let waker = Waker::from(task);
+    // A short timer armed and cancelled by that task: its free slot keeps
+    // the task's waker, now the last reference.
+    let mut short = Box::pin(m.sleep(ms(20)));
+    assert!(poll_once(&mut short, &waker).is_pending());
+    drop(short);
+    drop(waker);
+    // The sweeper fires the short tick within ~30 ms. Afterwards every
+    // table lock must be free: `metrics` takes each of them.
+    std::thread::sleep(ms(200));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let m2 = m.clone();
+    std::thread::spawn(move || tx.send(m2.metrics()).unwrap());
+    let metrics = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the sweeper deadlocked on the table lock");
+    assert_eq!(metrics.waiters, 0);
+}
