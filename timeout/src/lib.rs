@@ -63,11 +63,11 @@ pub use manager::{
     DEFAULT_RESOLUTION, InvalidResolution, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
 };
 
-/// Stop the global manager's sweeper before `fork()`; see
-/// [`TimerManager::pause_for_fork`].
+/// Stop the global manager's sweeper before `fork()`; `false` if it did not
+/// stop in time (then do not fork). See [`TimerManager::pause_for_fork`].
 #[cfg(not(loom))]
-pub fn pause_for_fork() {
-    TimerManager::global().pause_for_fork();
+pub fn pause_for_fork() -> bool {
+    TimerManager::global().pause_for_fork()
 }
 
 /// Resume the global manager after `fork()`, in parent and child; see

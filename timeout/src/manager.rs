@@ -34,6 +34,12 @@
 //! held, and starts a fresh sweeper at once. pingora's child instead waits
 //! for a 2 s watchdog. Timers armed during the pause are kept and fire when
 //! due after `unpause`, never early.
+//!
+//! `pause_for_fork` is required, not a courtesy: a sweeper caught by
+//! `fork()` in the middle of a sweep holds the forking thread's table lock
+//! or one of its buckets' locks, and a child that inherits that lock
+//! deadlocks on its first timer there. Restarting the sweeper does not
+//! release it.
 
 use crate::bucket::{Bucket, Release};
 use crate::clock::{self, Clock};
@@ -238,8 +244,18 @@ impl Drop for Inner {
 /// Counters a user can read from a [`TimerManager`].
 ///
 /// ```
-/// let metrics = weir_timeout::TimerManager::global().metrics();
-/// assert!(metrics.fired >= 0);
+/// use std::time::Duration;
+/// use weir_timeout::TimerManager;
+///
+/// let manager = TimerManager::new(Duration::from_millis(1)).unwrap();
+/// assert_eq!(manager.metrics().sweeper_threads_started, 0);
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// manager.sleep(Duration::from_millis(2)).await;
+/// # });
+/// let metrics = manager.metrics();
+/// assert_eq!(metrics.fired, 1);
+/// assert_eq!(metrics.waiters, 0);
+/// assert_eq!(metrics.sweeper_threads_started, 1);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -372,9 +388,12 @@ impl TimerManager {
     }
 
     /// Stop the sweeper so that no lock of this manager is held by it across
-    /// a `fork()`. Returns once the sweeper has stopped (or at once if it
-    /// never started). Call [`unpause`](Self::unpause) in both parent and
-    /// child afterwards.
+    /// a `fork()`. Returns `true` once the sweeper has stopped (at once if it
+    /// never started), or `false` if it did not stop within 2 s (it is busy
+    /// waking a huge tick, or starved of CPU): forking then is not safe,
+    /// since the child may inherit a lock the sweeper holds. Call
+    /// [`unpause`](Self::unpause) in both parent and child afterwards, in
+    /// either case.
     ///
     /// Timers may still be armed while paused; they fire when due after
     /// `unpause`, never before their deadline. Fork from a point where no
@@ -384,12 +403,12 @@ impl TimerManager {
     ///
     /// ```
     /// let manager = weir_timeout::TimerManager::global();
-    /// manager.pause_for_fork();
+    /// assert!(manager.pause_for_fork());
     /// // ... fork() here ...
     /// manager.unpause();
     /// ```
-    pub fn pause_for_fork(&self) {
-        self.inner.pause_for_fork();
+    pub fn pause_for_fork(&self) -> bool {
+        self.inner.pause_for_fork()
     }
 
     /// Resume after [`pause_for_fork`](Self::pause_for_fork). In a forked
@@ -759,22 +778,27 @@ impl Inner {
         self.planned.reset();
     }
 
-    fn pause_for_fork(&self) {
+    fn pause_for_fork(&self) -> bool {
         self.paused.store(true, Ordering::SeqCst);
         if self.sweeper_pid.load(Ordering::Acquire) != std::process::id() {
-            return;
+            return true;
         }
         self.unpark_sweeper();
         // The sweeper acknowledges at its next loop turn, a few microseconds
-        // away unless it is busy waking a large tick.
+        // away unless it is busy waking a large tick. `PAUSED` seen after
+        // our store of `paused` is current: the sweeper stores `RUNNING`
+        // before it reads `paused` (see `sweep`), so a `PAUSED` left from an
+        // earlier pause is overwritten before any sweep starts, and the
+        // sweeper that overwrote it then reads our `true`.
         let start = std::time::Instant::now();
         while self.sweeper_state.load(Ordering::SeqCst) != SWEEPER_PAUSED {
             if start.elapsed() > Duration::from_secs(2) {
-                break;
+                return false;
             }
             thread::sleep(Duration::from_micros(50));
             self.unpark_sweeper();
         }
+        true
     }
 
     fn unpause(self: &Arc<Self>) {
@@ -790,11 +814,15 @@ impl Inner {
     /// One pass of the sweeper. Returns how long to park (`None`: until
     /// unparked).
     fn sweep(&self) -> Option<Duration> {
+        // `RUNNING` first, then the check: a pauser that stores `paused` and
+        // then reads a `PAUSED` left from an earlier pause cannot miss a
+        // sweep that read the old `paused == false` (SeqCst orders the four
+        // accesses; see `pause_for_fork`).
+        self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
         if self.paused.load(Ordering::SeqCst) {
             self.sweeper_state.store(SWEEPER_PAUSED, Ordering::SeqCst);
             return None;
         }
-        self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
         self.planned.reset();
         let now = self.clock.now_ns();
         let due = clock::due_tick(now, self.resolution_ns);

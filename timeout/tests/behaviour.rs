@@ -273,7 +273,7 @@ fn timers_armed_during_a_fork_pause_do_not_fire_early() {
     // pingora hands out an already-fired timer while paused.
     let m = TimerManager::new(ms(1)).unwrap();
     block_on(m.sleep(ms(2))); // the sweeper is running
-    m.pause_for_fork();
+    assert!(m.pause_for_fork());
     // Taken before the unpauser starts its 40 ms, so `took` below is at
     // least as long as the pause.
     let start = Instant::now();

@@ -51,7 +51,7 @@ fn a_forked_child_fires_timers_without_a_gap() {
         "a 60 s sleep is pending"
     );
 
-    manager.pause_for_fork();
+    assert!(manager.pause_for_fork(), "the sweeper stopped");
     // SAFETY: the child only runs Rust code that allocates and spawns a
     // thread (safe with glibc's fork handlers), then leaves with `_exit`.
     let pid = unsafe { libc::fork() };
