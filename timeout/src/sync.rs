@@ -17,6 +17,7 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
 mod spin {
     use std::cell::UnsafeCell;
+    use std::marker::PhantomData;
     use std::ops::{Deref, DerefMut};
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -52,7 +53,10 @@ mod spin {
             {
                 self.lock_slow();
             }
-            LockGuard { lock: self }
+            LockGuard {
+                lock: self,
+                _not_auto: PhantomData,
+            }
         }
 
         #[cold]
@@ -82,9 +86,19 @@ mod spin {
     }
 
     /// Proof that the lock is held; unlocks on drop.
+    ///
+    /// Neither `Send` (unlocking belongs to the locking thread, as with
+    /// `std`'s guards) nor automatically `Sync`: sharing `&LockGuard` gives
+    /// `&T` to other threads, which needs `T: Sync`, while `&Lock<T>` alone
+    /// would make the guard `Sync` whenever `T: Send`.
     pub(crate) struct LockGuard<'a, T> {
         lock: &'a Lock<T>,
+        _not_auto: PhantomData<*const ()>,
     }
+
+    // SAFETY: a shared guard only hands out `&T` (`Deref`), so sharing it
+    // between threads is sound exactly when `T: Sync`.
+    unsafe impl<T: Sync> Sync for LockGuard<'_, T> {}
 
     impl<T> Deref for LockGuard<'_, T> {
         type Target = T;
