@@ -48,15 +48,23 @@ fn no_lost_wakeup_when_the_tick_fires_while_arming() {
             Some(slot) => bucket.poll_slot(slot, &waker),
         };
         let woke = sweeper.join().unwrap();
+        // The property itself: a waiter that saw no fire when it last looked
+        // (and so returns `Pending`) is woken once the tick fires.
+        if !fired_now {
+            assert_eq!(woken.0.load(Ordering::SeqCst), 1, "lost wake-up");
+        }
         match registered {
-            None => assert_eq!(woke, 0),
+            None => {
+                assert!(fired_now);
+                assert_eq!(woke, 0);
+                assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+            }
             Some(slot) => {
                 // Registered before the fire: it must be woken exactly once,
                 // and a later poll must see the fire.
                 assert_eq!(woke, 1);
                 assert_eq!(woken.0.load(Ordering::SeqCst), 1);
                 assert!(bucket.poll_slot(slot, &waker));
-                let _ = fired_now;
             }
         }
     });
