@@ -211,12 +211,35 @@ impl Decision {
 
     /// The `RateLimit` field value for a policy called `name`.
     pub fn ratelimit(&self, name: &str) -> String {
-        format!(
-            "{};r={};t={}",
-            Quoted(name),
-            self.remaining(),
-            ceil_secs(self.reset_after)
-        )
+        self.ratelimit_for(&PolicyName::new(name))
+    }
+
+    /// [`ratelimit`](Self::ratelimit) for a name quoted once in advance:
+    /// one allocation and no formatting machinery, for servers that render
+    /// this field on every response.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_limits::clock::ManualClock;
+    /// use weir_rate::{FixedWindow, PolicyName, Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::with_clock(
+    ///     FixedWindow::new(Quota::per_minute(NonZeroU32::new(5).unwrap())),
+    ///     ManualClock::new(),
+    /// );
+    /// let api = PolicyName::new("api");
+    /// let d = limiter.check();
+    /// assert_eq!(d.ratelimit_for(&api), d.ratelimit("api"));
+    /// assert_eq!(d.ratelimit_for(&api), "\"api\";r=4;t=60");
+    /// ```
+    pub fn ratelimit_for(&self, policy: &PolicyName) -> String {
+        let mut out = String::with_capacity(policy.0.len() + 26);
+        out.push_str(&policy.0);
+        out.push_str(";r=");
+        push_decimal(&mut out, u64::from(self.remaining()));
+        out.push_str(";t=");
+        push_decimal(&mut out, ceil_secs(self.reset_after));
+        out
     }
 
     /// The `Retry-After` value (whole seconds, rounded up) for a denial.
@@ -279,6 +302,40 @@ impl Decision {
 
 /// An RFC 8941 string: quotes and backslashes escaped, other characters
 /// outside printable ASCII replaced by `?`.
+/// A policy name rendered once as an RFC 8941 string (quoted, escaped), for
+/// [`Decision::ratelimit_for`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyName(String);
+
+impl PolicyName {
+    /// Quote `name` (non-printable characters become `?`).
+    pub fn new(name: &str) -> Self {
+        Self(Quoted(name).to_string())
+    }
+
+    /// The quoted form, e.g. `"api"`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Append `n` in decimal without the formatting machinery.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
 struct Quoted<'a>(&'a str);
 
 impl fmt::Display for Quoted<'_> {
@@ -334,6 +391,15 @@ impl std::error::Error for NeverAllowed {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_render_like_display() {
+        for n in [0u64, 7, 10, 99, 1000, 4_294_967_295, u64::MAX] {
+            let mut out = String::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+    }
 
     #[test]
     fn combining_does_not_depend_on_order() {

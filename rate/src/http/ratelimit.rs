@@ -10,12 +10,14 @@
 
 use super::key::KeyExtractor;
 use super::response::{Rejection, reject};
-use crate::{Decision, KeyedLimiter, Limiter, NeverAllowed, SketchLimiter, clock::Clock};
+use crate::{
+    Decision, KeyedLimiter, Limiter, NeverAllowed, PolicyName, SketchLimiter, clock::Clock,
+};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::{Future, Ready, ready};
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
@@ -71,6 +73,9 @@ where
     }
 }
 
+/// A quota's `(limit, window)` and its rendered `RateLimit-Policy` value.
+type PolicyHeader = ((u32, std::time::Duration), HeaderValue);
+
 type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 
 /// A tower layer that rate-limits requests per key.
@@ -91,6 +96,11 @@ pub struct RateLimitLayer<Ch, X, B = ()> {
     extractor: X,
     cost: Option<CostFn<B>>,
     policy: Arc<str>,
+    /// The policy name quoted once, for the per-response `RateLimit` field.
+    quoted: Arc<PolicyName>,
+    /// The `RateLimit-Policy` value of the first quota seen (services are
+    /// cloned per request by some routers, so it lives here, shared).
+    policy_header: Arc<OnceLock<PolicyHeader>>,
     denied_status: StatusCode,
     shadow: bool,
 }
@@ -102,6 +112,8 @@ impl<Ch, X: Clone, B> Clone for RateLimitLayer<Ch, X, B> {
             extractor: self.extractor.clone(),
             cost: self.cost.clone(),
             policy: Arc::clone(&self.policy),
+            quoted: Arc::clone(&self.quoted),
+            policy_header: Arc::clone(&self.policy_header),
             denied_status: self.denied_status,
             shadow: self.shadow,
         }
@@ -134,6 +146,8 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
             extractor,
             cost: None,
             policy: Arc::from("default"),
+            quoted: Arc::new(PolicyName::new("default")),
+            policy_header: Arc::new(OnceLock::new()),
             denied_status: StatusCode::TOO_MANY_REQUESTS,
             shadow: false,
         }
@@ -142,6 +156,8 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// The name of the policy in the `RateLimit` header fields.
     pub fn policy_name(mut self, name: &str) -> Self {
         self.policy = Arc::from(name);
+        self.quoted = Arc::new(PolicyName::new(name));
+        self.policy_header = Arc::new(OnceLock::new());
         self
     }
 
@@ -174,7 +190,6 @@ impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
         RateLimitService {
             inner,
             layer: Arc::new(self.clone()),
-            policy_cache: None,
         }
     }
 }
@@ -184,7 +199,6 @@ pub struct RateLimitService<S, Ch, X, B> {
     inner: S,
     /// Shared: services are cloned per connection (and by axum per request).
     layer: Arc<RateLimitLayer<Ch, X, B>>,
-    policy_cache: Option<((u32, std::time::Duration), HeaderValue)>,
 }
 
 impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
@@ -192,7 +206,6 @@ impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
         Self {
             inner: self.inner.clone(),
             layer: Arc::clone(&self.layer),
-            policy_cache: self.policy_cache.clone(),
         }
     }
 }
@@ -211,17 +224,19 @@ impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug
 impl<S, Ch, X, B> RateLimitService<S, Ch, X, B> {
     /// The `RateLimit-Policy` value for this decision's quota, formatted
     /// once per quota rather than per request.
-    fn policy_header(&mut self, decision: &Decision) -> Option<HeaderValue> {
+    fn policy_header(&self, decision: &Decision) -> Option<HeaderValue> {
         let quota = (decision.limit(), decision.window());
-        match &self.policy_cache {
-            Some((cached, value)) if *cached == quota => Some(value.clone()),
-            _ => {
-                let value =
-                    HeaderValue::from_str(&decision.ratelimit_policy(&self.layer.policy)).ok()?;
-                self.policy_cache = Some((quota, value.clone()));
-                Some(value)
+        // Read-only after the first request, so cores share the line
+        // without bouncing it; a quota changed at run time is formatted
+        // per request (correct, just slower).
+        if let Some((cached, value)) = self.layer.policy_header.get() {
+            if *cached == quota {
+                return Some(value.clone());
             }
         }
+        let value = HeaderValue::from_str(&decision.ratelimit_policy(&self.layer.policy)).ok()?;
+        let _ = self.layer.policy_header.set((quota, value.clone()));
+        Some(value)
     }
 }
 
@@ -235,10 +250,11 @@ struct DecisionHeaders {
 }
 
 impl DecisionHeaders {
-    fn new(decision: &Decision, policy_name: &str, policy: Option<HeaderValue>) -> Self {
+    fn new(decision: &Decision, policy_name: &PolicyName, policy: Option<HeaderValue>) -> Self {
         Self {
             policy,
-            ratelimit: HeaderValue::from_str(&decision.ratelimit(policy_name)).ok(),
+            // From a String: the header takes the buffer without copying.
+            ratelimit: HeaderValue::try_from(decision.ratelimit_for(policy_name)).ok(),
             retry_after: decision
                 .retry_after_header()
                 .and_then(|v| HeaderValue::from_str(&v).ok()),
@@ -347,7 +363,7 @@ where
             Err(never) => answered(never_allowed(never, self.layer.denied_status)),
             Ok(decision) => {
                 let policy = self.policy_header(&decision);
-                let headers = DecisionHeaders::new(&decision, &self.layer.policy, policy);
+                let headers = DecisionHeaders::new(&decision, &self.layer.quoted, policy);
                 if !decision.is_allowed() && !shadow {
                     let mut response = Response::new(ResBody::default());
                     *response.status_mut() = self.layer.denied_status;
@@ -383,6 +399,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let policy = Arc::clone(&self.layer.policy);
+        let quoted = Arc::clone(&self.layer.quoted);
         let denied_status = self.layer.denied_status;
         let shadow = self.layer.shadow;
         RateLimitFuture::Waiting {
@@ -397,7 +414,7 @@ where
                     Err(never) => return Ok(never_allowed(never, denied_status)),
                 };
                 let policy_value = HeaderValue::from_str(&decision.ratelimit_policy(&policy)).ok();
-                let headers = DecisionHeaders::new(&decision, &policy, policy_value);
+                let headers = DecisionHeaders::new(&decision, &quoted, policy_value);
                 if !decision.is_allowed() && !shadow {
                     let mut response = Response::new(ResBody::default());
                     *response.status_mut() = denied_status;
@@ -515,6 +532,21 @@ mod tests {
         assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(never.headers().get("retry-after").is_none());
         assert!(never.headers().contains_key("x-ratelimit-error"));
+    }
+
+    #[tokio::test]
+    async fn a_quota_changed_at_run_time_shows_in_the_policy_header() {
+        let (limiter, _clock) = per_minute(3);
+        let limiter = Arc::new(limiter);
+        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey).layer(hello());
+        let before = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(before.headers()["ratelimit-policy"], "\"default\";q=3;w=60");
+        limiter.replace(FixedWindow::new(Quota::per_minute(
+            NonZeroU32::new(5).unwrap(),
+        )));
+        let after = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(after.headers()["ratelimit-policy"], "\"default\";q=5;w=60");
+        assert_eq!(after.headers()["ratelimit"], "\"default\";r=3;t=60");
     }
 
     #[tokio::test]
