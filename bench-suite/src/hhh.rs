@@ -9,9 +9,9 @@ use crate::alloc;
 use crate::report::{Report, Table, thousands};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use weir_hhh::random::{RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+use weir_hhh::sim::{self, Scenario};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
@@ -148,107 +148,9 @@ pub fn time_parse_classify<R: RandomSource>(
     Timing { wall, cpu }
 }
 
-/// The paper's three scenarios (plus rakelimit's attack-propagation check),
-/// as `(file stem, title, limit, scenario)`.
+/// The paper's scenarios, as `(file stem, title, limit, scenario)`.
 pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
-    let fixed = |s: &str| Addr::Fixed(s.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
-    let any4 = Addr::Random {
-        base: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        prefix: 0,
-    };
-    vec![
-        (
-            "hhh-scenario-1",
-            "Scenario 1: 100 pps flood from one address and port, 5 pps legit from the same /24, limit 25 pps",
-            25,
-            Scenario {
-                duration: Duration::from_secs(60),
-                seed: 1,
-                streams: vec![
-                    Stream::new(
-                        "flood",
-                        100,
-                        fixed("10.1.1.1"),
-                        Port::Fixed(80),
-                        fixed("192.0.2.1"),
-                        Port::Fixed(53),
-                    ),
-                    Stream::new(
-                        "legit",
-                        5,
-                        fixed("10.1.1.2"),
-                        Port::Fixed(80),
-                        fixed("192.0.2.1"),
-                        Port::Fixed(53),
-                    ),
-                ],
-            },
-        ),
-        (
-            "hhh-scenario-2",
-            "Scenario 2: reflection attack (random sources, source port 53) at 100 pps beside 100 pps of random 4-tuples, limit 25 pps",
-            25,
-            Scenario {
-                duration: Duration::from_secs(60),
-                seed: 2,
-                streams: vec![
-                    Stream::new(
-                        "attack",
-                        100,
-                        any4,
-                        Port::Fixed(53),
-                        fixed("192.0.2.1"),
-                        Port::Fixed(443),
-                    ),
-                    Stream::new("random", 100, any4, Port::Random, any4, Port::Random),
-                ],
-            },
-        ),
-        (
-            "hhh-scenario-3",
-            "Scenario 3: 1 M pps for 5 s against a limit of 250 k pps",
-            250_000,
-            Scenario {
-                duration: Duration::from_secs(5),
-                seed: 3,
-                streams: vec![Stream::new(
-                    "flood",
-                    1_000_000,
-                    fixed("10.9.9.9"),
-                    Port::Fixed(1234),
-                    fixed("192.0.2.1"),
-                    Port::Fixed(443),
-                )],
-            },
-        ),
-        (
-            "hhh-attack-propagation",
-            "rakelimit's attack propagation: 3x the limit from 7.6.5.4:53 beside limit/2 from 7.6.5.4 on random ports, limit 2645 pps",
-            2645,
-            Scenario {
-                duration: Duration::from_secs(10),
-                seed: 6,
-                streams: vec![
-                    Stream::new(
-                        "attack",
-                        3 * 2645,
-                        fixed("7.6.5.4"),
-                        Port::Fixed(53),
-                        fixed("1.2.3.4"),
-                        Port::Fixed(443),
-                    ),
-                    Stream::new(
-                        "legit",
-                        2645 / 2,
-                        fixed("7.6.5.4"),
-                        Port::Random,
-                        fixed("1.2.3.4"),
-                        Port::Fixed(443),
-                    ),
-                ],
-            },
-        ),
-    ]
+    weir_hhh::sim::paper::all()
 }
 
 /// The weir-hhh section of the report.

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+use weir_hhh::sim::{self, Addr, Port, Scenario, Stream, paper};
 use weir_hhh::{AddrScope, Classifier, Generalisation, PortScope, Verdict};
 use weir_limits::clock::ManualClock;
 
@@ -28,29 +28,8 @@ fn classifier<R: RandomSource>(limit: u64, random: R) -> Classifier<ManualClock,
 /// legitimate traffic from another address of the same /24.
 #[test]
 fn scenario_1_single_address_and_port() {
-    let rake = classifier(25, SeededRandom::new(1));
-    let scenario = Scenario {
-        duration: Duration::from_secs(60),
-        seed: 1,
-        streams: vec![
-            Stream::new(
-                "flood",
-                100,
-                fixed("10.1.1.1"),
-                Port::Fixed(80),
-                fixed("192.0.2.1"),
-                Port::Fixed(53),
-            ),
-            Stream::new(
-                "legit",
-                5,
-                fixed("10.1.1.2"),
-                Port::Fixed(80),
-                fixed("192.0.2.1"),
-                Port::Fixed(53),
-            ),
-        ],
-    };
+    let (limit, scenario) = paper::single_flood();
+    let rake = classifier(limit, SeededRandom::new(1));
     let out = sim::run(&scenario, &rake);
     let flood = out.stream("flood").unwrap();
     let legit = out.stream("legit").unwrap();
@@ -74,26 +53,8 @@ fn scenario_1_single_address_and_port() {
 /// fully random 4-tuples.
 #[test]
 fn scenario_2_reflection_attack() {
-    let rake = classifier(25, SeededRandom::new(2));
-    let any4 = Addr::Random {
-        base: ip("0.0.0.0"),
-        prefix: 0,
-    };
-    let scenario = Scenario {
-        duration: Duration::from_secs(60),
-        seed: 2,
-        streams: vec![
-            Stream::new(
-                "attack",
-                100,
-                any4,
-                Port::Fixed(53),
-                fixed("192.0.2.1"),
-                Port::Fixed(443),
-            ),
-            Stream::new("random", 100, any4, Port::Random, any4, Port::Random),
-        ],
-    };
+    let (limit, scenario) = paper::reflection();
+    let rake = classifier(limit, SeededRandom::new(2));
     let out = sim::run(&scenario, &rake);
     let attack = out.stream("attack").unwrap();
     let random = out.stream("random").unwrap();
@@ -118,19 +79,8 @@ fn scenario_2_reflection_attack() {
 /// limit of 250 000.
 #[test]
 fn scenario_3_high_rate_flood() {
-    let rake = classifier(250_000, SeededRandom::new(3));
-    let scenario = Scenario {
-        duration: Duration::from_secs(5),
-        seed: 3,
-        streams: vec![Stream::new(
-            "flood",
-            1_000_000,
-            fixed("10.9.9.9"),
-            Port::Fixed(1234),
-            fixed("192.0.2.1"),
-            Port::Fixed(443),
-        )],
-    };
+    let (limit, scenario) = paper::high_rate();
+    let rake = classifier(limit, SeededRandom::new(3));
     let out = sim::run(&scenario, &rake);
     let flood = &out.streams[0];
     assert_eq!(flood.received, vec![1_000_000; 5]);
@@ -241,30 +191,8 @@ fn each_generalisation_is_limited_at_its_own_level() {
 /// packet, even with every limited packet dropped.
 #[test]
 fn attacker_at_three_times_the_limit_never_costs_legit_a_packet() {
-    const LIMIT: u64 = 2645;
-    let rake = classifier(LIMIT, ConstantRandom(u32::MAX));
-    let scenario = Scenario {
-        duration: Duration::from_secs(10),
-        seed: 6,
-        streams: vec![
-            Stream::new(
-                "attack",
-                3 * LIMIT,
-                fixed("7.6.5.4"),
-                Port::Fixed(53),
-                fixed("1.2.3.4"),
-                Port::Fixed(443),
-            ),
-            Stream::new(
-                "legit",
-                LIMIT / 2,
-                fixed("7.6.5.4"),
-                Port::Random,
-                fixed("1.2.3.4"),
-                Port::Fixed(443),
-            ),
-        ],
-    };
+    let (limit, scenario) = paper::attack_propagation();
+    let rake = classifier(limit, ConstantRandom(u32::MAX));
     let out = sim::run(&scenario, &rake);
     let legit = out.stream("legit").unwrap();
     assert_eq!(
