@@ -376,6 +376,25 @@ pub struct NeverAllowed {
     pub capacity: u32,
 }
 
+impl NeverAllowed {
+    /// `Err` when `cost` exceeds `capacity`: the one edge check every
+    /// limiter makes before deciding.
+    ///
+    /// ```
+    /// use weir_rate::NeverAllowed;
+    ///
+    /// assert_eq!(NeverAllowed::check(5, 5), Ok(()));
+    /// assert_eq!(NeverAllowed::check(6, 5), Err(NeverAllowed { cost: 6, capacity: 5 }));
+    /// ```
+    pub fn check(cost: u32, capacity: u32) -> Result<(), NeverAllowed> {
+        if cost > capacity {
+            Err(NeverAllowed { cost, capacity })
+        } else {
+            Ok(())
+        }
+    }
+}
+
 impl fmt::Display for NeverAllowed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -97,9 +97,7 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let capacity = self.capacity();
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         let a = self.0.check(&mut state.0, now_ns, cost, Mode::Peek)?;
         let b = self.1.check(&mut state.1, now_ns, cost, Mode::Peek)?;
         if mode == Mode::Peek || !(a.is_allowed() && b.is_allowed()) {
@@ -179,9 +177,7 @@ impl<L: Limiter> Limiter for AllOf<L> {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let capacity = self.capacity();
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         // A state built for a different list (after a run-time change) is
         // extended with fresh states or cut to length.
         state.truncate(self.limits.len());

@@ -239,9 +239,7 @@ impl<C: Clock> SketchLimiter<C> {
     ) -> Result<Decision, NeverAllowed> {
         let gcra = self.params.read();
         let capacity = gcra.quota().burst();
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         let location = self.locator.locate(key);
         let decision = loop {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];

@@ -87,12 +87,7 @@ impl Limiter for FixedWindow {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let limit = self.quota.limit();
-        if cost > limit {
-            return Err(NeverAllowed {
-                cost,
-                capacity: limit,
-            });
-        }
+        NeverAllowed::check(cost, limit)?;
         let now = self.roll(s, now_ns);
         let end_in = s.start.saturating_add(self.quota.window_nanos()) - now;
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));

@@ -137,9 +137,7 @@ impl Limiter for Gcra {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let capacity = self.capacity();
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         let step = gcra_step(*tat, now_ns, cost, self.interval, self.tolerance);
         if let (Step::Allow(new), Mode::Consume) = (&step, mode) {
             *tat = *new;

@@ -113,9 +113,7 @@ impl Limiter for LeakyBucket {
             return self.bucket.check(&mut s.meter, now_ns, cost, mode);
         };
         let capacity = self.capacity();
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         let t = u128::from(self.interval);
         let start = s.drains_at.max(now_ns);
         let wait = u128::from(start - now_ns);

@@ -95,12 +95,7 @@ impl Limiter for SlidingLog {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let limit = self.quota.limit();
-        if cost > limit {
-            return Err(NeverAllowed {
-                cost,
-                capacity: limit,
-            });
-        }
+        NeverAllowed::check(cost, limit)?;
         let now = self.expire(s, now_ns);
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
         let window = self.quota.window();

@@ -178,12 +178,7 @@ impl Limiter for SlidingWindow {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let limit = self.quota.limit();
-        if cost > limit {
-            return Err(NeverAllowed {
-                cost,
-                capacity: limit,
-            });
-        }
+        NeverAllowed::check(cost, limit)?;
         let now = self.roll(s, now_ns);
         let pos = now - s.start;
         let sub = u128::from(self.sub);

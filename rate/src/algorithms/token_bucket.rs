@@ -69,12 +69,7 @@ impl Bucket {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         let burst = self.quota.burst();
-        if cost > burst {
-            return Err(NeverAllowed {
-                cost,
-                capacity: burst,
-            });
-        }
+        NeverAllowed::check(cost, burst)?;
         let mut drained = *s;
         self.drain(&mut drained, now_ns);
         let cap = u128::from(burst) * ONE;

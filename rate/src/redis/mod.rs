@@ -727,9 +727,7 @@ impl RedisLimiter {
     /// the failure policy did, if it did.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Verdict, NeverAllowed> {
         let capacity = self.inner.algorithm.capacity(&self.inner.quota);
-        if cost > capacity {
-            return Err(NeverAllowed { cost, capacity });
-        }
+        NeverAllowed::check(cost, capacity)?;
         if let Some(hot) = &self.inner.hot {
             if let Some(v) = hot.check(self, key, cost).await {
                 return Ok(v);
@@ -749,12 +747,7 @@ impl RedisLimiter {
     /// failure still applies). For callers that handle errors themselves.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
         let capacity = self.inner.algorithm.capacity(&self.inner.quota);
-        if cost > capacity {
-            return Err(RedisLimitError::NeverAllowed(NeverAllowed {
-                cost,
-                capacity,
-            }));
-        }
+        NeverAllowed::check(cost, capacity).map_err(RedisLimitError::NeverAllowed)?;
         let raw = self.raw(key, cost).await?;
         Ok(self.decision(raw))
     }
