@@ -22,19 +22,12 @@ pub const RAKELIMIT_NS_V4: f64 = 385.0;
 /// See [`RAKELIMIT_NS_V4`].
 pub const RAKELIMIT_NS_V6: f64 = 417.0;
 
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// `n` tuples towards one server address and port from random sources
 /// (addresses in a /8, random ports): every generalisation sees many keys.
 pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
     (0..n as u64)
         .map(|i| {
-            let r = splitmix(seed ^ i);
+            let r = weir_limits::sketch::SplitMix64::new(seed ^ i).next_u64();
             let port = (r >> 48) as u16 | 1;
             if v6 {
                 let src =

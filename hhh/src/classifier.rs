@@ -89,7 +89,7 @@ use crate::ConfigError;
 use crate::lattice::{
     AddrScope, GENERALISATIONS, Generalisation, LEVEL_RANGES, LEVELS, PortScope, Prefixes,
 };
-use crate::random::{RandomSource, ThreadRandom, random_seed, splitmix};
+use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::{FourTuple, ParseError};
 use std::fmt;
@@ -151,12 +151,9 @@ struct Keys {
 
 impl Keys {
     fn new(seed: u64) -> Self {
-        let mut n = seed;
-        let mut next = || {
-            n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            // Odd and with both halves busy, so the multiply mixes well.
-            splitmix(n) | 1
-        };
+        let mut numbers = weir_limits::sketch::SplitMix64::new(seed);
+        // Odd and with both halves busy, so the multiply mixes well.
+        let mut next = || numbers.next_u64() | 1;
         let mut v4 = [(0, 0); GENERALISATIONS];
         let mut v6 = [(0, 0); GENERALISATIONS];
         for k in v4.iter_mut().chain(v6.iter_mut()) {

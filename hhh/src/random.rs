@@ -27,15 +27,9 @@ impl<R: RandomSource + ?Sized> RandomSource for std::sync::Arc<R> {
     }
 }
 
-/// SplitMix64's output function: a bijective mix of a 64-bit counter.
-#[inline]
-pub(crate) fn splitmix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use weir_limits::sketch::SplitMix64;
 
-const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+const GOLDEN: u64 = SplitMix64::GOLDEN;
 
 /// A random 64-bit seed from the OS-randomised std hasher.
 pub(crate) fn random_seed() -> u64 {
@@ -63,7 +57,7 @@ impl RandomSource for ThreadRandom {
         THREAD_STATE.with(|s| {
             let next = s.get().wrapping_add(GOLDEN);
             s.set(next);
-            (splitmix(next) >> 32) as u32
+            (SplitMix64::mix(next) >> 32) as u32
         })
     }
 }
@@ -98,7 +92,7 @@ impl RandomSource for SeededRandom {
             .state
             .fetch_add(GOLDEN, Ordering::Relaxed)
             .wrapping_add(GOLDEN);
-        (splitmix(next) >> 32) as u32
+        (SplitMix64::mix(next) >> 32) as u32
     }
 }
 

@@ -38,7 +38,7 @@
 
 use crate::classifier::{Classifier, Limited, Verdict};
 use crate::lattice::LEVELS;
-use crate::random::{RandomSource, splitmix};
+use crate::random::RandomSource;
 use crate::tuple::FourTuple;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -190,12 +190,11 @@ impl Outcome {
 }
 
 /// A small deterministic generator for random fields.
-struct Fields(u64);
+struct Fields(weir_limits::sketch::SplitMix64);
 
 impl Fields {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        splitmix(self.0)
+        self.0.next_u64()
     }
 
     fn addr(&mut self, addr: Addr) -> IpAddr {
@@ -276,7 +275,7 @@ pub fn run_with(
         })
         .collect();
     let mut next_k = vec![0u64; scenario.streams.len()];
-    let mut fields = Fields(scenario.seed);
+    let mut fields = Fields(weir_limits::sketch::SplitMix64::new(scenario.seed));
     loop {
         // The stream whose next packet comes first (ties: lowest index).
         let mut best: Option<(u64, usize)> = None;
