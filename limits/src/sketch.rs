@@ -11,8 +11,9 @@
 //! multiply-shift per row (a distinct odd multiplier each, then the high
 //! bits scaled onto the row width), so there is no division. Kirsch–
 //! Mitzenmacher probes (`h1 + i·h2`) were tried first and rejected: reduced
-//! by their high bits, two keys that collide in two rows collide in all,
-//! which tripled the worst-case overestimate on skewed traffic. Two layouts
+//! by their high bits, two keys that collide in two rows tend to collide in all,
+//! which doubled the worst-case overestimate on the same Zipf stream and
+//! seed (428 k against 206 k at 3 × 1024, 20 M events). Two layouts
 //! are offered:
 //!
 //! * [`Layout::Rows`] (the default): the classic count-min matrix, `hashes`
