@@ -85,17 +85,44 @@ struct Run {
     secs: f64,
     p50_us: f64,
     p99_us: f64,
+    /// The redis-server process's CPU seconds over the run (0 when unknown).
+    server_cpu: f64,
 }
 
 impl Run {
     fn rate(&self) -> f64 {
         self.decisions as f64 / self.secs.max(1e-9)
     }
+
+    /// Redis CPU time per decision, in microseconds.
+    fn server_us(&self) -> f64 {
+        self.server_cpu * 1e6 / self.decisions.max(1) as f64
+    }
+}
+
+/// CPU seconds (user + system) a process has used so far, from
+/// `/proc/<pid>/stat`; `None` off Linux or when the process is gone.
+fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks / hz as f64)
 }
 
 /// `callers` tasks check keys for `secs`: `hot` = one key, else keys drawn
 /// from 10 000.
-async fn load(limiters: &[RedisLimiter], callers: usize, dur: Duration, hot: bool) -> Run {
+async fn load(
+    limiters: &[RedisLimiter],
+    callers: usize,
+    dur: Duration,
+    hot: bool,
+    server_pid: Option<u32>,
+) -> Run {
+    let cpu_at_start = server_pid.and_then(process_cpu_secs);
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::with_capacity(callers);
@@ -151,6 +178,9 @@ async fn load(limiters: &[RedisLimiter], callers: usize, dur: Duration, hot: boo
         }
     }
     run.secs = start.elapsed().as_secs_f64();
+    if let (Some(pid), Some(at_start)) = (server_pid, cpu_at_start) {
+        run.server_cpu = process_cpu_secs(pid).map_or(0.0, |now| now - at_start);
+    }
     run.decisions = all.len() as u64;
     run.failed = failed.load(Ordering::Relaxed);
     all.sort_unstable();
@@ -201,6 +231,14 @@ pub fn run(report: &mut Report) {
                 .find_map(|l| l.strip_prefix("redis_version:").map(str::to_owned))
         })
         .unwrap_or_else(|| "?".into());
+    let pid = server
+        .cli(&["INFO", "server"])
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("process_id:").map(|p| p.trim().parse().ok()))
+        })
+        .flatten();
     let scale = report.scale();
     let port = server.port();
 
@@ -271,9 +309,11 @@ pub fn run(report: &mut Report) {
         "p50 µs",
         "p99 µs",
         "vs INCR@50",
+        "Redis CPU per decision",
     ]);
     let mut plain50 = Vec::new();
     let mut batched50 = Vec::new();
+    let (mut plain_cpu, mut batched_cpu) = (Vec::new(), Vec::new());
     // Interleaved rounds, best of each: the machine's noise (other
     // processes) then hits every configuration alike.
     let rounds = scale.pick(3u32, 5);
@@ -306,6 +346,7 @@ pub fn run(report: &mut Report) {
                 *callers,
                 dur / rounds,
                 false,
+                pid,
             ));
             if best.as_ref().is_none_or(|b| r.rate() > b.rate()) {
                 *best = Some(r);
@@ -334,8 +375,10 @@ pub fn run(report: &mut Report) {
         if *callers == 50 {
             if *batched {
                 batched50.push(r.rate());
+                batched_cpu.push(r.server_us());
             } else {
                 plain50.push(r.rate());
+                plain_cpu.push(r.server_us());
             }
         }
         let mut cells = vec![
@@ -346,6 +389,7 @@ pub fn run(report: &mut Report) {
             format!("{:.0}", r.p50_us),
             format!("{:.0}", r.p99_us),
             incr50.map_or_else(|| "—".into(), |i| format!("{:.2}×", r.rate() / i)),
+            format!("{:.2} µs", r.server_us()),
         ];
         if r.failed > 0 {
             cells[3] = format!("{} ({} failed)", cells[3], thousands(r.failed));
@@ -363,10 +407,10 @@ pub fn run(report: &mut Report) {
         ..Default::default()
     };
     let huge = Quota::per_second(nz(100_000_000));
-    let hot_plain =
-        connect(Algorithm::Gcra, huge, false, None).map(|l| rt.block_on(load(&[l], 50, dur, true)));
+    let hot_plain = connect(Algorithm::Gcra, huge, false, None)
+        .map(|l| rt.block_on(load(&[l], 50, dur, true, pid)));
     let hot_pre = connect(Algorithm::Gcra, huge, false, Some(leases))
-        .map(|l| rt.block_on(load(&[l], 50, dur, true)));
+        .map(|l| rt.block_on(load(&[l], 50, dur, true, pid)));
 
     // 4. A hot key that reaches its limit: admitted against the limit.
     report.progress("hot key at its limit: admitted requests");
@@ -386,7 +430,7 @@ pub fn run(report: &mut Report) {
             }
             ls.push(rt.block_on(b.connect(target.clone())).ok()?);
         }
-        let r = rt.block_on(load(&ls, 50, dur, true));
+        let r = rt.block_on(load(&ls, 50, dur, true, pid));
         // burst + rate × elapsed
         let ideal = f64::from(limit) + f64::from(limit) * r.secs;
         Some((r, ideal))
@@ -468,9 +512,13 @@ pub fn run(report: &mut Report) {
         ));
     }
     lines.push(format!(
-        "* batched path at 50 callers: {} = {:.2}× the plain path (goal ≥ 4×)",
+        "* batched path at 50 callers: {} = {:.2}× the plain path (goal ≥ 4×); Redis CPU per decision {:.2} µs \
+         against the plain path's {:.2} µs ({:.2}× less)",
         kps(b50m),
-        b50m / p50m.max(1e-9)
+        b50m / p50m.max(1e-9),
+        mean(&batched_cpu),
+        mean(&plain_cpu),
+        mean(&plain_cpu) / mean(&batched_cpu).max(1e-9)
     ));
     if let (Ok(p), Ok(h)) = (&hot_plain, &hot_pre) {
         lines.push(format!(

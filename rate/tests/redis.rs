@@ -52,12 +52,16 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
     let rt = rt()?;
     // A long window: the few microseconds between calls refill nothing.
     let quota = Quota::per_hour(nz(5));
-    for alg in ALGORITHMS {
+    let five_counters = Algorithm::SlidingWindow { counters: 5 };
+    for alg in ALGORITHMS.into_iter().chain([five_counters]) {
         let expected = match alg {
             Algorithm::TokenBucket => local_pattern(TokenBucket::new(quota), 8),
             Algorithm::Gcra => local_pattern(Gcra::new(quota), 8),
             Algorithm::FixedWindow => local_pattern(FixedWindow::new(quota), 8),
-            _ => local_pattern(SlidingWindow::new(quota, 2)?, 8),
+            Algorithm::SlidingWindow { counters } => {
+                local_pattern(SlidingWindow::new(quota, counters)?, 8)
+            }
+            other => return Err(format!("no in-process twin for {other}").into()),
         };
         let prefix = unique_prefix("match");
         let (got, last_reset): (Vec<(bool, u32)>, Duration) = rt.block_on(async {
@@ -115,6 +119,65 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
         assert!(
             ttl <= reset_ms + 2_100,
             "{alg}: lingers {ttl} ms for {reset_ms} ms"
+        );
+    }
+    Ok(())
+}
+
+/// A batch that mixes keys decides each key from one read of its state, in
+/// arrival order: with five units per key, every key admits exactly five
+/// of its eight requests, remaining 4, 3, 2, 1, 0 — a key loaded twice in
+/// one script call would admit some twice.
+#[test]
+fn batches_mixing_keys_decide_each_key_once_and_in_order() -> TestResult {
+    let Some(server) =
+        RedisServer::start_or_skip("batches_mixing_keys_decide_each_key_once_and_in_order")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    let quota = Quota::per_hour(nz(5));
+    for alg in ALGORITHMS {
+        server.cli(&["CONFIG", "RESETSTAT"])?;
+        let per_key: Vec<Vec<u32>> = rt.block_on(async {
+            let limiter = RedisLimiter::builder(alg, quota)
+                .prefix(unique_prefix("mixed"))
+                .on_failure(FailurePolicy::Closed)
+                .batching(Batching::default())
+                .connect(Target::server(server.url()))
+                .await?;
+            // Interleaved: k0 k1 k2 k0 k1 k2 …, all queued before any answer.
+            let handles: Vec<_> = (0..24)
+                .map(|i| {
+                    let l = limiter.clone();
+                    tokio::spawn(async move { l.check_verbose(&format!("k{}", i % 3), 1).await })
+                })
+                .collect();
+            let mut per_key = vec![Vec::new(); 3];
+            for (i, h) in handles.into_iter().enumerate() {
+                let v = h.await??;
+                if v.source != Source::Redis {
+                    return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
+                }
+                if v.decision.is_allowed() {
+                    per_key[i % 3].push(v.decision.remaining());
+                }
+            }
+            Ok::<_, Box<dyn std::error::Error>>(per_key)
+        })?;
+        for (k, remaining) in per_key.iter().enumerate() {
+            assert_eq!(remaining, &[4, 3, 2, 1, 0], "{alg}: key k{k}");
+        }
+        let stats = server.cli(&["INFO", "commandstats"])?;
+        let calls: u64 = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|l| l.split(',').next())
+            .ok_or("no EVALSHA statistics")?
+            .parse()?;
+        assert!(
+            calls < 24,
+            "{alg}: {calls} script calls for 24 decisions: nothing was batched"
         );
     }
     Ok(())

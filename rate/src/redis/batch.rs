@@ -99,7 +99,11 @@ async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
     }
 }
 
-async fn decide(core: &Core, batch: Vec<Job>) {
+async fn decide(core: &Core, mut batch: Vec<Job>) {
+    // The scripts decide a repeated key from one read of its state, which
+    // needs its decisions adjacent; a stable sort keeps them in arrival
+    // order.
+    batch.sort_by(|a, b| a.key.cmp(&b.key));
     let keys: Vec<&str> = batch.iter().map(|j| j.key.as_str()).collect();
     let costs: Vec<u32> = batch.iter().map(|j| j.cost).collect();
     match core.eval(&keys, &costs).await {

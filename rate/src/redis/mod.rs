@@ -32,10 +32,13 @@
 //! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
-//!   Cluster slot. The state is one string per key (`MGET` and `SET … PX`
-//!   per decision); the sliding-window counter keeps its whole ring of
-//!   sub-window counters in that one string, never in per-window keys that
-//!   a script would have to name itself. A key that itself contains `}`
+//!   Cluster slot. The state is one string per key, a few packed doubles
+//!   (read with `MGET`, written with one `SET` only when a decision changed
+//!   it); the sliding-window counter keeps its whole ring of sub-window
+//!   counters in that one string, never in per-window keys that a script
+//!   would have to name itself. Redis's time per decision, which every
+//!   instance shares, is what the scripts are written for: the measured
+//!   costs behind this layout are in the `scripts` module's source. A key that itself contains `}`
 //!   still maps to one slot, just through a shorter tag.
 //! * **TTL.** Every key carries an expiry no earlier than the moment its
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
@@ -59,8 +62,11 @@
 //!   call deciding many keys (grouped by Cluster slot, since a script may
 //!   only touch one slot), with a bounded number of calls in flight. Each
 //!   decision is the same as on the plain path: the script decides the keys
-//!   in queue order, atomically. The cost is queueing delay under light
-//!   load, nothing else.
+//!   in queue order, atomically, reading a repeated key once. The cost is
+//!   queueing delay under light load, nothing else; the gain is about half
+//!   of Redis's CPU time per decision (the per-call work is shared, the
+//!   per-key write is not — a `SET` from a script costs 1.5–2 µs on the
+//!   development VM, against 8–12 µs for a whole plain-path call).
 //! * **Pre-aggregation** ([`Builder::pre_aggregate`], see [`PreAggregation`]).
 //!   For hot keys an instance leases `lease` units at once from Redis (one
 //!   ordinary decision of cost `lease`) and answers from the lease locally.
@@ -408,11 +414,18 @@ pub(crate) struct Core {
 
 impl Core {
     /// One script call deciding `keys[i]` at `costs[i]`, within the timeout.
+    /// Equal keys must be adjacent (see [`scripts`]).
     pub(crate) async fn eval(
         &self,
         keys: &[&str],
         costs: &[u32],
     ) -> Result<Vec<Raw>, RedisLimitError> {
+        debug_assert!(
+            keys.iter()
+                .enumerate()
+                .all(|(i, k)| i == 0 || keys[i - 1] == *k || !keys[..i].contains(k)),
+            "equal keys must be adjacent"
+        );
         let mut inv = self.script.prepare_invoke();
         for k in keys {
             inv.key(*k);
