@@ -13,6 +13,13 @@
 //! The layers are generic over the request and response body types; refusals
 //! carry an empty body (`ResBody: Default`, which axum's and hyper's body
 //! types implement).
+//!
+//! With axum, apply both layers in one `Router::layer` call through a
+//! `tower::ServiceBuilder`: axum boxes and clones a route's service once per
+//! `layer` call on every request, so composing first saves that work (about
+//! 100 ns a request in `cargo xtask bench --only http`). A layer costs about
+//! 250–300 ns a request in-process, around 3% of the server's CPU time for
+//! a loopback hello-world request.
 
 mod inflight;
 mod key;
