@@ -29,7 +29,7 @@ use hyper_util::rt::TokioExecutor;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use weir_rate::http::{InflightLayer, KeyFn, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
@@ -54,6 +54,13 @@ impl Variant {
         }
     }
 }
+
+/// The three services, in the order of every per-variant array here.
+pub const VARIANTS: [Variant; 3] = [
+    Variant::Bare,
+    Variant::RateLimited,
+    Variant::RateAndInflight,
+];
 
 fn peer_ip<B>(req: &http::Request<B>) -> Option<IpAddr> {
     req.extensions()
@@ -128,21 +135,40 @@ fn thread_cpu_ns() -> u64 {
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
-/// What one load run measured.
+/// What one slice of the interleaved load run measured for one service.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Load {
-    /// Requests answered per second of wall-clock time.
-    pub per_second: f64,
-    /// The server thread's CPU time per answered request, in nanoseconds.
-    pub server_ns: f64,
+pub struct Slice {
+    /// Requests dispatched to the service during the slice.
+    pub requests: u64,
+    /// The server thread's CPU time over the slice, in nanoseconds.
+    pub cpu_ns: u64,
+    /// The slice's wall-clock length, in nanoseconds.
+    pub wall_ns: u64,
 }
 
-/// Serve `variant` on loopback and load it with `connections` concurrent
-/// keep-alive clients for `duration`. The server runs on the first core
-/// and the client on the second (when there are two), each in its own
-/// one-worker runtime, so that what differs between variants is the
-/// service, not where the scheduler put things.
-pub fn load(variant: Variant, connections: usize, duration: Duration) -> Load {
+impl Slice {
+    /// Server CPU per request, in nanoseconds.
+    pub fn cpu_per_request(&self) -> f64 {
+        self.cpu_ns as f64 / self.requests.max(1) as f64
+    }
+}
+
+/// Serve all three variants from one server on loopback, switching which
+/// one answers every `slice`, in `cycles` cycles of one slice per variant
+/// (the order rotating from cycle to cycle), while `connections`
+/// keep-alive clients load it; returns each cycle's slices, indexed like
+/// [`VARIANTS`].
+///
+/// Switching every few tens of milliseconds inside one process is what
+/// makes the comparison fair on a noisy machine: whatever slows the
+/// machine down lasts longer than a cycle and so hits the three services
+/// alike. The server is a one-worker runtime pinned to the first core (the
+/// client to the second), so the worker thread's CPU clock, read at each
+/// switch, is the server's whole cost. The dispatch in front of the
+/// variants (one atomic load and a router clone) is the same for all, so
+/// it dilutes the measured overhead very slightly, never inflates it.
+pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> Vec<[Slice; 3]> {
+    use tower::ServiceExt;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let server_rt = pinned_runtime(0);
     let client_rt = pinned_runtime(1 % cores);
@@ -150,53 +176,73 @@ pub fn load(variant: Variant, connections: usize, duration: Duration) -> Load {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
-    let app = router(variant).into_make_service_with_connect_info::<SocketAddr>();
+    let routers = Arc::new(VARIANTS.map(router));
+    let current = Arc::new(AtomicUsize::new(0));
+    let dispatched = Arc::new([const { AtomicU64::new(0) }; 3]);
+    let dispatch = {
+        let (routers, current, dispatched) = (routers, current.clone(), dispatched.clone());
+        tower::service_fn(move |request: http::Request<axum::body::Body>| {
+            let i = current.load(Ordering::Relaxed);
+            dispatched[i].fetch_add(1, Ordering::Relaxed);
+            routers[i].clone().oneshot(request)
+        })
+    };
+    let app = Router::new()
+        .fallback_service(dispatch)
+        .into_make_service_with_connect_info::<SocketAddr>();
     let server = server_rt.spawn(async move { axum::serve(listener, app).await });
-    // Runs on the server's only worker thread: its CPU clock.
-    let server_handle = server_rt.handle().clone();
-    let server_cpu = move || server_handle.spawn(async { thread_cpu_ns() });
+    // Runs on the server's only worker thread, so `thread_cpu_ns` is the
+    // server's clock.
+    let slicer = server_rt.spawn(async move {
+        // Let the connections open and the caches warm.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut measured = Vec::with_capacity(cycles);
+        for cycle in 0..cycles {
+            let mut this = [Slice::default(); 3];
+            for step in 0..VARIANTS.len() {
+                let i = (cycle + step) % VARIANTS.len();
+                current.store(i, Ordering::Relaxed);
+                let (cpu, requests, start) = (
+                    thread_cpu_ns(),
+                    dispatched[i].load(Ordering::Relaxed),
+                    Instant::now(),
+                );
+                tokio::time::sleep(slice).await;
+                this[i] = Slice {
+                    requests: dispatched[i].load(Ordering::Relaxed) - requests,
+                    cpu_ns: thread_cpu_ns().saturating_sub(cpu),
+                    wall_ns: u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                };
+            }
+            measured.push(this);
+        }
+        measured
+    });
     let measured = client_rt.block_on(async move {
         let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
             .build_http();
         let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
-        let done = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..connections)
             .map(|_| {
-                let (client, uri, done, stop) =
-                    (client.clone(), uri.clone(), done.clone(), stop.clone());
+                let (client, uri, stop) = (client.clone(), uri.clone(), stop.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let Ok(response) = client.get(uri.clone()).await else {
                             break;
                         };
-                        let ok = response.status().is_success();
                         let _ = response.into_body().collect().await;
-                        if ok {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
                     }
                 })
             })
             .collect();
-        // Warm up the connections, then count.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let cpu_start = server_cpu().await.unwrap_or(0);
-        let start_count = done.load(Ordering::Relaxed);
-        let start = Instant::now();
-        tokio::time::sleep(duration).await;
-        let count = done.load(Ordering::Relaxed) - start_count;
-        let elapsed = start.elapsed();
-        let cpu = server_cpu().await.unwrap_or(0).saturating_sub(cpu_start);
+        let measured = slicer.await.expect("the slicer task");
         stop.store(true, Ordering::Relaxed);
         for worker in workers {
             let _ = worker.await;
         }
-        Load {
-            per_second: count as f64 / elapsed.as_secs_f64(),
-            server_ns: cpu as f64 / count.max(1) as f64,
-        }
+        measured
     });
     server.abort();
     measured
@@ -245,73 +291,76 @@ fn median_and_quartiles(xs: &mut [f64]) -> (f64, f64, f64) {
 /// The report section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
-    let duration = scale.pick(Duration::from_millis(700), Duration::from_millis(1500));
-    let rounds = scale.pick(6, 15);
+    let slice = Duration::from_millis(50);
+    let cycles = scale.pick(40, 150);
     let connections = 32;
     report.section("HTTP: the tower layers' cost (loopback load run)");
     report.text(&format!(
-        "A hello-world axum service on 127.0.0.1, loaded by {connections} keep-alive hyper clients in the same process \
-         for {duration:?} per round, {rounds} rounds, the three services alternating within each round (in an order that rotates). The server runs on core 0 \
-         and the client on core 1, each in its own one-worker tokio runtime. **Server CPU per request** is the server \
-         thread's CPU time over the requests it answered — what bounds a saturated server's throughput, and steady where \
-         wall-clock rates on this VM are not; each round's figure is divided by the same round's bare figure, the \
-         median of those paired ratios is the overhead and their middle half shows the spread. Requests per second (median over rounds) are shown for reference: \
+        "A hello-world axum service on 127.0.0.1, loaded by {connections} keep-alive hyper clients in the same process. \
+         One server process serves all three variants, switching which one answers every {slice:?}, in {cycles} cycles \
+         (one slice per variant, the order rotating), so the machine's noise, slower than a cycle, hits all three alike. \
+         The server runs on core 0 and the client on core 1, each in its own one-worker tokio runtime. \
+         **Server CPU per request** is the server thread's CPU time over the requests it answered in a variant's slices — \
+         what bounds a saturated server's throughput. The overhead is the ratio to the bare service's, over all slices \
+         pooled and as the median (and middle half) of the per-cycle ratios. Requests per second are shown for reference: \
          here the client, not the server, is the bottleneck, so they hide the layers' cost."
     ));
-    let variants = [
-        Variant::Bare,
-        Variant::RateLimited,
-        Variant::RateAndInflight,
-    ];
-    let mut runs: Vec<[Load; 3]> = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        report.progress(&format!("load run, round {} of {rounds}", round + 1));
-        // The order rotates from round to round, so no variant always runs
-        // first (on a cold heap) or last.
-        let mut this = [Load::default(); 3];
-        for step in 0..variants.len() {
-            let i = (round + step) % variants.len();
-            this[i] = load(variants[i], connections, duration);
-        }
-        runs.push(this);
-    }
+    let variants = VARIANTS;
+    report.progress(&format!(
+        "load run: {cycles} cycles of {} × {slice:?}",
+        variants.len()
+    ));
+    let cycles_measured = load_interleaved(connections, slice, cycles);
+    let pooled = |i: usize| {
+        let (cpu, requests, wall) = cycles_measured.iter().fold((0u64, 0u64, 0u64), |acc, c| {
+            (
+                acc.0 + c[i].cpu_ns,
+                acc.1 + c[i].requests,
+                acc.2 + c[i].wall_ns,
+            )
+        });
+        (
+            cpu as f64 / requests.max(1) as f64,
+            requests as f64 * 1e9 / wall.max(1) as f64,
+        )
+    };
+    let (bare_server_ns, _) = pooled(0);
     let mut table = Table::new([
         "service",
         "server CPU per request",
-        "overhead (median of paired rounds)",
-        "middle half of rounds",
+        "overhead (all slices pooled)",
+        "median of per-cycle ratios",
+        "middle half of cycles",
         "requests/s",
     ]);
     for (i, variant) in variants.iter().enumerate() {
-        let (ns, _, _) =
-            median_and_quartiles(&mut runs.iter().map(|r| r[i].server_ns).collect::<Vec<_>>());
-        let (rps, _, _) =
-            median_and_quartiles(&mut runs.iter().map(|r| r[i].per_second).collect::<Vec<_>>());
-        let (ratio, lo, hi) = median_and_quartiles(
-            &mut runs
+        let (ns, rps) = pooled(i);
+        let (median, lo, hi) = median_and_quartiles(
+            &mut cycles_measured
                 .iter()
-                .map(|r| r[i].server_ns / r[0].server_ns.max(1e-9))
+                .map(|c| c[i].cpu_per_request() / c[0].cpu_per_request().max(1e-9))
                 .collect::<Vec<_>>(),
         );
-        let (overhead, range) = if i == 0 {
-            ("—".to_owned(), "—".to_owned())
+        let percent = |r: f64| format!("{:+.1}%", (r - 1.0) * 100.0);
+        let (pooled_overhead, median, range) = if i == 0 {
+            ("—".to_owned(), "—".to_owned(), "—".to_owned())
         } else {
             (
-                format!("{:+.1}%", (ratio - 1.0) * 100.0),
-                format!("{:+.1}% … {:+.1}%", (lo - 1.0) * 100.0, (hi - 1.0) * 100.0),
+                percent(ns / bare_server_ns.max(1e-9)),
+                percent(median),
+                format!("{} … {}", percent(lo), percent(hi)),
             )
         };
         table.row([
             variant.name().to_string(),
             format!("{:.2} µs", ns / 1000.0),
-            overhead,
+            pooled_overhead,
+            median,
             range,
             thousands(rps as u64),
         ]);
     }
     report.table(&table);
-    let (bare_server_ns, _, _) =
-        median_and_quartiles(&mut runs.iter().map(|r| r[0].server_ns).collect::<Vec<_>>());
 
     // Interleaved repetitions, the fastest kept: noise only ever adds time.
     let requests = scale.pick(200_000, 500_000);
