@@ -10,13 +10,14 @@
 //! time per request. The server is a one-worker tokio runtime pinned to
 //! its own core (the client gets the other one), so everything it does —
 //! accepting, parsing, routing, the layers, writing — runs on one thread,
-//! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read at the start and end
-//! of each counting window. Work stolen by other processes does not land
-//! on that clock, which is what makes the figure steadier than wall-clock
-//! rates. The variants run in many short alternating rounds; each round
-//! gives a paired ratio against that round's bare run, and the report
-//! quotes the median ratio with its range. Requests per second are
-//! reported beside it, as are the in-process figures (no sockets).
+//! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read whenever the
+//! service under test changes. Work stolen by other processes does not
+//! land on that clock. One server serves all three variants and switches
+//! between them every 50 ms (see [`load_interleaved`]), so slow drifts in
+//! the machine's speed hit them alike; the report quotes the pooled ratio
+//! and the median and middle half of the per-cycle ratios. Requests per
+//! second are reported beside it, as are the in-process figures (no
+//! sockets).
 
 use crate::report::{Report, Table, thousands};
 use axum::Router;
