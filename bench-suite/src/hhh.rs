@@ -6,6 +6,7 @@
 //! as CSV files next to the report).
 
 use crate::alloc;
+use crate::machine;
 use crate::report::{Report, Table, thousands};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -65,18 +66,6 @@ pub fn unlimited(
         .expect("valid benchmark configuration")
 }
 
-/// CPU time this thread has run, in ns (Linux `schedstat`; `None`
-/// elsewhere). On a shared machine it excludes time other processes held
-/// the core.
-pub fn thread_cpu_nanos() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// Wall-clock and on-CPU ns per packet of one timed run.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -100,7 +89,7 @@ pub fn time_classify<R: RandomSource>(
     rounds: usize,
 ) -> Timing {
     let mut now = 1_000_000_000u64;
-    let cpu0 = thread_cpu_nanos();
+    let cpu0 = machine::thread_cpu_nanos();
     let started = Instant::now();
     for _ in 0..rounds {
         for t in tuples {
@@ -111,7 +100,7 @@ pub fn time_classify<R: RandomSource>(
     let packets = (rounds * tuples.len()) as f64;
     let wall = started.elapsed().as_nanos() as f64 / packets;
     let cpu = cpu0
-        .zip(thread_cpu_nanos())
+        .zip(machine::thread_cpu_nanos())
         .map(|(a, b)| b.saturating_sub(a) as f64 / packets);
     Timing { wall, cpu }
 }
@@ -123,7 +112,7 @@ pub fn time_parse_classify<R: RandomSource>(
     rounds: usize,
 ) -> Timing {
     let mut now = 1_000_000_000u64;
-    let cpu0 = thread_cpu_nanos();
+    let cpu0 = machine::thread_cpu_nanos();
     let started = Instant::now();
     for _ in 0..rounds {
         for p in packets {
@@ -136,7 +125,7 @@ pub fn time_parse_classify<R: RandomSource>(
     let n = (rounds * packets.len()) as f64;
     let wall = started.elapsed().as_nanos() as f64 / n;
     let cpu = cpu0
-        .zip(thread_cpu_nanos())
+        .zip(machine::thread_cpu_nanos())
         .map(|(a, b)| b.saturating_sub(a) as f64 / n);
     Timing { wall, cpu }
 }

@@ -19,6 +19,7 @@
 //! second are reported beside it, as are the in-process figures (no
 //! sockets).
 
+use crate::machine;
 use crate::report::{Report, Table, thousands};
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -98,42 +99,14 @@ pub fn router(variant: Variant) -> Router {
     router.with_state(())
 }
 
-/// Pin the calling thread to one CPU (best effort: a no-op where the
-/// kernel refuses), so server and client stop trading places on the cores.
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: `set` is a plain bit set on a zeroed, correctly sized
-    // `cpu_set_t`, and `sched_setaffinity(0, ..)` only changes the calling
-    // thread's affinity; a failure leaves it unchanged and is ignored.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 /// A one-worker runtime whose threads all run on `cpu`.
 fn pinned_runtime(cpu: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .on_thread_start(move || pin_to_cpu(cpu))
+        .on_thread_start(move || machine::pin_to_cpu(cpu))
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// The calling thread's CPU time so far, in nanoseconds (0 where the clock
-/// is unavailable).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// What one slice of the interleaved load run measured for one service.
@@ -192,8 +165,9 @@ pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> V
         .fallback_service(dispatch)
         .into_make_service_with_connect_info::<SocketAddr>();
     let server = server_rt.spawn(async move { axum::serve(listener, app).await });
-    // Runs on the server's only worker thread, so `thread_cpu_ns` is the
+    // Runs on the server's only worker thread, so its thread clock is the
     // server's clock.
+    let server_cpu_ns = || machine::thread_cpu_nanos().unwrap_or(0);
     let slicer = server_rt.spawn(async move {
         // Let the connections open and the caches warm.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -204,14 +178,14 @@ pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> V
                 let i = (cycle + step) % VARIANTS.len();
                 current.store(i, Ordering::Relaxed);
                 let (cpu, requests, start) = (
-                    thread_cpu_ns(),
+                    server_cpu_ns(),
                     dispatched[i].load(Ordering::Relaxed),
                     Instant::now(),
                 );
                 tokio::time::sleep(slice).await;
                 this[i] = Slice {
                     requests: dispatched[i].load(Ordering::Relaxed) - requests,
-                    cpu_ns: thread_cpu_ns().saturating_sub(cpu),
+                    cpu_ns: server_cpu_ns().saturating_sub(cpu),
                     wall_ns: u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
                 };
             }

@@ -1,4 +1,6 @@
-//! What the numbers were measured on: printed at the top of every report.
+//! What the numbers were measured on (printed at the top of every report),
+//! and the machine-level probes the load runs use: CPU clocks of a thread
+//! and of a process, and pinning a thread to a core.
 
 use std::fs;
 
@@ -92,5 +94,50 @@ mod date_tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+    }
+}
+
+/// CPU time the calling thread has run, in ns (`CLOCK_THREAD_CPUTIME_ID`;
+/// `None` where the clock is unavailable). On a shared machine it excludes
+/// the time other processes held the core.
+pub fn thread_cpu_nanos() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs * 1_000_000_000 + nanos)
+}
+
+/// CPU seconds (user + system) process `pid` has used so far, from
+/// `/proc/<pid>/stat`; `None` off Linux or when the process is gone.
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks / hz as f64)
+}
+
+/// Pin the calling thread to one CPU (best effort: a no-op where the
+/// kernel refuses), so that load-run server and client threads stop
+/// trading places on the cores.
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: `set` is a plain bit set on a zeroed, correctly sized
+    // `cpu_set_t`, and `sched_setaffinity(0, ..)` only changes the calling
+    // thread's affinity; a failure leaves it unchanged and is ignored.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

@@ -15,6 +15,7 @@
 //! Skipped, with a line saying so, when `redis-server` or
 //! `redis-benchmark` is not installed.
 
+use crate::machine;
 use crate::report::{Report, Table, thousands};
 use std::num::NonZeroU32;
 use std::process::{Command, Stdio};
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_rate::Quota;
-use weir_rate::redis::testing::RedisServer;
+use weir_rate::redis::testing::{self, RedisServer};
 use weir_rate::redis::{
     Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
 };
@@ -47,15 +48,6 @@ const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow { counters: 2 },
 ];
-
-fn installed(bin: &str) -> bool {
-    Command::new(bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// Requests per second of one `redis-benchmark` run (`--csv`).
 fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
@@ -100,19 +92,6 @@ impl Run {
     }
 }
 
-/// CPU seconds (user + system) a process has used so far, from
-/// `/proc/<pid>/stat`; `None` off Linux or when the process is gone.
-fn process_cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields of the line, in clock ticks.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| ticks / hz as f64)
-}
-
 /// `callers` tasks check keys for `secs`: `hot` = one key, else keys drawn
 /// from 10 000.
 async fn load(
@@ -122,7 +101,7 @@ async fn load(
     hot: bool,
     server_pid: Option<u32>,
 ) -> Run {
-    let cpu_at_start = server_pid.and_then(process_cpu_secs);
+    let cpu_at_start = server_pid.and_then(machine::process_cpu_secs);
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::with_capacity(callers);
@@ -179,7 +158,7 @@ async fn load(
     }
     run.secs = start.elapsed().as_secs_f64();
     if let (Some(pid), Some(at_start)) = (server_pid, cpu_at_start) {
-        run.server_cpu = process_cpu_secs(pid).map_or(0.0, |now| now - at_start);
+        run.server_cpu = machine::process_cpu_secs(pid).map_or(0.0, |now| now - at_start);
     }
     run.decisions = all.len() as u64;
     run.failed = failed.load(Ordering::Relaxed);
@@ -207,7 +186,7 @@ fn kps(x: f64) -> String {
 /// The Redis section of the report.
 pub fn run(report: &mut Report) {
     report.section("Redis backend: weir-rate's scripts against redis-benchmark");
-    if !installed("redis-server") || !installed("redis-benchmark") || !installed("redis-cli") {
+    if !testing::installed() || !testing::runs("redis-benchmark") {
         report.text(
             "**Skipped**: `redis-server`, `redis-cli` or `redis-benchmark` is not installed \
              (Debian: `apt-get install redis-server redis-tools`).",
@@ -231,14 +210,7 @@ pub fn run(report: &mut Report) {
                 .find_map(|l| l.strip_prefix("redis_version:").map(str::to_owned))
         })
         .unwrap_or_else(|| "?".into());
-    let pid = server
-        .cli(&["INFO", "server"])
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("process_id:").map(|p| p.trim().parse().ok()))
-        })
-        .flatten();
+    let pid = server.pid();
     let scale = report.scale();
     let port = server.port();
 

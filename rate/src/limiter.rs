@@ -65,6 +65,30 @@ pub trait Limiter: Send + Sync {
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
 }
 
+/// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
+/// checks every limit in the given mode and combines their decisions
+/// (`None`: there are no limits). Every limit is peeked first; only if the
+/// combined decision allows, and the caller asked to consume, are they all
+/// checked again consuming — which cannot then deny, since each allowed
+/// from the state it is about to spend.
+fn all_or_nothing(
+    mode: Mode,
+    mut check_each: impl FnMut(Mode) -> Result<Option<Decision>, NeverAllowed>,
+) -> Result<Option<Decision>, NeverAllowed> {
+    let peeked = check_each(Mode::Peek)?;
+    match &peeked {
+        Some(d) if mode == Mode::Consume && d.is_allowed() => {
+            Ok(check_each(Mode::Consume)?.or(peeked))
+        }
+        _ => Ok(peeked),
+    }
+}
+
+/// What an empty set of limits answers: everything is allowed.
+fn allow_everything() -> Decision {
+    Decision::allow(u32::MAX, std::time::Duration::ZERO, u32::MAX, 0)
+}
+
 /// Two limits checked all-or-nothing: allowed only if both allow, and then
 /// both are spent; otherwise neither is. Nest pairs for more.
 ///
@@ -98,15 +122,12 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
     ) -> Result<Decision, NeverAllowed> {
         let capacity = self.capacity();
         NeverAllowed::check(cost, capacity)?;
-        let a = self.0.check(&mut state.0, now_ns, cost, Mode::Peek)?;
-        let b = self.1.check(&mut state.1, now_ns, cost, Mode::Peek)?;
-        if mode == Mode::Peek || !(a.is_allowed() && b.is_allowed()) {
-            return Ok(a.combine(b));
-        }
-        // Both allow from an unchanged state, so spending cannot fail.
-        let a = self.0.check(&mut state.0, now_ns, cost, Mode::Consume)?;
-        let b = self.1.check(&mut state.1, now_ns, cost, Mode::Consume)?;
-        Ok(a.combine(b))
+        let decision = all_or_nothing(mode, |each| {
+            let a = self.0.check(&mut state.0, now_ns, cost, each)?;
+            let b = self.1.check(&mut state.1, now_ns, cost, each)?;
+            Ok(Some(a.combine(b)))
+        })?;
+        Ok(decision.unwrap_or_else(allow_everything))
     }
 
     fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {
@@ -185,28 +206,15 @@ impl<L: Limiter> Limiter for AllOf<L> {
             let fresh = self.limits[state.len()].new_state(now_ns);
             state.push(fresh);
         }
-        let mut combined: Option<Decision> = None;
-        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
-            let d = limit.check(s, now_ns, cost, Mode::Peek)?;
-            combined = Some(combined.map_or(d, |c| c.combine(d)));
-        }
-        let Some(peeked) = combined else {
-            return Ok(Decision::allow(
-                u32::MAX,
-                std::time::Duration::ZERO,
-                u32::MAX,
-                0,
-            ));
-        };
-        if mode == Mode::Peek || !peeked.is_allowed() {
-            return Ok(peeked);
-        }
-        let mut spent: Option<Decision> = None;
-        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
-            let d = limit.check(s, now_ns, cost, Mode::Consume)?;
-            spent = Some(spent.map_or(d, |c| c.combine(d)));
-        }
-        Ok(spent.unwrap_or(peeked))
+        let decision = all_or_nothing(mode, |each| {
+            let mut combined: Option<Decision> = None;
+            for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+                let d = limit.check(s, now_ns, cost, each)?;
+                combined = Some(combined.map_or(d, |c| c.combine(d)));
+            }
+            Ok(combined)
+        })?;
+        Ok(decision.unwrap_or_else(allow_everything))
     }
 
     fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {

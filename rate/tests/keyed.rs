@@ -1,13 +1,14 @@
 //! Keyed limiters: peek, refunds, shadow mode, several limits per key, and
 //! the sketch against the exact map under concurrency.
 
+use proptest::prelude::*;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::{Layout, Locator};
 use weir_rate::{
-    FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingWindow,
+    AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingWindow,
 };
 
 fn per_second(n: u32) -> Quota {
@@ -52,6 +53,39 @@ fn several_limits_per_key_are_all_or_nothing() {
     let d = keyed.check(&1u8);
     assert_eq!(d.remaining(), 0);
     assert!(d.retry_after().unwrap() > Duration::from_secs(50));
+}
+
+proptest! {
+    /// `AllOf` over two limits decides exactly as the pair of them, step by
+    /// step (both go through the same all-or-nothing rule), and neither
+    /// ever spends what the other refused: each limit's own state matches a
+    /// copy that was only charged when both allowed.
+    #[test]
+    fn all_of_two_decides_as_the_pair(
+        steps in proptest::collection::vec((0u64..400_000_000, 1u32..4, any::<bool>()), 1..120),
+    ) {
+        let fast = Gcra::new(per_second(6));
+        let slow = Gcra::new(Quota::per_minute(NonZeroU32::new(9).unwrap()));
+        let pair = (fast.clone(), slow.clone());
+        let all = AllOf::new(vec![fast.clone(), slow.clone()]);
+        let (mut p, mut a) = (pair.new_state(0), all.new_state(0));
+        let (mut alone_fast, mut alone_slow) = (fast.new_state(0), slow.new_state(0));
+        let mut now = 0u64;
+        for (gap, cost, peek) in steps {
+            now += gap;
+            let mode = if peek { Mode::Peek } else { Mode::Consume };
+            let dp = pair.check(&mut p, now, cost, mode).unwrap();
+            let da = all.check(&mut a, now, cost, mode).unwrap();
+            prop_assert_eq!(dp, da);
+            if dp.is_allowed() && mode == Mode::Consume {
+                prop_assert!(fast.check(&mut alone_fast, now, cost, Mode::Consume).unwrap().is_allowed());
+                prop_assert!(slow.check(&mut alone_slow, now, cost, Mode::Consume).unwrap().is_allowed());
+            }
+            prop_assert_eq!(&p.0, &alone_fast);
+            prop_assert_eq!(&p.1, &alone_slow);
+            prop_assert_eq!(&a[..], &[alone_fast, alone_slow][..]);
+        }
+    }
 }
 
 #[test]

@@ -131,6 +131,32 @@ pub(crate) struct ThreadTable {
     owner: AtomicU64,
 }
 
+impl ThreadTable {
+    /// Give up the hold a cache entry had on `old` (just taken out of the
+    /// entry): count the registrations cancelled on it, take it out of
+    /// `map` when no timer waits on it any more, and return it when that
+    /// was its last hold — to be freed by the caller *after* releasing the
+    /// table lock (freeing drops wakers, which may take the lock again).
+    ///
+    /// # Safety
+    /// `old` was held by one of this table's cache entries and that hold
+    /// has not been given up yet; `map` is this table's locked map.
+    unsafe fn drop_cache_hold(
+        &self,
+        map: &mut BTreeMap<u64, BucketPtr>,
+        old: NonNull<Bucket>,
+    ) -> Option<NonNull<Bucket>> {
+        // SAFETY: the cache's hold kept `old` alive until now.
+        let old_ref = unsafe { old.as_ref() };
+        let old_tick = old_ref.tick;
+        let (cancelled, free) = old_ref.uncache(|| {
+            map.remove(&old_tick);
+        });
+        self.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+        free.then_some(old)
+    }
+}
+
 /// A number unique to the current thread for the life of the process (0:
 /// never). Unlike `thread_local`'s ids these are never reused.
 #[inline]
@@ -489,16 +515,9 @@ impl Inner {
                 entry.start.store(0, Ordering::Relaxed);
                 entry.span.store(0, Ordering::Relaxed);
                 if let Some(old) = NonNull::new(old) {
-                    // SAFETY: the cache's hold kept `old` alive until now.
-                    let old_ref = unsafe { old.as_ref() };
-                    let old_tick = old_ref.tick;
-                    let (cancelled, free) = old_ref.uncache(|| {
-                        map.remove(&old_tick);
-                    });
-                    table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
-                    if free {
-                        to_free.push(old);
-                    }
+                    // SAFETY: `old` came out of a cache entry, whose hold
+                    // kept it alive; `map` is this table's lock.
+                    to_free.extend(unsafe { table.drop_cache_hold(&mut map, old) });
                 }
             }
         }
@@ -580,16 +599,9 @@ impl Inner {
                 unsafe { bucket.as_ref() }.set_cached();
                 entry.bucket.store(bucket.as_ptr(), Ordering::Relaxed);
                 if let Some(old) = NonNull::new(old) {
-                    // SAFETY: the cache's hold kept `old` alive until now.
-                    let old_ref = unsafe { old.as_ref() };
-                    let old_tick = old_ref.tick;
-                    let (cancelled, free) = old_ref.uncache(|| {
-                        map.remove(&old_tick);
-                    });
-                    table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
-                    if free {
-                        to_free = Some(old);
-                    }
+                    // SAFETY: `old` came out of the cache entry, whose hold
+                    // kept it alive; `map` is this table's lock.
+                    to_free = unsafe { table.drop_cache_hold(&mut map, old) };
                 }
             }
             // Registrations within `slack` of now still belong to `tick`.

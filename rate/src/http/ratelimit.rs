@@ -614,34 +614,14 @@ mod tests {
         let service = RateLimitLayer::new(limiter, by_header)
             .overload_status()
             .layer(hello());
-        let as_user = |u: &str| Request::builder().header("x-user", u).body(()).unwrap();
-        assert_eq!(
-            service
-                .clone()
-                .oneshot(as_user("a"))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-        assert_eq!(
-            service
-                .clone()
-                .oneshot(as_user("b"))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-        assert_eq!(
-            service
-                .clone()
-                .oneshot(as_user("a"))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        let status_for = |user: &str| {
+            let request = Request::builder().header("x-user", user).body(()).unwrap();
+            let service = service.clone();
+            async move { service.oneshot(request).await.unwrap().status() }
+        };
+        assert_eq!(status_for("a").await, StatusCode::OK);
+        assert_eq!(status_for("b").await, StatusCode::OK);
+        assert_eq!(status_for("a").await, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             service.oneshot(Request::new(())).await.unwrap().status(),
             StatusCode::INTERNAL_SERVER_ERROR

@@ -73,15 +73,18 @@ impl From<std::io::Error> for FixtureError {
 
 /// Whether `redis-server` (and `redis-cli`) can be run here.
 pub fn installed() -> bool {
-    let ok = |bin: &str| {
-        Command::new(bin)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    ok("redis-server") && ok("redis-cli")
+    runs("redis-server") && runs("redis-cli")
+}
+
+/// Whether the program `bin` (e.g. `redis-benchmark`) can be run here:
+/// `bin --version` succeeds.
+pub fn runs(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// `Ok(true)` when the Redis tests can run; `Ok(false)` (after a loud
@@ -160,6 +163,11 @@ impl RedisServer {
     /// Start a server (retrying on another port if the first is taken).
     pub fn start() -> Result<Self, FixtureError> {
         Self::start_with(&[])
+    }
+
+    /// The server's process id, while it runs (for reading its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// [`start`](Self::start), or `Ok(None)` to skip (see the module docs).
