@@ -11,6 +11,7 @@ fn layers(c: &mut Criterion) {
         Variant::Bare,
         Variant::RateLimited,
         Variant::RateAndInflight,
+        Variant::RateAndInflightSeparately,
     ] {
         group.bench_function(format!("{variant:?}"), |b| {
             b.iter_custom(|iters| {

@@ -183,6 +183,76 @@ fn kps(x: f64) -> String {
     format!("{:.1} k/s", x / 1000.0)
 }
 
+/// Keys per measuring script of [`script_costs`].
+const COST_KEYS: u32 = 10_000;
+
+/// What one step costs Redis inside a script, per key: each body runs in a
+/// Lua loop over [`COST_KEYS`] keys (`k` is the key, `i` its number), its
+/// time read from `INFO commandstats`, the bare loop's time subtracted;
+/// best of 3. This is the floor under the batched path: a script deciding
+/// many keys still pays the per-key steps.
+fn script_costs(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
+    const STEPS: [(&str, &str); 6] = [
+        ("GET of one key", "redis.call('GET', k)"),
+        (
+            "MGET, per key (256 keys a call)",
+            "b[#b + 1] = k if #b == 256 or i == N then redis.call('MGET', unpack(b)) b = {} end",
+        ),
+        (
+            "SET … KEEPTTL of an 8-byte string",
+            "redis.call('SET', k, 'abcdefgh', 'KEEPTTL')",
+        ),
+        (
+            "SET … PXAT of an 8-byte string",
+            "redis.call('SET', k, 'abcdefgh', 'PXAT', 4102444800000)",
+        ),
+        (
+            "SET … KEEPTTL of a Lua number (formatted by Redis)",
+            "redis.call('SET', k, i + 0.5, 'KEEPTTL')",
+        ),
+        (
+            "SET … KEEPTTL of a packed double (struct.pack)",
+            "redis.call('SET', k, struct.pack('<d', i + 0.5), 'KEEPTTL')",
+        ),
+    ];
+    let script = |body: &str| {
+        format!(
+            "local N = {COST_KEYS} local b = {{}} for i = 1, N do local k = 'weir-cost:' .. i {body} end return 0"
+        )
+    };
+    let eval_us = |body: &str| -> Option<f64> {
+        let mut best: Option<f64> = None;
+        for _ in 0..3 {
+            server.cli(&["CONFIG", "RESETSTAT"]).ok()?;
+            server.cli(&["EVAL", &script(body), "0"]).ok()?;
+            let stats = server.cli(&["INFO", "commandstats"]).ok()?;
+            let usec: f64 = stats
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_eval:"))?
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("usec="))?
+                .parse()
+                .ok()?;
+            best = Some(best.map_or(usec, |b: f64| b.min(usec)));
+        }
+        best
+    };
+    // Create the keys first, so every SET overwrites, as a decision does.
+    let _ = eval_us("redis.call('SET', k, 'abcdefgh')");
+    let bare = eval_us("");
+    let out = STEPS
+        .iter()
+        .map(|(name, body)| {
+            let per_key = eval_us(body)
+                .zip(bare)
+                .map(|(t, b)| (t - b).max(0.0) / f64::from(COST_KEYS));
+            (*name, per_key)
+        })
+        .collect();
+    let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
+    out
+}
+
 /// The Redis section of the report.
 pub fn run(report: &mut Report) {
     report.section("Redis backend: weir-rate's scripts against redis-benchmark");
@@ -466,7 +536,25 @@ pub fn run(report: &mut Report) {
     }
     report.table(&t);
 
-    // 5. Against the goals.
+    // 5. The per-key floor inside a script.
+    report.progress("per-key costs inside a script");
+    let mut t = Table::new(["one step inside a script", "Redis time per key"]);
+    for (name, us) in script_costs(&server) {
+        t.row([
+            name.to_owned(),
+            us.map_or_else(|| "failed".into(), |us| format!("{us:.2} µs")),
+        ]);
+    }
+    report.text(
+        "What a script deciding many keys still pays per key, measured in one EVAL looping over \
+         10 000 keys (`INFO commandstats`, the bare loop subtracted, best of 3). Every allowed decision \
+         writes its key once, so the batched path's Redis time per decision cannot fall below a `SET` \
+         plus a share of `MGET`, however many keys a call decides; compare the plain path's Redis CPU \
+         per decision above.",
+    );
+    report.table(&t);
+
+    // 6. Against the goals.
     let mean = |v: &[f64]| {
         if v.is_empty() {
             0.0

@@ -64,9 +64,10 @@
 //!   decision is the same as on the plain path: the script decides the keys
 //!   in queue order, atomically, reading a repeated key once. The cost is
 //!   queueing delay under light load, nothing else; the gain is about half
-//!   of Redis's CPU time per decision (the per-call work is shared, the
-//!   per-key write is not — a `SET` from a script costs 1.5–2 µs on the
-//!   development VM, against 8–12 µs for a whole plain-path call).
+//!   of Redis's CPU time per decision (the per-call work is shared; the
+//!   per-key read, decision and write are not — the report, `cargo xtask
+//!   bench --only redis`, gives Redis CPU per decision on both paths and
+//!   what each per-key step costs inside a script).
 //! * **Pre-aggregation** ([`Builder::pre_aggregate`], see [`PreAggregation`]).
 //!   For hot keys an instance leases `lease` units at once from Redis (one
 //!   ordinary decision of cost `lease`) and answers from the lease locally.

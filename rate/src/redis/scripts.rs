@@ -20,16 +20,21 @@
 //! # Cost per decision
 //!
 //! Redis runs scripts on its one thread, shared by every instance of the
-//! service, so the scripts are written for the server's time per key. What
-//! that costs was measured inside Redis 7.0 on the 2-core development VM
-//! (`INFO commandstats` over calls of 256 keys): a `SET` issued from Lua
-//! about 1.5–2 µs, `SET … PX` about 1.2 µs more than `SET … KEEPTTL`, an
-//! `MGET` about 0.15 µs per key, and turning a Lua number into text (for a
-//! command argument or `tostring`) about 0.5 µs. Hence:
+//! service, so the scripts are written for the server's time per key. The
+//! report measures what each step costs inside a script (`cargo xtask
+//! bench --only redis`, table "one step inside a script"); in a quick run
+//! on the 2-core development VM with Redis 7.0: `MGET` about 0.5 µs a key
+//! (with the Lua table it reads from), `SET … KEEPTTL` about 1 µs, `SET …
+//! PXAT` about 0.7 µs more, a Lua number as a `SET` argument (formatted by
+//! Redis) or a packed double about 0.15 µs more. Reading several numbers
+//! back out of text (`string.match`, `gmatch`, `tonumber`) and writing them
+//! with `string.format` cost the old text-format scripts most: replacing
+//! them made the sliding-window counter's script about twice as cheap per
+//! key. Hence:
 //!
 //! * one `MGET` (in chunks) reads every key of a call;
-//! * state is stored as packed doubles (`struct.pack`, 8 bytes a number,
-//!   about 0.13 µs to pack or unpack) rather than formatted text;
+//! * state is stored as packed doubles (`struct.pack`, 8 bytes a number)
+//!   rather than formatted text;
 //! * a key's state lives in Lua locals between `load`, its adjacent
 //!   decisions and `store` — no table per key — and is written once, only
 //!   if a decision changed it;
