@@ -52,8 +52,10 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
     let rt = rt()?;
     // A long window: the few microseconds between calls refill nothing.
     let quota = Quota::per_hour(nz(5));
-    let five_counters = Algorithm::SlidingWindow { counters: 5 };
-    for alg in ALGORITHMS.into_iter().chain([five_counters]) {
+    // Five counters, and the most the builder accepts (the whole ring is
+    // packed into one value and unpacked onto Lua's stack).
+    let more_counters = [5, 1024].map(|counters| Algorithm::SlidingWindow { counters });
+    for alg in ALGORITHMS.into_iter().chain(more_counters) {
         let expected = match alg {
             Algorithm::TokenBucket => local_pattern(TokenBucket::new(quota), 8),
             Algorithm::Gcra => local_pattern(Gcra::new(quota), 8),
