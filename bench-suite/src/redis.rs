@@ -69,32 +69,41 @@ fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
 
 /// What one load run measured.
 #[derive(Debug, Clone, Default)]
-struct Run {
-    decisions: u64,
-    allowed: u64,
-    leased: u64,
-    failed: u64,
-    secs: f64,
-    p50_us: f64,
-    p99_us: f64,
+pub struct Run {
+    /// Decisions answered.
+    pub decisions: u64,
+    /// Of those, allowed.
+    pub allowed: u64,
+    /// Of those, answered from a lease.
+    pub leased: u64,
+    /// Answered by the failure policy or an error.
+    pub failed: u64,
+    /// Wall time of the run.
+    pub secs: f64,
+    /// Median latency per decision, µs.
+    pub p50_us: f64,
+    /// 99th percentile latency per decision, µs.
+    pub p99_us: f64,
     /// The redis-server process's CPU seconds over the run (0 when unknown).
-    server_cpu: f64,
+    pub server_cpu: f64,
 }
 
 impl Run {
-    fn rate(&self) -> f64 {
+    /// Decisions per second.
+    pub fn rate(&self) -> f64 {
         self.decisions as f64 / self.secs.max(1e-9)
     }
 
     /// Redis CPU time per decision, in microseconds.
-    fn server_us(&self) -> f64 {
+    pub fn server_us(&self) -> f64 {
         self.server_cpu * 1e6 / self.decisions.max(1) as f64
     }
 }
 
-/// `callers` tasks check keys for `secs`: `hot` = one key, else keys drawn
-/// from 10 000.
-async fn load(
+/// `callers` tasks check keys for `dur`: `hot` = one key, else keys drawn
+/// from 10 000 (the report's load shape; `examples/redis_batched.rs` runs
+/// it alone for profiling).
+pub async fn load(
     limiters: &[RedisLimiter],
     callers: usize,
     dur: Duration,

@@ -427,55 +427,48 @@ impl Core {
                 .all(|(i, k)| i == 0 || keys[i - 1] == *k || !keys[..i].contains(k)),
             "equal keys must be adjacent"
         );
-        let mut inv = self.script.prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for p in &self.params {
-            inv.arg(p.as_str());
-        }
-        for c in costs {
-            inv.arg(*c);
-        }
+        let mut cmd = redis::Cmd::new();
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(&self.params)
+            .arg(costs);
         let mut conn = self.conn.clone();
-        // `invoke_async` sends EVALSHA and, on NOSCRIPT, loads the script and
-        // sends it once more. A second NOSCRIPT (the cache emptied again in
-        // between, e.g. repeated `SCRIPT FLUSH` or a failover) is retried
-        // here, a few times, all within the same deadline.
+        // On NOSCRIPT the script is loaded and the call sent once more; a
+        // second NOSCRIPT (the cache emptied again in between, e.g.
+        // repeated `SCRIPT FLUSH` or a failover) is retried a few times,
+        // all within the same deadline.
         let attempts = async {
             let mut tries = 0;
             loop {
-                match inv.invoke_async::<Vec<i64>>(&mut conn).await {
+                match cmd.query_async::<Vec<u8>>(&mut conn).await {
                     Err(e)
                         if tries < 4
                             && e.kind()
                                 == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
                         tries += 1;
+                        self.script.load_async(&mut conn).await?;
                     }
                     r => return r,
                 }
             }
         };
-        let reply: Vec<i64> = match tokio::time::timeout(self.timeout, attempts).await {
+        let reply = match tokio::time::timeout(self.timeout, attempts).await {
             Ok(r) => r?,
             Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
         };
-        if reply.len() != 4 * keys.len() {
+        if reply.len() != keys.len() * scripts::RECORD {
             return Err(RedisLimitError::BadReply(format!(
-                "{} integers for {} keys",
+                "{} bytes for {} keys",
                 reply.len(),
                 keys.len()
             )));
         }
         Ok(reply
-            .chunks_exact(4)
-            .map(|c| Raw {
-                allowed: c[0] == 1,
-                remaining: c[1].max(0) as u64,
-                reset_after_us: c[2].max(0) as u64,
-                retry_after_us: c[3].max(0) as u64,
-            })
+            .chunks_exact(scripts::RECORD)
+            .map(scripts::decode)
             .collect())
     }
 }

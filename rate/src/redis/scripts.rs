@@ -41,181 +41,215 @@
 //! * the expiry is a whole-second deadline derived from the state, so
 //!   while the deadline stays put the write is `SET … KEEPTTL`.
 
-/// The skeleton every script shares. `BODY` defines `P` (the number of
-/// parameters) and three functions over a state held in two values
-/// `(s, t)`: `load(v)` turns the stored string (or `false`) into a state
-/// and the deadline it was stored with; `decide(s, t, cost)` returns
-/// `allowed, remaining, reset_after, retry_after, s, t`; `store(key, s, t,
-/// old_deadline)` writes a changed state back.
+use super::Raw;
+
+/// The skeleton every script shares. An algorithm fills in four pieces of
+/// Lua ([`Body`]), pasted in place rather than called, because a Lua
+/// function call per key and step is a measurable share of a batched
+/// script's time:
+///
+/// * `PARAMS` — reads the parameters once per call and defines `P`, their
+///   number;
+/// * `LOAD` — from `v`, the stored string or `false`, declares the key's
+///   state as locals, and `stored_fresh_at`: when the stored state becomes
+///   fresh again (`nil` if there was none);
+/// * `DECIDE` — given `cost`, sets `allowed` (1 or 0), `remaining`,
+///   `reset` and `retry` (µs, unrounded) and updates the state locals;
+/// * `STORE` — sets `value`, the state as stored, and `fresh_at`.
+///
+/// The reply is one string of 25-byte records, one per decision in `KEYS`
+/// order: `allowed` as a byte, then `remaining`, `reset` and `retry` as
+/// little-endian doubles, rounded by the client ([`decode`]). One string
+/// instead of four integers a decision saves Redis a Lua table slot and a
+/// reply integer per number, and the client a parsed value per number.
 const SKELETON: &str = r#"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local EPS = 1e-9
 local floor, ceil = math.floor, math.ceil
 local pack, unpack_state = struct.pack, struct.unpack
--- States expire at whole-second deadlines: the second after the one in
--- which the state becomes fresh again (equal to no state at all). While
--- the deadline does not move, the key keeps its expiry (KEEPTTL, cheaper
--- than a new one); idle keys still vanish at most two seconds late.
-local function deadline(fresh_at) return (floor(fresh_at / 1000000) + 2) * 1000 end
-local function put(key, value, fresh_at, old_deadline)
-  local d = deadline(fresh_at)
-  if d == old_deadline then
-    redis.call('SET', key, value, 'KEEPTTL')
-  else
-    redis.call('SET', key, value, 'PXAT', d)
+--[[PARAMS]]
+local n = #KEYS
+local vals
+if n <= 256 then
+  vals = redis.call('MGET', unpack(KEYS))
+else
+  -- `unpack` of a very long list would overflow Lua's C stack
+  vals = {}
+  for from = 1, n, 256 do
+    local to = math.min(n, from + 255)
+    local got = redis.call('MGET', unpack(KEYS, from, to))
+    for j = from, to do vals[j] = got[j - from + 1] end
   end
 end
-BODY
-local n = #KEYS
-local vals = {}
-for from = 1, n, 256 do
-  local to = math.min(n, from + 255)
-  local got = redis.call('MGET', unpack(KEYS, from, to))
-  for j = from, to do vals[j] = got[j - from + 1] end
-end
-local out, o, i = {}, 0, 1
+local out, i = {}, 1
 while i <= n do
-  local key = KEYS[i]
-  local s, t, old_deadline = load(vals[i])
+  local key, v = KEYS[i], vals[i]
+  --[[LOAD]]
   local dirty = false
   repeat
-    local a, rem, reset, retry
-    a, rem, reset, retry, s, t = decide(s, t, tonumber(ARGV[P + i]))
-    if a == 1 then dirty = true end
-    rem, reset, retry = floor(rem + EPS), ceil(reset - EPS), ceil(retry - EPS)
-    if rem < 0 then rem = 0 end
-    if reset < 0 then reset = 0 end
-    if retry < 0 then retry = 0 end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, rem, reset, retry
-    o = o + 4
+    local cost = tonumber(ARGV[P + i])
+    local allowed, remaining, reset, retry
+    --[[DECIDE]]
+    if allowed == 1 then dirty = true end
+    out[i] = pack('<Bddd', allowed, remaining, reset, retry)
     i = i + 1
   until KEYS[i] ~= key
-  if dirty then store(key, s, t, old_deadline) end
+  if dirty then
+    local value, fresh_at
+    --[[STORE]]
+    -- States expire at whole-second deadlines: the second after the one
+    -- in which the state becomes fresh again (equal to no state at all).
+    -- While the deadline does not move, the key keeps its expiry (KEEPTTL,
+    -- cheaper than a new one); idle keys still vanish at most two seconds
+    -- late.
+    local d = (floor(fresh_at / 1000000) + 2) * 1000
+    if stored_fresh_at and (floor(stored_fresh_at / 1000000) + 2) * 1000 == d then
+      redis.call('SET', key, value, 'KEEPTTL')
+    else
+      redis.call('SET', key, value, 'PXAT', d)
+    end
+  end
 end
-return out
+return table.concat(out)
 "#;
+
+/// One algorithm's pieces of the [`SKELETON`].
+struct Body {
+    params: &'static str,
+    load: &'static str,
+    decide: &'static str,
+    store: &'static str,
+}
 
 /// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
 /// fractional), `ARGV[2]` = capacity (`burst`). State: one number, the
 /// server time `z` at which the bucket was (or would have been) empty, so
 /// `tokens = min(burst, (now - z) / T)` — the same bucket as a token count
 /// and a timestamp, in a single number.
-const TOKEN_BUCKET: &str = r#"
+const TOKEN_BUCKET: Body = Body {
+    params: r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local full_at = now - burst * T
-local function load(v)
-  local z, old_deadline = full_at, nil
-  if v and #v == 8 then
-    local stored = unpack_state('<d', v)
-    -- fresh again (full) at z + burst * T
-    old_deadline = deadline(stored + burst * T)
-    if stored > z then z = stored end
-  end
-  return z, nil, old_deadline
+"#,
+    load: r#"
+local z, stored_fresh_at = full_at, nil
+if v and #v == 8 then
+  local stored = unpack_state('<d', v)
+  stored_fresh_at = stored + burst * T -- full again
+  if stored > z then z = stored end
 end
-local function decide(z, _, cost)
-  local tokens = (now - z) / T
-  if tokens + EPS >= cost then
-    tokens = tokens - cost
-    return 1, tokens, (burst - tokens) * T, 0, z + cost * T
-  end
-  return 0, tokens, (burst - tokens) * T, (cost - tokens) * T, z
+"#,
+    decide: r#"
+local tokens = (now - z) / T
+if tokens + EPS >= cost then
+  tokens = tokens - cost
+  z = z + cost * T
+  allowed, remaining, reset, retry = 1, tokens, (burst - tokens) * T, 0
+else
+  allowed, remaining, reset, retry = 0, tokens, (burst - tokens) * T, (cost - tokens) * T
 end
-local function store(key, z, _, old_deadline)
-  put(key, pack('<d', z), z + burst * T, old_deadline)
-end
-"#;
+"#,
+    store: r#"
+value, fresh_at = pack('<d', z), z + burst * T
+"#,
+};
 
 /// GCRA. `ARGV[1]` = microseconds per unit (`T`), `ARGV[2]` = `burst`.
 /// State: the theoretical arrival time `tat` (one number).
-const GCRA: &str = r#"
+const GCRA: Body = Body {
+    params: r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2]) * T
-local function load(v)
-  local tat, old_deadline = now, nil
-  if v and #v == 8 then
-    local stored = unpack_state('<d', v)
-    -- fresh again once tat has passed
-    old_deadline = deadline(stored)
-    if stored > tat then tat = stored end
-  end
-  return tat, nil, old_deadline
+"#,
+    load: r#"
+local tat, stored_fresh_at = now, nil
+if v and #v == 8 then
+  local stored = unpack_state('<d', v)
+  stored_fresh_at = stored -- fresh once tat has passed
+  if stored > tat then tat = stored end
 end
-local function decide(tat, _, cost)
-  local new = tat + cost * T
-  local allow_at = new - tau
-  if allow_at > now + EPS then
-    return 0, (now + tau - tat) / T, tat - now, allow_at - now, tat
-  end
-  return 1, (now + tau - new) / T, new - now, 0, new
+"#,
+    decide: r#"
+local new = tat + cost * T
+local allow_at = new - tau
+if allow_at > now + EPS then
+  allowed, remaining, reset, retry = 0, (now + tau - tat) / T, tat - now, allow_at - now
+else
+  tat = new
+  allowed, remaining, reset, retry = 1, (now + tau - new) / T, new - now, 0
 end
-local function store(key, tat, _, old_deadline)
-  put(key, pack('<d', tat), tat, old_deadline)
-end
-"#;
+"#,
+    store: r#"
+value, fresh_at = pack('<d', tat), tat
+"#,
+};
 
 /// Fixed window aligned to the server clock. `ARGV[1]` = window in
 /// microseconds, `ARGV[2]` = limit. State: two numbers, the window index
 /// and the units counted in it.
-const FIXED_WINDOW: &str = r#"
+const FIXED_WINDOW: Body = Body {
+    params: r#"
 local P = 2
 local W = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local idx = floor(now / W)
-local reset = (idx + 1) * W - now
-local function load(v)
-  local count, old_deadline = 0, nil
-  if v and #v == 16 then
-    local stored_idx, stored_count = unpack_state('<dd', v)
-    -- fresh again when its window ends
-    old_deadline = deadline((stored_idx + 1) * W)
-    if stored_idx == idx then count = stored_count end
-  end
-  return count, nil, old_deadline
+local window_reset = (idx + 1) * W - now
+"#,
+    load: r#"
+local count, stored_fresh_at = 0, nil
+if v and #v == 16 then
+  local stored_idx, stored_count = unpack_state('<dd', v)
+  stored_fresh_at = (stored_idx + 1) * W -- its window's end
+  if stored_idx == idx then count = stored_count end
 end
-local function decide(count, _, cost)
-  if count + cost <= limit then
-    count = count + cost
-    return 1, limit - count, reset, 0, count
-  end
-  return 0, limit - count, reset, reset, count
+"#,
+    decide: r#"
+if count + cost <= limit then
+  count = count + cost
+  allowed, remaining, reset, retry = 1, limit - count, window_reset, 0
+else
+  allowed, remaining, reset, retry = 0, limit - count, window_reset, window_reset
 end
-local function store(key, count, _, old_deadline)
-  put(key, pack('<dd', idx, count), (idx + 1) * W, old_deadline)
-end
-"#;
+"#,
+    store: r#"
+value, fresh_at = pack('<dd', idx, count), (idx + 1) * W
+"#,
+};
 
 /// Sliding-window counter over `c` counters of `S = W / (c - 1)` each.
 /// `ARGV[1]` = sub-window `S` in microseconds, `ARGV[2]` = limit,
-/// `ARGV[3]` = `c`. The window `[now - W, now]` is the current sub-window, the `c - 2`
-/// before it, and the part of the oldest one still inside, weighted by the
-/// fraction still inside (`c = 2` is Cloudflare's two-window estimate).
-/// State: a ring of `c` pairs (sub-window index, count) as `2c` numbers;
-/// ring slot `j` holds sub-window `i ≡ j (mod c)`, so no window key is
-/// ever computed inside the script.
-const SLIDING_WINDOW: &str = r#"
+/// `ARGV[3]` = `c`. The window `[now - W, now]` is the current sub-window,
+/// the `c - 2` before it, and the part of the oldest one still inside,
+/// weighted by the fraction still inside (`c = 2` is Cloudflare's
+/// two-window estimate). State: a ring of `c` pairs (sub-window index,
+/// count) as `2c` numbers; ring slot `j` holds sub-window `i ≡ j (mod c)`,
+/// so no window key is ever computed inside the script. Its loops over the
+/// ring stay functions, defined once per call.
+const SLIDING_WINDOW: Body = Body {
+    params: r#"
 local P = 3
 local S = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local c = tonumber(ARGV[3])
 local W = S * (c - 1)
-local idx = math.floor(now / S)
+local idx = floor(now / S)
 local e = now - idx * S
 local FORMAT = '<' .. string.rep('d', 2 * c)
-local function load(v)
-  local ring, old_deadline
+-- the ring, the counts by age (counts[k] = sub-window idx - k) and when
+-- the stored state becomes fresh again (its newest sub-window slid out)
+local function load_ring(v)
+  local ring, fresh_at
   if v and #v == 16 * c then
     ring = { unpack_state(FORMAT, v) }
     local newest = -1
     for j = 0, c - 1 do
       if ring[2 * j + 1] > newest then newest = ring[2 * j + 1] end
     end
-    -- fresh again when the newest sub-window has slid out
-    if newest >= 0 then old_deadline = deadline((newest + c) * S) end
+    if newest >= 0 then fresh_at = (newest + c) * S end
   else
     ring = {}
     for j = 1, 2 * c do ring[j] = -1 end
@@ -228,7 +262,7 @@ local function load(v)
     if ring[2 * j + 1] == want then count = ring[2 * j + 2] end
     counts[k] = count
   end
-  return counts, ring, old_deadline
+  return ring, counts, fresh_at
 end
 -- the sub-window counts as seen `s` sub-window boundaries from now
 -- (nothing more being spent): the full ones' sum, the oldest (partly
@@ -250,54 +284,84 @@ local function reset_after(counts)
   end
   return 0
 end
-local function decide(counts, ring, cost)
-  local full, old, _ = segment(counts, 0)
-  local est = full + old * (S - e) / S
-  if est + cost <= limit + EPS then
-    counts[0] = counts[0] + cost
-    return 1, limit - est - cost, reset_after(counts), 0, counts, ring
-  end
-  local retry = nil
+-- the first moment `cost` more would fit, nothing more being spent
+local function retry_after(counts, cost)
   for s = 0, c do
     local x0 = 0
     if s > 0 then x0 = (idx + s) * S - now end
     local f, o, ex = segment(counts, s)
     if f + cost <= limit + EPS then
       local at_start = f + o * (S - ex) / S
-      if at_start + cost <= limit + EPS or o <= 0 then
-        retry = x0
-      else
-        retry = x0 + (S - ex) - (limit - cost - f) * S / o
-      end
-      break
+      if at_start + cost <= limit + EPS or o <= 0 then return x0 end
+      return x0 + (S - ex) - (limit - cost - f) * S / o
     end
   end
-  if retry == nil then retry = W end
-  return 0, limit - est, reset_after(counts), retry, counts, ring
+  return W
 end
-local function store(key, counts, ring, old_deadline)
-  local j = idx % c
-  ring[2 * j + 1] = idx
-  ring[2 * j + 2] = counts[0]
-  -- fresh again when the current sub-window has slid out
-  put(key, pack(FORMAT, unpack(ring, 1, 2 * c)), (idx + c) * S, old_deadline)
+"#,
+    load: r#"
+local ring, counts, stored_fresh_at = load_ring(v)
+"#,
+    decide: r#"
+local full, old = segment(counts, 0)
+local est = full + old * (S - e) / S
+if est + cost <= limit + EPS then
+  counts[0] = counts[0] + cost
+  allowed, remaining, reset, retry = 1, limit - est - cost, reset_after(counts), 0
+else
+  allowed, remaining, reset, retry = 0, limit - est, reset_after(counts), retry_after(counts, cost)
 end
-"#;
+"#,
+    store: r#"
+local j = idx % c
+ring[2 * j + 1] = idx
+ring[2 * j + 2] = counts[0]
+-- fresh again when the current sub-window has slid out
+value, fresh_at = pack(FORMAT, unpack(ring, 1, 2 * c)), (idx + c) * S
+"#,
+};
 
 /// The full source of one algorithm's script.
-fn source(body: &str) -> String {
-    SKELETON.replacen("BODY", body, 1)
+fn source(body: &Body) -> String {
+    SKELETON
+        .replacen("--[[PARAMS]]", body.params, 1)
+        .replacen("--[[LOAD]]", body.load, 1)
+        .replacen("--[[DECIDE]]", body.decide, 1)
+        .replacen("--[[STORE]]", body.store, 1)
+}
+
+/// Bytes per decision in a script's reply.
+pub(crate) const RECORD: usize = 25;
+
+/// One decision's record of a script's reply, rounded as the in-process
+/// limiters round: `remaining` down, the durations up, to whole
+/// microseconds, never below zero (`EPS` absorbs the doubles' error).
+/// `record` must hold [`RECORD`] bytes.
+pub(crate) fn decode(record: &[u8]) -> Raw {
+    const EPS: f64 = 1e-9;
+    let num = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&record[at..at + 8]);
+        f64::from_le_bytes(b)
+    };
+    // `as` saturates: a negative or NaN value becomes 0.
+    Raw {
+        allowed: record[0] == 1,
+        remaining: (num(1) + EPS).floor() as u64,
+        reset_after_us: (num(9) - EPS).ceil() as u64,
+        retry_after_us: (num(17) - EPS).ceil() as u64,
+    }
 }
 
 pub(crate) fn token_bucket() -> String {
-    source(TOKEN_BUCKET)
+    source(&TOKEN_BUCKET)
 }
 pub(crate) fn gcra() -> String {
-    source(GCRA)
+    source(&GCRA)
 }
 pub(crate) fn fixed_window() -> String {
-    source(FIXED_WINDOW)
+    source(&FIXED_WINDOW)
 }
 pub(crate) fn sliding_window() -> String {
-    source(SLIDING_WINDOW)
+    source(&SLIDING_WINDOW)
 }
