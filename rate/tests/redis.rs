@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use support::*;
 use weir_rate::redis::testing::{RedisServer, wait_until};
 use weir_rate::redis::{
-    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
+    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, Source,
+    Target,
 };
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
@@ -606,4 +607,115 @@ fn short_windows_hold_over_every_span() -> TestResult {
         }
     }
     Ok(())
+}
+
+/// Sends `SIGCONT` to a stopped process when dropped, so a failing
+/// assertion never leaves the server frozen.
+struct Frozen(u32);
+
+impl Frozen {
+    fn freeze(pid: u32) -> std::io::Result<Self> {
+        signal(pid, "-STOP")?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> std::io::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("kill {sig} {pid}: {status}")))
+    }
+}
+
+/// A server that accepts connections but never answers (stopped with
+/// `SIGSTOP`): every caller, plain or batched, many at once, gets the
+/// failure policy's answer with a timeout error by its deadline instead of
+/// waiting, and Redis decides again once the server resumes.
+#[test]
+fn stalled_server_is_answered_by_the_deadline() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("stalled_server_is_answered_by_the_deadline")?
+    else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("the server's pid is unknown")?;
+    let rt = rt()?;
+    rt.block_on(async {
+        let timeout = Duration::from_millis(100);
+        for batched in [false, true] {
+            let mut b = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(nz(1_000_000)))
+                .prefix(unique_prefix("stall"))
+                .timeout(timeout)
+                .backoff(Duration::from_millis(20))
+                .on_failure(FailurePolicy::Closed);
+            if batched {
+                b = b.batching(Batching {
+                    max_batch: 4,
+                    max_in_flight: 1,
+                    queue: 1024,
+                });
+            }
+            let limiter = b.connect(Target::server(server.url())).await?;
+            assert_eq!(limiter.check_verbose("warm", 1).await?.source, Source::Redis);
+            let frozen = Frozen::freeze(pid)?;
+            // 64 callers on a batcher of 4 a call, 1 in flight: most wait
+            // in the queue behind calls that cannot finish.
+            let calls = (0..64).map(|i| {
+                let l = limiter.clone();
+                tokio::spawn(async move {
+                    let start = Instant::now();
+                    let v = l.check_verbose(&format!("k{i}"), 1).await;
+                    (v, start.elapsed())
+                })
+            });
+            let answers = tokio::time::timeout(Duration::from_secs(10), async {
+                let mut out = Vec::new();
+                for c in calls.collect::<Vec<_>>() {
+                    out.push(c.await);
+                }
+                out
+            })
+            .await
+            .map_err(|_| format!("callers hung on a stalled server (batched: {batched})"))?;
+            for answer in answers {
+                let (v, took) = answer?;
+                let v = v?;
+                assert_eq!(v.source, Source::FailClosed, "batched: {batched}");
+                assert!(!v.decision.is_allowed());
+                // Our deadline, the connection's response timeout (set to
+                // the same), or the back-off that follows either.
+                let timed_out = match &v.error {
+                    Some(RedisLimitError::Timeout(_) | RedisLimitError::BackingOff) => true,
+                    Some(RedisLimitError::Redis(e)) => e.is_timeout(),
+                    _ => false,
+                };
+                assert!(timed_out, "batched: {batched}: {:?}", v.error);
+                // By the deadline, with slack for a loaded test machine:
+                // the point is that nobody waits for the server.
+                assert!(took < timeout * 10, "batched: {batched}: took {took:?}");
+            }
+            drop(frozen);
+            let back = async {
+                loop {
+                    if limiter.check_verbose("warm", 1).await?.source == Source::Redis {
+                        return Ok::<_, Box<dyn std::error::Error>>(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), back)
+                .await
+                .map_err(|_| "Redis did not decide again after SIGCONT")??;
+        }
+        Ok(())
+    })
 }

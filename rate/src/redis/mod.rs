@@ -421,6 +421,17 @@ impl Core {
         keys: &[&str],
         costs: &[u32],
     ) -> Result<Vec<Raw>, RedisLimitError> {
+        self.eval_within(keys, costs, self.timeout).await
+    }
+
+    /// [`eval`](Self::eval), given up after `within` (errors name the
+    /// configured timeout, which is what callers set).
+    pub(crate) async fn eval_within(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+        within: Duration,
+    ) -> Result<Vec<Raw>, RedisLimitError> {
         debug_assert!(
             keys.iter()
                 .enumerate()
@@ -455,7 +466,7 @@ impl Core {
                 }
             }
         };
-        let reply = match tokio::time::timeout(self.timeout, attempts).await {
+        let reply = match tokio::time::timeout(within, attempts).await {
             Ok(r) => r?,
             Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
         };
