@@ -8,26 +8,10 @@
 
 use std::num::NonZeroU32;
 use std::time::Duration;
-use weir_bench_suite::machine::process_cpu_secs;
-use weir_bench_suite::redis::load;
+use weir_bench_suite::redis::{load, script_stats};
 use weir_rate::Quota;
 use weir_rate::redis::testing::RedisServer;
 use weir_rate::redis::{Algorithm, Batching, FailurePolicy, RedisLimiter, Target};
-
-/// `calls` and `usec` of one command in `INFO commandstats`.
-fn command_stats(server: &RedisServer, command: &str) -> (f64, f64) {
-    let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
-    let prefix = format!("cmdstat_{command}:");
-    let field = |name: &str| {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix(name)))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (field("calls="), field("usec="))
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -72,7 +56,6 @@ fn main() {
         .expect("connected");
     for round in 0..3 {
         let _ = server.cli(&["CONFIG", "RESETSTAT"]);
-        let me = process_cpu_secs(std::process::id()).unwrap_or(0.0);
         let run = rt.block_on(load(
             std::slice::from_ref(&limiter),
             callers,
@@ -80,8 +63,7 @@ fn main() {
             false,
             server.pid(),
         ));
-        let client = process_cpu_secs(std::process::id()).unwrap_or(0.0) - me;
-        let (calls, usec) = command_stats(&server, "evalsha");
+        let (calls, usec) = script_stats(&server).unwrap_or((0, 0.0));
         let n = run.decisions.max(1) as f64;
         println!(
             "round {round}: {:.1} k/s, p50 {:.0} µs, Redis CPU {:.2} µs/decision \
@@ -90,8 +72,8 @@ fn main() {
             run.p50_us,
             run.server_us(),
             usec / n,
-            client * 1e6 / n,
-            n / calls.max(1.0),
+            run.client_us(),
+            n / calls.max(1) as f64,
             run.failed
         );
     }

@@ -7,7 +7,11 @@
 //!   pipelined 16 deep.
 //! * Every algorithm's plain path (one script call per decision) at 1 and
 //!   50 concurrent callers, and the batched path at 50: decisions per
-//!   second and p50/p99 latency per decision, measured by the callers.
+//!   second and p50/p99 latency per decision, measured by the callers;
+//!   Redis's CPU and this process's CPU per decision.
+//! * GCRA plain and batched at 50, 200 and 800 callers: how many decisions
+//!   a script call carries and what that does to each side's CPU per
+//!   decision.
 //! * One hot key at 50 callers: plain against local pre-aggregation
 //!   (leases), and, with a limit that is reached, how many requests each
 //!   admits against what the limit allows.
@@ -86,6 +90,9 @@ pub struct Run {
     pub p99_us: f64,
     /// The redis-server process's CPU seconds over the run (0 when unknown).
     pub server_cpu: f64,
+    /// This process's CPU seconds over the run: the limiter client and the
+    /// callers driving it (0 when unknown).
+    pub client_cpu: f64,
 }
 
 impl Run {
@@ -97,6 +104,11 @@ impl Run {
     /// Redis CPU time per decision, in microseconds.
     pub fn server_us(&self) -> f64 {
         self.server_cpu * 1e6 / self.decisions.max(1) as f64
+    }
+
+    /// Client CPU time per decision (callers included), in microseconds.
+    pub fn client_us(&self) -> f64 {
+        self.client_cpu * 1e6 / self.decisions.max(1) as f64
     }
 }
 
@@ -111,6 +123,8 @@ pub async fn load(
     server_pid: Option<u32>,
 ) -> Run {
     let cpu_at_start = server_pid.and_then(machine::process_cpu_secs);
+    let me = std::process::id();
+    let own_cpu_at_start = machine::process_cpu_secs(me);
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::with_capacity(callers);
@@ -169,6 +183,9 @@ pub async fn load(
     if let (Some(pid), Some(at_start)) = (server_pid, cpu_at_start) {
         run.server_cpu = machine::process_cpu_secs(pid).map_or(0.0, |now| now - at_start);
     }
+    if let (Some(now), Some(at_start)) = (machine::process_cpu_secs(me), own_cpu_at_start) {
+        run.client_cpu = now - at_start;
+    }
     run.decisions = all.len() as u64;
     run.failed = failed.load(Ordering::Relaxed);
     all.sort_unstable();
@@ -182,6 +199,20 @@ pub async fn load(
     run.p50_us = pct(0.50);
     run.p99_us = pct(0.99);
     run
+}
+
+/// How many `EVALSHA` calls the server has run and the microseconds they
+/// took (`INFO commandstats`, since start or `CONFIG RESETSTAT`).
+pub fn script_stats(server: &RedisServer) -> Option<(u64, f64)> {
+    let stats = server.cli(&["INFO", "commandstats"]).ok()?;
+    let line = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))?;
+    let field = |name: &str| line.split(',').find_map(|kv| kv.strip_prefix(name));
+    Some((
+        field("calls=")?.parse().ok()?,
+        field("usec=")?.parse().ok()?,
+    ))
 }
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -260,6 +291,65 @@ fn script_costs(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
         .collect();
     let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
     out
+}
+
+/// Plain and batched GCRA at 50, 200 and 800 callers: rate, decisions
+/// per script call and CPU per decision on each side.
+fn by_callers(
+    rt: &tokio::runtime::Runtime,
+    server: &RedisServer,
+    connect: &dyn Fn(
+        Algorithm,
+        Quota,
+        bool,
+        Option<PreAggregation>,
+    ) -> Result<RedisLimiter, weir_rate::redis::RedisLimitError>,
+    quota: Quota,
+    dur: Duration,
+    pid: Option<u32>,
+) -> (Table, Vec<(usize, f64, f64)>) {
+    let mut t = Table::new([
+        "path",
+        "callers",
+        "decisions/s",
+        "p50 µs",
+        "decisions per script call",
+        "Redis CPU per decision",
+        "client CPU per decision",
+    ]);
+    let mut ratios = Vec::new();
+    for callers in [50, 200, 800] {
+        let mut rates = [0.0f64; 2];
+        for (path, batched) in [("plain", false), ("batched", true)] {
+            let Ok(limiter) = connect(Algorithm::Gcra, quota, batched, None) else {
+                continue;
+            };
+            let calls_before = script_stats(server).map(|(calls, _)| calls);
+            let r = rt.block_on(load(
+                std::slice::from_ref(&limiter),
+                callers,
+                dur,
+                false,
+                pid,
+            ));
+            let per_call = script_stats(server)
+                .map(|(calls, _)| calls)
+                .zip(calls_before)
+                .map(|(after, before)| r.decisions as f64 / (after - before).max(1) as f64);
+            t.row([
+                path.to_owned(),
+                callers.to_string(),
+                kps(r.rate()),
+                format!("{:.0}", r.p50_us),
+                per_call.map_or_else(|| "—".into(), |n| format!("{n:.1}")),
+                format!("{:.2} µs", r.server_us()),
+                format!("{:.2} µs", r.client_us()),
+            ]);
+            rates[usize::from(batched)] = r.rate();
+        }
+        ratios.push((callers, rates[0], rates[1]));
+    }
+    (t, ratios)
 }
 
 /// The Redis section of the report.
@@ -361,6 +451,7 @@ pub fn run(report: &mut Report) {
         "p99 µs",
         "vs INCR@50",
         "Redis CPU per decision",
+        "client CPU per decision",
     ]);
     let mut plain50 = Vec::new();
     let mut batched50 = Vec::new();
@@ -441,6 +532,7 @@ pub fn run(report: &mut Report) {
             format!("{:.0}", r.p99_us),
             incr50.map_or_else(|| "—".into(), |i| format!("{:.2}×", r.rate() / i)),
             format!("{:.2} µs", r.server_us()),
+            format!("{:.2} µs", r.client_us()),
         ];
         if r.failed > 0 {
             cells[3] = format!("{} ({} failed)", cells[3], thousands(r.failed));
@@ -448,6 +540,18 @@ pub fn run(report: &mut Report) {
         t.row(cells);
     }
     report.table(&t);
+
+    // 2b. What a batch carries, by the number of callers.
+    report.progress("GCRA by callers: decisions per script call");
+    let (by_callers, by_callers_rates) = by_callers(&rt, &server, &connect, roomy, dur, pid);
+    report.text(
+        "GCRA by the number of concurrent callers (one run each): decisions per script call \
+         (`INFO commandstats`), and the CPU each side spends per decision. A script call has a \
+         fixed cost on both sides (on this VM mostly the cross-core wake-up of a loopback write and \
+         the reply's read), which a batch shares among its decisions; closed-loop callers bound \
+         the batch, since a caller waits for its answer before asking again.",
+    );
+    report.table(&by_callers);
 
     // 3. One hot key: plain against pre-aggregation, far from the limit.
     report.progress("hot key: plain and pre-aggregated");
@@ -588,6 +692,17 @@ pub fn run(report: &mut Report) {
         mean(&batched_cpu),
         mean(&plain_cpu),
         mean(&plain_cpu) / mean(&batched_cpu).max(1e-9)
+    ));
+    lines.push(format!(
+        "* batched against plain by callers (GCRA, table above): {}",
+        by_callers_rates
+            .iter()
+            .map(|(callers, plain, batched)| format!(
+                "{:.2}× at {callers}",
+                batched / plain.max(1e-9)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     if let (Ok(p), Ok(h)) = (&hot_plain, &hot_pre) {
         lines.push(format!(

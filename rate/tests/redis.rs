@@ -665,7 +665,10 @@ fn stalled_server_is_answered_by_the_deadline() -> TestResult {
                 });
             }
             let limiter = b.connect(Target::server(server.url())).await?;
-            assert_eq!(limiter.check_verbose("warm", 1).await?.source, Source::Redis);
+            assert_eq!(
+                limiter.check_verbose("warm", 1).await?.source,
+                Source::Redis
+            );
             let frozen = Frozen::freeze(pid)?;
             // 64 callers on a batcher of 4 a call, 1 in flight: most wait
             // in the queue behind calls that cannot finish.

@@ -63,11 +63,14 @@
 //!   only touch one slot), with a bounded number of calls in flight. Each
 //!   decision is the same as on the plain path: the script decides the keys
 //!   in queue order, atomically, reading a repeated key once. The cost is
-//!   queueing delay under light load, nothing else; the gain is about half
-//!   of Redis's CPU time per decision (the per-call work is shared; the
-//!   per-key read, decision and write are not — the report, `cargo xtask
-//!   bench --only redis`, gives Redis CPU per decision on both paths and
-//!   what each per-key step costs inside a script).
+//!   queueing delay under light load, nothing else. The gain is the
+//!   per-call work shared by the batch: on both sides a script call has a
+//!   fixed cost (the round trip's system calls and wake-ups, the script's
+//!   set-up) beside each key's read, decision and write, so the gain grows
+//!   with the batch, which closed-loop callers bound (each waits for its
+//!   answer before asking again). The report (`cargo xtask bench --only
+//!   redis`) gives decisions per call and each side's CPU per decision by
+//!   number of callers, and what each per-key step costs inside a script.
 //! * **Pre-aggregation** ([`Builder::pre_aggregate`], see [`PreAggregation`]).
 //!   For hot keys an instance leases `lease` units at once from Redis (one
 //!   ordinary decision of cost `lease`) and answers from the lease locally.

@@ -1,4 +1,4 @@
-//! The Lua scripts, one per algorithm.
+//! The Lua scripts, one per algorithm, built from one skeleton.
 //!
 //! Every script has the same shape, so that one script decides one key
 //! (the plain path) or many keys (the batched path):
@@ -10,36 +10,38 @@
 //! * `ARGV[1..P]` — the algorithm's parameters, shared by the whole call;
 //! * `ARGV[P + i]` — the cost of the i-th decision.
 //!
-//! The reply is a flat array of four integers per key: `allowed` (1 or 0),
-//! `remaining`, `reset_after` and `retry_after` in whole microseconds
-//! (rounded up). Time is the server's `TIME`, read once per call; since
-//! Redis 5 scripts replicate their effects, so reading the clock inside a
-//! script is allowed and replicas see the resulting writes, not a second
-//! clock reading.
+//! The reply is one string of fixed-size records, one per decision (see
+//! [`SKELETON`] and [`decode`]). Time is the server's `TIME`, read once per
+//! call; since Redis 5 scripts replicate their effects, so reading the
+//! clock inside a script is allowed and replicas see the resulting writes,
+//! not a second clock reading.
 //!
 //! # Cost per decision
 //!
 //! Redis runs scripts on its one thread, shared by every instance of the
 //! service, so the scripts are written for the server's time per key. The
 //! report measures what each step costs inside a script (`cargo xtask
-//! bench --only redis`, table "one step inside a script"); in a quick run
-//! on the 2-core development VM with Redis 7.0: `MGET` about 0.5 µs a key
-//! (with the Lua table it reads from), `SET … KEEPTTL` about 1 µs, `SET …
-//! PXAT` about 0.7 µs more, a Lua number as a `SET` argument (formatted by
-//! Redis) or a packed double about 0.15 µs more. Reading several numbers
-//! back out of text (`string.match`, `gmatch`, `tonumber`) and writing them
-//! with `string.format` cost the old text-format scripts most: replacing
+//! bench --only redis`, table "one step inside a script"); in quick runs
+//! on the 2-core development VM with Redis 7.0: `MGET` about 0.4–0.5 µs a
+//! key (with the Lua table it reads from), `SET … KEEPTTL` about 0.9–1
+//! µs, `SET … PXAT` markedly more. Reading several numbers back out of
+//! text (`string.match`, `gmatch`, `tonumber`) and writing them with
+//! `string.format` cost the first, text-format scripts most: replacing
 //! them made the sliding-window counter's script about twice as cheap per
-//! key. Hence:
+//! key. Then, on a scratch harness (GCRA, best of 5), pasting each
+//! algorithm's steps into the loop instead of calling Lua functions per
+//! key, with one reply string instead of four integers a decision, took
+//! a third off a key at 16 keys a call and a ninth at 256. Hence:
 //!
 //! * one `MGET` (in chunks) reads every key of a call;
 //! * state is stored as packed doubles (`struct.pack`, 8 bytes a number)
 //!   rather than formatted text;
-//! * a key's state lives in Lua locals between `load`, its adjacent
-//!   decisions and `store` — no table per key — and is written once, only
-//!   if a decision changed it;
+//! * a key's state lives in Lua locals from its read through its adjacent
+//!   decisions to its write — no table, no function call per key — and is
+//!   written once, only if a decision changed it;
 //! * the expiry is a whole-second deadline derived from the state, so
-//!   while the deadline stays put the write is `SET … KEEPTTL`.
+//!   while the deadline stays put the write is `SET … KEEPTTL`;
+//! * the answers go back as packed doubles, rounded by the client.
 
 use super::Raw;
 
