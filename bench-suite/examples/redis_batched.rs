@@ -15,14 +15,22 @@ use weir_rate::redis::{Algorithm, Batching, FailurePolicy, RedisLimiter, Target}
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let batched = args.next().as_deref() != Some("plain");
+    let batched = match args.next().as_deref() {
+        None | Some("batched") => true,
+        Some("plain") => false,
+        Some(other) => {
+            eprintln!("unknown path {other:?}: plain or batched");
+            std::process::exit(2);
+        }
+    };
     let callers: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
     let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let server = RedisServer::start().expect("a private redis-server");
     let workers: usize = std::env::var("WORKERS")
         .ok()
         .and_then(|w| w.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(2usize)
+        .max(1);
     if std::env::var_os("PIN").is_some() {
         if let Some(pid) = server.pid() {
             let _ = std::process::Command::new("taskset")

@@ -335,7 +335,9 @@ fn by_callers(
             let per_call = script_stats(server)
                 .map(|(calls, _)| calls)
                 .zip(calls_before)
-                .map(|(after, before)| r.decisions as f64 / (after - before).max(1) as f64);
+                .map(|(after, before)| {
+                    r.decisions as f64 / after.saturating_sub(before).max(1) as f64
+                });
             t.row([
                 path.to_owned(),
                 callers.to_string(),
@@ -347,7 +349,9 @@ fn by_callers(
             ]);
             rates[usize::from(batched)] = r.rate();
         }
-        ratios.push((callers, rates[0], rates[1]));
+        if rates.iter().all(|&r| r > 0.0) {
+            ratios.push((callers, rates[0], rates[1]));
+        }
     }
     (t, ratios)
 }

@@ -1,27 +1,40 @@
 //! Batching concurrent callers' decisions into shared script calls.
 //!
-//! Callers put `(key, cost, reply)` on a bounded queue. One task waits for
-//! a free in-flight slot, then drains whatever is queued (up to
+//! Callers put `(key, cost, deadline, reply)` on a bounded queue. One task
+//! waits for a free in-flight slot, then drains whatever is queued (up to
 //! `max_batch`), groups it by Cluster slot (a script may only touch keys
 //! of one slot; on a single server everything is one group), and spawns
 //! one script call per group. While all slots are busy the queue fills, so
 //! batches grow exactly when Redis is the bottleneck, and a lone caller
 //! pays no batching delay.
 //!
-//! Deadlines are kept per call, not per caller: each job carries its
-//! deadline, the batcher answers jobs whose deadline has passed with
-//! [`RedisLimitError::Timeout`] without sending them, and a script call
-//! may take until the earliest deadline among its jobs. A waiting job is
-//! therefore answered by its deadline: every call ahead of it holds only
-//! older jobs, so it ends (or times out) no later. One timer per script
-//! call instead of one per decision is a measurable share of the client's
-//! time per decision at high rates.
+//! # Deadlines
+//!
+//! Every caller is answered by its own deadline, yet there is one timer
+//! per script call, not one per caller (a timer per decision was a
+//! measurable share of the client's time per decision at high rates):
+//!
+//! * a call waits for Redis alongside a single sleep set to the earliest
+//!   deadline among its callers still waiting; when it fires, those past
+//!   their deadline get [`RedisLimitError::Timeout`] and the sleep moves
+//!   to the next deadline, so a caller close to its deadline never cuts
+//!   short the others in its batch;
+//! * callers already late when their batch is cut are answered without
+//!   being sent, and a group waiting for a slot (Cluster) answers its late
+//!   callers while it waits;
+//! * a queued caller waits behind calls holding older callers only (the
+//!   queue is drained in order, a drain's groups go out by earliest
+//!   deadline), and each such call ends by its latest deadline, no later
+//!   than the queued caller's own.
+//!
+//! A script a caller gave up on may still run on Redis and count its
+//! units, as with any timeout on a request already sent.
 
 use super::{Batching, Core, Raw, RedisLimitError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 type Reply = oneshot::Sender<Result<Raw, RedisLimitError>>;
 
@@ -46,16 +59,15 @@ impl Batcher {
         Self { tx }
     }
 
-    /// Queue one decision and wait for it; answered within `timeout`
-    /// (see the module documentation).
+    /// Queue one decision and wait for it; answered by `deadline` (see the
+    /// module documentation).
     pub(crate) async fn submit(
         &self,
         key: String,
         cost: u32,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<Raw, RedisLimitError> {
         let (reply, rx) = oneshot::channel();
-        let deadline = Instant::now() + timeout;
         self.tx
             .try_send(Job {
                 key,
@@ -64,8 +76,8 @@ impl Batcher {
                 reply,
             })
             .map_err(|_| RedisLimitError::Overloaded)?;
-        // The batching task only drops a job's sender unanswered when it
-        // is itself gone.
+        // A job's sender is dropped unanswered only when the batching task
+        // or a call's task is gone (the runtime shutting down).
         rx.await.unwrap_or(Err(RedisLimitError::Overloaded))
     }
 }
@@ -82,11 +94,7 @@ async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
         }
         if !core.cluster {
             let batch = std::mem::replace(&mut jobs, Vec::with_capacity(cfg.max_batch));
-            let core = core.clone();
-            tokio::spawn(async move {
-                decide(&core, batch).await;
-                drop(permit);
-            });
+            spawn_call(&core, batch, permit);
             continue;
         }
         let mut groups: HashMap<u16, Vec<Job>> = HashMap::new();
@@ -96,49 +104,130 @@ async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
                 .or_default()
                 .push(job);
         }
+        let mut groups: Vec<Vec<Job>> = groups.into_values().collect();
+        groups.sort_by_key(|g| earliest(g));
         let mut permit = Some(permit);
-        for (_, batch) in groups {
+        for mut batch in groups {
             let p = match permit.take() {
                 Some(p) => p,
-                None => match slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
+                None => match slot_for(&slots, &mut batch, &core).await {
+                    Some(p) => p,
+                    None => continue, // every job of the group was late
                 },
             };
-            let core = core.clone();
-            tokio::spawn(async move {
-                decide(&core, batch).await;
-                drop(p);
-            });
+            spawn_call(&core, batch, p);
         }
     }
 }
 
-async fn decide(core: &Core, batch: Vec<Job>) {
-    let now = Instant::now();
-    let (mut batch, late): (Vec<Job>, Vec<Job>) =
-        batch.into_iter().partition(|job| job.deadline > now);
+fn spawn_call(core: &Arc<Core>, batch: Vec<Job>, permit: OwnedSemaphorePermit) {
+    let core = core.clone();
+    tokio::spawn(async move {
+        decide(&core, batch).await;
+        drop(permit);
+    });
+}
+
+/// The earliest deadline of a non-empty group (`Instant::now()` for an
+/// empty one, which sorts it first and costs nothing).
+fn earliest(batch: &[Job]) -> Instant {
+    batch
+        .iter()
+        .map(|j| j.deadline)
+        .min()
+        .unwrap_or_else(Instant::now)
+}
+
+/// Answer the jobs of `batch` whose deadline is not after `now` with a
+/// timeout, keeping the others.
+fn answer_late(batch: &mut Vec<Job>, now: Instant, timeout: Duration) {
+    let (live, late): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
+        .into_iter()
+        .partition(|job| job.deadline > now);
     for job in late {
-        let _ = job.reply.send(Err(RedisLimitError::Timeout(core.timeout)));
+        let _ = job.reply.send(Err(RedisLimitError::Timeout(timeout)));
     }
-    let Some(first) = batch.iter().map(|j| j.deadline).min() else {
+    *batch = live;
+}
+
+/// Wait for a call slot for `batch`, answering its jobs as their
+/// deadlines pass; `None` once none is left (or the slots are closed).
+async fn slot_for(
+    slots: &Arc<Semaphore>,
+    batch: &mut Vec<Job>,
+    core: &Core,
+) -> Option<OwnedSemaphorePermit> {
+    while !batch.is_empty() {
+        let until = tokio::time::Instant::from_std(earliest(batch));
+        match tokio::time::timeout_at(until, slots.clone().acquire_owned()).await {
+            Ok(permit) => return permit.ok(),
+            Err(_) => answer_late(batch, Instant::now(), core.timeout),
+        }
+    }
+    None
+}
+
+async fn decide(core: &Core, mut batch: Vec<Job>) {
+    answer_late(&mut batch, Instant::now(), core.timeout);
+    if batch.is_empty() {
         return;
-    };
+    }
     // The scripts decide a repeated key from one read of its state, which
     // needs its decisions adjacent; a stable sort keeps them in arrival
     // order.
     batch.sort_by(|a, b| a.key.cmp(&b.key));
-    let keys: Vec<&str> = batch.iter().map(|j| j.key.as_str()).collect();
-    let costs: Vec<u32> = batch.iter().map(|j| j.cost).collect();
-    match core.eval_within(&keys, &costs, first - now).await {
-        Ok(raws) => {
-            for (job, raw) in batch.into_iter().zip(raws) {
-                let _ = job.reply.send(Ok(raw));
+    let n = batch.len();
+    let (mut names, mut costs, mut deadlines, mut replies) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for job in batch {
+        names.push(job.key);
+        costs.push(job.cost);
+        deadlines.push(job.deadline);
+        replies.push(Some(job.reply));
+    }
+    let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut by_deadline: Vec<usize> = (0..n).collect();
+    by_deadline.sort_by_key(|&i| deadlines[i]);
+    let call = core.query(&keys, &costs);
+    tokio::pin!(call);
+    // Index into `by_deadline` of the first caller still waiting.
+    let mut next = 0;
+    loop {
+        let until = tokio::time::Instant::from_std(deadlines[by_deadline[next]]);
+        tokio::select! {
+            biased;
+            result = &mut call => {
+                match result {
+                    Ok(raws) => {
+                        for (reply, raw) in replies.into_iter().zip(raws) {
+                            if let Some(reply) = reply {
+                                let _ = reply.send(Ok(raw));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        for reply in replies.into_iter().flatten() {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+                return;
             }
-        }
-        Err(e) => {
-            for job in batch {
-                let _ = job.reply.send(Err(e.clone()));
+            () = tokio::time::sleep_until(until) => {
+                let now = Instant::now();
+                while next < by_deadline.len() && deadlines[by_deadline[next]] <= now {
+                    if let Some(reply) = replies[by_deadline[next]].take() {
+                        let _ = reply.send(Err(RedisLimitError::Timeout(core.timeout)));
+                    }
+                    next += 1;
+                }
+                if next == by_deadline.len() {
+                    return; // everyone has been answered: drop the call
+                }
             }
         }
     }

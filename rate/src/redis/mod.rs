@@ -24,7 +24,7 @@
 //!   unit. Scripts are sent as `EVALSHA`; when the server answers `NOSCRIPT`
 //!   (its cache is empty after a restart, a failover to a replica that never
 //!   saw the script, `SCRIPT FLUSH`, or eviction) the script is loaded and
-//!   the call repeated once.
+//!   the call repeated (a few times at most, all within the deadline).
 //! * **Clock.** Time is the Redis server's `TIME`, read inside the script,
 //!   so the clocks of the clients, which drift, never matter. Resolution is
 //!   one microsecond; the quota's emission interval is passed in
@@ -417,23 +417,36 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// One script call deciding `keys[i]` at `costs[i]`, within the timeout.
-    /// Equal keys must be adjacent (see [`scripts`]).
+    /// The deadline of a decision asked now: the configured timeout from
+    /// now (a timeout too long to represent never comes).
+    pub(crate) fn deadline(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+    }
+
+    /// One script call deciding `keys[i]` at `costs[i]`, given up at
+    /// `deadline`. Equal keys must be adjacent (see [`scripts`]).
     pub(crate) async fn eval(
         &self,
         keys: &[&str],
         costs: &[u32],
+        deadline: Instant,
     ) -> Result<Vec<Raw>, RedisLimitError> {
-        self.eval_within(keys, costs, self.timeout).await
+        tokio::time::timeout_at(
+            tokio::time::Instant::from_std(deadline),
+            self.query(keys, costs),
+        )
+        .await
+        .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
     }
 
-    /// [`eval`](Self::eval), given up after `within` (errors name the
-    /// configured timeout, which is what callers set).
-    pub(crate) async fn eval_within(
+    /// One script call, with no deadline of its own (the batcher bounds
+    /// it by its callers' deadlines).
+    pub(crate) async fn query(
         &self,
         keys: &[&str],
         costs: &[u32],
-        within: Duration,
     ) -> Result<Vec<Raw>, RedisLimitError> {
         debug_assert!(
             keys.iter()
@@ -469,10 +482,7 @@ impl Core {
                 }
             }
         };
-        let reply = match tokio::time::timeout(within, attempts).await {
-            Ok(r) => r?,
-            Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
-        };
+        let reply = attempts.await?;
         if reply.len() != keys.len() * scripts::RECORD {
             return Err(RedisLimitError::BadReply(format!(
                 "{} bytes for {} keys",
@@ -655,6 +665,18 @@ struct Inner {
     hot: Option<hot::Hot>,
 }
 
+impl Inner {
+    /// Nanoseconds since `epoch` (saturating: ~584 years).
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The back-off in nanoseconds (saturating, so any `Duration` works).
+    fn backoff_nanos(&self) -> u64 {
+        u64::try_from(self.backoff.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
 /// A rate limiter whose state lives in Redis. Cheap to clone; clones share
 /// the connection, the batching task and the leases.
 ///
@@ -783,7 +805,7 @@ impl RedisLimiter {
         } else {
             0
         }];
-        let now = inner.epoch.elapsed().as_nanos() as u64;
+        let now = inner.now_nanos();
         let down = cell.load(Ordering::Relaxed);
         if down != 0 {
             // One caller per back-off period probes; the rest skip Redis.
@@ -791,7 +813,7 @@ impl RedisLimiter {
                 || cell
                     .compare_exchange(
                         down,
-                        now + inner.backoff.as_nanos() as u64,
+                        now.saturating_add(inner.backoff_nanos()),
                         Ordering::Relaxed,
                         Ordering::Relaxed,
                     )
@@ -800,11 +822,12 @@ impl RedisLimiter {
                 return Err(RedisLimitError::BackingOff);
             }
         }
+        let deadline = inner.core.deadline();
         let result = match &inner.batcher {
-            Some(b) => b.submit(rkey, cost, inner.core.timeout).await,
+            Some(b) => b.submit(rkey, cost, deadline).await,
             None => inner
                 .core
-                .eval(&[rkey.as_str()], &[cost])
+                .eval(&[rkey.as_str()], &[cost], deadline)
                 .await
                 .and_then(|mut v| v.pop().ok_or(RedisLimitError::Overloaded)),
         };
@@ -815,8 +838,7 @@ impl RedisLimiter {
                 }
             }
             Err(_) => {
-                let until =
-                    inner.epoch.elapsed().as_nanos() as u64 + inner.backoff.as_nanos() as u64;
+                let until = inner.now_nanos().saturating_add(inner.backoff_nanos());
                 cell.store(until.max(1), Ordering::Relaxed);
             }
         }
@@ -874,6 +896,6 @@ impl RedisLimiter {
             0
         };
         let down = cells[i].load(Ordering::Relaxed);
-        down != 0 && (self.inner.epoch.elapsed().as_nanos() as u64) < down
+        down != 0 && self.inner.now_nanos() < down
     }
 }

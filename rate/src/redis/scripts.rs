@@ -55,9 +55,13 @@ use super::Raw;
 /// * `LOAD` — from `v`, the stored string or `false`, declares the key's
 ///   state as locals, and `stored_fresh_at`: when the stored state becomes
 ///   fresh again (`nil` if there was none);
-/// * `DECIDE` — given `cost`, sets `allowed` (1 or 0), `remaining`,
-///   `reset` and `retry` (µs, unrounded) and updates the state locals;
+/// * `DECIDE` — given `cost`, sets `allowed` (1 or 0), `remaining` (units)
+///   and `reset` and `retry` (µs), all unrounded, and updates the state
+///   locals;
 /// * `STORE` — sets `value`, the state as stored, and `fresh_at`.
+///
+/// `DECIDE` and `STORE` run in their own `do … end` block, so their own
+/// locals cannot shadow the loop's (`key`, `i`).
 ///
 /// The reply is one string of 25-byte records, one per decision in `KEYS`
 /// order: `allowed` as a byte, then `remaining`, `reset` and `retry` as
@@ -68,10 +72,11 @@ const SKELETON: &str = r#"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local EPS = 1e-9
-local floor, ceil = math.floor, math.ceil
+local floor = math.floor
 local pack, unpack_state = struct.pack, struct.unpack
 --[[PARAMS]]
 local n = #KEYS
+if n == 0 then return '' end
 local vals
 if n <= 256 then
   vals = redis.call('MGET', unpack(KEYS))
@@ -92,14 +97,18 @@ while i <= n do
   repeat
     local cost = tonumber(ARGV[P + i])
     local allowed, remaining, reset, retry
-    --[[DECIDE]]
+    do
+      --[[DECIDE]]
+    end
     if allowed == 1 then dirty = true end
     out[i] = pack('<Bddd', allowed, remaining, reset, retry)
     i = i + 1
   until KEYS[i] ~= key
   if dirty then
     local value, fresh_at
-    --[[STORE]]
+    do
+      --[[STORE]]
+    end
     -- States expire at whole-second deadlines: the second after the one
     -- in which the state becomes fresh again (equal to no state at all).
     -- While the deadline does not move, the key keeps its expiry (KEEPTTL,
@@ -366,4 +375,66 @@ pub(crate) fn fixed_window() -> String {
 }
 pub(crate) fn sliding_window() -> String {
     source(&SLIDING_WINDOW)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(allowed: u8, remaining: f64, reset: f64, retry: f64) -> Vec<u8> {
+        let mut r = vec![allowed];
+        for x in [remaining, reset, retry] {
+            r.extend_from_slice(&x.to_le_bytes());
+        }
+        r
+    }
+
+    #[test]
+    fn decode_rounds_as_the_in_process_limiters() {
+        // remaining down, durations up, with the doubles' error absorbed
+        let raw = decode(&record(1, 4.999_999_999_9, 1_000.000_000_000_1, 0.0));
+        assert_eq!(
+            raw,
+            Raw {
+                allowed: true,
+                remaining: 5,
+                reset_after_us: 1000,
+                retry_after_us: 0
+            }
+        );
+        let raw = decode(&record(0, 4.5, 1000.5, 2.25));
+        assert_eq!(
+            raw,
+            Raw {
+                allowed: false,
+                remaining: 4,
+                reset_after_us: 1001,
+                retry_after_us: 3
+            }
+        );
+    }
+
+    #[test]
+    fn decode_never_yields_a_negative_or_garbage_value() {
+        let raw = decode(&record(1, -3.0, -0.5, f64::NAN));
+        assert_eq!(
+            (raw.remaining, raw.reset_after_us, raw.retry_after_us),
+            (0, 0, 0)
+        );
+        let raw = decode(&record(0, 1e30, f64::INFINITY, 1e300));
+        assert_eq!(
+            (raw.remaining, raw.reset_after_us, raw.retry_after_us),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
+        // only 1 means allowed
+        assert!(!decode(&record(2, 0.0, 0.0, 0.0)).allowed);
+    }
+
+    #[test]
+    fn every_script_has_its_pieces_pasted_in() {
+        for script in [token_bucket(), gcra(), fixed_window(), sliding_window()] {
+            assert!(!script.contains("--[["), "a placeholder was left in");
+            assert!(script.contains("local P = "));
+        }
+    }
 }
