@@ -171,17 +171,145 @@ fn batches_mixing_keys_decide_each_key_once_and_in_order() -> TestResult {
         for (k, remaining) in per_key.iter().enumerate() {
             assert_eq!(remaining, &[4, 3, 2, 1, 0], "{alg}: key k{k}");
         }
-        let stats = server.cli(&["INFO", "commandstats"])?;
-        let calls: u64 = stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|l| l.split(',').next())
-            .ok_or("no EVALSHA statistics")?
-            .parse()?;
+        let calls = evalsha_calls(&server)?;
         assert!(
             calls < 24,
             "{alg}: {calls} script calls for 24 decisions: nothing was batched"
         );
+    }
+    Ok(())
+}
+
+/// The script call a batch of unequal costs becomes carries one cost per
+/// decision (equal costs travel as one), and each decision spends its
+/// own: costs 1, 2, 3, 4 against a limit of 10 leave 9, 7, 4, 0 in
+/// arrival order, then nothing is left.
+#[test]
+fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("a_batch_of_unequal_costs_spends_each_its_own")?
+    else {
+        return Ok(());
+    };
+    // One thread: every spawned caller queues its decision before the
+    // batching task runs, so the four are one call, in spawn order.
+    let rt = rt()?;
+    let quota = Quota::per_hour(nz(10));
+    for alg in ALGORITHMS {
+        let (remaining, calls, last) = rt.block_on(async {
+            let limiter = RedisLimiter::builder(alg, quota)
+                .prefix(unique_prefix("costs"))
+                .on_failure(FailurePolicy::Closed)
+                .batching(Batching::default())
+                .connect(Target::server(server.url()))
+                .await?;
+            // Load the script first, so that the batch is one call.
+            limiter.check_n("warm-up", 1).await?;
+            server.cli(&["CONFIG", "RESETSTAT"])?;
+            let handles: Vec<_> = (1..=4)
+                .map(|cost| {
+                    let l = limiter.clone();
+                    tokio::spawn(async move { l.check_verbose("k", cost).await })
+                })
+                .collect();
+            let mut remaining = Vec::new();
+            for h in handles {
+                let v = h.await??;
+                if v.source != Source::Redis || !v.decision.is_allowed() {
+                    return Err(format!("{alg}: {v:?}").into());
+                }
+                remaining.push(v.decision.remaining());
+            }
+            let calls = evalsha_calls(&server)?;
+            let last = limiter.check_verbose("k", 1).await?;
+            Ok::<_, Box<dyn std::error::Error>>((remaining, calls, last))
+        })?;
+        assert_eq!(calls, 1, "{alg}: the four decisions were not one call");
+        assert_eq!(remaining, [9, 7, 4, 0], "{alg}: costs misapplied");
+        assert_eq!(last.source, Source::Redis, "{alg}: {:?}", last.error);
+        assert!(!last.decision.is_allowed(), "{alg}: spent beyond the limit");
+    }
+    Ok(())
+}
+
+/// `EVALSHA` calls since the last `CONFIG RESETSTAT`.
+fn evalsha_calls(server: &RedisServer) -> Result<u64, Box<dyn std::error::Error>> {
+    let stats = server.cli(&["INFO", "commandstats"])?;
+    Ok(stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .ok_or("no EVALSHA statistics")?
+        .parse()?)
+}
+
+/// A busy key is overwritten in place and keeps its expiry: after many
+/// quick decisions it still holds exactly one state's bytes and expires
+/// within two seconds of becoming fresh. A value of another size under a
+/// limiter's key is replaced whole, never overwritten in part.
+#[test]
+fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("busy_keys_keep_their_expiry_and_their_size")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    let quota = Quota::per_second(nz(1_000));
+    let state_bytes = |alg: Algorithm| match alg {
+        Algorithm::TokenBucket | Algorithm::Gcra => 8,
+        Algorithm::FixedWindow => 16,
+        Algorithm::SlidingWindow { counters } => 16 * counters as usize,
+        _ => 0,
+    };
+    let connect = |alg: Algorithm, prefix: &str| {
+        rt.block_on(
+            RedisLimiter::builder(alg, quota)
+                .prefix(prefix)
+                .on_failure(FailurePolicy::Closed)
+                .connect(Target::server(server.url())),
+        )
+    };
+    for alg in ALGORITHMS {
+        let prefix = unique_prefix("busy");
+        let limiter = connect(alg, &prefix)?;
+        let mut fresh_in = Duration::ZERO;
+        for _ in 0..20 {
+            let v = rt.block_on(limiter.check_verbose("k", 1))?;
+            assert!(
+                v.decision.is_allowed() && v.source == Source::Redis,
+                "{alg}: {v:?}"
+            );
+            fresh_in = v.decision.reset_after();
+        }
+        let key = limiter.redis_key("k");
+        let len: usize = server.cli(&["STRLEN", &key])?.trim().parse()?;
+        assert_eq!(len, state_bytes(alg), "{alg}: state of {len} bytes");
+        let ttl: i64 = server.cli(&["PTTL", &key])?.trim().parse()?;
+        let fresh_ms = fresh_in.as_millis() as i64;
+        assert!(
+            ttl > 0 && ttl + 100 >= fresh_ms && ttl <= fresh_ms + 2_100,
+            "{alg}: expires in {ttl} ms, fresh in {fresh_ms} ms"
+        );
+        // A foreign value under a limiter's key (here a valid state with
+        // eight stray bytes after it, as an older format might leave) is
+        // not this algorithm's state: the key starts fresh and its value
+        // is replaced whole, never overwritten in part.
+        let foreign = limiter.redis_key("foreign");
+        server.cli(&[
+            "EVAL",
+            "redis.call('SET', KEYS[2], redis.call('GET', KEYS[1]) .. 'stray!!!', 'PX', 60000)",
+            "2",
+            &key,
+            &foreign,
+        ])?;
+        let v = rt.block_on(limiter.check_verbose("foreign", 1))?;
+        assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+        assert_eq!(
+            v.decision.remaining(),
+            999,
+            "{alg}: took the foreign value for its state"
+        );
+        let len: usize = server.cli(&["STRLEN", &foreign])?.trim().parse()?;
+        assert_eq!(len, state_bytes(alg), "{alg}: foreign bytes left behind");
     }
     Ok(())
 }

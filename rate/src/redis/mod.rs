@@ -44,11 +44,12 @@
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
 //!   passed arrival time, a past window), so idle keys vanish on their own.
 //!   Keys expire at the whole second after that moment (+1 s): while that
-//!   deadline does not move, a write keeps the key's expiry
-//!   (`SET … KEEPTTL`, markedly cheaper in a script than setting a new
-//!   one) and otherwise sets it (`PXAT`); the deadline is a function of
-//!   the stored state, so the script always knows which applies. Idle keys
-//!   therefore linger at most two seconds. Needs Redis 6.2 or later.
+//!   deadline does not move, a write overwrites the value in place and
+//!   keeps the key's expiry (`SETRANGE`, cheaper in a script than any
+//!   `SET`), and otherwise replaces it with a new expiry (`SET … PXAT`);
+//!   the deadline is a function of the stored state, so the script always
+//!   knows which applies. Idle keys therefore linger at most two seconds.
+//!   Needs Redis 6.2 or later.
 //! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
@@ -417,10 +418,9 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// The deadline of a decision asked now: the configured timeout from
-    /// now (a timeout too long to represent never comes).
-    pub(crate) fn deadline(&self) -> Instant {
-        let now = Instant::now();
+    /// The deadline of a decision asked at `now`: the configured timeout
+    /// later (a timeout too long to represent never comes).
+    pub(crate) fn deadline(&self, now: Instant) -> Instant {
         now.checked_add(self.timeout)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
     }
@@ -459,8 +459,13 @@ impl Core {
             .arg(self.script.get_hash())
             .arg(keys.len())
             .arg(keys)
-            .arg(&self.params)
-            .arg(costs);
+            .arg(&self.params);
+        // One cost stands for all when they are equal (the usual case), which
+        // spares Redis an argument and a number to parse per decision.
+        match costs {
+            [first, rest @ ..] if rest.iter().all(|c| c == first) => cmd.arg(first),
+            _ => cmd.arg(costs),
+        };
         let mut conn = self.conn.clone();
         // On NOSCRIPT the script is loaded and the call sent once more; a
         // second NOSCRIPT (the cache emptied again in between, e.g.
@@ -668,7 +673,12 @@ struct Inner {
 impl Inner {
     /// Nanoseconds since `epoch` (saturating: ~584 years).
     fn now_nanos(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.nanos_at(Instant::now())
+    }
+
+    /// Nanoseconds from `epoch` to `at`.
+    fn nanos_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The back-off in nanoseconds (saturating, so any `Duration` works).
@@ -805,7 +815,9 @@ impl RedisLimiter {
         } else {
             0
         }];
-        let now = inner.now_nanos();
+        // One clock reading serves the back-off check and the deadline.
+        let asked = Instant::now();
+        let now = inner.nanos_at(asked);
         let down = cell.load(Ordering::Relaxed);
         if down != 0 {
             // One caller per back-off period probes; the rest skip Redis.
@@ -822,7 +834,7 @@ impl RedisLimiter {
                 return Err(RedisLimitError::BackingOff);
             }
         }
-        let deadline = inner.core.deadline();
+        let deadline = inner.core.deadline(asked);
         let result = match &inner.batcher {
             Some(b) => b.submit(rkey, cost, deadline).await,
             None => inner

@@ -8,7 +8,10 @@
 //!   decisions on the same key must be adjacent (the batcher sorts them,
 //!   stably, so they are still decided in arrival order);
 //! * `ARGV[1..P]` — the algorithm's parameters, shared by the whole call;
-//! * `ARGV[P + i]` — the cost of the i-th decision.
+//! * `ARGV[P + i]` — the cost of the i-th decision, or `ARGV[P + 1]` alone:
+//!   the cost of every decision (the client sends one when all are equal,
+//!   the usual case, sparing Redis an argument and a number to parse per
+//!   decision).
 //!
 //! The reply is one string of fixed-size records, one per decision (see
 //! [`SKELETON`] and [`decode`]). Time is the server's `TIME`, read once per
@@ -19,28 +22,30 @@
 //! # Cost per decision
 //!
 //! Redis runs scripts on its one thread, shared by every instance of the
-//! service, so the scripts are written for the server's time per key. The
-//! report measures what each step costs inside a script (`cargo xtask
-//! bench --only redis`, table "one step inside a script"); in quick runs
-//! on the 2-core development VM with Redis 7.0: `MGET` about 0.4–0.5 µs a
-//! key (with the Lua table it reads from), `SET … KEEPTTL` about 0.9–1
-//! µs, `SET … PXAT` markedly more. Reading several numbers back out of
-//! text (`string.match`, `gmatch`, `tonumber`) and writing them with
-//! `string.format` cost the first, text-format scripts most: replacing
-//! them made the sliding-window counter's script about twice as cheap per
-//! key. Then, on a scratch harness (GCRA, best of 5), pasting each
-//! algorithm's steps into the loop instead of calling Lua functions per
-//! key, with one reply string instead of four integers a decision, took
-//! a third off a key at 16 keys a call and a ninth at 256. Hence:
+//! service, so the scripts are written for the server's work per key.
+//! Timings on a shared VM move by a third between identical runs; the
+//! instructions Redis executes do not, so that is what the scripts are
+//! tuned by: `cargo run --release -p weir-bench-suite --example
+//! redis_instructions` counts them under callgrind for each script at 1,
+//! 16 and 50 decisions a call, for new and busy keys (the report has the
+//! same table). A call's own work (reading the request, setting up the
+//! script, the reply) is most of a plain call's cost and shared by a
+//! batch; what remains per decision is the read (`MGET`), the write, the
+//! decision and its reply record. Hence:
 //!
 //! * one `MGET` (in chunks) reads every key of a call;
 //! * state is stored as packed doubles (`struct.pack`, 8 bytes a number)
-//!   rather than formatted text;
+//!   rather than formatted text (parsing and formatting text cost the
+//!   first scripts most);
 //! * a key's state lives in Lua locals from its read through its adjacent
 //!   decisions to its write — no table, no function call per key — and is
 //!   written once, only if a decision changed it;
-//! * the expiry is a whole-second deadline derived from the state, so
-//!   while the deadline stays put the write is `SET … KEEPTTL`;
+//! * the expiry is a whole-second deadline derived from the state; while
+//!   it stays put, a busy key is overwritten in place with `SETRANGE`,
+//!   which keeps the expiry and costs Redis less than `SET … KEEPTTL` (the
+//!   report's "one step inside a script" table), and the deadline is
+//!   compared with `%` rather than two `math.floor` calls;
+//! * equal costs travel as one argument;
 //! * the answers go back as packed doubles, rounded by the client.
 
 use super::Raw;
@@ -77,6 +82,8 @@ local pack, unpack_state = struct.pack, struct.unpack
 --[[PARAMS]]
 local n = #KEYS
 if n == 0 then return '' end
+-- one cost for every decision when the caller sent only one
+local one_cost = #ARGV == P + 1 and tonumber(ARGV[P + 1])
 local vals
 if n <= 256 then
   vals = redis.call('MGET', unpack(KEYS))
@@ -95,7 +102,7 @@ while i <= n do
   --[[LOAD]]
   local dirty = false
   repeat
-    local cost = tonumber(ARGV[P + i])
+    local cost = one_cost or tonumber(ARGV[P + i])
     local allowed, remaining, reset, retry
     do
       --[[DECIDE]]
@@ -110,15 +117,18 @@ while i <= n do
       --[[STORE]]
     end
     -- States expire at whole-second deadlines: the second after the one
-    -- in which the state becomes fresh again (equal to no state at all).
-    -- While the deadline does not move, the key keeps its expiry (KEEPTTL,
-    -- cheaper than a new one); idle keys still vanish at most two seconds
-    -- late.
-    local d = (floor(fresh_at / 1000000) + 2) * 1000
-    if stored_fresh_at and (floor(stored_fresh_at / 1000000) + 2) * 1000 == d then
-      redis.call('SET', key, value, 'KEEPTTL')
+    -- in which the state becomes fresh again (equal to no state at all),
+    -- so idle keys vanish at most two seconds late. While that second
+    -- does not move, the key keeps its expiry and its value is
+    -- overwritten in place (SETRANGE of the whole value: cheaper than
+    -- SET ... KEEPTTL), which is only right over a value of the same
+    -- length; anything else is replaced whole.
+    local second = fresh_at - fresh_at % 1000000
+    if stored_fresh_at and #v == #value
+      and stored_fresh_at - stored_fresh_at % 1000000 == second then
+      redis.call('SETRANGE', key, '0', value)
     else
-      redis.call('SET', key, value, 'PXAT', d)
+      redis.call('SET', key, value, 'PXAT', second / 1000 + 2000)
     end
   end
 end
