@@ -14,6 +14,7 @@ pub mod machine;
 pub mod plot;
 pub mod rate;
 pub mod redis;
+pub mod redis_cost;
 pub mod report;
 pub mod timeout;
 pub mod workload;

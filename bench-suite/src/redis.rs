@@ -15,14 +15,17 @@
 //! * One hot key at 50 callers: plain against local pre-aggregation
 //!   (leases), and, with a limit that is reached, how many requests each
 //!   admits against what the limit allows.
+//! * What Redis pays per key inside a script, and Redis's own ceiling for
+//!   batched calls (`redis-benchmark` driving bare and real scripts at 16
+//!   and 50 decisions a call): the bound on what batching can give.
 //!
 //! Skipped, with a line saying so, when `redis-server` or
 //! `redis-benchmark` is not installed.
 
 use crate::machine;
+use crate::redis_cost::{self, redis_benchmark};
 use crate::report::{Report, Table, thousands};
 use std::num::NonZeroU32;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -46,30 +49,13 @@ redis.call('HSET', KEYS[1], 'n', n, 'ts', now) \
 redis.call('PEXPIRE', KEYS[1], 60000) \
 return ok";
 
-const ALGORITHMS: [Algorithm; 4] = [
+/// The algorithms the report measures.
+pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::TokenBucket,
     Algorithm::Gcra,
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow { counters: 2 },
 ];
-
-/// Requests per second of one `redis-benchmark` run (`--csv`).
-fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
-    let out = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('"'))?;
-    line.split(',')
-        .nth(1)?
-        .trim_matches('"')
-        .parse::<f64>()
-        .ok()
-}
 
 /// What one load run measured.
 #[derive(Debug, Clone, Default)]
@@ -219,78 +205,8 @@ fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
 }
 
-fn kps(x: f64) -> String {
+pub(crate) fn kps(x: f64) -> String {
     format!("{:.1} k/s", x / 1000.0)
-}
-
-/// Keys per measuring script of [`script_costs`].
-const COST_KEYS: u32 = 10_000;
-
-/// What one step costs Redis inside a script, per key: each body runs in a
-/// Lua loop over [`COST_KEYS`] keys (`k` is the key, `i` its number), its
-/// time read from `INFO commandstats`, the bare loop's time subtracted;
-/// best of 3. This is the floor under the batched path: a script deciding
-/// many keys still pays the per-key steps.
-fn script_costs(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
-    const STEPS: [(&str, &str); 6] = [
-        ("GET of one key", "redis.call('GET', k)"),
-        (
-            "MGET, per key (256 keys a call)",
-            "b[#b + 1] = k if #b == 256 or i == N then redis.call('MGET', unpack(b)) b = {} end",
-        ),
-        (
-            "SET … KEEPTTL of an 8-byte string",
-            "redis.call('SET', k, 'abcdefgh', 'KEEPTTL')",
-        ),
-        (
-            "SET … PXAT of an 8-byte string",
-            "redis.call('SET', k, 'abcdefgh', 'PXAT', 4102444800000)",
-        ),
-        (
-            "SET … KEEPTTL of a Lua number (formatted by Redis)",
-            "redis.call('SET', k, i + 0.5, 'KEEPTTL')",
-        ),
-        (
-            "SET … KEEPTTL of a packed double (struct.pack)",
-            "redis.call('SET', k, struct.pack('<d', i + 0.5), 'KEEPTTL')",
-        ),
-    ];
-    let script = |body: &str| {
-        format!(
-            "local N = {COST_KEYS} local b = {{}} for i = 1, N do local k = 'weir-cost:' .. i {body} end return 0"
-        )
-    };
-    let eval_us = |body: &str| -> Option<f64> {
-        let mut best: Option<f64> = None;
-        for _ in 0..3 {
-            server.cli(&["CONFIG", "RESETSTAT"]).ok()?;
-            server.cli(&["EVAL", &script(body), "0"]).ok()?;
-            let stats = server.cli(&["INFO", "commandstats"]).ok()?;
-            let usec: f64 = stats
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_eval:"))?
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("usec="))?
-                .parse()
-                .ok()?;
-            best = Some(best.map_or(usec, |b: f64| b.min(usec)));
-        }
-        best
-    };
-    // Create the keys first, so every SET overwrites, as a decision does.
-    let _ = eval_us("redis.call('SET', k, 'abcdefgh')");
-    let bare = eval_us("");
-    let out = STEPS
-        .iter()
-        .map(|(name, body)| {
-            let per_key = eval_us(body)
-                .zip(bare)
-                .map(|(t, b)| (t - b).max(0.0) / f64::from(COST_KEYS));
-            (*name, per_key)
-        })
-        .collect();
-    let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
-    out
 }
 
 /// Plain and batched GCRA at 50, 200 and 800 callers: rate, decisions
@@ -653,10 +569,10 @@ pub fn run(report: &mut Report) {
     }
     report.table(&t);
 
-    // 5. The per-key floor inside a script.
-    report.progress("per-key costs inside a script");
+    // 5. What a decision costs Redis itself, apart from any client.
+    report.progress("per-key steps inside a script");
     let mut t = Table::new(["one step inside a script", "Redis time per key"]);
-    for (name, us) in script_costs(&server) {
+    for (name, us) in redis_cost::script_steps(&server) {
         t.row([
             name.to_owned(),
             us.map_or_else(|| "failed".into(), |us| format!("{us:.2} µs")),
@@ -665,13 +581,53 @@ pub fn run(report: &mut Report) {
     report.text(
         "What a script deciding many keys still pays per key, measured in one EVAL looping over \
          10 000 keys (`INFO commandstats`, the bare loop subtracted, best of 3). Every allowed decision \
-         writes its key once, so the batched path's Redis time per decision cannot fall below a `SET` \
-         plus a share of `MGET`, however many keys a call decides; compare the plain path's Redis CPU \
-         per decision above.",
+         writes its key once, so the batched path's Redis time per decision cannot fall below a write \
+         plus a share of `MGET`, however many keys a call decides. The scripts overwrite a busy key \
+         in place with `SETRANGE` (its expiry kept) and set a new expiry only when it moves.",
     );
     report.table(&t);
 
-    // 6. Against the goals.
+    report.progress("Redis instructions per decision (callgrind)");
+    let instructions = redis_cost::instructions(&rt, &ALGORITHMS, roomy);
+    match &instructions {
+        Ok(rows) => {
+            report.text(
+                "Instructions Redis executes per decision, counted by callgrind (repeatable to about 1%, \
+                 unlike any timing on this VM): each algorithm's script sent exactly as its limiter sends \
+                 it, at 1 decision a call (the plain path) and 16 or 50 (the batched path), for new keys \
+                 (written with an expiry) and busy keys (decided again at once: overwritten in place). \
+                 Everything the server does for a call counts, from reading the request to writing the \
+                 reply; the kernel's share of the socket calls does not.",
+            );
+            report.table(&redis_cost::instructions_table(rows));
+        }
+        Err(e) => report.text(&format!("Instructions per decision: **skipped**: {e}.")),
+    }
+
+    // 6. Redis's own ceiling for batched calls, the client out of the way.
+    report.progress("Redis's ceiling for batched calls");
+    let gcra_call = configs
+        .iter()
+        .find(|c| c.0 == Algorithm::Gcra && !c.2)
+        .ok_or_else(|| "no plain GCRA limiter connected".to_owned())
+        .and_then(|c| redis_cost::capture(&server, &rt, &c.4));
+    let (ceilings, gcra_ceiling) = match &gcra_call {
+        Ok(call) => redis_cost::ceiling(&server, call, scale),
+        Err(e) => (
+            Table::new([format!("ceiling not measured: {e}")]),
+            Vec::new(),
+        ),
+    };
+    report.text(
+        "Redis's own ceiling for a batched call, with the client out of the way: `redis-benchmark` \
+         (C, 4 connections, one call each in flight) sends script calls of 16 or 50 decisions on random \
+         keys of 10 000 until Redis is saturated (best of 3). The bare scripts do only what any \
+         script keeping per-key state must: read the clock, read the keys, write each one back. 50 \
+         closed-loop callers can never put more than 50 decisions into one call.",
+    );
+    report.table(&ceilings);
+
+    // 7. Against the goals.
     let mean = |v: &[f64]| {
         if v.is_empty() {
             0.0
@@ -697,6 +653,56 @@ pub fn run(report: &mut Report) {
         mean(&plain_cpu),
         mean(&plain_cpu) / mean(&batched_cpu).max(1e-9)
     ));
+    // Why batching gives what it gives: Redis's own work per decision, and
+    // the most Redis can do with weir's script when the client costs
+    // nothing, against the GCRA plain path measured above.
+    let gcra_instr = instructions.as_ref().ok().and_then(|rows| {
+        rows.iter()
+            .find(|r| r.script == Algorithm::Gcra.to_string())
+            .map(|r| {
+                r.per_decision
+                    .iter()
+                    .map(|&(n, _, busy)| (n, busy))
+                    .collect::<Vec<_>>()
+            })
+    });
+    if let Some(busy) = gcra_instr {
+        let plain = busy.iter().find(|(n, _)| *n == 1).map_or(0.0, |(_, i)| *i);
+        lines.push(format!(
+            "* Redis's work per GCRA decision on a busy key (callgrind): {}; per decision a plain call asks {} \
+             the instructions of a batched one",
+            busy.iter()
+                .map(|(n, i)| format!("{} instructions at {n} a call", thousands(i.round() as u64)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            busy.iter()
+                .filter(|(n, _)| *n > 1)
+                .map(|(n, i)| format!("{:.1}× ({n} a call)", plain / i.max(1.0)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+    let gcra_plain50 = configs
+        .iter()
+        .find(|c| c.0 == Algorithm::Gcra && !c.2 && c.3 == 50)
+        .and_then(|c| c.5.as_ref())
+        .map(Run::rate);
+    if let (Some(plain), false) = (gcra_plain50, gcra_ceiling.is_empty()) {
+        lines.push(format!(
+            "* Redis's ceiling with weir's GCRA script, the client out of the way (redis-benchmark, table above): {} \
+             — the most batching can give over the plain GCRA path ({}) with a client that costs nothing; \
+             here the client shares Redis's two cores",
+            gcra_ceiling
+                .iter()
+                .map(|(n, r)| match r {
+                    Some(r) => format!("{} at {n} a call = {:.2}×", kps(*r), r / plain.max(1e-9)),
+                    None => format!("failed at {n} a call"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            kps(plain)
+        ));
+    }
     lines.push(format!(
         "* batched against plain by callers (GCRA, table above): {}",
         by_callers_rates

@@ -8,7 +8,8 @@
 //! * `loom`  — only the loom models, built with `--cfg loom` into a separate
 //!   target directory so they never invalidate the normal build cache.
 //! * `bench` — the report harness in `bench-suite/` (`--quick` for a short
-//!   run, `--only SECTION` for one section: limits, timeout, rate, http, hhh).
+//!   run, `--only SECTION` for one section: limits, timeout, rate, redis,
+//!   http, hhh).
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.

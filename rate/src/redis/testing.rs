@@ -157,6 +157,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// A program the server runs under (e.g. `valgrind` and its options).
+    wrapper: Vec<String>,
 }
 
 impl RedisServer {
@@ -180,6 +182,13 @@ impl RedisServer {
 
     /// Start a server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> Result<Self, FixtureError> {
+        Self::start_under(&[], extra)
+    }
+
+    /// Start a server under `wrapper`, a program and its arguments that
+    /// run `redis-server` (e.g. `["valgrind", "--tool=callgrind"]`, for
+    /// counting the server's instructions), with extra server arguments.
+    pub fn start_under(wrapper: &[&str], extra: &[&str]) -> Result<Self, FixtureError> {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
@@ -188,6 +197,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(port)?,
                 extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                wrapper: wrapper.iter().map(|s| (*s).to_owned()).collect(),
             };
             match s.spawn() {
                 Ok(()) => return Ok(s),
@@ -199,7 +209,15 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), FixtureError> {
         let log = self.dir.join("redis.log");
-        let child = Command::new("redis-server")
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg("redis-server");
+                c
+            }
+            None => Command::new("redis-server"),
+        };
+        let child = command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")

@@ -1,0 +1,575 @@
+//! What a decision costs Redis itself, apart from any client.
+//!
+//! Timings on the development VM move by a third between identical runs,
+//! which hides the changes a script is tuned by. So the costs here are
+//! measured in ways that do not depend on the client or the machine's
+//! noise:
+//!
+//! * **Instructions** ([`instructions`]): `redis-server` runs under
+//!   `valgrind --tool=callgrind`, which counts the instructions it executes;
+//!   each algorithm's script is sent exactly as its limiter sends it (the
+//!   call is captured from the server's `SLOWLOG`, so nothing here restates
+//!   the limiter's arguments) at 1, 16 and 50 decisions a call, for new keys
+//!   (created with an expiry) and busy keys (overwritten in place). Counts
+//!   repeat to within about 1% between runs.
+//! * **Steps inside a script** ([`script_steps`]): one `EVAL` looping over
+//!   10 000 keys per step, timed by `INFO commandstats`, the bare loop
+//!   subtracted.
+//! * **Ceiling** ([`ceiling`]): `redis-benchmark`, a C client, saturates
+//!   Redis with batched calls of bare scripts and of weir's GCRA script: the
+//!   most decisions a second this Redis can make, whatever the client.
+
+use crate::redis::kps;
+use crate::report::{Scale, Table};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use weir_rate::Quota;
+use weir_rate::redis::testing::{self, RedisServer};
+use weir_rate::redis::{Algorithm, FailurePolicy, RedisLimiter, Target};
+
+/// A script call as a limiter sends it, for replaying: its script's SHA1
+/// and the arguments between the keys and the costs.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// The script's SHA1 (`EVALSHA`).
+    pub sha: String,
+    /// The algorithm's parameters, as sent.
+    pub params: Vec<String>,
+}
+
+impl Captured {
+    /// `EVALSHA` deciding one unit for each of `keys` (one cost for all,
+    /// as the limiter sends it when costs are equal).
+    fn command(&self, keys: &[String]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(&self.params)
+            .arg(1);
+        cmd
+    }
+}
+
+/// Capture the call `limiter` sends to decide one key: with every command
+/// logged (`slowlog-log-slower-than 0`), decide once and read the call back
+/// from `SLOWLOG`. Also leaves the script loaded on the server.
+pub fn capture(
+    server: &RedisServer,
+    rt: &tokio::runtime::Runtime,
+    limiter: &RedisLimiter,
+) -> Result<Captured, String> {
+    let mut conn = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
+        .map_err(|e| format!("connect: {e}"))?;
+    let threshold: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("slowlog-log-slower-than")
+        .query(&mut conn)
+        .map_err(|e| format!("CONFIG GET: {e}"))?;
+    let set = |conn: &mut redis::Connection, v: &str| -> Result<(), String> {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(v)
+            .query::<()>(conn)
+            .map_err(|e| format!("CONFIG SET: {e}"))
+    };
+    set(&mut conn, "0")?;
+    let logged = (|| {
+        redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query::<()>(&mut conn)
+            .map_err(|e| format!("SLOWLOG RESET: {e}"))?;
+        rt.block_on(limiter.try_check_n("weir-capture", 1))
+            .map_err(|e| format!("the limiter's call failed: {e}"))?;
+        redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(32)
+            .query::<redis::Value>(&mut conn)
+            .map_err(|e| format!("SLOWLOG GET: {e}"))
+    })();
+    set(&mut conn, threshold.get(1).map_or("10000", String::as_str))?;
+    let entries = match logged? {
+        redis::Value::Array(entries) => entries,
+        other => return Err(format!("unexpected SLOWLOG reply {other:?}")),
+    };
+    // Each entry: id, time, duration, [arguments], client address, name.
+    for entry in entries {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let Some(redis::Value::Array(args)) = fields.get(3) else {
+            continue;
+        };
+        let args: Vec<String> = args
+            .iter()
+            .filter_map(|a| match a {
+                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect();
+        // EVALSHA sha 1 key params… cost
+        if args.len() >= 5 && args[0].eq_ignore_ascii_case("EVALSHA") && args[2] == "1" {
+            return Ok(Captured {
+                sha: args[1].clone(),
+                params: args[4..args.len() - 1].to_vec(),
+            });
+        }
+    }
+    Err("the limiter's EVALSHA is not in SLOWLOG".into())
+}
+
+/// Decisions per call measured by [`instructions`].
+pub const PER_CALL: [usize; 3] = [1, 16, 50];
+
+/// Instructions Redis executes per decision (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Instructions {
+    /// What ran: an algorithm's name, or the bare floor.
+    pub script: String,
+    /// `(decisions per call, new keys, busy keys)`, per [`PER_CALL`].
+    pub per_decision: Vec<(usize, f64, f64)>,
+}
+
+/// The least a script keeping per-key state does, for a floor beside the
+/// algorithms: read the clock, read the keys, overwrite each in place.
+const BARE_KEYED: &str = "redis.call('TIME') \
+redis.call('MGET', unpack(KEYS)) \
+for i = 1, #KEYS do redis.call('SETRANGE', KEYS[i], '0', 'abcdefgh') end \
+return ''";
+
+/// A `redis-server` under callgrind, zeroed and dumped by
+/// `callgrind_control` around each measured phase.
+struct Counted {
+    server: RedisServer,
+    out_dir: PathBuf,
+    pid: u32,
+}
+
+impl Counted {
+    fn start() -> Result<Self, String> {
+        let out_dir = std::env::temp_dir().join(format!("weir-callgrind-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out_dir);
+        std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        let out_file = format!("--callgrind-out-file={}/callgrind.%p", out_dir.display());
+        // `hz 1`: the server's timer work once a second, not ten times,
+        // so idle ticks stay a negligible share of a phase. `DEBUG` (local
+        // connections only) turns active expiry off: valgrind slows the
+        // server enough for keys to expire mid-measurement otherwise.
+        let server = RedisServer::start_under(
+            &["valgrind", "--tool=callgrind", "--quiet", &out_file],
+            &["--hz", "1", "--enable-debug-command", "local"],
+        )
+        .map_err(|e| format!("redis-server under callgrind: {e}"))?;
+        let pid = server.pid().ok_or("no server pid")?;
+        Ok(Self {
+            server,
+            out_dir,
+            pid,
+        })
+    }
+
+    /// Instructions executed while `work` runs, from an empty dataset
+    /// (`conn` empties it first): every phase then grows the key space
+    /// through the same sizes, so the rehashing that growth costs falls
+    /// alike on every phase.
+    fn count(
+        &self,
+        conn: &mut redis::Connection,
+        work: impl FnOnce(&mut redis::Connection) -> Result<(), String>,
+    ) -> Result<u64, String> {
+        redis::cmd("FLUSHALL")
+            .arg("SYNC")
+            .query::<()>(conn)
+            .map_err(|e| format!("FLUSHALL: {e}"))?;
+        self.control("-z")?;
+        work(conn)?;
+        let before = self.dumps();
+        self.control("-d")?;
+        let dump = self
+            .dumps()
+            .into_iter()
+            .find(|p| !before.contains(p))
+            .ok_or("callgrind wrote no dump")?;
+        let text =
+            std::fs::read_to_string(&dump).map_err(|e| format!("{}: {e}", dump.display()))?;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("totals:")
+                    .or_else(|| l.strip_prefix("summary:"))
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| format!("no totals in {}", dump.display()))
+    }
+
+    fn control(&self, what: &str) -> Result<(), String> {
+        let ok = Command::new("callgrind_control")
+            .args([what, &self.pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("callgrind_control {what} failed"))
+        }
+    }
+
+    fn dumps(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.out_dir)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.server.kill();
+        let _ = std::fs::remove_dir_all(&self.out_dir);
+    }
+}
+
+/// Count instructions per decision for each of `algorithms` (run over
+/// `quota`, all decisions allowed) and the bare floor. `Err` says why it
+/// could not run (no valgrind, …).
+pub fn instructions(
+    rt: &tokio::runtime::Runtime,
+    algorithms: &[Algorithm],
+    quota: Quota,
+) -> Result<Vec<Instructions>, String> {
+    if !testing::runs("valgrind") || !testing::runs("callgrind_control") {
+        return Err("valgrind is not installed (Debian: `apt-get install valgrind`)".into());
+    }
+    let counted = Counted::start()?;
+    let mut conn = redis::Client::open(counted.server.url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
+        .map_err(|e| format!("connect: {e}"))?;
+    redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query::<()>(&mut conn)
+        .map_err(|e| format!("DEBUG SET-ACTIVE-EXPIRE: {e}"))?;
+    let mut scripts = Vec::new();
+    for &alg in algorithms {
+        let limiter = rt
+            .block_on(
+                RedisLimiter::builder(alg, quota)
+                    .prefix("cg")
+                    .timeout(Duration::from_secs(30))
+                    .on_failure(FailurePolicy::Closed)
+                    .connect(Target::server(counted.server.url())),
+            )
+            .map_err(|e| format!("{alg}: {e}"))?;
+        scripts.push((alg.to_string(), capture(&counted.server, rt, &limiter)?));
+    }
+    let bare_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(BARE_KEYED)
+        .query(&mut conn)
+        .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
+    scripts.push((
+        "bare floor: TIME, MGET, SETRANGE a key".into(),
+        Captured {
+            sha: bare_sha,
+            params: Vec::new(),
+        },
+    ));
+
+    let mut out = Vec::new();
+    let mut batch_id = 0u64;
+    for (name, call) in &scripts {
+        let mut per_decision = Vec::new();
+        for &per_call in &PER_CALL {
+            // About 2 000 decisions a phase, so that the server's own
+            // ticks and the dump's overhead stay in the noise.
+            let calls = 2_000 / per_call;
+            let mut fresh = || {
+                batch_id += 1;
+                (0..per_call)
+                    .map(|k| format!("cg:{batch_id}:{{{k}}}"))
+                    .collect::<Vec<_>>()
+            };
+            let batches_a: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
+            let batches_b: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
+            let send = |conn: &mut redis::Connection, keys: &[String]| -> Result<(), String> {
+                call.command(keys)
+                    .query::<redis::Value>(conn)
+                    .map(drop)
+                    .map_err(|e| format!("{name}: {e}"))
+            };
+            // Phase A: new keys only. Phase B: each call on new keys, then
+            // at once the same keys again (busy keys: the same expiry
+            // second, so overwritten in place). Busy = B − A.
+            let new_only = counted.count(&mut conn, |conn| {
+                batches_a.iter().try_for_each(|k| send(conn, k))
+            })?;
+            let new_then_busy = counted.count(&mut conn, |conn| {
+                batches_b.iter().try_for_each(|k| {
+                    send(conn, k)?;
+                    send(conn, k)
+                })
+            })?;
+            let decisions = (calls * per_call) as f64;
+            per_decision.push((
+                per_call,
+                new_only as f64 / decisions,
+                new_then_busy.saturating_sub(new_only) as f64 / decisions,
+            ));
+        }
+        out.push(Instructions {
+            script: name.clone(),
+            per_decision,
+        });
+    }
+    Ok(out)
+}
+
+/// The [`instructions`] as a table.
+pub fn instructions_table(rows: &[Instructions]) -> Table {
+    let mut t = Table::new(
+        std::iter::once("script".to_owned()).chain(
+            PER_CALL
+                .iter()
+                .map(|n| format!("{n} a call: new key / busy key")),
+        ),
+    );
+    for r in rows {
+        t.row(
+            std::iter::once(r.script.clone()).chain(
+                r.per_decision.iter().map(|(_, new, busy)| {
+                    format!("{} / {}", thousands_f(*new), thousands_f(*busy))
+                }),
+            ),
+        );
+    }
+    t
+}
+
+fn thousands_f(x: f64) -> String {
+    crate::report::thousands(x.round().max(0.0) as u64)
+}
+
+/// Keys per measuring script of [`script_steps`].
+const STEP_KEYS: u32 = 10_000;
+
+/// What one step costs Redis inside a script, per key: each body runs in a
+/// Lua loop over [`STEP_KEYS`] keys (`k` is the key, `i` its number), its
+/// time read from `INFO commandstats`, the bare loop's time subtracted;
+/// best of 3.
+pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
+    const STEPS: [(&str, &str); 7] = [
+        ("GET of one key", "redis.call('GET', k)"),
+        (
+            "MGET, per key (256 keys a call)",
+            "b[#b + 1] = k if #b == 256 or i == N then redis.call('MGET', unpack(b)) b = {} end",
+        ),
+        (
+            "SETRANGE k '0' of the whole 8-byte value (keeps the expiry)",
+            "redis.call('SETRANGE', k, '0', 'abcdefgh')",
+        ),
+        (
+            "SET … KEEPTTL of an 8-byte string",
+            "redis.call('SET', k, 'abcdefgh', 'KEEPTTL')",
+        ),
+        (
+            "SET … PXAT of an 8-byte string",
+            "redis.call('SET', k, 'abcdefgh', 'PXAT', 4102444800000)",
+        ),
+        (
+            "SET … KEEPTTL of a Lua number (formatted by Redis)",
+            "redis.call('SET', k, i + 0.5, 'KEEPTTL')",
+        ),
+        (
+            "SET … KEEPTTL of a packed double (struct.pack)",
+            "redis.call('SET', k, struct.pack('<d', i + 0.5), 'KEEPTTL')",
+        ),
+    ];
+    let script = |body: &str| {
+        format!(
+            "local N = {STEP_KEYS} local b = {{}} for i = 1, N do local k = 'weir-cost:' .. i {body} end return 0"
+        )
+    };
+    let eval_us = |body: &str| -> Option<f64> {
+        let mut best: Option<f64> = None;
+        for _ in 0..3 {
+            server.cli(&["CONFIG", "RESETSTAT"]).ok()?;
+            server.cli(&["EVAL", &script(body), "0"]).ok()?;
+            let stats = server.cli(&["INFO", "commandstats"]).ok()?;
+            let usec: f64 = stats
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_eval:"))?
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("usec="))?
+                .parse()
+                .ok()?;
+            best = Some(best.map_or(usec, |b: f64| b.min(usec)));
+        }
+        best
+    };
+    // Create the keys first, so every write overwrites, as a decision does.
+    let _ = eval_us("redis.call('SET', k, 'abcdefgh')");
+    let bare = eval_us("");
+    let out = STEPS
+        .iter()
+        .map(|(name, body)| {
+            let per_key = eval_us(body)
+                .zip(bare)
+                .map(|(t, b)| (t - b).max(0.0) / f64::from(STEP_KEYS));
+            (*name, per_key)
+        })
+        .collect();
+    let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
+    out
+}
+
+/// The same floor as [`BARE_KEYED`] with the limiter keys as fields of
+/// one hash (`KEYS[1]`) and their expiry times in a sorted set
+/// (`KEYS[2]`), which Redis 7.0 needs for per-field expiry: one read and
+/// two writes a call, however many keys.
+const BARE_HASH: &str = "local t = redis.call('TIME') \
+redis.call('HMGET', KEYS[1], unpack(ARGV)) \
+local kv, zs = {}, {} \
+for i, f in ipairs(ARGV) do kv[2 * i - 1] = f kv[2 * i] = 'abcdefgh' zs[2 * i - 1] = t[1] zs[2 * i] = f end \
+redis.call('HSET', KEYS[1], unpack(kv)) \
+redis.call('ZADD', KEYS[2], unpack(zs)) \
+return ''";
+
+/// Decisions per call of the [`ceiling`]: the batched path's size at 50
+/// callers, and the most 50 closed-loop callers can put into one call.
+pub const CEILING_PER_CALL: [usize; 2] = [16, 50];
+
+/// Requests per second of one `redis-benchmark` run (`--csv`).
+pub fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.starts_with('"'))?;
+    line.split(',')
+        .nth(1)?
+        .trim_matches('"')
+        .parse::<f64>()
+        .ok()
+}
+
+/// What the [`ceiling`] replays.
+enum Layout<'a> {
+    /// weir's arguments: the limiter keys in `KEYS`, then `params` and one
+    /// cost for all in `ARGV`.
+    Keyed(&'a Captured),
+    /// [`BARE_HASH`]'s: the hash and its expiry set in `KEYS`, the limiter
+    /// keys in `ARGV`.
+    Hash(&'a str),
+}
+
+/// Decisions a second Redis makes through one script at `per_call`
+/// decisions a call, with the client out of the way: `redis-benchmark` (C,
+/// 4 connections, one call each in flight) sends calls on random keys of
+/// 10 000 until Redis is saturated. Best of 3. Keys live under
+/// `namespace`, one per script: a script must not read another's values
+/// (GCRA reading the bare script's bytes as an arrival time far in the
+/// future would deny everything, and a denial writes nothing).
+fn ceiling_rate(
+    port: u16,
+    namespace: &str,
+    layout: &Layout<'_>,
+    per_call: usize,
+    calls: usize,
+) -> Option<f64> {
+    let mut args: Vec<String> = ["-c", "4", "-n", &calls.to_string(), "-r", "10000"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.push("EVALSHA".into());
+    match layout {
+        Layout::Keyed(call) => {
+            args.extend([call.sha.clone(), per_call.to_string()]);
+            args.extend((0..per_call).map(|_| format!("{namespace}:{{k__rand_int__}}")));
+            args.extend(call.params.iter().cloned());
+            args.push("1".into());
+        }
+        Layout::Hash(sha) => {
+            args.extend([
+                (*sha).to_owned(),
+                "2".into(),
+                format!("{namespace}:{{h}}"),
+                format!("{namespace}:{{h}}:exp"),
+            ]);
+            args.extend((0..per_call).map(|_| "k__rand_int__".to_owned()));
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (0..3)
+        .filter_map(|_| redis_benchmark(port, &args))
+        .map(|calls_per_sec| calls_per_sec * per_call as f64)
+        .reduce(f64::max)
+}
+
+/// Redis's ceiling for batched calls (see [`ceiling_rate`]): the two bare
+/// layouts and weir's GCRA script (`gcra`, as its limiter sends it), at
+/// each of [`CEILING_PER_CALL`]. Returns the table and weir's script's
+/// rates, per [`CEILING_PER_CALL`].
+pub fn ceiling(
+    server: &RedisServer,
+    gcra: &Captured,
+    scale: Scale,
+) -> (Table, Vec<(usize, Option<f64>)>) {
+    let load = |src: &str| {
+        server
+            .cli(&["SCRIPT", "LOAD", src])
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let keyed = Captured {
+        sha: load(BARE_KEYED),
+        params: Vec::new(),
+    };
+    let hash = load(BARE_HASH);
+    let mut t = Table::new(
+        std::iter::once("script (Redis saturated by redis-benchmark)".to_owned()).chain(
+            CEILING_PER_CALL
+                .iter()
+                .map(|b| format!("decisions/s at {b} a call")),
+        ),
+    );
+    let rows = [
+        (
+            "bare, one key per limiter key: TIME, MGET, SETRANGE a key",
+            Layout::Keyed(&keyed),
+        ),
+        (
+            "bare, limiter keys as fields of one hash: TIME, HMGET, HSET, ZADD",
+            Layout::Hash(&hash),
+        ),
+        ("weir's GCRA script", Layout::Keyed(gcra)),
+    ];
+    let mut weir = Vec::new();
+    for (row, (name, layout)) in rows.iter().enumerate() {
+        let mut cells = vec![(*name).to_owned()];
+        for &per_call in &CEILING_PER_CALL {
+            // Runs of about a second (a third of one when quick): shorter
+            // ones measure redis-benchmark's start-up more than Redis.
+            let calls = scale.pick(100_000, 300_000) / per_call;
+            let rate = ceiling_rate(
+                server.port(),
+                &format!("ceil{row}"),
+                layout,
+                per_call,
+                calls,
+            );
+            if matches!(layout, Layout::Keyed(call) if call.sha == gcra.sha) {
+                weir.push((per_call, rate));
+            }
+            cells.push(rate.map_or_else(|| "failed".into(), kps));
+        }
+        t.row(cells);
+    }
+    (t, weir)
+}
