@@ -8,7 +8,7 @@
 
 use std::num::NonZeroU32;
 use std::time::Duration;
-use weir_bench_suite::redis::{load, script_stats};
+use weir_bench_suite::redis::load;
 use weir_rate::Quota;
 use weir_rate::redis::testing::RedisServer;
 use weir_rate::redis::{Algorithm, Batching, FailurePolicy, RedisLimiter, Target};
@@ -71,7 +71,8 @@ fn main() {
             false,
             server.pid(),
         ));
-        let (calls, usec) = script_stats(&server).unwrap_or((0, 0.0));
+        let stats = server.command_stats("evalsha").unwrap_or_default();
+        let (calls, usec) = (stats.calls, stats.usec);
         let n = run.decisions.max(1) as f64;
         println!(
             "round {round}: {:.1} k/s, p50 {:.0} µs, Redis CPU {:.2} µs/decision \

@@ -187,20 +187,6 @@ pub async fn load(
     run
 }
 
-/// How many `EVALSHA` calls the server has run and the microseconds they
-/// took (`INFO commandstats`, since start or `CONFIG RESETSTAT`).
-pub fn script_stats(server: &RedisServer) -> Option<(u64, f64)> {
-    let stats = server.cli(&["INFO", "commandstats"]).ok()?;
-    let line = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))?;
-    let field = |name: &str| line.split(',').find_map(|kv| kv.strip_prefix(name));
-    Some((
-        field("calls=")?.parse().ok()?,
-        field("usec=")?.parse().ok()?,
-    ))
-}
-
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
 }
@@ -240,7 +226,7 @@ fn by_callers(
             let Ok(limiter) = connect(Algorithm::Gcra, quota, batched, None) else {
                 continue;
             };
-            let calls_before = script_stats(server).map(|(calls, _)| calls);
+            let calls_before = server.command_stats("evalsha").map(|s| s.calls);
             let r = rt.block_on(load(
                 std::slice::from_ref(&limiter),
                 callers,
@@ -248,9 +234,11 @@ fn by_callers(
                 false,
                 pid,
             ));
-            let per_call = script_stats(server)
-                .map(|(calls, _)| calls)
-                .zip(calls_before)
+            let per_call = server
+                .command_stats("evalsha")
+                .map(|s| s.calls)
+                .ok()
+                .zip(calls_before.ok())
                 .map(|(after, before)| {
                     r.decisions as f64 / after.saturating_sub(before).max(1) as f64
                 });
@@ -588,12 +576,12 @@ pub fn run(report: &mut Report) {
     report.table(&t);
 
     report.progress("Redis instructions per decision (callgrind)");
-    let instructions = redis_cost::instructions(&rt, &ALGORITHMS, roomy);
+    let instructions = redis_cost::instructions(&rt, &ALGORITHMS, roomy, redis_cost::Costs::One);
     match &instructions {
         Ok(rows) => {
             report.text(
-                "Instructions Redis executes per decision, counted by callgrind (repeatable to about 1%, \
-                 unlike any timing on this VM): each algorithm's script sent exactly as its limiter sends \
+                "Instructions Redis executes per decision, counted by callgrind (within a few percent from \
+                 run to run, where timings on this VM move by a third): each algorithm's script sent exactly as its limiter sends \
                  it, at 1 decision a call (the plain path) and 16 or 50 (the batched path), for new keys \
                  (written with an expiry) and busy keys (decided again at once: overwritten in place). \
                  Everything the server does for a call counts, from reading the request to writing the \
@@ -658,26 +646,34 @@ pub fn run(report: &mut Report) {
     // nothing, against the GCRA plain path measured above.
     let gcra_instr = instructions.as_ref().ok().and_then(|rows| {
         rows.iter()
-            .find(|r| r.script == Algorithm::Gcra.to_string())
-            .map(|r| {
-                r.per_decision
-                    .iter()
-                    .map(|&(n, _, busy)| (n, busy))
-                    .collect::<Vec<_>>()
-            })
+            .find(|r| r.algorithm == Some(Algorithm::Gcra))
+            .map(|r| r.per_call.clone())
     });
-    if let Some(busy) = gcra_instr {
-        let plain = busy.iter().find(|(n, _)| *n == 1).map_or(0.0, |(_, i)| *i);
+    if let Some(counts) = gcra_instr {
+        let plain = counts
+            .iter()
+            .find(|c| c.decisions == 1)
+            .map_or(0.0, |c| c.busy_key);
         lines.push(format!(
             "* Redis's work per GCRA decision on a busy key (callgrind): {}; per decision a plain call asks {} \
              the instructions of a batched one",
-            busy.iter()
-                .map(|(n, i)| format!("{} instructions at {n} a call", thousands(i.round() as u64)))
+            counts
+                .iter()
+                .map(|c| format!(
+                    "{} instructions at {} a call",
+                    thousands(c.busy_key.round() as u64),
+                    c.decisions
+                ))
                 .collect::<Vec<_>>()
                 .join(", "),
-            busy.iter()
-                .filter(|(n, _)| *n > 1)
-                .map(|(n, i)| format!("{:.1}× ({n} a call)", plain / i.max(1.0)))
+            counts
+                .iter()
+                .filter(|c| c.decisions > 1)
+                .map(|c| format!(
+                    "{:.1}× ({} a call)",
+                    plain / c.busy_key.max(1.0),
+                    c.decisions
+                ))
                 .collect::<Vec<_>>()
                 .join(" and ")
         ));
@@ -690,8 +686,9 @@ pub fn run(report: &mut Report) {
     if let (Some(plain), false) = (gcra_plain50, gcra_ceiling.is_empty()) {
         lines.push(format!(
             "* Redis's ceiling with weir's GCRA script, the client out of the way (redis-benchmark, table above): {} \
-             — the most batching can give over the plain GCRA path ({}) with a client that costs nothing; \
-             here the client shares Redis's two cores",
+             — the most batching can give over the plain GCRA path ({}) with a client that costs nothing. \
+             50 closed-loop callers form calls of about 16 (table 'GCRA by callers'); a call of all 50 \
+             leaves none to fill the next while it runs, and here the client shares Redis's two cores",
             gcra_ceiling
                 .iter()
                 .map(|(n, r)| match r {

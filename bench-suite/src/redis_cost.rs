@@ -11,7 +11,8 @@
 //!   call is captured from the server's `SLOWLOG`, so nothing here restates
 //!   the limiter's arguments) at 1, 16 and 50 decisions a call, for new keys
 //!   (created with an expiry) and busy keys (overwritten in place). Counts
-//!   repeat to within about 1% between runs.
+//!   repeat to within a few percent (GCRA's busy key at 50 a call:
+//!   15,428 to 16,042 over five runs on the development VM).
 //! * **Steps inside a script** ([`script_steps`]): one `EVAL` looping over
 //!   10 000 keys per step, timed by `INFO commandstats`, the bare loop
 //!   subtracted.
@@ -38,16 +39,29 @@ pub struct Captured {
     pub params: Vec<String>,
 }
 
+/// How a replayed call passes its costs (every decision costs one unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Costs {
+    /// One cost for all, as the limiter sends equal costs.
+    One,
+    /// One cost per decision, as the limiter sends unequal costs (and as
+    /// every call went before equal costs travelled as one: replaying an
+    /// older script needs this).
+    Each,
+}
+
 impl Captured {
-    /// `EVALSHA` deciding one unit for each of `keys` (one cost for all,
-    /// as the limiter sends it when costs are equal).
-    fn command(&self, keys: &[String]) -> redis::Cmd {
+    /// `EVALSHA` deciding one unit for each of `keys`.
+    fn command(&self, keys: &[String], costs: Costs) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha)
             .arg(keys.len())
             .arg(keys)
-            .arg(&self.params)
-            .arg(1);
+            .arg(&self.params);
+        match costs {
+            Costs::One => cmd.arg(1),
+            Costs::Each => cmd.arg(vec![1; keys.len()]),
+        };
         cmd
     }
 }
@@ -124,13 +138,34 @@ pub fn capture(
 /// Decisions per call measured by [`instructions`].
 pub const PER_CALL: [usize; 3] = [1, 16, 50];
 
-/// Instructions Redis executes per decision (see the module docs).
+/// Instructions Redis executes per decision through one script (see the
+/// module docs).
 #[derive(Debug, Clone)]
 pub struct Instructions {
-    /// What ran: an algorithm's name, or the bare floor.
-    pub script: String,
-    /// `(decisions per call, new keys, busy keys)`, per [`PER_CALL`].
-    pub per_decision: Vec<(usize, f64, f64)>,
+    /// The algorithm whose script ran; `None` for the bare floor
+    /// ([`BARE_KEYED`]).
+    pub algorithm: Option<Algorithm>,
+    /// One entry per size of [`PER_CALL`].
+    pub per_call: Vec<PerCall>,
+}
+
+/// A script's name in tables: its algorithm's, or the bare floor's.
+fn script_name(algorithm: Option<Algorithm>) -> String {
+    algorithm.map_or_else(
+        || "bare floor: TIME, MGET, SETRANGE a key".to_owned(),
+        |a| a.to_string(),
+    )
+}
+
+/// Instructions per decision at one call size.
+#[derive(Debug, Clone, Copy)]
+pub struct PerCall {
+    /// Decisions per script call.
+    pub decisions: usize,
+    /// Per decision on new keys (written with an expiry).
+    pub new_key: f64,
+    /// Per decision on busy keys (overwritten in place).
+    pub busy_key: f64,
 }
 
 /// The least a script keeping per-key state does, for a floor beside the
@@ -233,12 +268,13 @@ impl Drop for Counted {
 }
 
 /// Count instructions per decision for each of `algorithms` (run over
-/// `quota`, all decisions allowed) and the bare floor. `Err` says why it
-/// could not run (no valgrind, …).
+/// `quota`, all decisions allowed) and the bare floor, replaying calls
+/// with `costs`. `Err` says why it could not run (no valgrind, …).
 pub fn instructions(
     rt: &tokio::runtime::Runtime,
     algorithms: &[Algorithm],
     quota: Quota,
+    costs: Costs,
 ) -> Result<Vec<Instructions>, String> {
     if !testing::runs("valgrind") || !testing::runs("callgrind_control") {
         return Err("valgrind is not installed (Debian: `apt-get install valgrind`)".into());
@@ -263,7 +299,7 @@ pub fn instructions(
                     .connect(Target::server(counted.server.url())),
             )
             .map_err(|e| format!("{alg}: {e}"))?;
-        scripts.push((alg.to_string(), capture(&counted.server, rt, &limiter)?));
+        scripts.push((Some(alg), capture(&counted.server, rt, &limiter)?));
     }
     let bare_sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
@@ -271,7 +307,7 @@ pub fn instructions(
         .query(&mut conn)
         .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
     scripts.push((
-        "bare floor: TIME, MGET, SETRANGE a key".into(),
+        None,
         Captured {
             sha: bare_sha,
             params: Vec::new(),
@@ -280,8 +316,9 @@ pub fn instructions(
 
     let mut out = Vec::new();
     let mut batch_id = 0u64;
-    for (name, call) in &scripts {
-        let mut per_decision = Vec::new();
+    for &(algorithm, ref call) in &scripts {
+        let name = script_name(algorithm);
+        let mut per_call_counts = Vec::new();
         for &per_call in &PER_CALL {
             // About 2 000 decisions a phase, so that the server's own
             // ticks and the dump's overhead stay in the noise.
@@ -295,7 +332,7 @@ pub fn instructions(
             let batches_a: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
             let batches_b: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
             let send = |conn: &mut redis::Connection, keys: &[String]| -> Result<(), String> {
-                call.command(keys)
+                call.command(keys, costs)
                     .query::<redis::Value>(conn)
                     .map(drop)
                     .map_err(|e| format!("{name}: {e}"))
@@ -313,15 +350,15 @@ pub fn instructions(
                 })
             })?;
             let decisions = (calls * per_call) as f64;
-            per_decision.push((
-                per_call,
-                new_only as f64 / decisions,
-                new_then_busy.saturating_sub(new_only) as f64 / decisions,
-            ));
+            per_call_counts.push(PerCall {
+                decisions: per_call,
+                new_key: new_only as f64 / decisions,
+                busy_key: new_then_busy.saturating_sub(new_only) as f64 / decisions,
+            });
         }
         out.push(Instructions {
-            script: name.clone(),
-            per_decision,
+            algorithm,
+            per_call: per_call_counts,
         });
     }
     Ok(out)
@@ -338,10 +375,10 @@ pub fn instructions_table(rows: &[Instructions]) -> Table {
     );
     for r in rows {
         t.row(
-            std::iter::once(r.script.clone()).chain(
-                r.per_decision.iter().map(|(_, new, busy)| {
-                    format!("{} / {}", thousands_f(*new), thousands_f(*busy))
-                }),
+            std::iter::once(script_name(r.algorithm)).chain(
+                r.per_call
+                    .iter()
+                    .map(|c| format!("{} / {}", thousands_f(c.new_key), thousands_f(c.busy_key))),
             ),
         );
     }
@@ -397,14 +434,9 @@ pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
         for _ in 0..3 {
             server.cli(&["CONFIG", "RESETSTAT"]).ok()?;
             server.cli(&["EVAL", &script(body), "0"]).ok()?;
-            let stats = server.cli(&["INFO", "commandstats"]).ok()?;
-            let usec: f64 = stats
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_eval:"))?
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("usec="))?
-                .parse()
-                .ok()?;
+            let stats = server.command_stats("eval").ok()?;
+            // A failed EVAL still answers on stdout: no call, no figure.
+            let usec = (stats.calls > 0).then_some(stats.usec)?;
             best = Some(best.map_or(usec, |b: f64| b.min(usec)));
         }
         best
@@ -539,19 +571,22 @@ pub fn ceiling(
                 .map(|b| format!("decisions/s at {b} a call")),
         ),
     );
+    // (name, what to replay, whether it is weir's script)
     let rows = [
         (
             "bare, one key per limiter key: TIME, MGET, SETRANGE a key",
             Layout::Keyed(&keyed),
+            false,
         ),
         (
             "bare, limiter keys as fields of one hash: TIME, HMGET, HSET, ZADD",
             Layout::Hash(&hash),
+            false,
         ),
-        ("weir's GCRA script", Layout::Keyed(gcra)),
+        ("weir's GCRA script", Layout::Keyed(gcra), true),
     ];
     let mut weir = Vec::new();
-    for (row, (name, layout)) in rows.iter().enumerate() {
+    for (row, (name, layout, is_weir)) in rows.iter().enumerate() {
         let mut cells = vec![(*name).to_owned()];
         for &per_call in &CEILING_PER_CALL {
             // Runs of about a second (a third of one when quick): shorter
@@ -564,7 +599,7 @@ pub fn ceiling(
                 per_call,
                 calls,
             );
-            if matches!(layout, Layout::Keyed(call) if call.sha == gcra.sha) {
+            if *is_weir {
                 weir.push((per_call, rate));
             }
             cells.push(rate.map_or_else(|| "failed".into(), kps));

@@ -171,7 +171,7 @@ fn batches_mixing_keys_decide_each_key_once_and_in_order() -> TestResult {
         for (k, remaining) in per_key.iter().enumerate() {
             assert_eq!(remaining, &[4, 3, 2, 1, 0], "{alg}: key k{k}");
         }
-        let calls = evalsha_calls(&server)?;
+        let calls = server.command_stats("evalsha")?.calls;
         assert!(
             calls < 24,
             "{alg}: {calls} script calls for 24 decisions: nothing was batched"
@@ -219,7 +219,7 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
                 }
                 remaining.push(v.decision.remaining());
             }
-            let calls = evalsha_calls(&server)?;
+            let calls = server.command_stats("evalsha")?.calls;
             let last = limiter.check_verbose("k", 1).await?;
             Ok::<_, Box<dyn std::error::Error>>((remaining, calls, last))
         })?;
@@ -229,17 +229,6 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
         assert!(!last.decision.is_allowed(), "{alg}: spent beyond the limit");
     }
     Ok(())
-}
-
-/// `EVALSHA` calls since the last `CONFIG RESETSTAT`.
-fn evalsha_calls(server: &RedisServer) -> Result<u64, Box<dyn std::error::Error>> {
-    let stats = server.cli(&["INFO", "commandstats"])?;
-    Ok(stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|l| l.split(',').next())
-        .ok_or("no EVALSHA statistics")?
-        .parse()?)
 }
 
 /// A busy key is overwritten in place and keeps its expiry: after many
@@ -607,14 +596,7 @@ fn script_flush_under_load_is_invisible() -> TestResult {
                 Ok::<_, Box<dyn std::error::Error>>(load.await??)
             })?;
             // NOSCRIPT is answered by reloading: no caller ever saw it.
-            let stats = server.cli(&["INFO", "commandstats"])?;
-            let loads = stats
-                .lines()
-                .find(|l| l.starts_with("cmdstat_script|load:"))
-                .and_then(|l| l.split("calls=").nth(1))
-                .and_then(|l| l.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
+            let loads = server.command_stats("script|load")?.calls;
             assert!(
                 loads >= 2,
                 "{alg}: the flushes hit no load ({loads} SCRIPT LOADs)"

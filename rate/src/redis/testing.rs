@@ -317,6 +317,15 @@ impl RedisServer {
         Err(last.unwrap_or_else(|| FixtureError::NotReady("restart".into())))
     }
 
+    /// How often `command` ran and how long it took, from `INFO
+    /// commandstats` (since start or `CONFIG RESETSTAT`); zero for a
+    /// command that has not run. `command` is named as INFO names it:
+    /// `evalsha`, `eval`, `script|load`, …
+    pub fn command_stats(&self, command: &str) -> Result<CommandStats, FixtureError> {
+        let info = self.cli(&["INFO", "commandstats"])?;
+        Ok(CommandStats::parse(&info, command))
+    }
+
     /// Run `redis-cli -p <port> args…` and return its standard output.
     pub fn cli(&self, args: &[&str]) -> Result<String, FixtureError> {
         let out = Command::new("redis-cli")
@@ -332,6 +341,36 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One command's line of `INFO commandstats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommandStats {
+    /// Times the command ran.
+    pub calls: u64,
+    /// Microseconds it ran for, in all.
+    pub usec: f64,
+}
+
+impl CommandStats {
+    /// `command`'s line of an `INFO commandstats` reply; zero when absent.
+    fn parse(info: &str, command: &str) -> Self {
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        else {
+            return Self::default();
+        };
+        let field = |name: &str| {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        };
+        Self {
+            calls: field("calls").and_then(|v| v.parse().ok()).unwrap_or(0),
+            usec: field("usec").and_then(|v| v.parse().ok()).unwrap_or(0.0),
+        }
     }
 }
 
@@ -535,4 +574,35 @@ fn parse_node(line: &str) -> Option<NodeInfo> {
         master_id: (f[3] != "-").then(|| f[3].to_owned()),
         slots,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommandStats;
+
+    #[test]
+    fn command_stats_read_one_commands_line() {
+        let info = "# Commandstats\r\n\
+            cmdstat_eval:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0\r\n\
+            cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,rejected_calls=0\r\n\
+            cmdstat_script|load:calls=2,usec=7,usec_per_call=3.50\r\n";
+        let stats = |c| CommandStats::parse(info, c);
+        assert_eq!(
+            stats("evalsha"),
+            CommandStats {
+                calls: 12,
+                usec: 345.0
+            }
+        );
+        assert_eq!(
+            stats("eval"),
+            CommandStats {
+                calls: 3,
+                usec: 90.0
+            }
+        );
+        assert_eq!(stats("script|load").calls, 2);
+        // `usec` is not `usec_per_call`; an absent command ran zero times.
+        assert_eq!(stats("get"), CommandStats::default());
+    }
 }
