@@ -206,3 +206,76 @@ async fn two_gateways_on_redis_share_one_limit() {
     );
     assert!(statuses[6..].iter().all(|&s| s == 429), "{statuses:?}");
 }
+
+/// What `x-ratelimit-shadow` says on each of the four answers a client can
+/// get: only a layer in shadow mode marks a request, and only one it let
+/// through although the limit would have denied it.
+async fn shadow_header_marks_only_shadow_denials(gateway: impl AsyncFn(bool, u32) -> SocketAddr) {
+    let client = client();
+    let marked = |answer: &Answer| answer.headers.contains_key("x-ratelimit-shadow");
+
+    let enforcing = gateway(false, 1).await;
+    let allowed = get(&client, enforcing, "/").await;
+    assert_eq!(allowed.status, 200);
+    assert!(!marked(&allowed), "an allowed request outside shadow mode");
+    let denied = get(&client, enforcing, "/").await;
+    assert_eq!(denied.status, 429);
+    assert!(!marked(&denied), "a real 429 is not a shadow denial");
+
+    let shadowing = gateway(true, 1).await;
+    let within = get(&client, shadowing, "/").await;
+    assert_eq!(within.status, 200);
+    assert!(
+        !marked(&within),
+        "within the limit, shadow mode marks nothing"
+    );
+    let would_deny = get(&client, shadowing, "/").await;
+    assert_eq!(would_deny.status, 200);
+    assert_eq!(would_deny.headers["x-ratelimit-shadow"], "denied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_header_marks_only_shadow_denials_in_process() {
+    shadow_header_marks_only_shadow_denials(async |shadow, limit| {
+        start(app::GatewayConfig {
+            shadow,
+            ..config(limit)
+        })
+        .await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_header_marks_only_shadow_denials_on_redis() {
+    use weir_rate::redis::testing::RedisServer;
+    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
+    let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
+    else {
+        return;
+    };
+    let url = server.url();
+    let gateways = std::sync::atomic::AtomicUsize::new(0);
+    shadow_header_marks_only_shadow_denials(async |shadow, limit| {
+        let config = app::GatewayConfig {
+            shadow,
+            ..config(limit)
+        };
+        // Each gateway its own keys: the two modes must not share a count.
+        let n = gateways.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(&config))
+            .prefix(format!("shadow-test-{n}"))
+            .connect(Target::server(url.clone()))
+            .await
+            .expect("connect to the private redis-server");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let service = app::router_on_redis(&config, limiter)
+            .into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, service).await });
+        addr
+    })
+    .await;
+}

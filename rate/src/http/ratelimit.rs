@@ -177,6 +177,9 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
 
     /// Shadow (dry-run) mode: decide and report, never deny. A request the
     /// limit would have denied passes with `x-ratelimit-shadow: denied`.
+    /// Outside shadow mode a denial is a real 429 (or 503) and carries no
+    /// `x-ratelimit-shadow`; only an admission a shadowed limiter marks
+    /// non-conforming ([`Decision::is_conforming`]) is labelled there.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self
@@ -250,7 +253,17 @@ struct DecisionHeaders {
 }
 
 impl DecisionHeaders {
-    fn new(decision: &Decision, policy_name: &PolicyName, policy: Option<HeaderValue>) -> Self {
+    /// `shadow` is the layer's mode: a denial it lets through is a shadow
+    /// denial, and so is an admission a shadowed limiter marks
+    /// non-conforming. A denial the layer enforces is not.
+    fn new(
+        decision: &Decision,
+        policy_name: &PolicyName,
+        policy: Option<HeaderValue>,
+        shadow: bool,
+    ) -> Self {
+        let let_through = decision.is_allowed() || shadow;
+        let would_deny = !decision.is_allowed() || !decision.is_conforming();
         Self {
             policy,
             // From a String: the header takes the buffer without copying.
@@ -258,7 +271,7 @@ impl DecisionHeaders {
             retry_after: decision
                 .retry_after_header()
                 .and_then(|v| HeaderValue::from_str(&v).ok()),
-            shadow_denied: !decision.is_conforming() || !decision.is_allowed(),
+            shadow_denied: let_through && would_deny,
         }
     }
 
@@ -363,7 +376,7 @@ where
             Err(never) => answered(never_allowed(never, self.layer.denied_status)),
             Ok(decision) => {
                 let policy = self.policy_header(&decision);
-                let headers = DecisionHeaders::new(&decision, &self.layer.quoted, policy);
+                let headers = DecisionHeaders::new(&decision, &self.layer.quoted, policy, shadow);
                 if !decision.is_allowed() && !shadow {
                     let mut response = Response::new(ResBody::default());
                     *response.status_mut() = self.layer.denied_status;
@@ -414,7 +427,7 @@ where
                     Err(never) => return Ok(never_allowed(never, denied_status)),
                 };
                 let policy_value = HeaderValue::from_str(&decision.ratelimit_policy(&policy)).ok();
-                let headers = DecisionHeaders::new(&decision, &quoted, policy_value);
+                let headers = DecisionHeaders::new(&decision, &quoted, policy_value, shadow);
                 if !decision.is_allowed() && !shadow {
                     let mut response = Response::new(ResBody::default());
                     *response.status_mut() = denied_status;
