@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_rate::http::{InflightLayer, KeyFn, KeyedCheck, RateLimitLayer};
+use weir_rate::http::{InflightLayer, KeyFn, KeyedCheck, PeerIp, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// What the gateway enforces.
@@ -40,12 +40,13 @@ impl Default for GatewayConfig {
     }
 }
 
-/// The client IP as axum's `ConnectInfo` recorded it.
+/// The client as axum's `ConnectInfo` recorded it, keyed as `PeerIp` keys
+/// it: an IPv6 client by its /64, an IPv4-mapped one as IPv4.
 fn client_ip<B>(request: &Request<B>) -> Option<IpAddr> {
     request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip())
+        .map(|info| PeerIp::new().key_for(info.0.ip()))
 }
 
 /// The quota the per-IP limit enforces.

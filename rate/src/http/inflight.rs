@@ -24,7 +24,7 @@ use weir_limits::{Inflight, InflightGuard};
 /// use weir_rate::http::{InflightLayer, PeerIp};
 ///
 /// // At most 100 requests per client IP in progress; the 101st gets 503.
-/// let layer = InflightLayer::new(PeerIp, 100);
+/// let layer = InflightLayer::new(PeerIp::new(), 100);
 /// # let _ = layer;
 /// ```
 #[derive(Clone, Debug)]
@@ -254,7 +254,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_without_a_key_get_500() {
-        let layer = InflightLayer::new(PeerIp, 10);
+        let layer = InflightLayer::new(PeerIp::new(), 10);
         let service = layer.layer(gated(Arc::new(Semaphore::new(1))));
         let response = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);

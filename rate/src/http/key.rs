@@ -43,6 +43,14 @@ pub struct PeerAddr(pub SocketAddr);
 /// Keys requests by the peer's IP address (from the [`PeerAddr`] extension,
 /// or a bare `SocketAddr` extension).
 ///
+/// An IPv6 client is keyed by its network, a /64 unless set otherwise: one
+/// subscriber usually holds a whole /64 and can rotate through its
+/// addresses at will, so keying on the /128 would let it escape the limit
+/// and grow the limiter's map with every address. IPv4 clients are keyed by
+/// their address, and an IPv4-mapped IPv6 peer (`::ffff:192.0.2.7`, what a
+/// dual-stack listener reports for IPv4 clients) counts as that IPv4
+/// address.
+///
 /// ```
 /// use http::Request;
 /// use std::net::SocketAddr;
@@ -50,19 +58,87 @@ pub struct PeerAddr(pub SocketAddr);
 ///
 /// let mut req = Request::new(());
 /// req.extensions_mut().insert(PeerAddr("192.0.2.7:5555".parse::<SocketAddr>().unwrap()));
-/// assert_eq!(PeerIp.extract(&req), Some("192.0.2.7".parse().unwrap()));
+/// assert_eq!(PeerIp::new().extract(&req), Some("192.0.2.7".parse().unwrap()));
+///
+/// let mut req = Request::new(());
+/// req.extensions_mut().insert(PeerAddr("[2001:db8:7:1::99]:5555".parse::<SocketAddr>().unwrap()));
+/// assert_eq!(PeerIp::new().extract(&req), Some("2001:db8:7:1::".parse().unwrap()));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp;
+pub struct PeerIp {
+    prefixes: ClientPrefixes,
+}
+
+impl PeerIp {
+    /// IPv4 clients by address, IPv6 clients by their /64.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Key IPv6 clients by their first `prefix` bits (default 64; 128 keys
+    /// every address apart).
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is over 128.
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.prefixes = self.prefixes.ipv6(prefix);
+        self
+    }
+
+    /// The key a client at `ip` is counted under, for extractors of your own
+    /// (a server that keeps the peer address elsewhere, as axum's
+    /// `ConnectInfo` does).
+    ///
+    /// ```
+    /// use weir_rate::http::PeerIp;
+    ///
+    /// let key = PeerIp::new().key_for("::ffff:192.0.2.7".parse().unwrap());
+    /// assert_eq!(key, "192.0.2.7".parse::<std::net::IpAddr>().unwrap());
+    /// ```
+    pub fn key_for(&self, ip: IpAddr) -> IpAddr {
+        self.prefixes.key(ip)
+    }
+}
 
 impl<B> KeyExtractor<B> for PeerIp {
     type Key = IpAddr;
 
     fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
-        peer_ip(request)
+        peer_ip(request).map(|ip| self.prefixes.key(ip))
     }
 }
 
+/// Which bits of a client's address make its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClientPrefixes {
+    ipv6: u8,
+}
+
+impl Default for ClientPrefixes {
+    fn default() -> Self {
+        Self { ipv6: 64 }
+    }
+}
+
+impl ClientPrefixes {
+    fn ipv6(self, prefix: u8) -> Self {
+        assert!(
+            prefix <= 128,
+            "an IPv6 prefix is at most 128 bits, got {prefix}"
+        );
+        Self { ipv6: prefix }
+    }
+
+    fn key(&self, ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => IpAddr::V4(v4),
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & prefix_mask(self.ipv6)).into()),
+        }
+    }
+}
+
+/// The peer's address as the socket reported it (not yet canonical).
 fn peer_ip<B>(request: &Request<B>) -> Option<IpAddr> {
     let extensions = request.extensions();
     extensions
@@ -77,7 +153,10 @@ fn peer_ip<B>(request: &Request<B>) -> Option<IpAddr> {
 /// The header is read only when the peer is a trusted proxy. It is walked
 /// from the right (the entry the nearest proxy appended) past every trusted
 /// proxy; the first untrusted address is the client. Entries left of it
-/// were written by the client and are ignored.
+/// were written by the client and are ignored. IPv4-mapped addresses
+/// (`::ffff:10.0.0.1`, how a dual-stack listener sees an IPv4 proxy) are
+/// matched as IPv4, and the client is keyed as [`PeerIp`] keys it (IPv6 by
+/// its /64 unless [`ipv6_prefix`](Self::ipv6_prefix) says otherwise).
 ///
 /// ```
 /// use http::Request;
@@ -95,6 +174,7 @@ fn peer_ip<B>(request: &Request<B>) -> Option<IpAddr> {
 #[derive(Debug, Clone, Default)]
 pub struct ForwardedIp {
     trusted: Vec<IpNet>,
+    prefixes: ClientPrefixes,
 }
 
 impl ForwardedIp {
@@ -102,7 +182,18 @@ impl ForwardedIp {
     pub fn trusting(trusted: impl IntoIterator<Item = IpNet>) -> Self {
         Self {
             trusted: trusted.into_iter().collect(),
+            prefixes: ClientPrefixes::default(),
         }
+    }
+
+    /// Key IPv6 clients by their first `prefix` bits (default 64).
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is over 128.
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.prefixes = self.prefixes.ipv6(prefix);
+        self
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
@@ -114,6 +205,12 @@ impl<B> KeyExtractor<B> for ForwardedIp {
     type Key = IpAddr;
 
     fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
+        self.client(request).map(|ip| self.prefixes.key(ip))
+    }
+}
+
+impl ForwardedIp {
+    fn client<B>(&self, request: &Request<B>) -> Option<IpAddr> {
         let peer = peer_ip(request)?;
         if !self.is_trusted(peer) {
             return Some(peer);
@@ -159,28 +256,31 @@ pub struct IpNet {
 }
 
 impl IpNet {
-    /// Whether `ip` is inside this network.
+    /// Whether `ip` is inside this network. An IPv4-mapped IPv6 address
+    /// (`::ffff:a.b.c.d`) is the IPv4 address it maps.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(
-                u128::from(u32::from(net)) << 96,
-                u128::from(u32::from(ip)) << 96,
-                self.prefix,
-            ),
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                prefix_eq(u128::from(net), u128::from(ip), self.prefix)
-            }
-            _ => false,
-        }
+        // Compared in IPv6 space, IPv4 as its mapped form, so a mapped peer
+        // and its IPv4 network (or a mapped network and an IPv4 peer) meet.
+        let (net, prefix) = match self.addr {
+            IpAddr::V4(net) => (u128::from(net.to_ipv6_mapped()), self.prefix + 96),
+            IpAddr::V6(net) => (u128::from(net), self.prefix),
+        };
+        let ip = match ip {
+            IpAddr::V4(ip) => u128::from(ip.to_ipv6_mapped()),
+            IpAddr::V6(ip) => u128::from(ip),
+        };
+        prefix_eq(net, ip, prefix)
     }
 }
 
 fn prefix_eq(a: u128, b: u128, prefix: u8) -> bool {
-    if prefix == 0 {
-        return true;
-    }
-    let mask = u128::MAX << (128 - u32::from(prefix));
+    let mask = prefix_mask(prefix);
     a & mask == b & mask
+}
+
+/// The first `prefix` bits of a 128-bit address (`prefix` ≤ 128).
+fn prefix_mask(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 /// A network that could not be parsed.
@@ -303,7 +403,56 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_clients_of_one_slash64_share_a_key() {
+        let a = request("[2001:db8:1:2::1]:1000", &[]);
+        let b = request("[2001:db8:1:2:ffff:ffff:ffff:ffff]:1000", &[]);
+        let other = request("[2001:db8:1:3::1]:1000", &[]);
+        assert_eq!(
+            PeerIp::new().extract(&a),
+            Some("2001:db8:1:2::".parse().unwrap())
+        );
+        assert_eq!(PeerIp::new().extract(&a), PeerIp::new().extract(&b));
+        assert_ne!(PeerIp::new().extract(&a), PeerIp::new().extract(&other));
+    }
+
+    #[test]
+    fn forwarded_ipv6_clients_are_keyed_by_their_prefix() {
+        let x = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let req = request("10.0.0.1:1000", &["2001:db8:1:2:3:4:5:6"]);
+        assert_eq!(x.extract(&req), Some("2001:db8:1:2::".parse().unwrap()));
+        // An untrusted IPv6 peer is keyed by its prefix too.
+        let direct = request("[2001:db8:9:9:1::1]:1000", &["1.2.3.4"]);
+        assert_eq!(x.extract(&direct), Some("2001:db8:9:9::".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv4_mapped_peers_are_ipv4() {
+        let mapped = request("[::ffff:192.0.2.7]:1000", &[]);
+        assert_eq!(
+            PeerIp::new().extract(&mapped),
+            Some("192.0.2.7".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn an_ipv4_mapped_trusted_proxy_is_trusted() {
+        // A dual-stack listener sees an IPv4 proxy as ::ffff:10.0.0.1.
+        let x = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let req = request("[::ffff:10.0.0.1]:443", &["198.51.100.4"]);
+        assert_eq!(x.extract(&req), Some("198.51.100.4".parse().unwrap()));
+        // ... and so is a mapped hop inside the header.
+        let req = request("10.0.0.1:443", &["198.51.100.4, ::ffff:10.2.3.4"]);
+        assert_eq!(x.extract(&req), Some("198.51.100.4".parse().unwrap()));
+        assert!(
+            "10.0.0.0/8"
+                .parse::<IpNet>()
+                .unwrap()
+                .contains("::ffff:10.9.9.9".parse().unwrap())
+        );
+    }
+
+    #[test]
     fn missing_peer_gives_no_key() {
-        assert_eq!(PeerIp.extract(&Request::new(())), None);
+        assert_eq!(PeerIp::new().extract(&Request::new(())), None);
     }
 }

@@ -8,7 +8,9 @@
 //!   (pingora's per-origin connection limit, on `weir_limits::Inflight`).
 //! * Key extractors decide whom a request is counted for: [`PeerIp`] (the
 //!   default), [`ForwardedIp`] (only behind proxies you trust), [`KeyFn`],
-//!   [`GlobalKey`].
+//!   [`GlobalKey`]. Both IP extractors key an IPv6 client by its /64
+//!   (configurable), since one subscriber can rotate through a whole /64,
+//!   and treat IPv4-mapped addresses from dual-stack listeners as IPv4.
 //!
 //! The layers are generic over the request and response body types; refusals
 //! carry an empty body (`ResBody: Default`, which axum's and hyper's body

@@ -88,7 +88,7 @@ type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 /// let per_ip = KeyedLimiter::<std::net::IpAddr, _>::new(Gcra::new(
 ///     Quota::per_second(NonZeroU32::new(50).unwrap()),
 /// ));
-/// let layer = RateLimitLayer::<_, _, axum::body::Body>::new(per_ip, PeerIp).policy_name("per-ip");
+/// let layer = RateLimitLayer::<_, _, axum::body::Body>::new(per_ip, PeerIp::new()).policy_name("per-ip");
 /// # let _ = layer;
 /// ```
 pub struct RateLimitLayer<Ch, X, B = ()> {
