@@ -2,8 +2,10 @@
 //! once, answering 503 beyond it — pingora's per-origin connection limit.
 //!
 //! Each request is counted in a `weir_limits::Inflight` sketch on entry and
-//! uncounted when its response future finishes or is dropped (the guard
-//! travels inside the future, so a cancelled request is uncounted too). The
+//! uncounted when its response body has ended or is dropped: the guard
+//! travels in the response future and then in the body ([`InflightBody`]),
+//! so a streaming download counts until its last byte, and a cancelled
+//! request or an abandoned body is uncounted too. The
 //! sketch can only overestimate, so a key may be refused slightly early
 //! when it shares every counter with another busy key, never admitted past
 //! its limit.
@@ -89,7 +91,7 @@ where
     X: KeyExtractor<ReqBody>,
     ResBody: Default,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<InflightBody<ResBody>>;
     type Error = S::Error;
     type Future = InflightFuture<S::Future, ResBody>;
 
@@ -117,7 +119,7 @@ where
 
 pin_project! {
     /// The response future of [`InflightService`]; holds the in-flight
-    /// count until it completes or is dropped.
+    /// count until it hands it to the response body, or is dropped.
     #[project = InflightProj]
     #[allow(missing_docs)]
     pub enum InflightFuture<F, B> {
@@ -137,13 +139,14 @@ impl<F, B> InflightFuture<F, B> {
 impl<F, B, E> Future for InflightFuture<F, B>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    B: Default,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<InflightBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             InflightProj::Rejected { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response)),
+                Some(response) => Poll::Ready(Ok(response.map(InflightBody::uncounted))),
                 None => panic!("InflightFuture polled after completion"),
             },
             InflightProj::Running {
@@ -151,18 +154,64 @@ where
                 guard,
                 shadow_exceeded,
             } => {
-                let mut result = std::task::ready!(future.poll(cx));
-                drop(guard.take());
+                // An error drops the guard here: there is no body to stream.
+                let mut response = std::task::ready!(future.poll(cx))?;
                 if *shadow_exceeded {
-                    if let Ok(response) = &mut result {
-                        response
-                            .headers_mut()
-                            .insert("x-inflight-exceeded", http::HeaderValue::from_static("1"));
-                    }
+                    response
+                        .headers_mut()
+                        .insert("x-inflight-exceeded", http::HeaderValue::from_static("1"));
                 }
-                Poll::Ready(result)
+                let guard = guard.take();
+                Poll::Ready(Ok(response.map(|inner| InflightBody { inner, guard })))
             }
         }
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request counted in flight until the
+    /// body has ended (or failed, or been dropped).
+    #[derive(Debug, Default)]
+    pub struct InflightBody<B> {
+        #[pin]
+        inner: B,
+        guard: Option<InflightGuard>,
+    }
+}
+
+impl<B> InflightBody<B> {
+    fn uncounted(inner: B) -> Self {
+        Self { inner, guard: None }
+    }
+
+    /// The wrapped body.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for InflightBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            drop(this.guard.take());
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -250,6 +299,64 @@ mod tests {
         assert_eq!(first.status(), StatusCode::OK);
         assert_eq!(second.status(), StatusCode::OK);
         assert_eq!(second.headers()["x-inflight-exceeded"], "1");
+    }
+
+    /// A response body that yields one chunk when its sender says so:
+    /// a download still streaming.
+    #[derive(Default)]
+    struct Streaming(Option<tokio::sync::oneshot::Receiver<&'static str>>);
+
+    impl http_body::Body for Streaming {
+        type Data = &'static [u8];
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Infallible>>> {
+            let Some(rx) = self.0.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let chunk = std::task::ready!(Pin::new(rx).poll(cx)).unwrap_or("");
+            self.0 = None;
+            Poll::Ready(Some(Ok(http_body::Frame::data(chunk.as_bytes()))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_counts_until_its_body_has_streamed() {
+        let (send, receive) = tokio::sync::oneshot::channel();
+        let receive = Arc::new(std::sync::Mutex::new(Some(receive)));
+        let origin = tower::service_fn(move |_req: Request<()>| {
+            let body = Streaming(receive.lock().unwrap().take());
+            async move { Ok::<_, Infallible>(Response::new(body)) }
+        });
+        let layer = InflightLayer::new(GlobalKey, 1);
+        let service = layer.layer(origin);
+        let mut streaming = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(streaming.status(), StatusCode::OK);
+        assert_eq!(
+            service
+                .clone()
+                .oneshot(Request::new(()))
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the first request's body is still streaming"
+        );
+        send.send("the whole file").unwrap();
+        let body = streaming.body_mut();
+        let mut body = Pin::new(body);
+        while std::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx))
+            .await
+            .is_some()
+        {}
+        assert_eq!(layer.inflight().get(&()), 0, "released when the body ended");
+        assert_eq!(
+            service.oneshot(Request::new(())).await.unwrap().status(),
+            StatusCode::OK
+        );
     }
 
     #[tokio::test]

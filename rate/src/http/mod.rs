@@ -28,7 +28,7 @@ mod key;
 mod ratelimit;
 mod response;
 
-pub use inflight::{InflightFuture, InflightLayer, InflightService, OVERLOADED};
+pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightService, OVERLOADED};
 pub use key::{
     ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
 };
