@@ -143,7 +143,7 @@ pub const PER_CALL: [usize; 3] = [1, 16, 50];
 #[derive(Debug, Clone)]
 pub struct Instructions {
     /// The algorithm whose script ran; `None` for the bare floor
-    /// ([`BARE_KEYED`]).
+    /// (`BARE_KEYED`).
     pub algorithm: Option<Algorithm>,
     /// One entry per size of [`PER_CALL`].
     pub per_call: Vec<PerCall>,
@@ -393,7 +393,7 @@ fn thousands_f(x: f64) -> String {
 const STEP_KEYS: u32 = 10_000;
 
 /// What one step costs Redis inside a script, per key: each body runs in a
-/// Lua loop over [`STEP_KEYS`] keys (`k` is the key, `i` its number), its
+/// Lua loop over `STEP_KEYS` keys (`k` is the key, `i` its number), its
 /// time read from `INFO commandstats`, the bare loop's time subtracted;
 /// best of 3.
 pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
@@ -544,7 +544,7 @@ fn ceiling_rate(
         .reduce(f64::max)
 }
 
-/// Redis's ceiling for batched calls (see [`ceiling_rate`]): the two bare
+/// Redis's ceiling for batched calls (see `ceiling_rate`): the two bare
 /// layouts and weir's GCRA script (`gcra`, as its limiter sends it), at
 /// each of [`CEILING_PER_CALL`]. Returns the table and weir's script's
 /// rates, per [`CEILING_PER_CALL`].

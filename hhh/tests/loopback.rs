@@ -7,7 +7,7 @@
 //! so the outcome is as deterministic as on the simulated clock and no
 //! datagram can be lost to a full socket buffer. Each test is bounded in
 //! packets (at most 8000) and in time (every wait has a timeout).
-#![cfg(not(loom))]
+#![cfg(all(not(loom), feature = "tokio"))]
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};

@@ -179,7 +179,9 @@ impl Estimator {
     }
 
     /// Subtract `value` from `key`. Under the conservative rule this can
-    /// make other keys underestimate (see the [module docs](self)).
+    /// make other keys underestimate: a key's cells may hold less than was
+    /// added to it, so subtracting all of it takes from the keys sharing
+    /// them.
     #[inline]
     pub fn decr<K: Hash + ?Sized>(&self, key: &K, value: isize) {
         self.add_all(&self.locator.locate(key), value.wrapping_neg());

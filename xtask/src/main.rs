@@ -3,8 +3,9 @@
 //! `cargo xtask <command>` (the alias lives in `.cargo/config.toml`):
 //!
 //! * `test`  — everything CI must pass: formatting, clippy with warnings
-//!   denied, every unit/doc/property/integration test with all features, and
-//!   the loom models. `.ci/run` calls exactly this.
+//!   denied (all features, then each feature set users build on its own),
+//!   the docs with warnings denied, every unit/doc/property/integration test
+//!   with all features, and the loom models. `.ci/run` calls exactly this.
 //! * `loom`  — only the loom models, built with `--cfg loom` into a separate
 //!   target directory so they never invalidate the normal build cache.
 //! * `bench` — the report harness in `bench-suite/` (`--quick` for a short
@@ -58,6 +59,32 @@ const LOOM_MODELS: &[(&str, &str)] = &[
     ("weir-hhh", "loom"),
 ];
 
+/// The feature sets users build besides `--all-features`, as cargo
+/// arguments: each crate bare, and each optional feature alone. Each is
+/// linted with warnings denied, so code behind one feature cannot lean on
+/// another (an import, a dependency) unnoticed.
+const FEATURE_SETS: &[&[&str]] = &[
+    &["--package", "weir-limits", "--no-default-features"],
+    &["--package", "weir-timeout", "--no-default-features"],
+    &["--package", "weir-rate", "--no-default-features"],
+    &[
+        "--package",
+        "weir-rate",
+        "--no-default-features",
+        "--features",
+        "tower",
+    ],
+    &[
+        "--package",
+        "weir-rate",
+        "--no-default-features",
+        "--features",
+        "redis",
+    ],
+    &["--package", "weir-hhh", "--no-default-features"],
+    &["--package", "weir-hhh"],
+];
+
 fn test(args: &[String]) -> Result<(), String> {
     reject_args("test", args)?;
     let started = Instant::now();
@@ -73,6 +100,21 @@ fn test(args: &[String]) -> Result<(), String> {
             "-D",
             "warnings",
         ]),
+    )?;
+    for features in FEATURE_SETS {
+        step(
+            &format!("clippy ({})", features[1..].join(" ")),
+            cargo()
+                .args(["clippy", "--all-targets"])
+                .args(*features)
+                .args(["--", "-D", "warnings"]),
+        )?;
+    }
+    step(
+        "docs",
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     step(
         "tests",
