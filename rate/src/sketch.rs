@@ -36,6 +36,26 @@
 //!   (and above the number of keys active within one burst period); the
 //!   bench report shows the allowed fraction next to the exact limiter's.
 //! * No refunds: lowering a shared cell could loosen another key.
+//!
+//! # Sizing
+//!
+//! [`SketchLimiter::sized_for`] picks the dimensions from the expected load
+//! ([`dimensions_for_load`] is the rule alone). A cell's TAT runs ahead of
+//! the clock while the requests landing on it keep it "busy": with `R`
+//! requests a second spread by the hash over `slots` cells per row and a
+//! per-key rate `r`, a cell is busy a fraction `ρ ≤ R / (slots · r)` of the
+//! time, and a request arriving independently of the others finds it busy
+//! with that probability. A key within its quota is wrongly denied only if
+//! **every** one of its `hashes` cells is busy with other keys' spending,
+//! which, the rows being hashed independently, happens in about `ρ^hashes`
+//! of its checks; a burst tolerance above one request only lowers that. So
+//! for a target wrong-denial fraction `δ`: `slots = ⌈R / (r · δ^(1/hashes))⌉`,
+//! with `hashes` (at most [`MAX_SIZED_HASHES`], since every allowed check
+//! writes every row) chosen to need the least memory. Coordinated bursts
+//! (many keys arriving in lockstep) are outside the bound. The bound is
+//! conservative: on the simulated load of `rate/tests/sizing.rs` (2000 keys
+//! at half their quota, burst 1) the admissions lost at the rule's size are
+//! about a tenth of the target, and an eighth of that size loses 18–27%.
 
 use crate::algorithms::{Gcra, Step, gcra_step};
 use crate::clock::{Clock, MonotonicClock};
@@ -44,6 +64,7 @@ use crate::limiter::Mode;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use std::hash::Hash;
+use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
 use weir_limits::sketch::{Layout, Locator};
@@ -152,6 +173,79 @@ impl SketchLimiter<MonotonicClock> {
         let locator = Locator::new(hashes, slots, Layout::Rows)?;
         Ok(Self::with_locator(quota, locator, MonotonicClock::new()))
     }
+
+    /// A sketch sized for `requests_per_second` checks across all keys so
+    /// that a key within its quota is wrongly denied in at most about
+    /// `wrong_denials` of its checks (see [sizing](crate::sketch#sizing)
+    /// for the rule and its assumptions).
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroU64};
+    /// use weir_rate::{Quota, SketchLimiter};
+    ///
+    /// // 1000 requests a second per key; 20 M a second in all; 0.1% wrong denials.
+    /// let quota = Quota::per_second(NonZeroU32::new(1000).unwrap());
+    /// let load = NonZeroU64::new(20_000_000).unwrap();
+    /// let limiter = SketchLimiter::sized_for(quota, load, 0.001).unwrap();
+    /// assert_eq!(limiter.memory_bytes(), 4 * 112_469 * 8);
+    /// assert!(SketchLimiter::sized_for(quota, load, 1.5).is_err());
+    /// ```
+    pub fn sized_for(
+        quota: Quota,
+        requests_per_second: NonZeroU64,
+        wrong_denials: f64,
+    ) -> Result<Self, ConfigError> {
+        let (hashes, slots) = dimensions_for_load(quota, requests_per_second, wrong_denials)?;
+        Self::new(quota, hashes, slots)
+    }
+}
+
+/// The most hashes [`dimensions_for_load`] chooses: every allowed check
+/// writes each of a key's cells, so more rows cost time on every check for
+/// a little less memory.
+pub const MAX_SIZED_HASHES: usize = 4;
+
+/// `(hashes, slots)` for a [`SketchLimiter`] enforcing `quota` under
+/// `requests_per_second` checks across all keys, so that a key within its
+/// quota is wrongly denied in at most about `wrong_denials` (in (0, 1)) of
+/// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤`
+/// [`MAX_SIZED_HASHES`] chosen for the least memory (see
+/// [sizing](crate::sketch#sizing)).
+///
+/// ```
+/// use std::num::{NonZeroU32, NonZeroU64};
+/// use weir_rate::{Quota, sketch::dimensions_for_load};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let load = NonZeroU64::new(10_000).unwrap();
+/// // ρ = 0.01^(1/4) ≈ 0.316 per cell, so ⌈1000 / 0.316⌉ slots per row.
+/// assert_eq!(dimensions_for_load(quota, load, 0.01), Ok((4, 3163)));
+/// ```
+pub fn dimensions_for_load(
+    quota: Quota,
+    requests_per_second: NonZeroU64,
+    wrong_denials: f64,
+) -> Result<(usize, usize), ConfigError> {
+    if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
+        return Err(ConfigError::InvalidProbability(wrong_denials));
+    }
+    let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
+    let cells_per_row = requests_per_second.get() as f64 / per_key;
+    let slots_for = |hashes: usize| {
+        (cells_per_row / wrong_denials.powf(1.0 / hashes as f64))
+            .ceil()
+            .max(1.0)
+    };
+    let hashes = (1..=MAX_SIZED_HASHES)
+        .min_by(|&a, &b| (a as f64 * slots_for(a)).total_cmp(&(b as f64 * slots_for(b))))
+        .unwrap_or(1);
+    let slots = slots_for(hashes);
+    if slots * hashes as f64 > (u64::from(u32::MAX) + 1) as f64 {
+        return Err(ConfigError::TooManyCells {
+            requested: (slots * hashes as f64) as u128,
+        });
+    }
+    Ok((hashes, slots as usize))
 }
 
 impl<C: Clock> SketchLimiter<C> {
