@@ -29,6 +29,7 @@ mod error;
 mod estimator;
 mod heavy;
 mod inflight;
+pub mod pingora;
 mod rate;
 mod sharded;
 pub mod sketch;
