@@ -51,6 +51,8 @@ mod clock;
 mod future;
 #[cfg(not(loom))]
 mod manager;
+#[cfg(not(loom))]
+pub mod pingora;
 
 mod bucket;
 mod planner;
