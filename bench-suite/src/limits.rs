@@ -1,8 +1,10 @@
 //! The pingora-limits blog table, reproduced and extended: per-event time of
-//! weir's estimators against the real `pingora-limits` crate, a naive
-//! `Mutex<HashMap>` and `DashMap` (ahash), at 1, 2 and 8 threads on the blog's
-//! workload (1 M `u32` keys drawn uniformly, events pre-generated); memory
-//! as dhat would report it; and the accuracy the blog left out.
+//! weir's estimators against the real `pingora-limits` crate, weir's pingora
+//! drop-in (`weir_limits::pingora`, called with keys by value exactly like
+//! pingora-limits), a naive `Mutex<HashMap>` and `DashMap` (ahash), at 1, 2
+//! and 8 threads on the blog's workload (1 M `u32` keys drawn uniformly,
+//! events pre-generated); memory as dhat would report it; and the accuracy
+//! the blog left out.
 
 use crate::alloc::{self, AllocStats};
 use crate::report::{Report, Scale, Table, thousands};
@@ -40,10 +42,21 @@ impl Counter for ShardedEstimator {
     }
 }
 
+// Both pingora-shaped estimators are called exactly as pingora code calls
+// them (key by value), so their rows differ only in what is underneath.
 impl Counter for pingora_limits::estimator::Estimator {
     #[inline]
     fn incr(&self, key: u32) {
         std::hint::black_box(pingora_limits::estimator::Estimator::incr(self, key, 1));
+    }
+}
+
+impl Counter for weir_limits::pingora::estimator::Estimator {
+    #[inline]
+    fn incr(&self, key: u32) {
+        std::hint::black_box(weir_limits::pingora::estimator::Estimator::incr(
+            self, key, 1,
+        ));
     }
 }
 
@@ -105,6 +118,14 @@ pub fn contenders() -> Vec<Contender> {
         Contender {
             name: "pingora-limits Estimator",
             build: || Box::new(pingora_limits::estimator::Estimator::new(HASHES, SLOTS)),
+        },
+        Contender {
+            name: "weir_limits::pingora Estimator (drop-in)",
+            build: || {
+                Box::new(weir_limits::pingora::estimator::Estimator::new(
+                    HASHES, SLOTS,
+                ))
+            },
         },
         Contender {
             name: "naive Mutex<HashMap>",
