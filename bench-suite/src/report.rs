@@ -171,6 +171,52 @@ impl Report {
     }
 }
 
+/// The spread of one figure over repetitions: minimum, median, maximum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The smallest value.
+    pub min: f64,
+    /// The median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// The largest value.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (at least one; NaNs sort last).
+    ///
+    /// # Panics
+    ///
+    /// If `values` is empty.
+    pub fn of(values: &[f64]) -> Self {
+        assert!(!values.is_empty(), "a spread needs at least one value");
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Self {
+            min: sorted[0],
+            median,
+            max: sorted[n - 1],
+        }
+    }
+
+    /// `median (min–max)` with `decimals` digits after the point.
+    pub fn show(&self, decimals: usize) -> String {
+        format!(
+            "{:.d$} ({:.d$}–{:.d$})",
+            self.median,
+            self.min,
+            self.max,
+            d = decimals
+        )
+    }
+}
+
 /// A count with thousands separators, for tables.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -195,6 +241,14 @@ mod tests {
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(26_184), "26,184");
         assert_eq!(thousands(53_477_392), "53,477,392");
+    }
+
+    #[test]
+    fn spread_is_min_median_max() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
+        assert_eq!(s.show(1), "2.0 (1.0–3.0)");
     }
 
     #[test]
