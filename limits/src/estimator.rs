@@ -175,7 +175,7 @@ impl Estimator {
     /// Add `value` to `key` and return its new estimate.
     #[inline]
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> isize {
-        self.incr_at(&self.locator.locate(key), value)
+        self.incr_hashed(self.locator.hash(key), value)
     }
 
     /// Subtract `value` from `key`. Under the conservative rule this can
@@ -230,22 +230,47 @@ impl Estimator {
         &self.locator
     }
 
+    /// [`incr`](Self::incr) of the key with this [`Locator::hash`].
     #[inline]
-    pub(crate) fn incr_at(&self, location: &Location, value: isize) -> isize {
+    pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
         match self.update {
-            Update::Plain => self.add_all(location, value),
-            Update::Conservative if value >= 0 => self.raise_to_minimum(location, value),
-            Update::Conservative => {
-                self.add_all(location, value);
-                self.get_at(location)
-            }
+            Update::Plain => self.add_all(&self.locator.locate_hash(hash), value),
+            Update::Conservative => self.incr_conservative(hash, value),
+        }
+    }
+
+    // Out of line, and given the hash (one register) rather than the
+    // location: otherwise the plain path spills the location to the stack
+    // for this call on every event, and the atomics wait for those stores.
+    #[inline(never)]
+    fn incr_conservative(&self, hash: u64, value: isize) -> isize {
+        let location = self.locator.locate_hash(hash);
+        if value >= 0 {
+            self.raise_to_minimum(&location, value)
+        } else {
+            self.add_all(&location, value);
+            self.get_at(&location)
         }
     }
 
     #[inline]
     pub(crate) fn add_all(&self, location: &Location, value: isize) -> isize {
+        // The usual shapes as straight-line code: each row's multiplier is
+        // a constant and nothing but the atomics is left in the loop. The
+        // match is one well-predicted branch per call.
+        match location.len() {
+            1 => self.add_cells(location.cells::<1>(), value),
+            2 => self.add_cells(location.cells::<2>(), value),
+            3 => self.add_cells(location.cells::<3>(), value),
+            4 => self.add_cells(location.cells::<4>(), value),
+            _ => self.add_cells(location.iter(), value),
+        }
+    }
+
+    #[inline(always)]
+    fn add_cells(&self, cells: impl IntoIterator<Item = usize>, value: isize) -> isize {
         let mut min = isize::MAX;
-        for cell in location.iter() {
+        for cell in cells {
             let previous = self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
             min = min.min(previous.wrapping_add(value));
         }

@@ -75,8 +75,7 @@ impl Inflight {
     /// uncounts it on drop, and the new in-flight estimate.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);
-        let location = self.estimator.locator().locate_hash(hash);
-        let now = self.estimator.incr_at(&location, value);
+        let now = self.estimator.incr_hashed(hash, value);
         let guard = InflightGuard {
             estimator: Arc::clone(&self.estimator),
             hash,
@@ -126,8 +125,7 @@ impl InflightGuard {
     /// Add `value` more to this guard's key (released with the guard).
     pub fn incr(&mut self, value: isize) -> isize {
         self.value = self.value.wrapping_add(value);
-        let location = self.estimator.locator().locate_hash(self.hash);
-        self.estimator.incr_at(&location, value)
+        self.estimator.incr_hashed(self.hash, value)
     }
 
     /// The current in-flight estimate of this guard's key.

@@ -102,6 +102,14 @@ impl Location {
         (0..u64::from(self.len)).map(move |i| this.cell(i))
     }
 
+    /// The first `N` cell indices (`N` ≤ [`len`](Self::len)) as an array:
+    /// with `N` known at compile time the per-row work unrolls.
+    #[inline(always)]
+    pub(crate) fn cells<const N: usize>(&self) -> [usize; N] {
+        debug_assert!(N <= self.len());
+        std::array::from_fn(|i| self.cell(i as u64))
+    }
+
     #[inline]
     fn cell(&self, i: u64) -> usize {
         if self.blocked {
