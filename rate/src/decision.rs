@@ -6,6 +6,7 @@
 //! standard `Retry-After: <seconds>` on a denial. Seconds are rounded **up**
 //! so a client that obeys them never retries too early.
 
+use crate::limiter::Mode;
 use std::fmt;
 use std::time::Duration;
 
@@ -40,6 +41,36 @@ pub struct Decision {
     pub(crate) reset_after: Duration,
     pub(crate) retry_after: Option<Duration>,
     pub(crate) delay: Duration,
+    pub(crate) receipt: Option<Receipt>,
+}
+
+/// What an allowed check spent: its cost and the instant (on the limiter's
+/// clock, after the limiter's own clamping of time that went backwards) it
+/// was charged to. A refund names the spending it gives back by its
+/// receipt, so it can only return capacity where that spending was
+/// counted; see [`Limiter::refund`](crate::Limiter::refund).
+///
+/// Only checks hand receipts out ([`Decision::receipt`]). Refund each one
+/// at most once, and only to the limiter and key that issued it: another
+/// spending charged at the same instant would be given back in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    at_ns: u64,
+    cost: u32,
+}
+
+impl Receipt {
+    /// The instant the spending was charged to, in clock nanoseconds.
+    #[inline]
+    pub fn at_nanos(self) -> u64 {
+        self.at_ns
+    }
+
+    /// The units spent.
+    #[inline]
+    pub fn cost(self) -> u32 {
+        self.cost
+    }
 }
 
 /// Units remaining as a quotient, divided only when asked for (the
@@ -116,6 +147,7 @@ impl Decision {
             reset_after: nanos(reset_after),
             retry_after: None,
             delay: Duration::ZERO,
+            receipt: None,
         }
     }
 
@@ -135,6 +167,7 @@ impl Decision {
             reset_after: nanos(reset_after),
             retry_after: Some(nanos(retry_after.max(1))),
             delay: Duration::ZERO,
+            receipt: None,
         }
     }
 
@@ -190,6 +223,26 @@ impl Decision {
     #[inline]
     pub fn delay(&self) -> Duration {
         self.delay
+    }
+
+    /// What this check spent, to name in a refund: `Some` only for an
+    /// allowed check that consumed a non-zero cost (not for a peek, a
+    /// denial, or a denial let through in shadow mode).
+    #[inline]
+    pub fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+
+    /// The decision of a check of `cost` in `mode`, charged (if it spent
+    /// anything) at `at_ns`: with a receipt when allowed, consumed and
+    /// `cost > 0`.
+    #[inline]
+    pub(crate) fn charged(self, mode: Mode, at_ns: u64, cost: u32) -> Self {
+        let spent = self.allowed && mode == Mode::Consume && cost > 0;
+        Self {
+            receipt: spent.then_some(Receipt { at_ns, cost }),
+            ..self
+        }
     }
 
     /// `Some(429)` when the request must be rejected, `None` when it may
@@ -267,7 +320,9 @@ impl Decision {
     /// together): allowed only if both are, the later reset and retry, and
     /// the limit, window and remaining of the binding limit — a denying one
     /// if any denies, otherwise the one with the least remaining. The result
-    /// does not depend on the order of the two.
+    /// does not depend on the order of the two. It keeps a receipt only if
+    /// both carry the same one (each limit charged the same instant); a
+    /// refund could not name both spendings otherwise.
     pub fn combine(self, other: Decision) -> Decision {
         // Non-conforming first (false < true), then least remaining; the
         // limit and window only break exact ties, so the choice is symmetric.
@@ -286,6 +341,10 @@ impl Decision {
                 (a, b) => a.or(b),
             },
             delay: self.delay.max(other.delay),
+            receipt: match (self.receipt, other.receipt) {
+                (Some(a), Some(b)) if a == b => Some(a),
+                _ => None,
+            },
             ..first
         }
     }

@@ -131,13 +131,20 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         self.run_at(key, cost, Mode::Consume, now_ns)
     }
 
-    /// Give back `cost` units `key` spent earlier.
-    pub fn refund(&self, key: &K, cost: u32) {
+    /// Give back what `decision` (a check of `key` on this limiter)
+    /// spent, as far as it still counts: see [`Limiter::refund`]. Nothing
+    /// for a decision that spent nothing, or a key forgotten as idle (whose
+    /// spendings no longer count). Refund each decision at most once.
+    pub fn refund(&self, key: &K, decision: &Decision) {
+        let Some(receipt) = decision.receipt() else {
+            return;
+        };
         let now = self.clock.now_nanos();
         let mut shard = self.shard(key).lock();
         let shard = &mut *shard;
+        let now = now.max(shard.swept_at);
         if let Some(state) = shard.map.get_mut(key) {
-            shard.limiter.refund(state, now, cost);
+            shard.limiter.refund(state, now, receipt);
         }
     }
 

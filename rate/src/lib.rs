@@ -49,7 +49,7 @@ pub mod clock {
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
-pub use decision::{Decision, NeverAllowed, PolicyName, TOO_MANY_REQUESTS};
+pub use decision::{Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};

@@ -1,6 +1,6 @@
 //! The one interface every algorithm implements.
 
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 
 /// Whether a check spends what it allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,9 +56,29 @@ pub trait Limiter: Send + Sync {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed>;
 
-    /// Give back `cost` units spent earlier (e.g. the request was not
-    /// served). Never leaves the state with more than a fresh one holds.
-    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32);
+    /// Give back the spending `receipt` names (e.g. the request was not
+    /// served after all), at `now_ns`. A refund returns capacity only where
+    /// that spending is still counted, and never more than it still
+    /// counts for, so that counting refunded units as never served, no
+    /// window or interval serves more than the algorithm's bound:
+    ///
+    /// * [`FixedWindow`](crate::FixedWindow), [`SlidingLog`](crate::SlidingLog),
+    ///   [`SlidingWindow`](crate::SlidingWindow): all of it while the
+    ///   window, log entry or sub-window it was charged to still counts;
+    ///   nothing once that has aged out.
+    /// * [`TokenBucket`](crate::TokenBucket), the
+    ///   [`LeakyBucket`](crate::LeakyBucket) meter, [`Gcra`](crate::Gcra):
+    ///   a bucket does not know whose tokens it holds, so it returns the
+    ///   part of the spending it cannot have earned back since it was
+    ///   charged, however empty it was then: `cost − elapsed·limit/window`
+    ///   units (GCRA: `cost·T − elapsed` of its schedule), nothing once
+    ///   the spending is that old.
+    /// * The [`LeakyBucket`](crate::LeakyBucket) shaper: nothing. Each
+    ///   admitted request has been told when to leave; handing its
+    ///   departure to a later request would send two at once.
+    ///
+    /// Never leaves the state with more than a fresh one holds.
+    fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt);
 
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key).
@@ -130,9 +150,9 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         Ok(decision.unwrap_or_else(allow_everything))
     }
 
-    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {
-        self.0.refund(&mut state.0, now_ns, cost);
-        self.1.refund(&mut state.1, now_ns, cost);
+    fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
+        self.0.refund(&mut state.0, now_ns, receipt);
+        self.1.refund(&mut state.1, now_ns, receipt);
     }
 
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
@@ -217,9 +237,9 @@ impl<L: Limiter> Limiter for AllOf<L> {
         Ok(decision.unwrap_or_else(allow_everything))
     }
 
-    fn refund(&self, state: &mut Self::State, now_ns: u64, cost: u32) {
+    fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
         for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
-            limit.refund(s, now_ns, cost);
+            limit.refund(s, now_ns, receipt);
         }
     }
 

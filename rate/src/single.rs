@@ -23,9 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// );
 /// assert!(limiter.check().is_allowed());
 /// assert!(limiter.peek_n(1).unwrap().is_allowed()); // peeking spends nothing
-/// assert!(limiter.check().is_allowed());
+/// let last = limiter.check();
+/// assert!(last.is_allowed());
 /// assert!(!limiter.check().is_allowed());
-/// limiter.refund(1); // the last request was not served after all
+/// limiter.refund(&last); // the last request was not served after all
 /// assert!(limiter.check().is_allowed());
 /// clock.advance(Duration::from_millis(500));
 /// assert!(limiter.check().is_allowed());
@@ -81,12 +82,17 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         self.run(cost, Mode::Peek)
     }
 
-    /// Give back `cost` units spent earlier.
-    pub fn refund(&self, cost: u32) {
+    /// Give back what `decision` (a check of this limiter) spent, as far
+    /// as it still counts: see [`Limiter::refund`]. Nothing for a decision
+    /// that spent nothing. Refund each decision at most once.
+    pub fn refund(&self, decision: &Decision) {
+        let Some(receipt) = decision.receipt() else {
+            return;
+        };
         let now = self.clock.now_nanos();
         let mut inner = self.inner.lock();
         let (limiter, state) = &mut *inner;
-        limiter.refund(state, now, cost);
+        limiter.refund(state, now, receipt);
     }
 
     /// Replace the algorithm (e.g. with a new quota) keeping what has been

@@ -21,10 +21,15 @@ fn keyed_peek_refund_and_shadow() {
     let keyed = KeyedLimiter::with_clock(Gcra::new(per_second(2)), clock.clone());
     assert!(keyed.peek_n(&"a", 2).unwrap().is_allowed());
     assert!(keyed.is_empty(), "a peek must not insert the key");
-    assert!(keyed.check_n(&"a", 2).unwrap().is_allowed());
+    let both = keyed.check_n(&"a", 2).unwrap();
+    assert!(both.is_allowed());
+    let denied = keyed.check(&"a");
+    assert!(!denied.is_allowed());
+    keyed.refund(&"a", &denied); // spent nothing: returns nothing
     assert!(!keyed.check(&"a").is_allowed());
-    keyed.refund(&"a", 1);
-    assert!(keyed.check(&"a").is_allowed());
+    keyed.refund(&"b", &both); // no such key: nothing to return
+    keyed.refund(&"a", &both);
+    assert!(keyed.check_n(&"a", 2).unwrap().is_allowed());
     keyed.set_shadow(true);
     let d = keyed.check(&"a");
     assert!(d.is_allowed() && !d.is_conforming());

@@ -1,4 +1,4 @@
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 
@@ -7,6 +7,9 @@ use crate::quota::Quota;
 /// cheapest check, but it forgets everything at each boundary: a client can
 /// spend `limit` just before and `limit` just after it, up to `2·limit` in a
 /// window-long interval.
+///
+/// A refund returns its spending only while the window it was charged to
+/// is the current one; no window ever serves more than `limit` units.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -98,24 +101,59 @@ impl Limiter for FixedWindow {
                 s.count = after;
             }
             let reset = if after > 0 { end_in } else { 0 };
-            Ok(Decision::allow(
-                limit,
-                window,
-                (limit64 - after) as u32,
-                reset,
-            ))
+            Ok(
+                Decision::allow(limit, window, (limit64 - after) as u32, reset)
+                    .charged(mode, now, cost),
+            )
         } else {
             let remaining = limit64.saturating_sub(s.count) as u32;
             Ok(Decision::deny(limit, window, remaining, end_in, end_in))
         }
     }
 
-    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+    fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
         self.roll(s, now_ns);
-        s.count = s.count.saturating_sub(u64::from(cost));
+        let since_start = receipt.at_nanos().checked_sub(s.start);
+        if since_start.is_some_and(|d| d < self.quota.window_nanos()) {
+            s.count = s.count.saturating_sub(u64::from(receipt.cost()));
+        }
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         s.count == 0 || now_ns.saturating_sub(s.start) >= self.quota.window_nanos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    /// Issue 15, item 6: 10 per second, 10 spent at 0.999 s and 10 at
+    /// 1.0 s. Refunding the first 10 at 1.1 s returns nothing (their
+    /// window is over), so nothing more fits before 2 s; refunding the
+    /// second 10 frees their place.
+    #[test]
+    fn a_refund_returns_only_to_the_window_it_was_charged_to() {
+        let fw = FixedWindow::new(Quota::new(10, Duration::from_secs(1)).unwrap());
+        let mut s = fw.new_state(0);
+        let first = fw.check(&mut s, 999 * MS, 10, Mode::Consume).unwrap();
+        let second = fw.check(&mut s, 1000 * MS, 10, Mode::Consume).unwrap();
+        assert!(first.is_allowed() && second.is_allowed());
+        fw.refund(&mut s, 1100 * MS, first.receipt().unwrap());
+        assert!(
+            !fw.check(&mut s, 1200 * MS, 10, Mode::Consume)
+                .unwrap()
+                .is_allowed(),
+            "20 units passed in the window [1 s, 2 s) of limit 10"
+        );
+        fw.refund(&mut s, 1300 * MS, second.receipt().unwrap());
+        assert!(
+            fw.check(&mut s, 1400 * MS, 10, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
     }
 }

@@ -1,5 +1,5 @@
 use super::{clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed, Remaining};
+use crate::decision::{Decision, NeverAllowed, Receipt, Remaining};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 
@@ -13,6 +13,10 @@ use crate::quota::Quota;
 /// that value. Mathematically the same limiter as a token bucket of `burst`
 /// tokens refilled every `T`; it allows at most `burst + t/T` units in any
 /// interval of length `t`.
+///
+/// A refund moves TAT back by the part of the spending's `cost·T` that has
+/// not elapsed since it was charged, so never by more than that spending
+/// still holds of the schedule.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -40,6 +44,18 @@ pub(crate) enum Step {
     Allow(u64),
     /// Denied: the TAT in force (at least `now`).
     Deny(u64),
+}
+
+/// How far a refund of `receipt` at `now` may move the TAT back: the part
+/// of the spending's `cost·interval` not yet elapsed since it was charged.
+/// Wherever the spending sits in the schedule (earlier refunds move it
+/// forward), its slot started no earlier than that instant, so at least
+/// this much of it is still ahead of `now`.
+#[inline]
+fn unelapsed(receipt: Receipt, now: u64, interval: u64) -> u64 {
+    let whole = u128::from(receipt.cost()) * u128::from(interval);
+    let ends = u128::from(receipt.at_nanos()) + whole;
+    clamp_ns(ends.saturating_sub(u128::from(now)).min(whole))
 }
 
 /// The GCRA test shared by [`Gcra`] and the sketch-backed keyed limiter.
@@ -142,15 +158,51 @@ impl Limiter for Gcra {
         if let (Step::Allow(new), Mode::Consume) = (&step, mode) {
             *tat = *new;
         }
-        Ok(self.decide(now_ns, cost, &step))
+        Ok(self.decide(now_ns, cost, &step).charged(mode, now_ns, cost))
     }
 
-    fn refund(&self, tat: &mut Self::State, now_ns: u64, cost: u32) {
-        let back = u64::try_from(u128::from(cost) * u128::from(self.interval)).unwrap_or(u64::MAX);
+    fn refund(&self, tat: &mut Self::State, now_ns: u64, receipt: Receipt) {
+        let back = unelapsed(receipt, now_ns, self.interval);
         *tat = tat.saturating_sub(back).max(now_ns.min(*tat));
     }
 
     fn is_idle(&self, tat: &Self::State, now_ns: u64) -> bool {
         *tat <= now_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// 2 per second with a burst of 2: A spends 2 at 0 s, B spends 2 at
+    /// 1 s (earned back by then). A refund for A at 1 s returns nothing:
+    /// A has been paid off, and handing its units back again would let a
+    /// third and fourth unit pass at 1 s beside B's two. A refund for B at
+    /// once returns both of B's units.
+    #[test]
+    fn a_refund_of_a_paid_off_spending_returns_nothing() {
+        let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
+        let mut tat = gcra.new_state(0);
+        let a = gcra.check(&mut tat, 0, 2, Mode::Consume).unwrap();
+        let b = gcra.check(&mut tat, SEC, 2, Mode::Consume).unwrap();
+        assert!(a.is_allowed() && b.is_allowed());
+        gcra.refund(&mut tat, SEC, a.receipt().unwrap());
+        assert!(
+            !gcra
+                .check(&mut tat, SEC, 2, Mode::Consume)
+                .unwrap()
+                .is_allowed(),
+            "4 units at one instant with a burst of 2"
+        );
+        gcra.refund(&mut tat, SEC, b.receipt().unwrap());
+        assert!(
+            gcra.check(&mut tat, SEC, 2, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
     }
 }

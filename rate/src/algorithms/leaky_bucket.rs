@@ -1,6 +1,6 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed, nanos};
+use crate::decision::{Decision, NeverAllowed, Receipt, nanos};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::{Quota, QuotaError};
 use std::time::Duration;
@@ -18,6 +18,11 @@ use std::time::Duration;
 ///   would wait longer than `max_delay` is denied (the queue is full). The
 ///   queue holds `⌊max_delay / T⌋ + 1` units. This smooths bursts instead of
 ///   passing them on, at the cost of latency.
+///
+/// Refunds follow [`TokenBucket`](crate::TokenBucket) for a meter. A
+/// shaper's refunds return nothing: every admitted request has been told
+/// when to leave, and giving its departure to a later one would send two
+/// at once.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -135,7 +140,7 @@ impl Limiter for LeakyBucket {
             let backlog = end - u128::from(now_ns);
             let mut d = Decision::allow(limit, window, room(backlog), clamp_ns(backlog));
             d.delay = nanos(clamp_ns(wait));
-            Ok(d)
+            Ok(d.charged(mode, now_ns, cost))
         } else {
             let retry = clamp_ns(last_wait - u128::from(max_delay));
             Ok(Decision::deny(
@@ -148,15 +153,10 @@ impl Limiter for LeakyBucket {
         }
     }
 
-    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+    fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
         if self.max_delay.is_none() {
-            return self.bucket.refund(&mut s.meter, now_ns, cost);
+            self.bucket.refund(&mut s.meter, now_ns, receipt);
         }
-        let back = clamp_ns(u128::from(cost) * u128::from(self.interval));
-        s.drains_at = s
-            .drains_at
-            .saturating_sub(back)
-            .max(now_ns.min(s.drains_at));
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
@@ -171,5 +171,34 @@ impl LeakyState {
     fn with_meter_time(mut self, now_ns: u64) -> Self {
         self.meter = TokenBucketState::starting_at(now_ns);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    /// A shaper has told every admitted request when to leave. A and B are
+    /// admitted at 0 to leave at 0 and 100 ms; refunding A must not give
+    /// C a departure that B already holds.
+    #[test]
+    fn a_refund_never_hands_out_a_departure_already_promised() {
+        let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+        let shaper = LeakyBucket::shaper(quota, Duration::from_millis(250)).unwrap();
+        let mut s = shaper.new_state(0);
+        let admit = |s: &mut LeakyState| shaper.check(s, 0, 1, Mode::Consume).unwrap();
+        let a = admit(&mut s);
+        assert_eq!(a.delay(), Duration::ZERO);
+        let b = admit(&mut s);
+        assert_eq!(b.delay(), Duration::from_millis(100));
+        shaper.refund(&mut s, 0, a.receipt().unwrap());
+        let c = admit(&mut s);
+        assert!(
+            !c.is_allowed() || c.delay() >= b.delay() + Duration::from_millis(100),
+            "C leaves at {:?}, B at {:?}",
+            c.delay(),
+            b.delay()
+        );
     }
 }

@@ -9,6 +9,11 @@
 //! | [`LeakyBucket`] meter | water level + time | `≤ burst + limit·t/window` (the token bucket seen from the other side) |
 //! | [`LeakyBucket`] shaper | time the queue drains | admitted `≤ (max_delay + t)/T + 1`, released `≤ t/T + 1` with `T = window/limit` |
 //! | [`Gcra`] | one timestamp | `≤ burst + t/T` (`T` = window/limit rounded up to 1 ns) |
+//!
+//! These bounds hold with refunds too, counting refunded units as never
+//! served: a refund names its spending by the [`Receipt`](crate::Receipt)
+//! of its check and gives back only what that spending still counts for
+//! (see [`Limiter::refund`](crate::Limiter::refund)).
 
 mod fixed_window;
 mod gcra;

@@ -1,4 +1,4 @@
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 use std::collections::VecDeque;
@@ -8,6 +8,10 @@ use std::collections::VecDeque;
 /// interval, at the price of memory proportional to the limit (one 16-byte
 /// entry per allowed request still in the window) and a check that is
 /// linear in the number of expired entries.
+///
+/// A refund removes the refunded spending's own entry while it is in the
+/// log (less than a window old), and nothing after: the window around any
+/// instant then holds at most `limit` units that were served.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -110,7 +114,7 @@ impl Limiter for SlidingLog {
                 s.entries.push_back((now, cost));
                 s.total += cost64;
             }
-            Ok(Decision::allow(limit, window, remaining, reset))
+            Ok(Decision::allow(limit, window, remaining, reset).charged(mode, now, cost))
         } else {
             // The earliest time enough old entries have expired.
             let w = self.quota.window_nanos();
@@ -134,24 +138,87 @@ impl Limiter for SlidingLog {
         }
     }
 
-    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+    fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
         self.expire(s, now_ns);
-        let mut cost = cost;
-        while cost > 0 {
-            let Some(last) = s.entries.back_mut() else {
-                break;
-            };
-            let take = cost.min(last.1);
-            last.1 -= take;
+        // Entries are in time order, and only those charged at the
+        // receipt's instant can be its spending (any of them will do: they
+        // leave the window together).
+        let at = receipt.at_nanos();
+        let mut i = s.entries.partition_point(|&(t, _)| t <= at);
+        let mut left = receipt.cost();
+        while left > 0 && i > 0 && s.entries[i - 1].0 == at {
+            i -= 1;
+            let take = left.min(s.entries[i].1);
+            s.entries[i].1 -= take;
             s.total -= u64::from(take);
-            cost -= take;
-            if last.1 == 0 {
-                s.entries.pop_back();
+            left -= take;
+            if s.entries[i].1 == 0 {
+                s.entries.remove(i);
             }
         }
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         self.reset_in(s, now_ns) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn two_per_ten_seconds() -> (SlidingLog, SlidingLogState) {
+        let log = SlidingLog::new(Quota::new(2, Duration::from_secs(10)).unwrap());
+        let s = log.new_state(0);
+        (log, s)
+    }
+
+    /// Issue 15, item 6: limit 2 per 10 s, A at 0 and B at 9 s; a refund
+    /// for A at 9.5 s must free A's place, not B's, so that at 10 s only
+    /// one more fits beside B.
+    #[test]
+    fn a_refund_frees_the_refunded_spending_not_the_newest() {
+        let (log, mut s) = two_per_ten_seconds();
+        let at = |t: u64, s: &mut SlidingLogState| log.check(s, t, 1, Mode::Consume).unwrap();
+        let a = at(0, &mut s);
+        assert!(a.is_allowed());
+        assert!(at(9 * SEC, &mut s).is_allowed());
+        log.refund(&mut s, 9 * SEC + SEC / 2, a.receipt().unwrap());
+        assert!(at(10 * SEC, &mut s).is_allowed());
+        assert!(
+            !at(10 * SEC, &mut s).is_allowed(),
+            "B, C and D all passed within one second"
+        );
+    }
+
+    /// A refund within the window frees the place at once; one after the
+    /// spending left the log returns nothing.
+    #[test]
+    fn a_refund_returns_a_spending_only_while_it_is_logged() {
+        let (log, mut s) = two_per_ten_seconds();
+        let a = log.check(&mut s, 0, 1, Mode::Consume).unwrap();
+        let b = log.check(&mut s, SEC, 1, Mode::Consume).unwrap();
+        log.refund(&mut s, 5 * SEC, b.receipt().unwrap());
+        assert_eq!(s.len(), 1);
+        assert!(
+            log.check(&mut s, 5 * SEC, 1, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
+        log.refund(&mut s, 10 * SEC, a.receipt().unwrap());
+        assert_eq!(s.len(), 1, "only the spending at 5 s is left");
+        assert!(
+            log.check(&mut s, 10 * SEC, 1, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            !log.check(&mut s, 10 * SEC, 1, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
     }
 }

@@ -1,5 +1,5 @@
 use super::clamp_u32;
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::{Quota, QuotaError};
 
@@ -20,6 +20,11 @@ use crate::quota::{Quota, QuotaError};
 ///
 /// If the window is not a multiple of `N − 1` nanoseconds, the effective
 /// window is `(N − 1)·S`, up to `N − 2` ns shorter.
+///
+/// A refund takes its spending out of the sub-window it was charged to
+/// while that sub-window still counts (one of the `N` newest), and returns
+/// nothing after. So right after every allowed check the estimate, taken
+/// over the units served and not refunded, is at most `limit`.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -193,7 +198,7 @@ impl Limiter for SlidingWindow {
             }
             let remaining = clamp_u32((budget - need) / sub);
             let reset = self.reset_in(s, pos, cost > 0 && mode == Mode::Consume);
-            Ok(Decision::allow(limit, window, remaining, reset))
+            Ok(Decision::allow(limit, window, remaining, reset).charged(mode, now, cost))
         } else {
             let remaining = clamp_u32(budget.saturating_sub(used) / sub);
             let retry = self.retry_in(s, pos, cost);
@@ -207,16 +212,24 @@ impl Limiter for SlidingWindow {
         }
     }
 
-    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
+    fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
         self.roll(s, now_ns);
-        let mut cost = u64::from(cost);
+        let at = receipt.at_nanos();
+        // Sub-windows back from the current one to the one holding `at`.
+        let age = if at >= s.start {
+            if at - s.start >= self.sub {
+                return; // after the current sub-window: not a spending of this state
+            }
+            0
+        } else {
+            (s.start - at).div_ceil(self.sub)
+        };
         let n = s.counts.len();
-        for age in 0..n {
-            let i = (s.head + n - age) % n;
-            let take = cost.min(s.counts[i]);
-            s.counts[i] -= take;
-            cost -= take;
+        if age >= n as u64 {
+            return;
         }
+        let i = (s.head + n - age as usize) % n;
+        s.counts[i] = s.counts[i].saturating_sub(u64::from(receipt.cost()));
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
@@ -266,5 +279,35 @@ impl SlidingWindow {
         }
         // Unreachable for cost ≤ limit: after N sub-windows nothing counts.
         (self.n() as u64).saturating_mul(self.sub)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// Two counters of 10 s, limit 2: A at 0 s, B at 15 s. At 21 s A's
+    /// sub-window no longer counts, so a refund for A returns nothing; B
+    /// still weighs 9/10 and leaves room for one more unit, not two. A
+    /// refund for B, whose sub-window still counts, frees its weight.
+    #[test]
+    fn a_refund_returns_only_to_a_sub_window_that_still_counts() {
+        let sw = SlidingWindow::new(Quota::new(2, Duration::from_secs(10)).unwrap(), 2).unwrap();
+        let mut s = sw.new_state(0);
+        let at = |t: u64, s: &mut SlidingWindowState| sw.check(s, t, 1, Mode::Consume).unwrap();
+        let a = at(0, &mut s);
+        let b = at(15 * SEC, &mut s);
+        assert!(a.is_allowed() && b.is_allowed());
+        sw.refund(&mut s, 21 * SEC, a.receipt().unwrap());
+        assert!(at(21 * SEC, &mut s).is_allowed());
+        assert!(
+            !at(21 * SEC, &mut s).is_allowed(),
+            "estimate 2.9 > 2 at 21 s: the refund for A was taken from B"
+        );
+        sw.refund(&mut s, 21 * SEC, b.receipt().unwrap());
+        assert!(at(21 * SEC, &mut s).is_allowed());
     }
 }

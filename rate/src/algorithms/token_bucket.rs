@@ -1,5 +1,5 @@
 use super::{ceil_div, clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 
@@ -39,9 +39,19 @@ impl Bucket {
     /// refills faster than the quota).
     #[inline]
     fn drained(&self, elapsed: u64) -> u128 {
-        (u128::from(self.quota.limit()) * u128::from(elapsed))
-            .checked_mul(ONE)
-            .map_or(u128::MAX, |x| x / u128::from(self.quota.window_nanos()))
+        self.refill(elapsed, false)
+    }
+
+    /// `limit·elapsed/window` in 2⁻³² units, rounded up or down,
+    /// saturating.
+    #[inline]
+    fn refill(&self, elapsed: u64, up: bool) -> u128 {
+        let window = u128::from(self.quota.window_nanos());
+        let Some(x) = (u128::from(self.quota.limit()) * u128::from(elapsed)).checked_mul(ONE)
+        else {
+            return u128::MAX;
+        };
+        if up { ceil_div(x, window) } else { x / window }
     }
 
     #[inline]
@@ -71,7 +81,7 @@ impl Bucket {
         let burst = self.quota.burst();
         NeverAllowed::check(cost, burst)?;
         let mut drained = *s;
-        self.drain(&mut drained, now_ns);
+        let now = self.drain(&mut drained, now_ns);
         let cap = u128::from(burst) * ONE;
         let need = drained.level + u128::from(cost) * ONE;
         let (limit, window) = (self.quota.limit(), self.quota.window());
@@ -81,12 +91,10 @@ impl Bucket {
                 s.level = need;
             }
             let remaining = clamp_u32((cap - need) / ONE);
-            Ok(Decision::allow(
-                limit,
-                window,
-                remaining,
-                self.time_for(need),
-            ))
+            Ok(
+                Decision::allow(limit, window, remaining, self.time_for(need))
+                    .charged(mode, now, cost),
+            )
         } else {
             if mode == Mode::Consume {
                 *s = drained;
@@ -104,9 +112,16 @@ impl Bucket {
         }
     }
 
-    pub(crate) fn refund(&self, s: &mut TokenBucketState, now_ns: u64, cost: u32) {
-        self.drain(s, now_ns);
-        s.level = s.level.saturating_sub(u128::from(cost) * ONE);
+    /// Returns what of `receipt`'s tokens the bucket cannot have refilled
+    /// since they were taken, even if it held nothing else: refills drain
+    /// the level in order, so at least that much of this spending is
+    /// still in it. The refill is rounded up, so a refund never returns
+    /// more than the bucket's own arithmetic still holds of the spending.
+    pub(crate) fn refund(&self, s: &mut TokenBucketState, now_ns: u64, receipt: Receipt) {
+        let now = self.drain(s, now_ns);
+        let refilled = self.refill(now.saturating_sub(receipt.at_nanos()), true);
+        let back = (u128::from(receipt.cost()) * ONE).saturating_sub(refilled);
+        s.level = s.level.saturating_sub(back);
     }
 
     pub(crate) fn is_idle(&self, s: &TokenBucketState, now_ns: u64) -> bool {
@@ -122,6 +137,9 @@ impl Bucket {
 /// it is exact to within 2⁻³² token per check and never looser than the
 /// quota. As a limiter it is equivalent to [`Gcra`](crate::Gcra) (GCRA
 /// stores one timestamp instead of a level and a time).
+///
+/// A refund returns what of its spending the bucket cannot have refilled
+/// yet: `cost − limit·elapsed/window` tokens, nothing once that is zero.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -178,11 +196,51 @@ impl Limiter for TokenBucket {
         self.bucket.check(s, now_ns, cost, mode)
     }
 
-    fn refund(&self, s: &mut Self::State, now_ns: u64, cost: u32) {
-        self.bucket.refund(s, now_ns, cost);
+    fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
+        self.bucket.refund(s, now_ns, receipt);
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         self.bucket.is_idle(s, now_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// As for GCRA: a bucket of 2 refilled at 2 per second; A's 2 tokens
+    /// taken at 0 s have been refilled by 1 s, so refunding them then must
+    /// not add to what B left. A quarter second after B, 1.5 of B's tokens
+    /// are still missing; a refund for B returns them and fills the bucket.
+    #[test]
+    fn a_refund_returns_only_tokens_not_yet_refilled() {
+        let tb = TokenBucket::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
+        let mut s = tb.new_state(0);
+        let a = tb.check(&mut s, 0, 2, Mode::Consume).unwrap();
+        let b = tb.check(&mut s, SEC, 2, Mode::Consume).unwrap();
+        assert!(a.is_allowed() && b.is_allowed());
+        tb.refund(&mut s, SEC, a.receipt().unwrap());
+        assert!(
+            !tb.check(&mut s, SEC, 2, Mode::Consume)
+                .unwrap()
+                .is_allowed(),
+            "4 units at one instant from a bucket of 2"
+        );
+        let half = SEC + SEC / 4;
+        tb.refund(&mut s, half, b.receipt().unwrap());
+        assert!(
+            tb.check(&mut s, half, 2, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            !tb.check(&mut s, half, 1, Mode::Consume)
+                .unwrap()
+                .is_allowed()
+        );
     }
 }
