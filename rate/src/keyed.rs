@@ -30,11 +30,13 @@ struct Shard<K, L: Limiter> {
     limiter: L,
     map: HashMap<K, L::State, ahash::RandomState>,
     sweep_at: usize,
-    /// The time of the last sweep. A key swept as idle is only idle from
-    /// then on, so no later check may be judged at an earlier time (a
-    /// thread that read the clock before waiting for the lock, or a
-    /// caller-supplied time): checks are clamped to it.
-    swept_at: u64,
+    /// The latest time this shard has judged at (check, refund or sweep);
+    /// nothing is judged earlier, so a stamp from a thread that read the
+    /// clock before waiting for the lock, or an earlier caller-supplied
+    /// time, counts as no time passing. A key swept as idle is only idle
+    /// from the sweep on, and every limit of a key charges a check to the
+    /// same instant (one receipt refunds them all).
+    latest: u64,
 }
 
 /// An exact per-key limiter over any [`Limiter`].
@@ -88,7 +90,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                     limiter: limiter.clone(),
                     map: HashMap::with_hasher(hasher.clone()),
                     sweep_at: MIN_SWEEP,
-                    swept_at: 0,
+                    latest: 0,
                 }))
             })
             .collect();
@@ -142,7 +144,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let now = self.clock.now_nanos();
         let mut shard = self.shard(key).lock();
         let shard = &mut *shard;
-        let now = now.max(shard.swept_at);
+        let now = now.max(shard.latest);
+        shard.latest = now;
         if let Some(state) = shard.map.get_mut(key) {
             shard.limiter.refund(state, now, receipt);
         }
@@ -164,10 +167,10 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             let mut shard = shard.0.lock();
             let shard = &mut *shard;
             let limiter = &shard.limiter;
-            let now = now.max(shard.swept_at);
+            let now = now.max(shard.latest);
             shard.map.retain(|_, state| !limiter.is_idle(state, now));
             shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
-            shard.swept_at = now;
+            shard.latest = now;
             left += shard.map.len();
         }
         left
@@ -197,7 +200,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let decision = {
             let mut guard = self.shard(key).lock();
             let shard = &mut *guard;
-            let now = now.max(shard.swept_at);
+            let now = now.max(shard.latest);
+            shard.latest = now;
             if let Some(state) = shard.map.get_mut(key) {
                 shard.limiter.check(state, now, cost, mode)?
             } else {
@@ -209,7 +213,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                         let limiter = &shard.limiter;
                         shard.map.retain(|_, s| !limiter.is_idle(s, now));
                         shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
-                        shard.swept_at = now;
                     }
                 }
                 decision

@@ -34,7 +34,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Debug)]
 pub struct RateLimiter<L: Limiter, C = MonotonicClock> {
     clock: C,
-    inner: Mutex<(L, L::State)>,
+    /// The algorithm, its state, and the latest time it has judged at:
+    /// nothing is judged earlier (a thread that read the clock before
+    /// waiting for the lock, or an earlier caller-supplied time, counts as
+    /// no time passing), so every limit of a pair or [`AllOf`](crate::AllOf)
+    /// charges a check to the same instant and one receipt refunds them all.
+    inner: Mutex<(L, L::State, u64)>,
     shadow: AtomicBool,
 }
 
@@ -48,10 +53,11 @@ impl<L: Limiter> RateLimiter<L, MonotonicClock> {
 impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// A limiter reading time from `clock`.
     pub fn with_clock(limiter: L, clock: C) -> Self {
-        let state = limiter.new_state(clock.now_nanos());
+        let now = clock.now_nanos();
+        let state = limiter.new_state(now);
         Self {
             clock,
-            inner: Mutex::new((limiter, state)),
+            inner: Mutex::new((limiter, state, now)),
             shadow: AtomicBool::new(false),
         }
     }
@@ -91,8 +97,9 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         };
         let now = self.clock.now_nanos();
         let mut inner = self.inner.lock();
-        let (limiter, state) = &mut *inner;
-        limiter.refund(state, now, receipt);
+        let (limiter, state, latest) = &mut *inner;
+        *latest = now.max(*latest);
+        limiter.refund(state, *latest, receipt);
     }
 
     /// Replace the algorithm (e.g. with a new quota) keeping what has been
@@ -121,8 +128,9 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     fn run_at(&self, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed> {
         let decision = {
             let mut inner = self.inner.lock();
-            let (limiter, state) = &mut *inner;
-            limiter.check(state, now, cost, mode)?
+            let (limiter, state, latest) = &mut *inner;
+            *latest = now.max(*latest);
+            limiter.check(state, *latest, cost, mode)?
         };
         Ok(if self.is_shadow() {
             decision.shadowed()

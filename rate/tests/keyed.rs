@@ -8,7 +8,8 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::{Layout, Locator};
 use weir_rate::{
-    AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingWindow,
+    AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, RateLimiter, SketchLimiter,
+    SlidingWindow,
 };
 
 fn per_second(n: u32) -> Quota {
@@ -58,6 +59,37 @@ fn several_limits_per_key_are_all_or_nothing() {
     let d = keyed.check(&1u8);
     assert_eq!(d.remaining(), 0);
     assert!(d.retry_after().unwrap() > Duration::from_secs(50));
+}
+
+/// Several limits per key can be refunded together only if each charged
+/// the check to the same instant. A check stamped before the key's latest
+/// (a thread that read the clock before waiting for the lock, or a
+/// caller-supplied time) must still leave one receipt that refunds every
+/// limit: here the token bucket would otherwise charge it at 100 ms and
+/// the GCRA at 50 ms, and the refund would return nothing.
+#[test]
+fn a_refund_reaches_every_limit_of_a_check_stamped_earlier() {
+    const MS: u64 = 1_000_000;
+    let q = Quota::per_minute(NonZeroU32::new(2).unwrap()).allow_burst(NonZeroU32::new(3).unwrap());
+    let limits = (Gcra::new(q), weir_rate::TokenBucket::new(q));
+    let single = RateLimiter::with_clock(limits.clone(), ManualClock::new());
+    let keyed = KeyedLimiter::with_clock(limits, ManualClock::new());
+    assert!(single.check_n_at(1, 100 * MS).unwrap().is_allowed());
+    assert!(keyed.check_n_at(&"k", 1, 100 * MS).unwrap().is_allowed());
+    let late = single.check_n_at(1, 50 * MS).unwrap();
+    let keyed_late = keyed.check_n_at(&"k", 1, 50 * MS).unwrap();
+    assert!(late.is_allowed() && keyed_late.is_allowed());
+    single.refund(&late);
+    keyed.refund(&"k", &keyed_late);
+    // One unit is left of three; the refund makes it two.
+    assert!(
+        single.check_n_at(2, 100 * MS).unwrap().is_allowed(),
+        "the refund returned nothing"
+    );
+    assert!(
+        keyed.check_n_at(&"k", 2, 100 * MS).unwrap().is_allowed(),
+        "the keyed refund returned nothing"
+    );
 }
 
 proptest! {
