@@ -480,8 +480,9 @@ fn play<L: Limiter>(
     Ok(spent)
 }
 
-/// What a windowed algorithm still counts of `s`: all of it, unless a
-/// refund came while `counts(at, refund time)` said it was still charged.
+/// What of `s` was served: all of it, unless a refund came while
+/// `charged(at, refund time)` (the algorithm's documented rule) says the
+/// spending still counted, so the refund gave it back.
 fn net(s: &Spending, charged: impl Fn(u64, u64) -> bool) -> u64 {
     match s.refunded {
         Some((_, when)) if charged(s.at, when) => 0,
