@@ -13,7 +13,10 @@
 //! and always current: an `incr` returns an estimate that includes its own
 //! update and every update that completed before it began. Two increments
 //! of one key racing row by row may each return a minimum from the row the
-//! other had not reached yet; once both return, `get` sees both.
+//! other had not reached yet; once both return, `get` sees both. Such a
+//! returned estimate is therefore no basis for admitting against a limit;
+//! [`Inflight`](crate::Inflight) re-reads behind a fence for that, keeping
+//! the cost off this path.
 //!
 //! ## Update rules
 //!

@@ -7,12 +7,31 @@
 //! A plain-update [`Estimator`] behind an `Arc`, so guards are `'static` and
 //! can travel across `.await` points and tasks. A guard keeps the key's hash
 //! (not the key) and the value it added, so dropping it finds the counters
-//! again without hashing or cloning the key. Estimates can only be too high
-//! (another key sharing every counter), so a limit enforced with it can
-//! reject early but never admits more than the limit.
+//! again without hashing or cloning the key.
+//!
+//! ## Admission under concurrency
+//!
+//! The estimate [`Inflight::incr`] returns is meant to be compared with a
+//! limit, so it must count every racer that got in before. The minimum of
+//! the values `fetch_add` returns row by row does not: two racers can add
+//! to the rows in opposite orders and each take its minimum from a row the
+//! other had not reached, so `k` racers at a limit of 1 could all read 1.
+//! Instead `incr` adds to every row, issues a `SeqCst` fence, and then reads
+//! the rows again. The fences of racing calls fall in one total order, and a
+//! call whose fence comes later reads, in every row, the additions made
+//! before every earlier fence. So the `i`-th racer to fence reads at least
+//! `i` (plus what was already in flight): racers at limit `L` admit at most
+//! `L` (the loom model `inflight_never_admits_two_racers_at_a_limit_of_one`
+//! checks two at limit 1). Estimates can also be too high (another key
+//! sharing every counter, or a refused racer not yet uncounted), so a limit
+//! enforced with them can refuse early but never admits more than the
+//! limit. The extra cost (a fence and one load per row) is paid here, not by
+//! [`Estimator::incr`].
 
 use crate::ConfigError;
 use crate::estimator::Estimator;
+use crate::sketch::Location;
+use crate::sync::{Ordering, fence};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -73,9 +92,14 @@ impl Inflight {
 
     /// Count `value` more in flight for `key`; returns the guard that
     /// uncounts it on drop, and the new in-flight estimate.
+    ///
+    /// The estimate includes every racing `incr` that could have been
+    /// admitted before this one (see the [module docs](self)), so
+    /// `estimate > limit` is a sound refusal test under concurrency.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);
-        let now = self.estimator.incr_hashed(hash, value);
+        let location = self.estimator.locator().locate_hash(hash);
+        let now = add_then_read(&self.estimator, &location, value);
         let guard = InflightGuard {
             estimator: Arc::clone(&self.estimator),
             hash,
@@ -93,6 +117,17 @@ impl Inflight {
     pub fn memory_bytes(&self) -> usize {
         self.estimator.memory_bytes()
     }
+}
+
+/// Add `value` to every row of `location`, then read the estimate back
+/// after a `SeqCst` fence, so that of two racers the later to fence sees
+/// both additions (see the module docs for why the `fetch_add` minimum is
+/// not enough).
+#[inline]
+fn add_then_read(estimator: &Estimator, location: &Location, value: isize) -> isize {
+    estimator.add_all(location, value);
+    fence(Ordering::SeqCst);
+    estimator.get_at(location)
 }
 
 impl Default for Inflight {
@@ -122,10 +157,13 @@ pub struct InflightGuard {
 }
 
 impl InflightGuard {
-    /// Add `value` more to this guard's key (released with the guard).
+    /// Add `value` more to this guard's key (released with the guard);
+    /// returns the new estimate, ordered against racers like
+    /// [`Inflight::incr`].
     pub fn incr(&mut self, value: isize) -> isize {
         self.value = self.value.wrapping_add(value);
-        self.estimator.incr_hashed(self.hash, value)
+        let location = self.estimator.locator().locate_hash(self.hash);
+        add_then_read(&self.estimator, &location, value)
     }
 
     /// The current in-flight estimate of this guard's key.

@@ -3,10 +3,10 @@
 //! checked versions without touching the data structures.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering, fence};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// Back off while another thread finishes a short critical step (a window
 /// rotation). Under loom this yields so the model checker can schedule the

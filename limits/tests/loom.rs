@@ -8,7 +8,7 @@ use loom::thread;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::{Layout, Locator};
-use weir_limits::{Estimator, Rate, ShardedEstimator, Update};
+use weir_limits::{Estimator, Inflight, Rate, ShardedEstimator, Update};
 
 fn estimator(update: Update) -> Estimator {
     // Two slots, two hashes: the two keys below share counters, which is
@@ -36,6 +36,31 @@ fn plain_incr_never_loses_an_update() {
         // row the other had not reached yet; this model found that.)
         assert!(mine >= 1 && theirs >= 1);
         assert!(e.get(&1u8) >= 2);
+    });
+}
+
+#[test]
+fn inflight_never_admits_two_racers_at_a_limit_of_one() {
+    loom::model(|| {
+        // Four rows, as in the audit's counterexample: each racer's
+        // `fetch_add` minimum can come from a row the other had not reached.
+        let builder = Estimator::builder()
+            .hashes(4)
+            .slots(1)
+            .layout(Layout::Rows)
+            .seed(1);
+        let inflight = Inflight::with_estimator(builder).unwrap();
+        let other = inflight.clone();
+        // The admission rule of `weir_rate::http::InflightLayer`: refused
+        // when the returned estimate exceeds the limit. Guards are held
+        // until both have decided, as in-flight requests would be.
+        let t = thread::spawn(move || other.incr(&1u8, 1));
+        let (_mine, mine) = inflight.incr(&1u8, 1);
+        let (_theirs, theirs) = t.join().unwrap();
+        assert!(
+            mine > 1 || theirs > 1,
+            "both racers admitted at limit 1: estimates {mine} and {theirs}"
+        );
     });
 }
 

@@ -5,10 +5,14 @@
 //! uncounted when its response body has ended or is dropped: the guard
 //! travels in the response future and then in the body ([`InflightBody`]),
 //! so a streaming download counts until its last byte, and a cancelled
-//! request or an abandoned body is uncounted too. The
-//! sketch can only overestimate, so a key may be refused slightly early
-//! when it shares every counter with another busy key, never admitted past
-//! its limit.
+//! request or an abandoned body is uncounted too. A request is refused when
+//! the estimate `Inflight::incr` returns exceeds the limit; that estimate is
+//! read back after all rows are counted and a `SeqCst` fence, so of racing
+//! requests the later ones see the earlier ones (`weir_limits::Inflight`'s
+//! module docs and loom model), and racers cannot all slip in under the
+//! limit together. The sketch can only overestimate, so a key may be
+//! refused slightly early when it shares every counter with another busy
+//! key, never admitted past its limit.
 
 use super::key::KeyExtractor;
 use super::response::{Rejection, reject};
@@ -103,6 +107,8 @@ where
         let Some(key) = self.layer.extractor.extract(&request) else {
             return InflightFuture::rejected(reject(Rejection::NoKey));
         };
+        // `Inflight::incr`'s estimate, not `Estimator::incr`'s: only the
+        // former counts concurrent admissions (see the module docs).
         let (guard, now) = self.layer.inflight.incr(&key, 1);
         let exceeded = now > self.layer.limit;
         if exceeded && !self.layer.shadow {
