@@ -92,6 +92,17 @@ impl SlidingWindow {
     /// The estimated units in the sliding window ending at `now_ns` (what
     /// the limit is compared with), without changing the state.
     pub fn estimate(&self, s: &SlidingWindowState, now_ns: u64) -> f64 {
+        // A state from a limiter with another N is read as `check` would
+        // leave it after adopting it; its ring cannot be indexed with ours.
+        let adopted;
+        let s = if s.counts.len() == self.n() {
+            s
+        } else {
+            let mut copy = s.clone();
+            self.adopt(&mut copy);
+            adopted = copy;
+            &adopted
+        };
         let ahead = now_ns.saturating_sub(s.start);
         let shift = usize::try_from(ahead / self.sub).unwrap_or(usize::MAX);
         let pos = ahead % self.sub;
@@ -114,15 +125,7 @@ impl SlidingWindow {
     /// before the current sub-window.
     fn roll(&self, s: &mut SlidingWindowState, now: u64) -> u64 {
         let n = self.n();
-        if s.counts.len() != n {
-            // Reconfigured with another N: keep everything counted, all in
-            // the current sub-window (stricter, never a burst).
-            let total = s.counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
-            let mut counts = vec![0; n].into_boxed_slice();
-            counts[0] = total;
-            s.counts = counts;
-            s.head = 0;
-        }
+        self.adopt(s);
         let now = now.max(s.start);
         let steps = (now - s.start) / self.sub;
         if steps > 0 {
@@ -133,6 +136,19 @@ impl SlidingWindow {
             s.start += steps * self.sub;
         }
         now
+    }
+
+    /// Give a state built with another N this limiter's ring: everything
+    /// counted moves to the current sub-window (stricter, never a burst).
+    fn adopt(&self, s: &mut SlidingWindowState) {
+        let n = self.n();
+        if s.counts.len() != n {
+            let total = s.counts.iter().fold(0u64, |a, &c| a.saturating_add(c));
+            let mut counts = vec![0; n].into_boxed_slice();
+            counts[0] = total;
+            s.counts = counts;
+            s.head = 0;
+        }
     }
 
     /// `(full, oldest)`: the sum of the `N − 1` newest counters and the
@@ -309,5 +325,39 @@ mod tests {
         );
         sw.refund(&mut s, 21 * SEC, b.receipt().unwrap());
         assert!(at(21 * SEC, &mut s).is_allowed());
+    }
+
+    fn sliding(counters: u32) -> SlidingWindow {
+        let quota = Quota::new(100, Duration::from_secs(60)).unwrap();
+        SlidingWindow::new(quota, counters).unwrap()
+    }
+
+    /// A state built under one N and read by a limiter with another (a
+    /// limit changed at run time): `estimate` must read it as `check` would
+    /// after adopting it, not index past the ring.
+    #[test]
+    fn estimate_reads_a_state_from_another_n_like_check_does() {
+        let histories: [&[u64]; 2] = [&[0, 20, 40], &[0, 20, 40, 70]];
+        for ((from, to), history) in [(2, 4), (2, 7), (4, 2), (3, 5)]
+            .into_iter()
+            .flat_map(|ns| histories.map(|h| (ns, h)))
+        {
+            let old = sliding(from);
+            let new = sliding(to);
+            let mut s = old.new_state(0);
+            for &t in history {
+                old.check(&mut s, t * SEC, 5, Mode::Consume).unwrap();
+            }
+            for now in [10, 45, 70, 75, 100, 130, 500].map(|t| t * SEC) {
+                let read = new.estimate(&s, now);
+                let mut adopted = s.clone();
+                new.check(&mut adopted, now, 0, Mode::Peek).unwrap();
+                assert_eq!(
+                    read,
+                    new.estimate(&adopted, now),
+                    "N {from} -> {to} at {now} ns"
+                );
+            }
+        }
     }
 }
