@@ -8,6 +8,10 @@
 //! event after a quiet spell (pingora-limits starts a new window at whatever
 //! call comes first after expiry). Time is integer nanoseconds, so
 //! sub-millisecond intervals work, and intervals up to 584 years are accepted.
+//! Window numbers saturate at 2⁶³ − 1 (they share a word with the rotating
+//! bit); only a 1 ns interval gets there, after 292 years on the clock, and
+//! from then on every event counts in that last window, as clocks saturate
+//! at `u64::MAX` ns.
 //!
 //! Three sketches rotate: the current window, the previous one, and a spare
 //! that is already zeroed when its window begins. A single word holds the
@@ -36,6 +40,14 @@ use std::hash::Hash;
 use std::time::Duration;
 
 const ROTATING: u64 = 1;
+/// The largest window number that fits in the state word beside `ROTATING`.
+const LAST_WINDOW: u64 = u64::MAX >> 1;
+
+/// The window holding `nanos`, saturated so that `window << 1` loses no bit.
+#[inline]
+fn window_number(nanos: u64, interval_nanos: u64) -> u64 {
+    (nanos / interval_nanos).min(LAST_WINDOW)
+}
 
 /// What a custom rate function sees: the counts of the previous (complete)
 /// and current (partial) window and how far into the current window we are.
@@ -160,7 +172,7 @@ impl<C: Clock> Rate<C> {
             u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
         let windows =
             std::array::from_fn(|_| Estimator::from_parts(locator.clone(), crate::Update::Plain));
-        let first = clock.now_nanos() / interval_nanos;
+        let first = window_number(clock.now_nanos(), interval_nanos);
         Ok(Self {
             windows,
             state: AtomicU64::new(first << 1),
@@ -244,7 +256,7 @@ impl<C: Clock> Rate<C> {
 
     #[inline]
     fn window_at(&self, nanos: u64) -> u64 {
-        nanos / self.interval_nanos
+        window_number(nanos, self.interval_nanos)
     }
 
     #[inline]
@@ -355,6 +367,27 @@ mod tests {
         clock.advance(year * 100);
         assert!(r.rate(&"k") > 0.0);
         assert!(Rate::try_new(Duration::MAX).is_err());
+    }
+
+    /// With a 1 ns interval the window number is the clock reading; past
+    /// 2⁶³ ns it no longer fits beside the rotating bit. It saturates there:
+    /// later events all count in the last window, none is zeroed away.
+    #[test]
+    fn window_numbers_saturate_past_two_to_the_63_without_losing_events() {
+        let (r, clock) = rate(Duration::from_nanos(1));
+        let last = u64::MAX >> 1;
+        clock.set(Duration::from_nanos(last - 1));
+        assert_eq!(r.observe(&"k", 5), 5);
+        clock.set(Duration::from_nanos(last));
+        assert_eq!(r.observe(&"k", 1), 1);
+        let mut total = 1;
+        for at in [last + 1, last + 6, u64::MAX - 1, u64::MAX] {
+            clock.set(Duration::from_nanos(at));
+            total += 1;
+            assert_eq!(r.observe(&"k", 1), total, "at {at} ns");
+            let c = r.components(&"k");
+            assert_eq!((c.previous, c.current), (5, total), "at {at} ns");
+        }
     }
 
     #[test]
