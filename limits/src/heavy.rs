@@ -19,9 +19,9 @@
 
 use crate::ConfigError;
 use crate::estimator::{Estimator, EstimatorBuilder, Update};
-use crate::sync::{AtomicIsize, Ordering};
-use parking_lot::RwLock;
+use crate::sync::{AtomicIsize, Ordering, RwLock};
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as MapEntry;
 use std::hash::Hash;
 
 /// What [`HeavyHitters::record`] knows about a key after counting it.
@@ -114,14 +114,22 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
             return Observation::Light(estimate);
         }
         let mut exact = self.exact.write();
-        let entry = exact.entry(key.clone()).or_insert_with(|| Entry {
-            at_admission: estimate,
-            since_admission: AtomicIsize::new(0),
-        });
-        if entry.at_admission != estimate {
-            // Another thread admitted it first; count this event exactly.
-            entry.since_admission.fetch_add(count, Ordering::Relaxed);
-        }
+        // Who admits is decided by the table, not by comparing estimates:
+        // two racing plain-rule increments can return the same estimate,
+        // and the second would then take the first's admission for its own
+        // and count nothing.
+        let entry = match exact.entry(key.clone()) {
+            MapEntry::Vacant(vacant) => vacant.insert(Entry {
+                at_admission: estimate,
+                since_admission: AtomicIsize::new(0),
+            }),
+            MapEntry::Occupied(occupied) => {
+                // Another thread admitted it first; count this event exactly.
+                let entry = occupied.into_mut();
+                entry.since_admission.fetch_add(count, Ordering::Relaxed);
+                entry
+            }
+        };
         Observation::Heavy(HeavyCount {
             at_admission: entry.at_admission,
             since_admission: entry.since_admission.load(Ordering::Relaxed),

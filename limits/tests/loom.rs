@@ -8,7 +8,7 @@ use loom::thread;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::{Layout, Locator};
-use weir_limits::{Estimator, Inflight, Rate, ShardedEstimator, Update};
+use weir_limits::{Estimator, HeavyHitters, Inflight, Rate, ShardedEstimator, Update};
 
 fn estimator(update: Update) -> Estimator {
     // Two slots, two hashes: the two keys below share counters, which is
@@ -133,5 +133,29 @@ fn rate_rotation_after_a_gap_loses_no_event() {
         t.join().unwrap();
         let c = rate.components(&1u8);
         assert_eq!((c.previous, c.current), (0, 2));
+    });
+}
+
+#[test]
+fn heavy_hitters_admission_race_loses_no_event() {
+    loom::model(|| {
+        // Plain rule, two rows, threshold 1: two racing increments of a
+        // fresh key can both return 1 (each its minimum from the row the
+        // other had not reached), so both take the admission path with
+        // the same estimate.
+        let builder = Estimator::builder()
+            .hashes(2)
+            .slots(1)
+            .layout(Layout::Rows)
+            .seed(1);
+        let heavy = Arc::new(HeavyHitters::with_sketch(1, builder).unwrap());
+        let other = Arc::clone(&heavy);
+        let t = thread::spawn(move || {
+            other.record(&1u8, 1);
+        });
+        heavy.record(&1u8, 1);
+        t.join().unwrap();
+        let count = heavy.get(&1u8).expect("a key at the threshold is admitted");
+        assert!(count.total() >= 2, "an event was lost: {count:?}");
     });
 }
