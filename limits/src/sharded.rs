@@ -33,14 +33,18 @@
 //! Memory is one delta table per thread that ever touched the sketch (thread
 //! slots are reused after a thread exits, and its unflushed deltas stay
 //! visible to `get` and are flushed by the next thread to take the slot).
+//!
+//! The per-thread table comes from `crate::sync::ThreadLocal`: the
+//! `thread_local` crate normally, and under `--cfg loom` a stand-in keyed by
+//! loom's thread id, because loom runs all model threads on one OS thread
+//! and they would otherwise share one delta table.
 
 use crate::ConfigError;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
 use crate::sketch::{Layout, Location, Locator};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering, ThreadLocal};
 use std::hash::Hash;
-use thread_local::ThreadLocal;
 
 struct Shard {
     deltas: Counters,

@@ -34,6 +34,76 @@ impl<T> RwLock<T> {
     }
 }
 
+#[cfg(not(loom))]
+pub(crate) use thread_local::ThreadLocal;
+
+#[cfg(loom)]
+pub(crate) use loom_thread_local::ThreadLocal;
+
+/// `thread_local::ThreadLocal`'s surface for loom. That crate keys values
+/// by OS thread, and loom runs every model thread on one OS thread, so
+/// under loom all model threads would share one value; this one keys them
+/// by loom's thread id instead.
+#[cfg(loom)]
+mod loom_thread_local {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::thread::ThreadId;
+    use std::sync::OnceLock;
+
+    pub(crate) struct ThreadLocal<T> {
+        // Loom threads never run in parallel, so std's `OnceLock` cannot
+        // block here; slots are never freed (models are short-lived).
+        slots: [OnceLock<(ThreadId, T)>; loom::MAX_THREADS],
+        // Publishes a filled slot to other threads (release/acquire, as
+        // thread_local does), so loom checks that readers of a value
+        // happen after its creation.
+        published: [AtomicBool; loom::MAX_THREADS],
+    }
+
+    impl<T> ThreadLocal<T> {
+        pub(crate) fn new() -> Self {
+            Self {
+                slots: std::array::from_fn(|_| OnceLock::new()),
+                published: std::array::from_fn(|_| AtomicBool::new(false)),
+            }
+        }
+
+        pub(crate) fn get(&self) -> Option<&T> {
+            let me = loom::thread::current().id();
+            // A thread's own slot needs no acquire: it filled it itself.
+            self.slots
+                .iter()
+                .filter_map(OnceLock::get)
+                .find_map(|(id, value)| (*id == me).then_some(value))
+        }
+
+        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> &T {
+            if let Some(value) = self.get() {
+                return value;
+            }
+            let me = loom::thread::current().id();
+            let mut fresh = Some((me, create()));
+            for (slot, published) in self.slots.iter().zip(&self.published) {
+                let (id, value) =
+                    slot.get_or_init(|| fresh.take().expect("only an empty slot takes it"));
+                if *id == me {
+                    published.store(true, Ordering::Release);
+                    return value;
+                }
+            }
+            panic!("more threads than loom models");
+        }
+
+        pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+            self.slots
+                .iter()
+                .zip(&self.published)
+                .filter(|(_, published)| published.load(Ordering::Acquire))
+                .filter_map(|(slot, _)| slot.get().map(|(_, value)| value))
+        }
+    }
+}
+
 /// Back off while another thread finishes a short critical step (a window
 /// rotation). Under loom this yields so the model checker can schedule the
 /// thread we are waiting for.

@@ -4,6 +4,7 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
@@ -157,5 +158,57 @@ fn heavy_hitters_admission_race_loses_no_event() {
         t.join().unwrap();
         let count = heavy.get(&1u8).expect("a key at the threshold is admitted");
         assert!(count.total() >= 2, "an event was lost: {count:?}");
+    });
+}
+
+#[test]
+fn sharded_threads_count_through_their_own_shards_exactly_once() {
+    // One row of two slots, with the first seed that puts keys 1 and 2 in
+    // different slots: quiescent counts are exact, so any lost or doubled
+    // event shows.
+    let locator = (0..64)
+        .map(|seed| Locator::with_seed(1, 2, Layout::Rows, seed).unwrap())
+        .find(|l| l.locate(&1u8).iter().ne(l.locate(&2u8).iter()))
+        .expect("a seed that separates keys 1 and 2");
+    loom::model(move || {
+        // Flush every second update, so each writer's flush races the
+        // reader; each writer says (release) when its first event is done.
+        let s = Arc::new(ShardedEstimator::with_locator(locator.clone(), 2));
+        let done = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        // The reader's own shard exists before the writers start.
+        assert_eq!(s.incr(&1u8, 0), 0);
+        let (a, a_done) = (Arc::clone(&s), Arc::clone(&done));
+        let ta = thread::spawn(move || {
+            a.incr(&1u8, 1);
+            a_done[0].store(1, Ordering::Release);
+            a.incr(&2u8, 1); // flushes both
+            a.incr(&1u8, 1) // stays in a's deltas
+        });
+        let (b, b_done) = (Arc::clone(&s), Arc::clone(&done));
+        let tb = thread::spawn(move || {
+            b.incr(&1u8, 1);
+            b_done[1].store(1, Ordering::Release);
+            b.incr(&1u8, 1) // flushes both
+        });
+        // An event done before `get` began is counted even while its
+        // delta moves to the shared table (maybe twice, never zero times).
+        let known: usize = done.iter().map(|d| d.load(Ordering::Acquire)).sum();
+        let racing = s.get(&1u8);
+        assert!(
+            racing >= known as isize,
+            "get saw {racing} of {known} done events"
+        );
+        // Four events of key 1, plus at most the moving deltas (1 + 2) twice.
+        assert!(racing <= 7, "{racing}");
+        // Own updates are always visible to their thread.
+        assert!(ta.join().unwrap() >= 2);
+        assert!(tb.join().unwrap() >= 2);
+        // Quiescent: every event exactly once.
+        assert_eq!((s.get(&1u8), s.get(&2u8)), (4, 1));
+        // The reader's `incr` sees the shared table and its own shard only:
+        // the flushed events (a: keys 1 and 2, b: key 1 twice), not a's
+        // buffered one. With one shard for all model threads (loom runs
+        // them on one OS thread) it would see all four.
+        assert_eq!((s.incr(&1u8, 0), s.incr(&2u8, 0)), (3, 1));
     });
 }
