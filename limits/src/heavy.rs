@@ -14,12 +14,24 @@
 //!
 //! An admitted key's total is reported as two parts: the exact count since
 //! admission and the sketch's estimate at admission (an upper bound of what
-//! came before). Two threads admitting the same key at once may both count
-//! the admitting event (a double count, never a loss).
+//! came before). Under concurrency no event is lost, some may count twice:
+//!
+//! * Two threads admitting the same key at once: the table decides which
+//!   one inserts; the other counts its event exactly (it may also be in the
+//!   estimate at admission).
+//! * An event counted in the sketch as light while the key is being
+//!   admitted: plain-rule increments racing row by row can return estimates
+//!   that miss each other, so the admitter's own estimate may miss it. The
+//!   admitter therefore bumps an admissions counter, issues a `SeqCst`
+//!   fence and re-reads the sketch; a light event issues a fence after its
+//!   increment and re-checks the table if the counter moved. Whichever
+//!   fence comes second sees the other's side (the loom model
+//!   `heavy_hitters_events_racing_an_admission_are_not_lost` checks it).
 
 use crate::ConfigError;
 use crate::estimator::{Estimator, EstimatorBuilder, Update};
-use crate::sync::{AtomicIsize, Ordering, RwLock};
+use crate::sketch::Location;
+use crate::sync::{AtomicIsize, AtomicUsize, Ordering, RwLock, fence};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::hash::Hash;
@@ -74,6 +86,9 @@ pub struct HeavyHitters<K> {
     sketch: Estimator,
     threshold: isize,
     exact: RwLock<HashMap<K, Entry, ahash::RandomState>>,
+    /// Keys admitted so far; bumped under the write lock. A light event
+    /// that sees it change while it counted looks the key up again.
+    admissions: AtomicUsize,
 }
 
 impl<K: Hash + Eq + Clone> HeavyHitters<K> {
@@ -99,6 +114,7 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
             sketch: builder.build()?,
             threshold,
             exact: RwLock::new(HashMap::default()),
+            admissions: AtomicUsize::new(0),
         })
     }
 
@@ -106,23 +122,49 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     /// the no-miss guarantee needs non-negative counts).
     pub fn record(&self, key: &K, count: isize) -> Observation {
         let count = count.max(0);
-        if let Some(found) = self.count_exact(key, count) {
-            return Observation::Heavy(found);
+        let admissions = match self.count_exact(key, count) {
+            Ok(found) => return Observation::Heavy(found),
+            Err(admissions) => admissions,
+        };
+        let location = self.sketch.locator().locate(key);
+        let estimate = self.sketch.incr_at(&location, count);
+        if estimate >= self.threshold {
+            return Observation::Heavy(self.admit(key, &location, count));
         }
-        let estimate = self.sketch.incr(key, count);
-        if estimate < self.threshold {
-            return Observation::Light(estimate);
+        // An admission of this key may be racing: it either reads this
+        // event in the sketch (its fence comes after ours) or has bumped
+        // `admissions` where we now read it (ours comes after its), and
+        // then the key is in the table and the event is counted there.
+        fence(Ordering::SeqCst);
+        if self.admissions.load(Ordering::Relaxed) != admissions {
+            if let Ok(found) = self.count_exact(key, count) {
+                return Observation::Heavy(found);
+            }
         }
+        Observation::Light(estimate)
+    }
+
+    /// Put `key` in the exact table, or count `count` exactly if another
+    /// thread did first.
+    fn admit(&self, key: &K, location: &Location, count: isize) -> HeavyCount {
         let mut exact = self.exact.write();
         // Who admits is decided by the table, not by comparing estimates:
         // two racing plain-rule increments can return the same estimate,
         // and the second would then take the first's admission for its own
         // and count nothing.
         let entry = match exact.entry(key.clone()) {
-            MapEntry::Vacant(vacant) => vacant.insert(Entry {
-                at_admission: estimate,
-                since_admission: AtomicIsize::new(0),
-            }),
+            MapEntry::Vacant(vacant) => {
+                self.admissions.fetch_add(1, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                // Read after the fence, not our own `incr`'s estimate: it
+                // must include every racing event that took the light path
+                // without seeing this admission (see `record`).
+                let at_admission = self.sketch.get_at(location);
+                vacant.insert(Entry {
+                    at_admission,
+                    since_admission: AtomicIsize::new(0),
+                })
+            }
             MapEntry::Occupied(occupied) => {
                 // Another thread admitted it first; count this event exactly.
                 let entry = occupied.into_mut();
@@ -130,17 +172,21 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
                 entry
             }
         };
-        Observation::Heavy(HeavyCount {
+        HeavyCount {
             at_admission: entry.at_admission,
             since_admission: entry.since_admission.load(Ordering::Relaxed),
-        })
+        }
     }
 
-    fn count_exact(&self, key: &K, count: isize) -> Option<HeavyCount> {
+    /// Count exactly if `key` is admitted; otherwise return the number of
+    /// admissions so far, read under the lock that orders it with them.
+    fn count_exact(&self, key: &K, count: isize) -> Result<HeavyCount, usize> {
         let exact = self.exact.read();
-        let entry = exact.get(key)?;
+        let Some(entry) = exact.get(key) else {
+            return Err(self.admissions.load(Ordering::Relaxed));
+        };
         let since = entry.since_admission.fetch_add(count, Ordering::Relaxed) + count;
-        Some(HeavyCount {
+        Ok(HeavyCount {
             at_admission: entry.at_admission,
             since_admission: since,
         })

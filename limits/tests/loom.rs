@@ -212,3 +212,41 @@ fn sharded_threads_count_through_their_own_shards_exactly_once() {
         assert_eq!((s.incr(&1u8, 0), s.incr(&2u8, 0)), (3, 1));
     });
 }
+
+#[test]
+fn heavy_hitters_events_racing_an_admission_are_not_lost() {
+    for update in [Update::Plain, Update::Conservative] {
+        loom::model(move || {
+            // Two rows, threshold 2, three racers on a fresh key. Under the
+            // plain rule two can each be first in one row and read 1
+            // (light) while the third reads 2 in both rows and admits the
+            // key with an estimate that misses one of them.
+            let builder = Estimator::builder()
+                .hashes(2)
+                .slots(1)
+                .layout(Layout::Rows)
+                .update(update)
+                .seed(1);
+            let heavy = Arc::new(HeavyHitters::with_sketch(2, builder).unwrap());
+            let racers: Vec<_> = (0..2)
+                .map(|_| {
+                    let other = Arc::clone(&heavy);
+                    thread::spawn(move || {
+                        other.record(&1u8, 1);
+                    })
+                })
+                .collect();
+            heavy.record(&1u8, 1);
+            for racer in racers {
+                racer.join().unwrap();
+            }
+            let count = heavy
+                .get(&1u8)
+                .expect("a key past the threshold is admitted");
+            assert!(
+                count.total() >= 3,
+                "{update:?}: an event was lost: {count:?}"
+            );
+        });
+    }
+}
