@@ -3,8 +3,9 @@
 //! Every waiter whose deadline rounds up to the same tick on the same worker
 //! thread subscribes to one [`Bucket`]. Subscribing stores the waiter's waker
 //! in a slot of the bucket, so firing the tick is one pass over one vector and
-//! cancelling is one slot write: no per-waiter allocation, no per-waiter
-//! reference count, no intrusive list to unlink.
+//! cancelling empties one slot (dropping the waker, so a cancelled timer never
+//! keeps its task alive): no per-waiter allocation, no per-waiter reference
+//! count, no intrusive list to unlink.
 //!
 //! # Why one lock, held for a few instructions
 //!
@@ -43,20 +44,6 @@ pub(crate) struct Bucket {
     state: Lock<State>,
 }
 
-/// A waiter's place in a bucket.
-///
-/// A free slot keeps the waker of its last occupant. A task that arms and
-/// cancels timeouts in a loop (a connection reading with a deadline) lands in
-/// the same slot each time, sees that the stored waker already wakes it, and
-/// skips the clone on arming and the drop on cancelling: two atomic
-/// read-modify-writes on the task's reference count. The stale waker lives at
-/// most until the slot is reused or the bucket fires or is freed.
-#[derive(Debug)]
-struct Slot {
-    waker: Option<Waker>,
-    armed: bool,
-}
-
 #[derive(Debug)]
 struct State {
     fired: bool,
@@ -66,8 +53,10 @@ struct State {
     in_table: bool,
     /// Entries of the owning thread's cache that point at this bucket.
     cached: u8,
-    /// One slot per waiter, armed or free.
-    slots: Vec<Slot>,
+    /// One slot per waiter: the waker of an armed waiter, `None` when free.
+    /// A free slot holds no waker: a cancelled timer must not keep its task
+    /// (and that task's memory) alive until the tick fires.
+    slots: Vec<Option<Waker>>,
     /// Indices of free slots, reused before the vector grows.
     free: Vec<u32>,
     /// Cancellations not yet added to the table's counter.
@@ -108,8 +97,7 @@ impl Bucket {
 
     /// Subscribe a waiter. Returns its slot, or `None` if the tick has
     /// already fired (the deadline has passed: the waiter is elapsed and
-    /// holds nothing). Must not be called under a table lock: it may drop a
-    /// stale waker, and with it a task and that task's timers.
+    /// holds nothing).
     #[inline]
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
         let mut st = self.state.lock();
@@ -119,34 +107,20 @@ impl Bucket {
         // Nothing is changed until the waker is cloned and the slot index
         // checked (either may panic): an unwind leaves the state as it was,
         // with no registration counted that nobody holds.
-        let slot = match st.free.last() {
-            Some(&slot) => {
-                let slot = slot as usize;
-                let stale = match &st.slots[slot].waker {
-                    Some(w) if w.will_wake(waker) => None,
-                    _ => {
-                        let new = waker.clone();
-                        st.slots[slot].waker.replace(new)
-                    }
-                };
-                st.free.pop();
-                st.slots[slot].armed = true;
-                st.live += 1;
-                if stale.is_some() {
-                    drop(st);
-                    // The caller holds no table lock (see `Bucket::fire`).
-                    drop(stale);
-                }
-                return Some(slot);
-            }
-            None => st.slots.len(),
-        };
-        assert!(slot < u32::MAX as usize, "fewer than 2^32 waiters per tick");
         let waker = waker.clone();
-        st.slots.push(Slot {
-            waker: Some(waker),
-            armed: true,
-        });
+        let slot = match st.free.pop() {
+            Some(slot) => {
+                let slot = slot as usize;
+                st.slots[slot] = Some(waker);
+                slot
+            }
+            None => {
+                let slot = st.slots.len();
+                assert!(slot < u32::MAX as usize, "fewer than 2^32 waiters per tick");
+                st.slots.push(Some(waker));
+                slot
+            }
+        };
         st.live += 1;
         Some(slot)
     }
@@ -169,7 +143,7 @@ impl Bucket {
         if st.fired {
             return true;
         }
-        let stored = &mut st.slots[slot].waker;
+        let stored = &mut st.slots[slot];
         match stored {
             Some(w) if w.will_wake(waker) => {}
             _ => {
@@ -181,22 +155,30 @@ impl Bucket {
         false
     }
 
-    /// Drop a registration; returns what else the caller must do. The slot
-    /// keeps its waker for the next occupant (see [`Slot`]).
+    /// Drop a registration; returns what else the caller must do. The
+    /// slot's waker is dropped before returning, after the lock is released
+    /// (it may be the last reference to a task whose other timers take this
+    /// lock again), so the caller must not hold its table's lock either.
     #[inline]
     pub(crate) fn cancel(&self, slot: usize) -> Release {
         let mut st = self.state.lock();
-        if !st.fired {
-            st.slots[slot].armed = false;
-            // Slots are created below `u32::MAX` (see `register`).
-            st.free.push(slot as u32);
-            st.cancelled += 1;
-            if st.live == 1 && st.in_table && st.cached == 0 {
-                return Release::Unlink;
+        let mut waker = None;
+        let release = 'decide: {
+            if !st.fired {
+                waker = st.slots[slot].take();
+                // Slots are created below `u32::MAX` (see `register`).
+                st.free.push(slot as u32);
+                st.cancelled += 1;
+                if st.live == 1 && st.in_table && st.cached == 0 {
+                    break 'decide Release::Unlink;
+                }
             }
-        }
-        st.live -= 1;
-        st.release_decision()
+            st.live -= 1;
+            st.release_decision()
+        };
+        drop(st);
+        drop(waker);
+        release
     }
 
     /// Second half of [`Release::Unlink`]; the caller holds the table lock
@@ -235,12 +217,11 @@ impl Bucket {
     }
 
     /// Fire the tick: the caller (the sweeper) has removed the bucket from
-    /// its table. Returns the wakers to wake, the stale wakers of free slots
-    /// to drop, the cancellations to add to the table's counter, and whether
-    /// to free. Both vectors must be dropped after the table lock is
-    /// released: dropping the last reference to a task drops its timers,
-    /// whose disarm may take that lock.
-    pub(crate) fn fire(&self) -> (Vec<Waker>, Vec<Waker>, u64, bool) {
+    /// its table. Returns the wakers to wake, the cancellations to add to the
+    /// table's counter, and whether to free. The wakers must be woken and
+    /// dropped after the table lock is released: dropping the last reference
+    /// to a task drops its timers, whose disarm may take that lock.
+    pub(crate) fn fire(&self) -> (Vec<Waker>, u64, bool) {
         let mut st = self.state.lock();
         st.fired = true;
         self.fired.store(true, Ordering::Release);
@@ -250,18 +231,8 @@ impl Bucket {
         let cancelled = std::mem::take(&mut st.cancelled);
         let free = st.release_decision() == Release::Free;
         drop(st);
-        let mut wakers = Vec::with_capacity(slots.len());
-        let mut stale = Vec::new();
-        for slot in slots {
-            if let Some(w) = slot.waker {
-                if slot.armed {
-                    wakers.push(w);
-                } else {
-                    stale.push(w);
-                }
-            }
-        }
-        (wakers, stale, cancelled, free)
+        let wakers = slots.into_iter().flatten().collect();
+        (wakers, cancelled, free)
     }
 
     /// (live registrations, armed waiters, pending cancellations), for metrics.
@@ -363,7 +334,7 @@ mod tests {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.register(&bad)));
         assert!(r.is_err());
         assert_eq!(b.stats(), (0, 0, 0));
-        // Reused free slot holding another waker.
+        // A free slot to reuse.
         let slot = b.register(Waker::noop()).unwrap();
         assert_eq!(b.cancel(slot), Release::Unlink);
         assert!(b.finish_unlink(|| {}).1, "freed by its last hold");
@@ -376,9 +347,8 @@ mod tests {
         // The slot is still free and reusable.
         assert_eq!(b.register(Waker::noop()), Some(slot));
         assert_eq!(b.cancel(slot), Release::Keep);
-        let (wakers, stale, _, free) = b.fire();
+        let (wakers, _, free) = b.fire();
         assert!(wakers.is_empty());
-        assert_eq!(stale.len(), 1);
         // Only the cache's hold is left.
         assert!(!free);
         assert!(b.uncache(|| {}).1, "freed by its last hold");
@@ -413,7 +383,7 @@ mod tests {
                     Op::Fire if m.in_table => {
                         m.in_table = false;
                         m.fired = true;
-                        let (wakers, _, _, free) = b.fire();
+                        let (wakers, _, free) = b.fire();
                         prop_assert_eq!(wakers.len(), m.live.len());
                         m.freed(free);
                     }
@@ -442,7 +412,7 @@ mod tests {
             }
             if m.frees == 0 && m.in_table {
                 m.in_table = false;
-                let (_, _, _, free) = b.fire();
+                let (_, _, free) = b.fire();
                 m.freed(free);
             }
             prop_assert_eq!(m.frees, 1);

@@ -142,7 +142,7 @@ pub mod loom_model {
         }
         /// Fire; returns the wakers and whether to free.
         pub fn fire(&self) -> (Vec<std::task::Waker>, bool) {
-            let (w, _stale, _, free) = self.0.fire();
+            let (w, _, free) = self.0.fire();
             (w, free)
         }
     }

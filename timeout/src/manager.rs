@@ -524,8 +524,6 @@ impl Inner {
         table.cache_victim.store(0, Ordering::Relaxed);
         table.tokio_check.store(0, Ordering::Relaxed);
         table.owner.store(me, Ordering::Relaxed);
-        // Outside the table lock: freeing drops the stale wakers the bucket
-        // kept, and dropping a task can drop a timer of this very table.
         for b in to_free {
             // SAFETY: that was the last hold.
             unsafe { free_bucket(self, b) };
@@ -615,10 +613,6 @@ impl Inner {
                 .store(self.clock.window(slack), Ordering::Relaxed);
             bucket
         };
-        // Freeing a bucket drops the stale wakers it kept, and registering
-        // may drop one too; dropping the last reference to a task can drop a
-        // timer whose disarm takes this table's lock, so neither happens
-        // under it.
         if let Some(old) = to_free {
             // SAFETY: that was the last hold.
             unsafe { free_bucket(self, old) };
@@ -839,10 +833,8 @@ impl Inner {
         let now = self.clock.now_ns();
         let due = clock::due_tick(now, self.resolution_ns);
         let mut earliest = u64::MAX;
+        // Woken once no table lock is held (see `Bucket::fire`).
         let mut wakers = Vec::new();
-        // Stale wakers of free slots: dropped once no table lock is held
-        // (see `Bucket::fire`).
-        let mut stale = Vec::new();
         for table in self.tables.iter() {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
@@ -857,11 +849,10 @@ impl Inner {
                 }
                 let b = entry.remove();
                 // SAFETY: the table's hold, now ours, keeps it alive.
-                let (w, s, c, free) = unsafe { b.0.as_ref() }.fire();
+                let (w, c, free) = unsafe { b.0.as_ref() }.fire();
                 fired += w.len() as u64;
                 cancelled += c;
                 wakers.extend(w);
-                stale.extend(s);
                 if free {
                     // SAFETY: that was the last hold.
                     unsafe { free_bucket(self, b.0) };
@@ -871,8 +862,6 @@ impl Inner {
             table.fired.fetch_add(fired, Ordering::Relaxed);
             table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
         }
-        // Dropping a task may panic too; keep the sweeper alive.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(stale)));
         for w in wakers {
             // A panicking waker must not take the sweeper (and with it every
             // timer of the manager) down with it.

@@ -443,50 +443,122 @@ fn a_panicking_waker_does_not_stop_the_sweeper() {
     assert_eq!(m.metrics().sweeper_threads_started, 1);
 }
 
-/// A waker whose task owns a timer: dropping the last reference to the waker
-/// drops (disarms) the timer, as dropping a task drops its futures.
+/// A waker whose task owns timers: dropping the last reference to the waker
+/// drops (disarms) them, as dropping a task drops its futures.
 struct TaskOwningATimer {
-    _timer: std::sync::Mutex<Pin<Box<weir_timeout::Sleep>>>,
+    _timers: std::sync::Mutex<Vec<Pin<Box<weir_timeout::Sleep>>>>,
 }
 
 impl Wake for TaskOwningATimer {
     fn wake(self: Arc<Self>) {}
 }
 
-/// A free slot keeps its last waker. When the sweeper fires that bucket and
-/// drops the stale waker, the task it frees may drop a timer armed on the
-/// same thread's table, whose disarm takes that table's lock: the sweeper
-/// must not be holding it (it used to deadlock).
+/// Cancelling a timer drops its waker at once. When that is the last
+/// reference to a task, the task's other timers are dropped (disarmed)
+/// inside that cancel: one in the same bucket, whose lock the cancel must
+/// no longer hold, and one whose bucket is no longer cached, so its disarm
+/// unlinks it under the table lock, which the cancel must not hold either.
 #[test]
-fn dropping_a_stale_waker_while_firing_does_not_deadlock() {
+fn dropping_the_last_waker_on_cancel_does_not_deadlock() {
     let m = TimerManager::new(ms(10)).unwrap();
-    // A long timer whose bucket is in the table but no longer cached, so
-    // dropping its last waiter takes the table lock to unlink it.
-    let mut long = Box::pin(m.sleep(Duration::from_secs(3600)));
-    assert!(poll_once(&mut long, Waker::noop()).is_pending());
-    for d in 1..=4 {
-        // Four other durations push the hour out of the 4-entry cache.
-        let mut other = Box::pin(m.sleep(Duration::from_secs(100 + d)));
-        assert!(poll_once(&mut other, Waker::noop()).is_pending());
-    }
-    let task = Arc::new(TaskOwningATimer {
-        _timer: std::sync::Mutex::new(long),
-    });
-    let waker = Waker::from(task);
-    // A short timer armed and cancelled by that task: its free slot keeps
-    // the task's waker, now the last reference.
-    let mut short = Box::pin(m.sleep(ms(20)));
-    assert!(poll_once(&mut short, &waker).is_pending());
-    drop(short);
-    drop(waker);
-    // The sweeper fires the short tick within ~30 ms. Afterwards every
-    // table lock must be free: `metrics` takes each of them.
-    std::thread::sleep(ms(200));
     let (tx, rx) = std::sync::mpsc::channel();
     let m2 = m.clone();
-    std::thread::spawn(move || tx.send(m2.metrics()).unwrap());
+    std::thread::spawn(move || {
+        let m = m2;
+        // A long timer whose bucket is in the table but no longer cached.
+        let mut long = Box::pin(m.sleep(Duration::from_secs(3600)));
+        assert!(poll_once(&mut long, Waker::noop()).is_pending());
+        for d in 1..=4 {
+            // Four other durations push the hour out of the 4-entry cache.
+            let mut other = Box::pin(m.sleep(Duration::from_secs(100 + d)));
+            assert!(poll_once(&mut other, Waker::noop()).is_pending());
+        }
+        let mut sibling = Box::pin(m.sleep(ms(200)));
+        assert!(poll_once(&mut sibling, Waker::noop()).is_pending());
+        let task = Arc::new(TaskOwningATimer {
+            _timers: std::sync::Mutex::new(vec![long, sibling]),
+        });
+        let waker = Waker::from(task);
+        // Usually the sibling's tick; either way the cancel below drops
+        // the task's last reference.
+        let mut short = Box::pin(m.sleep(ms(200)));
+        assert!(poll_once(&mut short, &waker).is_pending());
+        drop(waker);
+        drop(short);
+        tx.send(m.metrics()).unwrap();
+    });
     let metrics = rx
         .recv_timeout(Duration::from_secs(5))
-        .expect("the sweeper deadlocked on the table lock");
+        .expect("cancelling deadlocked on a lock it held");
     assert_eq!(metrics.waiters, 0);
+}
+
+/// A task's waker that counts wake-ups and, once its last reference is
+/// gone, its own drop.
+struct DropCountingTask {
+    wakes: Arc<AtomicUsize>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Wake for DropCountingTask {
+    fn wake(self: Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for DropCountingTask {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// (waker, wake-ups, drops of the task behind the waker).
+fn drop_counting_waker() -> (Waker, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let wakes = Arc::new(AtomicUsize::new(0));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let waker = Waker::from(Arc::new(DropCountingTask {
+        wakes: wakes.clone(),
+        drops: drops.clone(),
+    }));
+    (waker, wakes, drops)
+}
+
+/// A cancelled timer must not keep its task alive: with a 300 s idle
+/// timeout, a finished connection's task (and its future's memory) used to
+/// stay pinned by the waker left in the free slot until the tick fired.
+#[test]
+fn a_cancelled_timer_releases_its_waker_at_once() {
+    let m = TimerManager::new(ms(20)).unwrap();
+    // Two waiters in one tick, so the bucket outlives the cancelled one.
+    let (cancelled, mut kept, drops, wakes, kept_drops) = (0..100)
+        .find_map(|_| {
+            let (w1, _, drops) = drop_counting_waker();
+            let (w2, wakes, kept_drops) = drop_counting_waker();
+            let mut a = Box::pin(m.sleep(ms(40)));
+            let mut b = Box::pin(m.sleep(ms(40)));
+            assert!(poll_once(&mut a, &w1).is_pending());
+            assert!(poll_once(&mut b, &w2).is_pending());
+            // A tick boundary passed between the two arms: try again.
+            (m.metrics().live_ticks == 1).then_some((a, b, drops, wakes, kept_drops))
+        })
+        .expect("two arms in one tick");
+    // Only the registrations hold the wakers now.
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+    drop(cancelled);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "the cancelled timer's waker is still held"
+    );
+    // The other waiter of that tick still fires.
+    assert_eq!(m.metrics().waiters, 1);
+    eventually("the kept timer to fire", || {
+        wakes.load(Ordering::SeqCst) == 1
+    });
+    assert_eq!(poll_once(&mut kept, Waker::noop()), Poll::Ready(()));
+    drop(kept);
+    assert_eq!(kept_drops.load(Ordering::SeqCst), 1);
 }
