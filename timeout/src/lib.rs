@@ -72,8 +72,8 @@ pub fn pause_for_fork() -> bool {
     TimerManager::global().pause_for_fork()
 }
 
-/// Resume the global manager after `fork()`, in parent and child; see
-/// [`TimerManager::unpause`].
+/// Resume the global manager after `fork()` (in the child it is optional);
+/// see [`TimerManager::unpause`].
 #[cfg(not(loom))]
 pub fn unpause() {
     TimerManager::global().unpause();

@@ -28,12 +28,14 @@
 //!
 //! [`TimerManager::pause_for_fork`] stops the sweeper at a point where it
 //! holds no lock and waits for it to say so. In the child only the forking
-//! thread exists: [`TimerManager::unpause`] (or the first new tick armed in
-//! the child, which notices the process id changed) marks every other
-//! thread's table abandoned, so nothing ever waits on a lock a vanished thread
-//! held, and starts a fresh sweeper at once. pingora's child instead waits
-//! for a 2 s watchdog. Timers armed during the pause are kept and fire when
-//! due after `unpause`, never early.
+//! thread exists: its first timer (a `pthread_atfork` hook makes the child's
+//! thread a stranger to its own tables, so that arm takes the cold adoption
+//! path) or [`TimerManager::unpause`] marks every other thread's table
+//! abandoned, so nothing ever waits on a lock a vanished thread held, and
+//! starts a fresh sweeper at once. The pause belongs to the parent's
+//! sweeper: the child's never honours it, so the child need not unpause.
+//! pingora's child instead waits for a 2 s watchdog. Timers armed during
+//! the pause are kept and fire when due after `unpause`, never early.
 //!
 //! `pause_for_fork` is required, not a courtesy: a sweeper caught by
 //! `fork()` in the middle of a sweep holds the forking thread's table lock
@@ -157,15 +159,19 @@ impl ThreadTable {
     }
 }
 
-/// A number unique to the current thread for the life of the process (0:
-/// never). Unlike `thread_local`'s ids these are never reused.
+std::thread_local! {
+    /// This thread's [`thread_serial`], 0 until first asked. `const` and
+    /// without `Drop`: readable even from TLS destructors and from the
+    /// fork handler.
+    static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A number unique to the current thread (0: never). Unlike
+/// `thread_local`'s ids these are never reused, and in a forked child the
+/// thread that survived gets a new one (see [`watch_forks`]).
 #[inline]
 fn thread_serial() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    std::thread_local! {
-        // `const` and without `Drop`: readable even from TLS destructors.
-        static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
     SERIAL.with(|s| {
         let v = s.get();
         if v != 0 {
@@ -175,6 +181,36 @@ fn thread_serial() -> u64 {
         s.set(v);
         v
     })
+}
+
+/// Make every forked child give its one thread a new [`thread_serial`].
+///
+/// Each table remembers the serial of the thread that owns its cache, and
+/// [`Inner::arm`] already compares it with the caller's on every arm. So in
+/// the child the first arm on any manager finds a stranger's table and takes
+/// the cold [`Inner::adopt_table`], which drops the inherited cache, notices
+/// the fork and starts the child's sweeper: nothing is added to the hot path
+/// (a `getpid` there would cost more than the rest of it), and the child
+/// need not call [`TimerManager::unpause`].
+///
+/// Forks through `libc::fork` (or anything else that runs `pthread_atfork`
+/// handlers) are seen; a raw `clone` system call is not.
+fn watch_forks() {
+    #[cfg(unix)]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            extern "C" fn in_child() {
+                // Async-signal-safe: one store to this thread's own TLS.
+                let _ = SERIAL.try_with(|s| s.set(0));
+            }
+            // SAFETY: registers a handler that only stores to a `Cell` of
+            // the calling thread. It fails only without memory (ENOMEM);
+            // then a child still starts its sweeper when it calls `unpause`
+            // or arms a new tick.
+            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        });
+    }
 }
 
 /// A live registration: which bucket, which slot, and which table owns it.
@@ -227,7 +263,10 @@ pub(crate) struct Inner {
     sweeper_state: AtomicU8,
     /// Process id the sweeper was started in (0: none yet).
     sweeper_pid: AtomicU32,
-    paused: AtomicBool,
+    /// Process id of the process whose sweeper is paused for a fork (0:
+    /// none). A child inherits the parent's value, but the pause was about
+    /// the parent's sweeper: the child's own sweeper does not honour it.
+    paused: AtomicU32,
     wakeups: AtomicU64,
     threads_started: AtomicU64,
     buckets_allocated: AtomicI64,
@@ -373,6 +412,7 @@ impl TimerManager {
                 requested: resolution,
             });
         }
+        watch_forks();
         Ok(Self {
             inner: Arc::new(Inner {
                 resolution_ns: clock::duration_ns(resolution),
@@ -382,7 +422,7 @@ impl TimerManager {
                 sweeper: Mutex::new(SweeperHandle::default()),
                 sweeper_state: AtomicU8::new(SWEEPER_NOT_STARTED),
                 sweeper_pid: AtomicU32::new(0),
-                paused: AtomicBool::new(false),
+                paused: AtomicU32::new(0),
                 wakeups: AtomicU64::new(0),
                 threads_started: AtomicU64::new(0),
                 buckets_allocated: AtomicI64::new(0),
@@ -418,8 +458,9 @@ impl TimerManager {
     /// never started), or `false` if it did not stop within 2 s (it is busy
     /// waking a huge tick, or starved of CPU): forking then is not safe,
     /// since the child may inherit a lock the sweeper holds. Call
-    /// [`unpause`](Self::unpause) in both parent and child afterwards, in
-    /// either case.
+    /// [`unpause`](Self::unpause) in the parent afterwards, in either case;
+    /// in the child it is optional (the child's first timer starts its own
+    /// sweeper, which the parent's pause does not stop).
     ///
     /// Timers may still be armed while paused; they fire when due after
     /// `unpause`, never before their deadline. Fork from a point where no
@@ -439,7 +480,7 @@ impl TimerManager {
 
     /// Resume after [`pause_for_fork`](Self::pause_for_fork). In a forked
     /// child it adopts the surviving thread's timers and starts a new sweeper
-    /// immediately.
+    /// immediately (otherwise the child's first timer does).
     pub fn unpause(&self) {
         self.inner.unpause();
     }
@@ -500,12 +541,13 @@ impl Inner {
         self.arm_slow(table, counter, duration_ns, waker)
     }
 
-    /// The current thread got `table` (new, or left by a thread that exited
-    /// and whose id `thread_local` recycled): drop the cache entries and the
-    /// paused-clock memo, which describe the previous owner. Its armed timers
-    /// stay in the map and fire as usual.
+    /// The current thread got `table` (new, left by a thread that exited
+    /// and whose id `thread_local` recycled, or inherited through `fork()`:
+    /// see [`watch_forks`]): drop the cache entries and the paused-clock
+    /// memo, which describe the previous owner, and make sure this process
+    /// has a sweeper. Its armed timers stay in the map and fire as usual.
     #[cold]
-    fn adopt_table(&self, table: &ThreadTable, me: u64) {
+    fn adopt_table(self: &Arc<Self>, table: &ThreadTable, me: u64) {
         let mut to_free = Vec::new();
         {
             let mut map = table.map.lock();
@@ -527,6 +569,12 @@ impl Inner {
         for b in to_free {
             // SAFETY: that was the last hold.
             unsafe { free_bucket(self, b) };
+        }
+        // A sweeper was started, maybe in the parent: a forked child's
+        // first timer may land in an inherited bucket without arming a new
+        // tick, so the sweeper cannot wait for one.
+        if self.sweeper_pid.load(Ordering::Acquire) != 0 {
+            self.ensure_sweeper();
         }
     }
 
@@ -758,7 +806,7 @@ impl Inner {
         let weak = Arc::downgrade(self);
         let spawned = thread::Builder::new()
             .name("weir-timeout".into())
-            .spawn(move || sweeper_main(weak));
+            .spawn(move || sweeper_main(weak, pid));
         match spawned {
             Ok(join) => {
                 handle.thread = Some(join.thread().clone());
@@ -785,8 +833,9 @@ impl Inner {
     }
 
     fn pause_for_fork(&self) -> bool {
-        self.paused.store(true, Ordering::SeqCst);
-        if self.sweeper_pid.load(Ordering::Acquire) != std::process::id() {
+        let pid = std::process::id();
+        self.paused.store(pid, Ordering::SeqCst);
+        if self.sweeper_pid.load(Ordering::Acquire) != pid {
             return true;
         }
         self.unpark_sweeper();
@@ -808,7 +857,7 @@ impl Inner {
     }
 
     fn unpause(self: &Arc<Self>) {
-        self.paused.store(false, Ordering::SeqCst);
+        self.paused.store(0, Ordering::SeqCst);
         let pid = std::process::id();
         let started = self.sweeper_pid.load(Ordering::Acquire);
         if started != 0 && started != pid {
@@ -817,15 +866,15 @@ impl Inner {
         self.unpark_sweeper();
     }
 
-    /// One pass of the sweeper. Returns how long to park (`None`: until
-    /// unparked).
-    fn sweep(&self) -> Option<Duration> {
+    /// One pass of the sweeper of process `pid`. Returns how long to park
+    /// (`None`: until unparked).
+    fn sweep(&self, pid: u32) -> Option<Duration> {
         // `RUNNING` first, then the check: a pauser that stores `paused` and
         // then reads a `PAUSED` left from an earlier pause cannot miss a
-        // sweep that read the old `paused == false` (SeqCst orders the four
+        // sweep that read the old, unpaused value (SeqCst orders the four
         // accesses; see `pause_for_fork`).
         self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
-        if self.paused.load(Ordering::SeqCst) {
+        if self.paused.load(Ordering::SeqCst) == pid {
             self.sweeper_state.store(SWEEPER_PAUSED, Ordering::SeqCst);
             return None;
         }
@@ -881,12 +930,14 @@ impl Inner {
     }
 }
 
-fn sweeper_main(weak: Weak<Inner>) {
+/// The sweeper thread of process `pid` (it never survives a fork, so the
+/// process id is read once).
+fn sweeper_main(weak: Weak<Inner>, pid: u32) {
     loop {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        let park = inner.sweep();
+        let park = inner.sweep(pid);
         drop(inner);
         match park {
             None => thread::park(),
