@@ -184,6 +184,41 @@ pub(crate) fn tick_start_ns(tick: u64, resolution_ns: u64) -> u64 {
     tick.saturating_mul(resolution_ns)
 }
 
+/// Reads of the real clock [`is_frozen`] waits for it to advance, at most:
+/// a few microseconds where a read takes tens of nanoseconds, enough for
+/// any clock source that ticks faster than about 1 MHz.
+const FROZEN_CHECK_READS: u32 = 256;
+
+/// Whether `tokio_now` is frozen (tokio's paused test clock) rather than
+/// following `real_now`.
+///
+/// A running tokio clock is the real monotonic clock plus a constant offset
+/// (zero unless it was paused and resumed), so once the real clock has
+/// moved on, so has it; a paused one returns the same instant until the
+/// runtime advances it, which it does only between polls. So: read tokio's
+/// clock, wait until the real clock reads later than it did just after that,
+/// read tokio's clock again. Equal means frozen; later means running.
+///
+/// Exact unless the real clock does not advance within
+/// [`FROZEN_CHECK_READS`] reads (a coarse clock source such as `jiffies`):
+/// then the answer is "running", the choice that never panics (tokio's
+/// timer panics on a runtime without a time driver); or another thread
+/// advances this runtime's paused clock between the two reads.
+pub(crate) fn is_frozen<T: PartialOrd>(
+    mut tokio_now: impl FnMut() -> T,
+    mut real_now: impl FnMut() -> T,
+) -> bool {
+    let before = tokio_now();
+    let real = real_now();
+    for _ in 0..FROZEN_CHECK_READS {
+        if real_now() > real {
+            return tokio_now() == before;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +372,61 @@ mod tests {
             // And lateness from rounding is below one tick.
             assert!(first_due - deadline < res);
         }
+    }
+
+    /// A simulated monotonic clock that advances by one every `every` reads
+    /// (large `every`: a coarse clock source), shared by a "real" clock and
+    /// a tokio clock that either follows it at an offset or is frozen.
+    struct Sim {
+        reads: std::cell::Cell<u64>,
+        every: u64,
+    }
+
+    impl Sim {
+        fn new(every: u64) -> Self {
+            Self {
+                reads: std::cell::Cell::new(1_000_000 * every),
+                every,
+            }
+        }
+        fn real(&self) -> u64 {
+            self.reads.set(self.reads.get() + 1);
+            self.reads.get() / self.every
+        }
+    }
+
+    #[test]
+    fn a_running_clock_is_not_frozen() {
+        for every in [1, 3, 50] {
+            let sim = Sim::new(every);
+            assert!(!is_frozen(|| sim.real(), || sim.real()), "every {every}");
+            // Resumed after a pause: offset from real time, still running.
+            let sim = Sim::new(every);
+            assert!(!is_frozen(|| sim.real() + 5_000, || sim.real()));
+            let sim = Sim::new(every);
+            assert!(!is_frozen(|| sim.real() - 5_000, || sim.real()));
+        }
+    }
+
+    #[test]
+    fn a_frozen_clock_is_frozen() {
+        for every in [1, 3, 50] {
+            let sim = Sim::new(every);
+            // Paused in the past, advanced into the future, or paused at
+            // the very reading the real clock shows now.
+            for at in [sim.real() - 7, sim.real() + 1_000, sim.real()] {
+                assert!(is_frozen(|| at, || sim.real()), "every {every}, at {at}");
+            }
+        }
+    }
+
+    /// On a coarse clock source a running tokio clock reads the same value
+    /// for a while. Calling it paused sent timers to tokio's timer, which
+    /// panics on a runtime without a time driver; undecided means running.
+    #[test]
+    fn a_running_coarse_clock_is_not_taken_for_frozen() {
+        let sim = Sim::new(1_000_000);
+        assert!(!is_frozen(|| sim.real(), || sim.real()));
     }
 
     #[test]

@@ -36,7 +36,8 @@
 //! It fixes pingora-timeout's known faults (each has a test): no lost
 //! wake-up between checking and arming (the fired flag and the wakers share
 //! a lock, modelled with loom), tokio's paused test clock is honoured (the
-//! timer defers to tokio's when the runtime's clock is paused), lateness is
+//! timer defers to tokio's when the runtime's clock is paused, and only
+//! then, so a runtime without `enable_time()` works too), lateness is
 //! at most one tick plus wake-up noise (the sweeper wakes at tick starts, not
 //! on a fixed beat), no wake-ups and no thread while idle, a tick's timer is
 //! freed as soon as its last waiter goes, `Duration::MAX` saturates and zero

@@ -120,8 +120,10 @@ pub(crate) struct ThreadTable {
     cache: [CacheEntry; CACHE_ENTRIES],
     /// Next cache entry to replace (round robin), owner-only.
     cache_victim: AtomicU8,
-    /// Owner-only memo of the tokio paused-clock check:
-    /// `2 + 2·(due tick when checked) + paused`, 0 when never checked.
+    /// Owner-only memo of the tokio paused-clock check: `1 + due tick` of
+    /// the last check that found no paused clock, 0 for none. "Paused" is
+    /// never remembered: the next timer of this tick may run on another
+    /// runtime, one without a time driver, where tokio's timer panics.
     tokio_check: AtomicU64,
     fired: AtomicU64,
     cancelled: AtomicU64,
@@ -486,23 +488,26 @@ impl TimerManager {
     }
 }
 
-/// Whether the current tokio runtime (if any) runs on a paused test clock.
+/// Whether the current tokio runtime (if any) runs on a paused test clock,
+/// so that timers must follow its virtual time. Exact as [`clock::is_frozen`]
+/// is; no runtime means no paused clock. Tokio exposes no "is paused" query,
+/// hence the comparison of its clock with the real one.
 ///
-/// A paused clock reads the same value twice in a row; a real one, read
-/// through the vDSO with nanosecond resolution, does not. A second look after
-/// a short spin guards against a coarse clock source.
+/// What a caller can still get wrong with it: the answer "not paused" is
+/// remembered per thread for the rest of the tick (the cache of buckets
+/// makes the same assumption), so a thread that leaves a running runtime
+/// for a paused one within one tick arms that tick's timers in real time.
+/// And a paused runtime without a time driver (`start_paused` without
+/// `enable_time`) gets tokio's timer, which panics there like any of
+/// tokio's own timers.
 fn tokio_clock_paused() -> bool {
     if tokio::runtime::Handle::try_current().is_err() {
         return false;
     }
-    let a = tokio::time::Instant::now();
-    if tokio::time::Instant::now() != a {
-        return false;
-    }
-    for _ in 0..2_000 {
-        std::hint::spin_loop();
-    }
-    tokio::time::Instant::now() == a
+    clock::is_frozen(
+        || tokio::time::Instant::now().into_std(),
+        std::time::Instant::now,
+    )
 }
 
 impl Inner {
@@ -591,15 +596,12 @@ impl Inner {
         let now = self.clock.now_ns();
         let tick = clock::tick_of_deadline(now.saturating_add(duration_ns), self.resolution_ns);
         let due = clock::due_tick(now, self.resolution_ns);
-        let memo = table.tokio_check.load(Ordering::Relaxed);
-        let paused = if memo != 0 && (memo - 2) / 2 == due {
-            (memo - 2) % 2 == 1
-        } else {
+        let checked = due.saturating_add(1);
+        let paused = table.tokio_check.load(Ordering::Relaxed) != checked && {
             let paused = tokio_clock_paused();
-            table.tokio_check.store(
-                2 + due.saturating_mul(2).min(u64::MAX - 3) + u64::from(paused),
-                Ordering::Relaxed,
-            );
+            if !paused {
+                table.tokio_check.store(checked, Ordering::Relaxed);
+            }
             paused
         };
         if paused {
