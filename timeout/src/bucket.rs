@@ -37,11 +37,14 @@ use std::task::Waker;
 #[derive(Debug)]
 pub(crate) struct Bucket {
     /// The tick this bucket fires at (ticks since the manager's origin).
-    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) tick: u64,
     /// Copy of `State::fired`, readable without the lock.
     fired: AtomicBool,
     state: Lock<State>,
+    /// Under loom a freed bucket is kept (see `table::Buckets::free`) and
+    /// marked, so the models report a use after free instead of crashing.
+    #[cfg(loom)]
+    pub(crate) freed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -83,6 +86,8 @@ impl Bucket {
         Self {
             tick,
             fired: AtomicBool::new(false),
+            #[cfg(loom)]
+            freed: std::sync::atomic::AtomicBool::new(false),
             state: Lock::new(State {
                 fired: false,
                 live: 0,
@@ -100,7 +105,7 @@ impl Bucket {
     /// holds nothing).
     #[inline]
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         if st.fired {
             return None;
         }
@@ -125,6 +130,16 @@ impl Bucket {
         Some(slot)
     }
 
+    #[inline(always)]
+    fn lock(&self) -> impl std::ops::DerefMut<Target = State> + '_ {
+        #[cfg(loom)]
+        assert!(
+            !self.freed.load(std::sync::atomic::Ordering::SeqCst),
+            "a bucket used after it was freed"
+        );
+        self.state.lock()
+    }
+
     /// Whether the tick has fired, without the lock. `Acquire` pairs with the
     /// sweeper's `Release` store so a waiter that sees `true` also sees
     /// everything the sweeper did before firing.
@@ -139,7 +154,7 @@ impl Bucket {
         if self.is_fired() {
             return true;
         }
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         if st.fired {
             return true;
         }
@@ -161,7 +176,7 @@ impl Bucket {
     /// lock again), so the caller must not hold its table's lock either.
     #[inline]
     pub(crate) fn cancel(&self, slot: usize) -> Release {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let mut waker = None;
         let release = 'decide: {
             if !st.fired {
@@ -185,7 +200,7 @@ impl Bucket {
     /// and `remove` takes this bucket out of the table. Returns the number
     /// of cancellations to add to the table's counter and whether to free.
     pub(crate) fn finish_unlink(&self, remove: impl FnOnce()) -> (u64, bool) {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         st.live -= 1;
         if st.live == 0 && st.in_table && st.cached == 0 && !st.fired {
             remove();
@@ -196,17 +211,15 @@ impl Bucket {
     }
 
     /// One more entry of the owner's cache points here.
-    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn set_cached(&self) {
-        self.state.lock().cached += 1;
+        self.lock().cached += 1;
     }
 
     /// One entry of the owner's cache moves on; the caller holds the table lock and
     /// `remove` takes this bucket out of the table. Returns the number of
     /// cancellations to add to the table's counter and whether to free.
-    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn uncache(&self, remove: impl FnOnce()) -> (u64, bool) {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         st.cached -= 1;
         if st.live == 0 && st.in_table && st.cached == 0 && !st.fired {
             remove();
@@ -222,7 +235,7 @@ impl Bucket {
     /// dropped after the table lock is released: dropping the last reference
     /// to a task drops its timers, whose disarm may take that lock.
     pub(crate) fn fire(&self) -> (Vec<Waker>, u64, bool) {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         st.fired = true;
         self.fired.store(true, Ordering::Release);
         st.in_table = false;
@@ -238,7 +251,7 @@ impl Bucket {
     /// (live registrations, armed waiters, pending cancellations), for metrics.
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn stats(&self) -> (usize, usize, u64) {
-        let st = self.state.lock();
+        let st = self.lock();
         let armed = if st.fired {
             0
         } else {

@@ -9,7 +9,8 @@
 //! one branch over the bare future.
 
 use crate::clock;
-use crate::manager::{Arm, Armed, Inner, TimerManager};
+use crate::manager::{Arm, Inner, TimerManager};
+use crate::table::Armed;
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;

@@ -2,8 +2,9 @@
 //!
 //! # Layout
 //!
-//! Each worker thread that arms a timer gets its own [`ThreadTable`]: a
-//! sorted map from tick to [`Bucket`] plus a small cache of the bucket it
+//! Each worker thread that arms a timer gets its own [`ThreadTable`]
+//! (`table.rs`): a sorted map from tick to
+//! [`Bucket`](crate::bucket::Bucket) plus a small cache of the bucket it
 //! used last. Only the owning thread inserts into its table, so registering
 //! never waits for another worker; the map's lock is shared only with the
 //! sweeper (once per sweep) and with the rare waiter dropped on a different
@@ -43,16 +44,14 @@
 //! deadlocks on its first timer there. Restarting the sweeper does not
 //! release it.
 
-use crate::bucket::{Bucket, Release};
 use crate::clock::{self, Clock};
+use crate::pause::PauseGate;
 use crate::planner::Planner;
+use crate::table::{Armed, Buckets, ThreadTable};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
 use std::fmt;
-use std::ptr::{self, NonNull};
-use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering,
-};
+use std::ptr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::Waker;
 use std::thread::{self, Thread};
@@ -67,99 +66,6 @@ pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
 
 /// Longest tick a manager accepts.
 pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
-
-/// A bucket pointer in a table. The table owns the `in_table` hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BucketPtr(NonNull<Bucket>);
-
-// SAFETY: a `Bucket` is `Sync` (all its state is behind a lock or atomic) and
-// is freed only by whoever drops its last hold, so the pointer may be sent to
-// and used from any thread while a hold is kept.
-unsafe impl Send for BucketPtr {}
-
-/// Allocate a bucket and leak it into a raw pointer; freed by [`free_bucket`].
-fn new_bucket(tick: u64, cached: bool) -> NonNull<Bucket> {
-    NonNull::from(Box::leak(Box::new(Bucket::new(tick, cached))))
-}
-
-/// Free a bucket.
-///
-/// # Safety
-///
-/// `bucket` came from [`new_bucket`] and its last hold was just dropped (a
-/// `Release::Free` decision), so nothing can reach it any more.
-unsafe fn free_bucket(inner: &Inner, bucket: NonNull<Bucket>) {
-    inner.buckets_allocated.fetch_sub(1, Ordering::Relaxed);
-    // SAFETY: per the function's contract.
-    drop(unsafe { Box::from_raw(bucket.as_ptr()) });
-}
-
-/// Durations a thread remembers its current bucket for: a proxy arms a few
-/// distinct timeouts (read, write, idle, connect) in turn.
-const CACHE_ENTRIES: usize = 4;
-
-/// "For `duration`, the answer is `bucket` while the counter is in the
-/// window": valid while `counter - start < span` (see the clock module).
-///
-/// Only the owning thread reads or writes an entry; the atomics are a safe
-/// `Cell` that is `Sync` (relaxed loads and stores are plain moves). A
-/// non-null `bucket` holds one `cached` hold on it.
-#[derive(Debug, Default)]
-struct CacheEntry {
-    bucket: AtomicPtr<Bucket>,
-    duration: AtomicU64,
-    start: AtomicU64,
-    span: AtomicU64,
-}
-
-/// One thread's timers.
-#[derive(Debug, Default)]
-pub(crate) struct ThreadTable {
-    map: Mutex<BTreeMap<u64, BucketPtr>>,
-    /// The buckets this thread used last, one per recent duration.
-    cache: [CacheEntry; CACHE_ENTRIES],
-    /// Next cache entry to replace (round robin), owner-only.
-    cache_victim: AtomicU8,
-    /// Owner-only memo of the tokio paused-clock check: `1 + due tick` of
-    /// the last check that found no paused clock, 0 for none. "Paused" is
-    /// never remembered: the next timer of this tick may run on another
-    /// runtime, one without a time driver, where tokio's timer panics.
-    tokio_check: AtomicU64,
-    fired: AtomicU64,
-    cancelled: AtomicU64,
-    /// Set in a forked child for tables of threads that did not survive.
-    abandoned: AtomicBool,
-    /// [`thread_serial`] of the thread that owns the cache and the memo.
-    /// `thread_local` gives an exited thread's table to the next thread it
-    /// starts; that thread must not inherit the cache or the memo.
-    owner: AtomicU64,
-}
-
-impl ThreadTable {
-    /// Give up the hold a cache entry had on `old` (just taken out of the
-    /// entry): count the registrations cancelled on it, take it out of
-    /// `map` when no timer waits on it any more, and return it when that
-    /// was its last hold — to be freed by the caller *after* releasing the
-    /// table lock (freeing drops wakers, which may take the lock again).
-    ///
-    /// # Safety
-    /// `old` was held by one of this table's cache entries and that hold
-    /// has not been given up yet; `map` is this table's locked map.
-    unsafe fn drop_cache_hold(
-        &self,
-        map: &mut BTreeMap<u64, BucketPtr>,
-        old: NonNull<Bucket>,
-    ) -> Option<NonNull<Bucket>> {
-        // SAFETY: the cache's hold kept `old` alive until now.
-        let old_ref = unsafe { old.as_ref() };
-        let old_tick = old_ref.tick;
-        let (cancelled, free) = old_ref.uncache(|| {
-            map.remove(&old_tick);
-        });
-        self.cancelled.fetch_add(cancelled, Ordering::Relaxed);
-        free.then_some(old)
-    }
-}
 
 std::thread_local! {
     /// This thread's [`thread_serial`], 0 until first asked. `const` and
@@ -215,23 +121,6 @@ fn watch_forks() {
     }
 }
 
-/// A live registration: which bucket, which slot, and which table owns it.
-#[derive(Debug)]
-pub(crate) struct Armed {
-    table: NonNull<ThreadTable>,
-    bucket: NonNull<Bucket>,
-    // `usize`, not `u32`: the whole field is written and read as one word,
-    // so moving an `Armed` never stalls on a partial store.
-    slot: usize,
-}
-
-// SAFETY: the pointers stay valid while the registration (a `live` hold on the
-// bucket) exists, the table lives as long as the manager (kept alive by the
-// timer that owns this `Armed`), and both types are `Sync`.
-unsafe impl Send for Armed {}
-// SAFETY: as above; `&Armed` gives no access beyond what `Sync` targets allow.
-unsafe impl Sync for Armed {}
-
 /// What arming a timer produced.
 #[derive(Debug)]
 pub(crate) enum Arm {
@@ -243,11 +132,6 @@ pub(crate) enum Arm {
     /// virtual time governs the deadline.
     UseTokio,
 }
-
-const SWEEPER_NOT_STARTED: u8 = 0;
-const SWEEPER_RUNNING: u8 = 1;
-const SWEEPER_IDLE: u8 = 2;
-const SWEEPER_PAUSED: u8 = 3;
 
 #[derive(Debug, Default)]
 struct SweeperHandle {
@@ -262,16 +146,13 @@ pub(crate) struct Inner {
     /// Earliest tick the sweeper will wake up for.
     planned: Planner,
     sweeper: Mutex<SweeperHandle>,
-    sweeper_state: AtomicU8,
+    /// The fork-pause handshake with the sweeper.
+    pause: PauseGate,
     /// Process id the sweeper was started in (0: none yet).
     sweeper_pid: AtomicU32,
-    /// Process id of the process whose sweeper is paused for a fork (0:
-    /// none). A child inherits the parent's value, but the pause was about
-    /// the parent's sweeper: the child's own sweeper does not honour it.
-    paused: AtomicU32,
     wakeups: AtomicU64,
     threads_started: AtomicU64,
-    buckets_allocated: AtomicI64,
+    buckets: Buckets,
 }
 
 impl fmt::Debug for Inner {
@@ -289,20 +170,11 @@ impl Drop for Inner {
             thread.unpark();
         }
         for table in self.tables.iter_mut() {
-            // No timer can outlive the manager (each keeps it alive), so the
-            // table and the cache hold the only references left: collect the
-            // distinct buckets and free each once.
-            let mut buckets: Vec<*mut Bucket> = std::mem::take(table.map.get_mut())
-                .into_values()
-                .map(|b| b.0.as_ptr())
-                .collect();
-            buckets.extend(table.cache.iter_mut().map(|e| *e.bucket.get_mut()));
-            buckets.retain(|b| !b.is_null());
-            buckets.sort_unstable();
-            buckets.dedup();
-            for b in buckets {
-                // SAFETY: as argued above, and each pointer is freed once.
-                drop(unsafe { Box::from_raw(b) });
+            for b in table.drain() {
+                // SAFETY: no timer can outlive the manager (each keeps it
+                // alive), so the table and its cache held the last holds,
+                // and `drain` returns each bucket once.
+                unsafe { self.buckets.free(b) };
             }
         }
     }
@@ -422,12 +294,11 @@ impl TimerManager {
                 tables: ThreadLocal::new(),
                 planned: Planner::new(),
                 sweeper: Mutex::new(SweeperHandle::default()),
-                sweeper_state: AtomicU8::new(SWEEPER_NOT_STARTED),
+                pause: PauseGate::new(),
                 sweeper_pid: AtomicU32::new(0),
-                paused: AtomicU32::new(0),
                 wakeups: AtomicU64::new(0),
                 threads_started: AtomicU64::new(0),
-                buckets_allocated: AtomicI64::new(0),
+                buckets: Buckets::default(),
             }),
         })
     }
@@ -520,28 +391,14 @@ impl Inner {
             self.adopt_table(table, me);
         }
         let counter = self.clock.counter();
-        for entry in &table.cache {
-            if entry.duration.load(Ordering::Relaxed) != duration_ns {
-                continue;
-            }
-            let cached = entry.bucket.load(Ordering::Relaxed);
-            let start = entry.start.load(Ordering::Relaxed);
-            if !cached.is_null() && counter.wrapping_sub(start) < entry.span.load(Ordering::Relaxed)
-            {
-                // SAFETY: the entry holds a `cached` hold on the bucket, which
-                // only this (the owning) thread releases.
-                let bucket = unsafe { &*cached };
-                return match bucket.register(waker) {
-                    Some(slot) => Arm::Armed(Armed {
-                        table: NonNull::from(table),
-                        // SAFETY: checked non-null above.
-                        bucket: unsafe { NonNull::new_unchecked(cached) },
-                        slot,
-                    }),
-                    None => Arm::Elapsed,
-                };
-            }
-            break;
+        if let Some(bucket) = table.cached(duration_ns, counter) {
+            // SAFETY: the cache entry's hold, which only this thread
+            // releases, keeps the bucket alive; the table lives as long as
+            // the manager, which the caller's timer keeps alive.
+            return match unsafe { Armed::register(table, bucket, waker) } {
+                Some(armed) => Arm::Armed(armed),
+                None => Arm::Elapsed,
+            };
         }
         self.arm_slow(table, counter, duration_ns, waker)
     }
@@ -553,27 +410,12 @@ impl Inner {
     /// has a sweeper. Its armed timers stay in the map and fire as usual.
     #[cold]
     fn adopt_table(self: &Arc<Self>, table: &ThreadTable, me: u64) {
-        let mut to_free = Vec::new();
-        {
-            let mut map = table.map.lock();
-            for entry in &table.cache {
-                let old = entry.bucket.swap(ptr::null_mut(), Ordering::Relaxed);
-                entry.duration.store(0, Ordering::Relaxed);
-                entry.start.store(0, Ordering::Relaxed);
-                entry.span.store(0, Ordering::Relaxed);
-                if let Some(old) = NonNull::new(old) {
-                    // SAFETY: `old` came out of a cache entry, whose hold
-                    // kept it alive; `map` is this table's lock.
-                    to_free.extend(unsafe { table.drop_cache_hold(&mut map, old) });
-                }
-            }
-        }
-        table.cache_victim.store(0, Ordering::Relaxed);
+        let to_free = table.clear_cache();
         table.tokio_check.store(0, Ordering::Relaxed);
         table.owner.store(me, Ordering::Relaxed);
         for b in to_free {
             // SAFETY: that was the last hold.
-            unsafe { free_bucket(self, b) };
+            unsafe { self.buckets.free(b) };
         }
         // A sweeper was started, maybe in the parent: a forked child's
         // first timer may land in an inherited bucket without arming a new
@@ -611,78 +453,29 @@ impl Inner {
             return Arm::Elapsed;
         }
 
-        let mut created = false;
-        let mut to_free = None;
-        let bucket = {
-            let mut map = table.map.lock();
-            let bucket = match map.get(&tick) {
-                Some(b) => b.0,
-                None => {
-                    created = true;
-                    self.buckets_allocated.fetch_add(1, Ordering::Relaxed);
-                    let b = new_bucket(tick, false);
-                    map.insert(tick, BucketPtr(b));
-                    b
-                }
-            };
-            // Point this duration's cache entry (or a victim) at the bucket.
-            let entry = match table
-                .cache
-                .iter()
-                .find(|e| e.duration.load(Ordering::Relaxed) == duration_ns)
-            {
-                Some(entry) => entry,
-                None => {
-                    let victim = table.cache_victim.load(Ordering::Relaxed);
-                    table
-                        .cache_victim
-                        .store((victim + 1) % CACHE_ENTRIES as u8, Ordering::Relaxed);
-                    &table.cache[usize::from(victim)]
-                }
-            };
-            let old = entry.bucket.load(Ordering::Relaxed);
-            if old != bucket.as_ptr() {
-                // SAFETY: the table's hold keeps `bucket` alive while we hold
-                // the table lock.
-                unsafe { bucket.as_ref() }.set_cached();
-                entry.bucket.store(bucket.as_ptr(), Ordering::Relaxed);
-                if let Some(old) = NonNull::new(old) {
-                    // SAFETY: `old` came out of the cache entry, whose hold
-                    // kept it alive; `map` is this table's lock.
-                    to_free = unsafe { table.drop_cache_hold(&mut map, old) };
-                }
-            }
-            // Registrations within `slack` of now still belong to `tick`.
-            let slack = clock::tick_start_ns(tick, self.resolution_ns)
-                .saturating_sub(duration_ns)
-                .saturating_sub(now);
-            entry.duration.store(duration_ns, Ordering::Relaxed);
-            entry.start.store(counter, Ordering::Relaxed);
-            entry
-                .span
-                .store(self.clock.window(slack), Ordering::Relaxed);
-            bucket
-        };
+        // Registrations within `slack` of now still belong to `tick`.
+        let slack = clock::tick_start_ns(tick, self.resolution_ns)
+            .saturating_sub(duration_ns)
+            .saturating_sub(now);
+        let span = self.clock.window(slack);
+        let (bucket, created, to_free) =
+            table.enter(&self.buckets, tick, duration_ns, counter, span);
         if let Some(old) = to_free {
             // SAFETY: that was the last hold.
-            unsafe { free_bucket(self, old) };
+            unsafe { self.buckets.free(old) };
         }
         // SAFETY: the cache entry's hold, which only this thread releases,
         // keeps `bucket` alive. If the sweeper fires it first, the deadline
         // has passed and `register` says so, as on the cached path.
-        let slot = unsafe { bucket.as_ref() }.register(waker);
+        let armed = unsafe { Armed::register(table, bucket, waker) };
         if created {
             self.ensure_sweeper();
             if self.planned.lower(tick) {
                 self.unpark_sweeper();
             }
         }
-        match slot {
-            Some(slot) => Arm::Armed(Armed {
-                table: NonNull::from(table),
-                bucket,
-                slot,
-            }),
+        match armed {
+            Some(armed) => Arm::Armed(armed),
             None => Arm::Elapsed,
         }
     }
@@ -690,56 +483,24 @@ impl Inner {
     /// Re-poll an armed registration: `true` once its tick has fired.
     #[inline]
     pub(crate) fn poll_armed(&self, armed: &Armed, waker: &Waker) -> bool {
-        // SAFETY: the registration holds a `live` hold on the bucket.
-        unsafe { armed.bucket.as_ref() }.poll_slot(armed.slot, waker)
+        armed.poll(waker)
     }
 
     /// Whether an armed registration's tick has fired, without the lock.
     #[inline]
     pub(crate) fn armed_fired(&self, armed: &Armed) -> bool {
-        // SAFETY: the registration holds a `live` hold on the bucket.
-        unsafe { armed.bucket.as_ref() }.is_fired()
+        armed.fired()
     }
 
     /// Drop a registration (cancelled, or done after its tick fired).
     #[inline]
     pub(crate) fn disarm(&self, armed: Armed) {
-        // SAFETY: the registration holds a `live` hold on the bucket.
-        let bucket = unsafe { armed.bucket.as_ref() };
-        match bucket.cancel(armed.slot) {
-            Release::Keep => {}
-            Release::Free => {
-                // SAFETY: that was the last hold.
-                unsafe { free_bucket(self, armed.bucket) };
-            }
-            Release::Unlink => self.unlink(armed),
-        }
-    }
-
-    #[cold]
-    fn unlink(&self, armed: Armed) {
-        // SAFETY: the table lives as long as the manager, which the caller's
-        // timer keeps alive.
-        let table = unsafe { armed.table.as_ref() };
-        // SAFETY: our `live` hold is still counted until `finish_unlink`.
-        let bucket = unsafe { armed.bucket.as_ref() };
-        let mut map = table.map.lock();
-        let tick = bucket.tick;
-        let (cancelled, free) = bucket.finish_unlink(|| {
-            map.remove(&tick);
-        });
-        drop(map);
-        table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
-        if free {
-            // SAFETY: that was the last hold.
-            unsafe { free_bucket(self, armed.bucket) };
-        }
+        armed.disarm(&self.buckets);
     }
 
     fn metrics(&self) -> Metrics {
         let mut m = Metrics {
-            live_ticks: u64::try_from(self.buckets_allocated.load(Ordering::Relaxed).max(0))
-                .unwrap_or(0),
+            live_ticks: u64::try_from(self.buckets.live().max(0)).unwrap_or(0),
             sweeper_wakeups: self.wakeups.load(Ordering::Relaxed),
             sweeper_threads_started: self.threads_started.load(Ordering::Relaxed),
             ..Metrics::default()
@@ -748,32 +509,10 @@ impl Inner {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
             }
-            let map = table.map.lock();
-            m.fired += table.fired.load(Ordering::Relaxed);
-            m.cancelled += table.cancelled.load(Ordering::Relaxed);
-            for b in map.values() {
-                // SAFETY: the table's hold keeps it alive under the lock.
-                let (_, armed, cancelled) = unsafe { b.0.as_ref() }.stats();
-                m.waiters += armed as u64;
-                m.cancelled += cancelled;
-            }
-            let mut cached: Vec<*mut Bucket> = table
-                .cache
-                .iter()
-                .map(|e| e.bucket.load(Ordering::Relaxed))
-                .filter(|b| !b.is_null() && !map.values().any(|m| m.0.as_ptr() == *b))
-                .collect();
-            cached.sort_unstable();
-            cached.dedup();
-            for b in cached {
-                // A cached bucket that already fired: only its pending
-                // cancellation count matters. The cache's hold keeps it
-                // alive; only the owner could release it, and that needs the
-                // table lock we hold.
-                // SAFETY: as just argued.
-                let (_, _, cancelled) = unsafe { &*b }.stats();
-                m.cancelled += cancelled;
-            }
+            let t = table.stats();
+            m.fired += t.fired;
+            m.cancelled += t.cancelled;
+            m.waiters += t.waiters;
         }
         m
     }
@@ -812,7 +551,7 @@ impl Inner {
         match spawned {
             Ok(join) => {
                 handle.thread = Some(join.thread().clone());
-                self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
+                self.pause.started();
                 self.threads_started.fetch_add(1, Ordering::Relaxed);
                 self.sweeper_pid.store(pid, Ordering::Release);
             }
@@ -836,19 +575,15 @@ impl Inner {
 
     fn pause_for_fork(&self) -> bool {
         let pid = std::process::id();
-        self.paused.store(pid, Ordering::SeqCst);
+        self.pause.request(pid);
         if self.sweeper_pid.load(Ordering::Acquire) != pid {
             return true;
         }
         self.unpark_sweeper();
         // The sweeper acknowledges at its next loop turn, a few microseconds
-        // away unless it is busy waking a large tick. `PAUSED` seen after
-        // our store of `paused` is current: the sweeper stores `RUNNING`
-        // before it reads `paused` (see `sweep`), so a `PAUSED` left from an
-        // earlier pause is overwritten before any sweep starts, and the
-        // sweeper that overwrote it then reads our `true`.
+        // away unless it is busy waking a large tick (see `PauseGate`).
         let start = std::time::Instant::now();
-        while self.sweeper_state.load(Ordering::SeqCst) != SWEEPER_PAUSED {
+        while !self.pause.acknowledged() {
             if start.elapsed() > Duration::from_secs(2) {
                 return false;
             }
@@ -859,7 +594,7 @@ impl Inner {
     }
 
     fn unpause(self: &Arc<Self>) {
-        self.paused.store(0, Ordering::SeqCst);
+        self.pause.resume();
         let pid = std::process::id();
         let started = self.sweeper_pid.load(Ordering::Acquire);
         if started != 0 && started != pid {
@@ -871,13 +606,7 @@ impl Inner {
     /// One pass of the sweeper of process `pid`. Returns how long to park
     /// (`None`: until unparked).
     fn sweep(&self, pid: u32) -> Option<Duration> {
-        // `RUNNING` first, then the check: a pauser that stores `paused` and
-        // then reads a `PAUSED` left from an earlier pause cannot miss a
-        // sweep that read the old, unpaused value (SeqCst orders the four
-        // accesses; see `pause_for_fork`).
-        self.sweeper_state.store(SWEEPER_RUNNING, Ordering::SeqCst);
-        if self.paused.load(Ordering::SeqCst) == pid {
-            self.sweeper_state.store(SWEEPER_PAUSED, Ordering::SeqCst);
+        if !self.pause.enter_sweep(pid) {
             return None;
         }
         self.planned.reset();
@@ -890,28 +619,7 @@ impl Inner {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
             }
-            let mut map = table.map.lock();
-            let mut fired = 0u64;
-            let mut cancelled = 0u64;
-            while let Some(entry) = map.first_entry() {
-                if *entry.key() > due {
-                    earliest = earliest.min(*entry.key());
-                    break;
-                }
-                let b = entry.remove();
-                // SAFETY: the table's hold, now ours, keeps it alive.
-                let (w, c, free) = unsafe { b.0.as_ref() }.fire();
-                fired += w.len() as u64;
-                cancelled += c;
-                wakers.extend(w);
-                if free {
-                    // SAFETY: that was the last hold.
-                    unsafe { free_bucket(self, b.0) };
-                }
-            }
-            drop(map);
-            table.fired.fetch_add(fired, Ordering::Relaxed);
-            table.cancelled.fetch_add(cancelled, Ordering::Relaxed);
+            earliest = earliest.min(table.fire_due(&self.buckets, due, &mut wakers));
         }
         for w in wakers {
             // A panicking waker must not take the sweeper (and with it every
@@ -920,7 +628,7 @@ impl Inner {
         }
         let next = self.planned.settle(earliest);
         if next == u64::MAX {
-            self.sweeper_state.store(SWEEPER_IDLE, Ordering::SeqCst);
+            self.pause.idle();
             return None;
         }
         let wake_at = clock::tick_start_ns(next, self.resolution_ns);

@@ -7,12 +7,17 @@
 //! waker, flip a flag), and the owning worker is almost always the only thread
 //! that touches it, so one uncontended compare-exchange to lock and a plain
 //! release store to unlock beat a parking mutex, whose unlock is a second
-//! read-modify-write. Under loom it is loom's `Mutex`.
+//! read-modify-write. Under loom it is loom's `Mutex`. [`Mutex`] (a
+//! thread's timer table, held for a whole sweep of it) is parking_lot's,
+//! and loom's under loom.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use parking_lot::Mutex;
 
 #[cfg(not(loom))]
 mod spin {
@@ -144,7 +149,21 @@ mod checked {
             self.0.lock().unwrap()
         }
     }
+
+    /// loom's mutex behind parking_lot's interface.
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap()
+        }
+    }
 }
 
 #[cfg(loom)]
-pub(crate) use checked::Lock;
+pub(crate) use checked::{Lock, Mutex};

@@ -1,13 +1,18 @@
 //! Loom models of the shared-timer protocol: every interleaving (up to
 //! `LOOM_MAX_PREEMPTIONS` preemptions) of a waiter and the sweeper. Run with
 //! `cargo xtask loom`.
+//!
+//! The models drive the crate's own code through `weir_timeout::loom_model`:
+//! a bucket (`bucket.rs`), a thread's table with its cache, unlink and fire
+//! (`table.rs`, as the manager uses it), the sweeper's wake-up plan
+//! (`planner.rs`) and the fork-pause handshake (`pause.rs`).
 #![cfg(loom)]
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::task::{Wake, Waker};
-use weir_timeout::loom_model::{Bucket, Planner, Release};
+use weir_timeout::loom_model::{Bucket, PauseGate, Planner, Table};
 
 struct Flag(AtomicUsize);
 
@@ -101,43 +106,191 @@ fn repoll_with_a_new_waker_races_the_fire() {
     });
 }
 
-/// Cancelling while the tick fires: the bucket is freed exactly once, by
-/// whichever side drops the last hold. The table is modelled as a lock over
-/// "is the bucket still in it": the sweeper fires only what it takes out of
-/// the table, and the last waiter unlinks under the same lock.
+/// A task behind a waker: counts its wake-ups. Whoever holds a clone of the
+/// waker holds the task (`Arc::strong_count` finds leaked clones).
+struct Task(AtomicUsize);
+
+impl Wake for Task {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// (task, its waker); the test keeps `task` and hands out the waker.
+fn task() -> (std::sync::Arc<Task>, Waker) {
+    let t = std::sync::Arc::new(Task(AtomicUsize::new(0)));
+    let w = Waker::from(t.clone());
+    (t, w)
+}
+
+/// The sweeper's pass over one table: fire what is due at `due` and wake
+/// the wakers once the table lock is released. Returns how many it woke.
+fn sweep(table: &Table, due: u64) -> usize {
+    let (wakers, _) = table.fire_due(due);
+    let n = wakers.len();
+    for w in wakers {
+        w.wake();
+    }
+    n
+}
+
+/// Everything released: no bucket left, no clone of the task's waker held.
+fn all_released(table: &Table, task: &std::sync::Arc<Task>) {
+    table.clear_cache();
+    assert_eq!(table.live_buckets(), 0, "a bucket leaked");
+    assert_eq!(std::sync::Arc::strong_count(task), 1, "a waker leaked");
+}
+
+/// The owner cancels its timer and then lets go of the bucket's cache hold
+/// (the table changed owner) while the sweeper fires that bucket: the
+/// bucket is freed once (a double free panics in the allocator), by
+/// whichever side drops the last hold, and nothing leaks.
 #[test]
-fn cancel_racing_the_fire_frees_once() {
+fn a_cache_hold_released_while_the_sweeper_fires() {
     loom::model(|| {
-        let bucket = Arc::new(Bucket::new());
-        let table = Arc::new(Mutex::new(true));
-        let (_woken, waker) = flag();
-        let slot = bucket.register(&waker).unwrap();
+        let table = Table::new();
+        let (task, waker) = task();
+        let r = table.arm(1, &waker).unwrap();
+        drop(waker);
         let sweeper = {
-            let bucket = bucket.clone();
             let table = table.clone();
+            thread::spawn(move || sweep(&table, 1))
+        };
+        r.cancel();
+        table.clear_cache();
+        let woke = sweeper.join().unwrap();
+        // Woken if the fire came first, else released by the cancel.
+        assert_eq!(task.0.load(Ordering::SeqCst), woke);
+        assert!(woke <= 1);
+        all_released(&table, &task);
+    });
+}
+
+/// The owner's cache moves on to the next tick, so its timer's bucket is
+/// held only by that timer; cancelling it then unlinks the bucket under
+/// the table lock, racing the sweeper that fires it.
+#[test]
+fn the_cache_moves_on_and_unlink_races_the_fire() {
+    loom::model(|| {
+        let table = Table::new();
+        let (task, waker) = task();
+        let r1 = table.arm(1, &waker).unwrap();
+        drop(waker);
+        let sweeper = {
+            let table = table.clone();
+            thread::spawn(move || sweep(&table, 1))
+        };
+        let r2 = table.arm(2, Waker::noop()).unwrap();
+        r1.cancel();
+        let woke = sweeper.join().unwrap();
+        // Woken by the fire or released by the cancel, never both.
+        assert_eq!(task.0.load(Ordering::SeqCst), woke);
+        assert!(woke <= 1);
+        r2.cancel();
+        all_released(&table, &task);
+    });
+}
+
+/// pingora's fault's cousin: cancelling while the tick fires. The waker is
+/// woken once or released by the cancel, never both, never kept; the
+/// bucket is freed once. The timer is dropped on a third thread (a
+/// connection's future dropped elsewhere) while the owner's cache lets go.
+#[test]
+fn cancel_racing_the_fire_wakes_or_releases_once() {
+    loom::model(|| {
+        let table = Table::new();
+        let (task, waker) = task();
+        let r = table.arm(1, &waker).unwrap();
+        drop(waker);
+        let sweeper = {
+            let table = table.clone();
+            thread::spawn(move || sweep(&table, 1))
+        };
+        let canceller = thread::spawn(move || r.cancel());
+        table.clear_cache();
+        canceller.join().unwrap();
+        let woke = sweeper.join().unwrap();
+        assert_eq!(task.0.load(Ordering::SeqCst), woke);
+        assert!(woke <= 1);
+        all_released(&table, &task);
+    });
+}
+
+/// A waiter re-arming through the cache while the sweeper fires the cached
+/// bucket: it is either refused (the tick fired: its deadline passed) or
+/// registered and then woken by that fire, or its bucket survives the
+/// sweep unfired; never armed in a fired bucket and left asleep.
+#[test]
+fn arming_through_the_cache_races_the_fire() {
+    loom::model(|| {
+        let table = Table::new();
+        // A first waiter puts tick 1's bucket in the cache.
+        let r0 = table.arm(1, Waker::noop()).unwrap();
+        r0.cancel();
+        let (task, waker) = task();
+        let sweeper = {
+            let table = table.clone();
+            thread::spawn(move || sweep(&table, 1))
+        };
+        let r = table.arm(1, &waker);
+        drop(waker);
+        let woke = sweeper.join().unwrap();
+        match r {
+            None => assert_eq!(woke, 0),
+            Some(r) => {
+                // Registered before the fire took the wakers.
+                assert_eq!(woke, 1, "armed in a fired bucket and never woken");
+                assert!(r.poll(Waker::noop()));
+                r.cancel();
+            }
+        }
+        assert_eq!(task.0.load(Ordering::SeqCst), woke);
+        all_released(&table, &task);
+    });
+}
+
+/// The fork-pause handshake: once the pauser sees the acknowledgement, the
+/// sweeper is in no sweep (it holds no lock the child could inherit) and
+/// starts none until `resume`, even though an earlier pause left a stale
+/// acknowledgement behind.
+#[test]
+fn an_acknowledged_pause_holds_no_sweep() {
+    const PID: u32 = 7;
+    loom::model(|| {
+        let gate = Arc::new(PauseGate::new());
+        gate.started();
+        // An earlier pause, acknowledged and resumed.
+        gate.request(PID);
+        assert!(!gate.enter_sweep(PID));
+        gate.resume();
+        let sweeping = Arc::new(AtomicBool::new(false));
+        let forked = Arc::new(AtomicBool::new(false));
+        let sweeper = {
+            let (gate, sweeping, forked) = (gate.clone(), sweeping.clone(), forked.clone());
             thread::spawn(move || {
-                let mut in_table = table.lock().unwrap();
-                if *in_table {
-                    *in_table = false;
-                    bucket.fire().1
-                } else {
-                    false
+                for _ in 0..2 {
+                    if gate.enter_sweep(PID) {
+                        sweeping.store(true, Ordering::SeqCst);
+                        assert!(
+                            !forked.load(Ordering::SeqCst),
+                            "a sweep started after the pause was acknowledged"
+                        );
+                        sweeping.store(false, Ordering::SeqCst);
+                    }
                 }
             })
         };
-        let frees_by_cancel = match bucket.cancel(slot) {
-            Release::Free => 1,
-            Release::Keep => 0,
-            // Last waiter of a bucket still in its table: the table lock
-            // decides; the sweeper may have fired it meanwhile.
-            Release::Unlink => {
-                let mut in_table = table.lock().unwrap();
-                usize::from(bucket.finish_unlink(|| *in_table = false))
-            }
-        };
-        let frees_by_sweeper = usize::from(sweeper.join().unwrap());
-        // The bucket is not cached, so once both are done someone frees it.
-        assert_eq!(frees_by_cancel + frees_by_sweeper, 1);
+        gate.request(PID);
+        if gate.acknowledged() {
+            forked.store(true, Ordering::SeqCst);
+            assert!(
+                !sweeping.load(Ordering::SeqCst),
+                "acknowledged in the middle of a sweep"
+            );
+        }
+        sweeper.join().unwrap();
+        // A forked child's own sweeper ignores the parent's request.
+        assert!(gate.enter_sweep(PID + 1));
     });
 }
 
