@@ -126,8 +126,9 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
             Ok(found) => return Observation::Heavy(found),
             Err(admissions) => admissions,
         };
-        let location = self.sketch.locator().locate(key);
-        let estimate = self.sketch.incr_at(&location, count);
+        let hash = self.sketch.locator().hash(key);
+        let location = self.sketch.locator().locate_hash(hash);
+        let estimate = self.sketch.incr_hashed(hash, count);
         if estimate >= self.threshold {
             return Observation::Heavy(self.admit(key, &location, count));
         }
