@@ -202,7 +202,11 @@ impl EwmaWindow {
             events * NS / elapsed_ns as f64
         } else {
             let window = self.window_ns as f64;
-            old * (1.0 - elapsed_ns as f64 / window) + events * NS / window
+            // The old rate's share from the exact integer difference: for
+            // an elapsed time near the window, `1 − elapsed/window` would
+            // cancel to a few significant bits.
+            let keep = (self.window_ns - elapsed_ns) as f64 / window;
+            old * keep + events * NS / window
         }
     }
 
@@ -552,6 +556,20 @@ mod tests {
         }
         // No time passed: every event adds exactly 1/window.
         assert_eq!(ewma.rate(), FixedRate::from_per_second(2000));
+    }
+
+    /// A step of nearly a whole (very long) window: `1 − elapsed/window`
+    /// computed in floating point cancels to a few significant bits, so the
+    /// float rate drifted from the exact one by more than the fixed point's
+    /// two units (a case the proptest below found).
+    #[test]
+    fn a_step_of_nearly_a_window_keeps_the_old_rates_share_exact() {
+        let w = EwmaWindow::new(Duration::from_nanos(17_153_382_579_369_364_644)).unwrap();
+        let old = FixedRate::from_bits(95_142_507_002_201_597);
+        let (elapsed, events) = (17_152_947_659_954_996_860, 220_852_293_181);
+        let fixed = w.update_fixed(old, elapsed, events).as_f64();
+        let float = w.update(old.as_f64(), elapsed, events as f64);
+        assert!((float - fixed).abs() <= 2.0 * ULP, "{float} vs {fixed}");
     }
 
     proptest! {
