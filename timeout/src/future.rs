@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The error of a [`Timeout`] whose deadline passed before its future
 /// completed.
@@ -85,21 +85,51 @@ enum State {
     Tokio(Pin<Box<tokio::time::Sleep>>),
 }
 
-/// A lazily armed deadline `duration` after the first poll that waits.
+/// When a timer's deadline is.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// This long after the first poll that waits (no clock read before).
+    After(Duration),
+    /// At this instant.
+    At(Instant),
+}
+
+/// A lazily armed deadline, registered at the first poll that waits.
 #[derive(Debug)]
 pub(crate) struct Timer {
-    duration: Duration,
+    deadline: Deadline,
     source: Source,
     state: State,
 }
 
 impl Timer {
     fn new(duration: Duration, source: Source) -> Self {
+        Self::until(Deadline::After(duration), source)
+    }
+
+    fn until(deadline: Deadline, source: Source) -> Self {
         Self {
-            duration,
+            deadline,
             source,
             state: State::Idle,
         }
+    }
+
+    /// The time left to wait, read at the moment of arming.
+    #[inline]
+    fn remaining(&self) -> Duration {
+        match self.deadline {
+            Deadline::After(duration) => duration,
+            Deadline::At(at) => at.saturating_duration_since(Instant::now()),
+        }
+    }
+
+    /// Give up any registration and wait for `deadline` instead, armed at
+    /// the next poll that waits.
+    fn reset(&mut self, deadline: Deadline) {
+        self.finish();
+        self.deadline = deadline;
+        self.state = State::Idle;
     }
 
     /// `Ready` once the deadline has passed; otherwise the task behind `cx`
@@ -123,12 +153,13 @@ impl Timer {
 
     #[inline]
     fn arm(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.duration.is_zero() {
+        let remaining = self.remaining();
+        if remaining.is_zero() {
             self.state = State::Elapsed;
             return Poll::Ready(());
         }
         let inner = self.source.inner();
-        match inner.arm(clock::duration_ns(self.duration), cx.waker()) {
+        match inner.arm(clock::duration_ns(remaining), cx.waker()) {
             Arm::Armed(armed) => {
                 self.state = State::Armed(armed);
                 Poll::Pending
@@ -138,7 +169,7 @@ impl Timer {
                 Poll::Ready(())
             }
             Arm::UseTokio => {
-                self.state = State::Tokio(Box::pin(tokio::time::sleep(self.duration)));
+                self.state = State::Tokio(Box::pin(tokio::time::sleep(remaining)));
                 self.poll_elapsed(cx)
             }
         }
@@ -154,7 +185,7 @@ impl Timer {
     /// Whether the deadline is known to have passed, without registering.
     fn has_elapsed(&self) -> bool {
         match &self.state {
-            State::Idle => self.duration.is_zero(),
+            State::Idle => self.remaining().is_zero(),
             State::Armed(armed) => self.source.inner().armed_fired(armed),
             State::Elapsed => true,
             State::Tokio(sleep) => sleep.is_elapsed(),
@@ -247,9 +278,10 @@ impl<F: Future> Future for Timeout<F> {
 /// A future that completes after a duration, from [`sleep`](crate::sleep) or
 /// [`TimerManager::sleep`].
 ///
-/// The deadline is counted from the first poll and rounded up to the
-/// manager's tick: it never completes early and is late by at most one tick
-/// plus the sweeper's wake-up latency.
+/// A duration is counted from the first poll (an instant, from
+/// [`sleep_until`] or [`reset`](Sleep::reset), is fixed), and the deadline
+/// is rounded up to the manager's tick: it never completes early and is late
+/// by at most one tick plus the sweeper's wake-up latency.
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Sleep {
@@ -260,6 +292,43 @@ impl Sleep {
     /// Whether the deadline is known to have passed.
     pub fn is_elapsed(&self) -> bool {
         self.timer.has_elapsed()
+    }
+
+    /// The instant this sleep ends, if it was given one ([`sleep_until`],
+    /// [`reset`](Self::reset)). A sleep made with a duration has none: its
+    /// deadline counts from the first poll that waits (tokio's counts from
+    /// creation), which saves a clock read for sleeps that never wait.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let at = Instant::now() + Duration::from_secs(1);
+    /// assert_eq!(weir_timeout::sleep_until(at).deadline(), Some(at));
+    /// assert_eq!(weir_timeout::sleep(Duration::from_secs(1)).deadline(), None);
+    /// ```
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.timer.deadline {
+            Deadline::At(at) => Some(at),
+            Deadline::After(_) => None,
+        }
+    }
+
+    /// Wait until `deadline` instead, whether or not this sleep has already
+    /// ended, so one `Sleep` can serve a `select!` loop (as tokio's
+    /// `Sleep::reset` does). Any registration is given up at once.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let mut tick = std::pin::pin!(weir_timeout::sleep(Duration::from_millis(5)));
+    /// for _ in 0..3 {
+    ///     tick.as_mut().await;
+    ///     tick.as_mut().reset(Instant::now() + Duration::from_millis(5));
+    /// }
+    /// # });
+    /// ```
+    pub fn reset(mut self: Pin<&mut Self>, deadline: Instant) {
+        self.timer.reset(Deadline::At(deadline));
     }
 }
 
@@ -323,7 +392,66 @@ pub fn sleep(duration: Duration) -> Sleep {
     }
 }
 
+/// Run `future` until `deadline` on the global manager: [`timeout`] with an
+/// instant instead of a duration (rounded up to the next tick, never early).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let soon = Instant::now() + Duration::from_millis(20);
+/// assert!(weir_timeout::timeout_at(soon, std::future::pending::<()>()).await.is_err());
+/// assert_eq!(weir_timeout::timeout_at(soon, async { 1 }).await, Ok(1));
+/// # });
+/// ```
+#[inline]
+pub fn timeout_at<F: Future>(deadline: Instant, future: F) -> Timeout<F> {
+    Timeout {
+        future,
+        timer: Timer::until(Deadline::At(deadline), Source::Global),
+    }
+}
+
+/// Wait until `deadline` on the global manager: [`sleep`] with an instant
+/// instead of a duration. A deadline already past completes at the first
+/// poll.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let at = Instant::now() + Duration::from_millis(15);
+/// weir_timeout::sleep_until(at).await;
+/// assert!(Instant::now() >= at);
+/// # });
+/// ```
+#[inline]
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep {
+        timer: Timer::until(Deadline::At(deadline), Source::Global),
+    }
+}
+
 impl TimerManager {
+    /// [`timeout_at`] on this manager.
+    pub fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
+        Timeout {
+            future,
+            timer: Timer::until(
+                Deadline::At(deadline),
+                Source::Custom(Arc::clone(&self.inner)),
+            ),
+        }
+    }
+
+    /// [`sleep_until`] on this manager.
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Sleep {
+            timer: Timer::until(
+                Deadline::At(deadline),
+                Source::Custom(Arc::clone(&self.inner)),
+            ),
+        }
+    }
+
     /// [`timeout`](crate::timeout) on this manager.
     pub fn timeout<F: Future>(&self, duration: Duration, future: F) -> Timeout<F> {
         Timeout {

@@ -62,7 +62,7 @@ mod sync;
 mod table;
 
 #[cfg(not(loom))]
-pub use future::{Elapsed, Sleep, Timeout, sleep, timeout};
+pub use future::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout, timeout_at};
 #[cfg(not(loom))]
 pub use manager::{
     DEFAULT_RESOLUTION, InvalidResolution, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
