@@ -96,7 +96,8 @@ pub fn capture(
             .arg("RESET")
             .query::<()>(&mut conn)
             .map_err(|e| format!("SLOWLOG RESET: {e}"))?;
-        rt.block_on(limiter.try_check_n("weir-capture", 1))
+        let _decision = rt
+            .block_on(limiter.try_check_n("weir-capture", 1))
             .map_err(|e| format!("the limiter's call failed: {e}"))?;
         redis::cmd("SLOWLOG")
             .arg("GET")

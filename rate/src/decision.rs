@@ -31,6 +31,7 @@ pub const TOO_MANY_REQUESTS: u16 = 429;
 /// assert_eq!(denied.retry_after_header().as_deref(), Some("30"));
 /// assert_eq!(denied.ratelimit("api"), "\"api\";r=0;t=60");
 /// ```
+#[must_use = "a decision not looked at lets every request through"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,

@@ -306,7 +306,7 @@ fn keyed_limiter_forgets_idle_keys_by_itself() {
     let q = Quota::per_second(NonZeroU32::new(5).unwrap());
     let keyed = KeyedLimiter::with_shards(Gcra::new(q), clock.clone(), 1);
     for k in 0..1000u32 {
-        keyed.check(&k);
+        assert!(keyed.check(&k).is_allowed());
         clock.advance(Duration::from_millis(10));
     }
     // Only keys seen within the last ~200 ms (one burst's worth) are live;

@@ -131,13 +131,21 @@ fn sliding_window_estimate_weighs_the_oldest_sub_window() {
     let sw = SlidingWindow::new(q, 2).unwrap();
     let mut s = sw.new_state(0);
     let sec = 1_000_000_000;
-    sw.check(&mut s, 10 * sec, 60, Mode::Consume).unwrap();
+    assert!(
+        sw.check(&mut s, 10 * sec, 60, Mode::Consume)
+            .unwrap()
+            .is_allowed()
+    );
     assert_eq!(sw.estimate(&s, 30 * sec), 60.0);
     assert_eq!(sw.estimate(&s, 90 * sec), 30.0);
     assert_eq!(sw.estimate(&s, 120 * sec), 0.0);
     let fw = FixedWindow::new(q);
     let mut f = fw.new_state(0);
-    fw.check(&mut f, 10 * sec, 60, Mode::Consume).unwrap();
+    assert!(
+        fw.check(&mut f, 10 * sec, 60, Mode::Consume)
+            .unwrap()
+            .is_allowed()
+    );
     assert_eq!(fw.estimate(&f, 59 * sec), 60.0);
     assert_eq!(fw.estimate(&f, 60 * sec), 0.0);
 }

@@ -203,7 +203,7 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
                 .connect(Target::server(server.url()))
                 .await?;
             // Load the script first, so that the batch is one call.
-            limiter.check_n("warm-up", 1).await?;
+            let _warm_up = limiter.check_n("warm-up", 1).await?;
             server.cli(&["CONFIG", "RESETSTAT"])?;
             let handles: Vec<_> = (1..=4)
                 .map(|cost| {

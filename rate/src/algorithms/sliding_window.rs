@@ -346,12 +346,12 @@ mod tests {
             let new = sliding(to);
             let mut s = old.new_state(0);
             for &t in history {
-                old.check(&mut s, t * SEC, 5, Mode::Consume).unwrap();
+                let _ = old.check(&mut s, t * SEC, 5, Mode::Consume).unwrap();
             }
             for now in [10, 45, 70, 75, 100, 130, 500].map(|t| t * SEC) {
                 let read = new.estimate(&s, now);
                 let mut adopted = s.clone();
-                new.check(&mut adopted, now, 0, Mode::Peek).unwrap();
+                let _ = new.check(&mut adopted, now, 0, Mode::Peek).unwrap();
                 assert_eq!(
                     read,
                     new.estimate(&adopted, now),
