@@ -4,7 +4,7 @@
 //! speed).
 
 use crate::alloc::{self, AllocStats};
-use crate::report::{Report, Table, thousands};
+use crate::report::{Report, Spread, Table, thousands};
 use crate::workload;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -12,7 +12,6 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, MonotonicClock, StdClock};
-use weir_limits::sketch::{Layout, Locator};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingLog,
     SlidingWindow, TokenBucket,
@@ -415,192 +414,230 @@ impl KeyedCheck for governor::DefaultKeyedRateLimiter<u32> {
     }
 }
 
-/// The per-key quota of the benchmark: 1000 per second, burst 50.
+/// The per-key quota of the benchmark: GCRA at 1000 per second with the
+/// default burst (the limit), as a new user of either crate would write it.
 pub fn bench_quota() -> Quota {
     Quota::per_second(NonZeroU32::new(1000).expect("non-zero"))
-        .allow_burst(NonZeroU32::new(50).expect("non-zero"))
 }
 
-/// Sketch dimensions of the benchmark: 2 hashes × 16384 slots (256 KiB).
-pub const SKETCH: (usize, usize) = (2, 16384);
+/// The load the sketch is sized for: 40 M checks a second in all, about
+/// what two threads of this machine push through it.
+pub const SIZED_FOR: u64 = 40_000_000;
+
+/// The wrong-denial target the sketch is sized for (0.1%).
+pub const WRONG_DENIALS: f64 = 0.001;
 
 /// One contender of the keyed benchmark.
 pub struct Contender {
     /// Name in the tables.
     pub name: &'static str,
+    /// Builds a fresh limiter and checks every key of each stream on its own
+    /// thread (barrier-started), calling the limiter directly; returns the
+    /// slowest thread's time and the number allowed.
+    pub time: fn(&[Vec<u32>]) -> (Duration, u64),
     /// Builds a fresh limiter.
     pub build: fn() -> Box<dyn KeyedCheck>,
+}
+
+macro_rules! contender {
+    ($name:expr, $build:expr) => {
+        Contender {
+            name: $name,
+            time: |streams| time_limiter(($build)(), streams),
+            build: || Box::new(($build)()),
+        }
+    };
+}
+
+fn time_limiter<L: KeyedCheck>(limiter: L, streams: &[Vec<u32>]) -> (Duration, u64) {
+    let limiter = std::hint::black_box(limiter);
+    workload::run_streams(streams, |key| limiter.check(key))
+}
+
+fn governor_keyed() -> governor::DefaultKeyedRateLimiter<u32> {
+    let q = bench_quota();
+    let gq = governor::Quota::per_second(NonZeroU32::new(q.limit()).expect("non-zero"))
+        .allow_burst(NonZeroU32::new(q.burst()).expect("non-zero"));
+    governor::RateLimiter::keyed(gq)
+}
+
+/// The sketch as its own sizing rule sizes it for [`SIZED_FOR`] checks a
+/// second at [`WRONG_DENIALS`].
+pub fn sized_sketch() -> SketchLimiter {
+    SketchLimiter::sized_for(
+        bench_quota(),
+        std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
+        WRONG_DENIALS,
+    )
+    .expect("a valid sizing")
 }
 
 /// weir's keyed limiters and governor's.
 pub fn contenders() -> Vec<Contender> {
     vec![
-        Contender {
-            name: "governor keyed (DashMap, GCRA)",
-            build: || {
-                let q = bench_quota();
-                let gq = governor::Quota::per_second(NonZeroU32::new(q.limit()).expect("non-zero"))
-                    .allow_burst(NonZeroU32::new(q.burst()).expect("non-zero"));
-                Box::new(governor::RateLimiter::keyed(gq))
-            },
-        },
-        Contender {
-            name: "weir KeyedLimiter<Gcra> (exact)",
-            build: || Box::new(KeyedLimiter::new(Gcra::new(bench_quota()))),
-        },
-        Contender {
-            name: "weir SketchLimiter (rows)",
-            build: || Box::new(sketch(Layout::Rows, MonotonicClock::new())),
-        },
-        Contender {
-            name: "weir SketchLimiter (blocked)",
-            build: || Box::new(sketch(Layout::Blocked, MonotonicClock::new())),
-        },
+        contender!(GOVERNOR, governor_keyed),
+        contender!("weir KeyedLimiter<Gcra> (exact)", || KeyedLimiter::new(
+            Gcra::new(bench_quota())
+        )),
+        contender!("weir SketchLimiter (sized by its rule)", sized_sketch),
     ]
 }
 
-fn sketch<C: Clock>(layout: Layout, clock: C) -> SketchLimiter<C> {
-    let locator = Locator::new(SKETCH.0, SKETCH.1, layout).expect("valid sketch");
-    SketchLimiter::with_locator(bench_quota(), locator, clock)
-}
+/// The anchor every ratio is taken against.
+const GOVERNOR: &str = "governor keyed (DashMap, GCRA)";
 
-/// Check every key of each stream on its own thread; (slowest thread's time, allowed).
-pub fn run_threads(limiter: &dyn KeyedCheck, streams: &[Vec<u32>]) -> (Duration, u64) {
-    workload::run_streams(streams, |key| limiter.check(key))
-}
-
-struct Speed {
-    per_check_ns: [f64; 2],
-    throughput: [f64; 2],
-    allowed: [u64; 2],
-    memory: AllocStats,
-}
+/// The key distributions of the benchmark.
+const DISTRIBUTIONS: [&str; 2] = ["uniform", "Zipf 1.1"];
 
 /// The benchmark part of the report.
 pub fn benchmark(report: &mut Report) {
     let scale = report.scale();
     let total: usize = scale.pick(4_000_000, 20_000_000);
+    let repetitions: usize = scale.pick(3, 5);
     report.section("weir-rate: keyed limiters against governor");
     let q = bench_quota();
+    let (hashes, slots) = weir_rate::sketch::dimensions_for_load(
+        q,
+        std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
+        WRONG_DENIALS,
+    )
+    .expect("a valid sizing");
     report.text(&format!(
-        "{} checks over {} uniformly drawn `u32` keys (pre-generated), per-key quota {} per second with burst {}. \
-         Each thread runs its own stream; ns/check is per thread, throughput is the total; contenders run interleaved for {} rounds and each keeps its best. Sketch: {} hashes × {} slots ({} KiB). \
-         Memory is the peak heap growth while building and running the 1-thread case (bench-suite's counting allocator). \
-         'Allowed' shows what each limiter let through: the exact limiters agree, and the sketch's shortfall is its over-limiting from collisions.",
+        "{} checks over {} `u32` keys drawn uniformly or from Zipf (s = 1.1), pre-generated; per-key quota {} per second, burst {} (GCRA), \
+         both crates on their default clocks. The sketch is sized by `SketchLimiter::sized_for` for {} M checks a second at {}% wrong denials: \
+         {hashes} × {slots} cells ({} KiB). Each figure is the median (min–max) of {repetitions} repetitions; within one the contenders \
+         run back to back (order rotating), each on a fresh limiter, threads barrier-started; ratios pair a repetition with governor's. \
+         Memory is the peak heap growth of the first 1-thread run; 'allowed' is what each let through in it.",
         thousands(total as u64),
         thousands(u64::from(workload::KEYS)),
         q.limit(),
         q.burst(),
-        scale.pick(3, 3),
-        SKETCH.0,
-        SKETCH.1,
-        SKETCH.0 * SKETCH.1 * 8 / 1024,
+        SIZED_FOR / 1_000_000,
+        WRONG_DENIALS * 100.0,
+        hashes * slots * 8 / 1024,
     ));
-    let thread_counts = [1usize, 2];
-    let streams: Vec<Vec<Vec<u32>>> = thread_counts
+    let contenders = contenders();
+    let n = contenders.len();
+    let anchor = contenders
         .iter()
-        .map(|&t| {
-            (0..t)
-                .map(|i| workload::uniform(total / t, 7000 + i as u64))
-                .collect()
-        })
-        .collect();
-    // The machine is shared: contenders run interleaved, several rounds,
-    // and each keeps its best round (the least disturbed).
-    let rounds = scale.pick(3, 3);
-    let all = contenders();
-    let mut results: Vec<(&'static str, Speed)> = all
-        .iter()
-        .map(|c| {
-            (
-                c.name,
-                Speed {
-                    per_check_ns: [f64::INFINITY; 2],
-                    throughput: [0.0; 2],
-                    allowed: [0; 2],
-                    memory: AllocStats::default(),
-                },
-            )
-        })
-        .collect();
-    for round in 0..rounds {
-        report.progress(&format!("round {} of {rounds}", round + 1));
-        for (contender, (_, speed)) in all.iter().zip(results.iter_mut()) {
-            for (i, &threads) in thread_counts.iter().enumerate() {
-                let ((elapsed, allowed), stats) = alloc::measure(|| {
-                    let limiter = (contender.build)();
-                    run_threads(limiter.as_ref(), &streams[i])
-                });
-                if threads == 1 && round == 0 {
-                    speed.memory = stats;
-                }
-                let ns = elapsed.as_nanos() as f64 / (total / threads) as f64;
-                if ns < speed.per_check_ns[i] {
-                    speed.per_check_ns[i] = ns;
-                    speed.throughput[i] = total as f64 / elapsed.as_secs_f64();
-                    speed.allowed[i] = allowed;
-                }
-            }
-        }
-    }
-    let governor = results
-        .iter()
-        .find(|(n, _)| n.starts_with("governor"))
-        .map(|(_, s)| (s.throughput, s.memory.peak_bytes))
-        .unwrap_or(([1.0; 2], 1));
+        .position(|c| c.name == GOVERNOR)
+        .expect("governor is a contender");
     let mut table = Table::new([
+        "keys",
         "limiter",
         "1 thread ns/check",
         "2 threads ns/check",
         "× governor (1 thread)",
         "× governor (2 threads)",
         "peak bytes",
-        "memory / governor",
         "allowed (1 thread)",
     ]);
-    for (name, s) in &results {
-        table.row([
-            name.to_string(),
-            format!("{:.1}", s.per_check_ns[0]),
-            format!("{:.1}", s.per_check_ns[1]),
-            format!("{:.2}", s.throughput[0] / governor.0[0]),
-            format!("{:.2}", s.throughput[1] / governor.0[1]),
-            thousands(s.memory.peak_bytes as u64),
-            format!(
-                "{:.4}",
-                s.memory.peak_bytes as f64 / governor.1.max(1) as f64
-            ),
-            format!(
-                "{} ({:.1} %)",
-                thousands(s.allowed[0]),
-                s.allowed[0] as f64 * 100.0 / total as f64
-            ),
+    let mut goals = Table::new(["goal", "keys", "this run: median (min–max)", "verdict"]);
+    for (d, distribution) in DISTRIBUTIONS.iter().enumerate() {
+        let streams: Vec<Vec<Vec<u32>>> = [1usize, 2]
+            .iter()
+            .map(|&t| {
+                (0..t)
+                    .map(|i| {
+                        let seed = 7000 + 100 * d as u64 + i as u64;
+                        match d {
+                            0 => workload::uniform(total / t, seed),
+                            _ => workload::zipf(total / t, 1.1, seed),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        // times[contender][threads][repetition]
+        let mut times = vec![[Vec::new(), Vec::new()]; n];
+        let mut first = vec![(AllocStats::default(), 0u64); n];
+        for (t, stream) in streams.iter().enumerate() {
+            for repetition in 0..repetitions {
+                report.progress(&format!(
+                    "{distribution}, {} thread(s), repetition {}/{repetitions}",
+                    t + 1,
+                    repetition + 1
+                ));
+                for offset in 0..n {
+                    let c = (repetition + offset) % n;
+                    let elapsed = if t == 0 && repetition == 0 {
+                        let ((elapsed, allowed), stats) =
+                            alloc::measure(|| (contenders[c].time)(stream));
+                        first[c] = (stats, allowed);
+                        elapsed
+                    } else {
+                        (contenders[c].time)(stream).0
+                    };
+                    times[c][t].push(elapsed.as_secs_f64());
+                }
+            }
+        }
+        let per_check = |c: usize, t: usize| -> Vec<f64> {
+            let per_thread = (total / (t + 1)) as f64;
+            times[c][t].iter().map(|s| s * 1e9 / per_thread).collect()
+        };
+        let speedup = |c: usize, t: usize| -> Vec<f64> {
+            times[anchor][t]
+                .iter()
+                .zip(&times[c][t])
+                .map(|(g, w)| g / w)
+                .collect()
+        };
+        for (c, contender) in contenders.iter().enumerate() {
+            let (memory, allowed) = first[c];
+            table.row([
+                distribution.to_string(),
+                contender.name.to_string(),
+                Spread::of(&per_check(c, 0)).show(1),
+                Spread::of(&per_check(c, 1)).show(1),
+                Spread::of(&speedup(c, 0)).show(2),
+                Spread::of(&speedup(c, 1)).show(2),
+                thousands(memory.peak_bytes as u64),
+                format!(
+                    "{} ({:.2}%)",
+                    thousands(allowed),
+                    allowed as f64 * 100.0 / total as f64
+                ),
+            ]);
+        }
+        let exact = contenders
+            .iter()
+            .position(|c| c.name.starts_with("weir KeyedLimiter"))
+            .expect("the exact limiter is a contender");
+        let sketch = contenders
+            .iter()
+            .position(|c| c.name.starts_with("weir SketchLimiter"))
+            .expect("the sketch is a contender");
+        for (name, c, bound) in [
+            ("KeyedLimiter ≥ 3× governor", exact, 3.0),
+            ("SketchLimiter ≥ 5× governor", sketch, 5.0),
+        ] {
+            for t in 0..2 {
+                let s = Spread::of(&speedup(c, t));
+                goals.row([
+                    format!("{name}, {} thread(s)", t + 1),
+                    distribution.to_string(),
+                    s.show(2),
+                    verdict(s, bound).to_string(),
+                ]);
+            }
+        }
+        let gap = (first[exact].1 as f64 - first[sketch].1 as f64) * 100.0 / total as f64;
+        goals.row([
+            "SketchLimiter allows within 0.1 pp of the exact limiter".to_string(),
+            distribution.to_string(),
+            format!("{gap:+.3} pp fewer"),
+            if gap.abs() <= 0.1 {
+                "met"
+            } else {
+                "**not met**"
+            }
+            .to_string(),
         ]);
     }
     report.table(&table);
-    // The goals, judged on this run's numbers.
-    let best = |prefix: &str| {
-        results
-            .iter()
-            .filter(|(n, _)| n.starts_with(prefix))
-            .map(|(_, s)| s.throughput[0] / governor.0[0])
-            .fold(0.0f64, f64::max)
-    };
-    let sketch_memory = results
-        .iter()
-        .filter(|(n, _)| n.starts_with("weir SketchLimiter"))
-        .map(|(_, s)| s.memory.peak_bytes as f64 / governor.1.max(1) as f64)
-        .fold(0.0f64, f64::max);
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
-    let sketch_default = best("weir SketchLimiter");
-    let exact = best("weir KeyedLimiter");
-    report.text(&format!(
-        "* SketchLimiter, 1 thread: {sketch_default:.2}× governor ({}); memory {sketch_memory:.4} of governor's ({}).\n\
-         * KeyedLimiter (exact), 1 thread: {exact:.2}× governor ({}).",
-        verdict(sketch_default >= 5.0),
-        verdict(sketch_memory <= 0.01),
-        verdict(exact >= 1.0),
-    ));
+    report.text("Goals (issue 14), judged on this run:");
+    report.table(&goals);
     let reads = scale.pick(2_000_000u32, 10_000_000);
     let per_read = |clock: &dyn Clock| {
         let start = Instant::now();
@@ -618,14 +655,22 @@ pub fn benchmark(report: &mut Report) {
          `StdClock` (`Instant::now()`) {std_clock:.1} ns."
     ));
     report.text(
-        "Goals (issue 4): SketchLimiter ≥ 5× governor's throughput with ≤ 1/100 of its memory; KeyedLimiter ≥ governor's speed. \
-         Both governor and weir's default clock read the CPU's time-stamp counter, so the clock costs the same on both sides. \
-         The sketch over-limits once the traffic hashed into one cell exceeds the per-key rate (here about total rate × hashes / cells); \
-         the 'allowed' column shows when that happens. \
-         The exact KeyedLimiter's memory stays small because it sweeps keys whose state has expired (here after burst/rate = 50 ms); \
-         governor keeps every key until `retain_recent()` is called. Two threads share two cores with other work on this machine, \
-         so 2-thread ns/check near twice the 1-thread figure means the threads mostly did not run at the same time.",
+        "The exact KeyedLimiter forgets keys whose state has expired (after burst/rate); governor keeps every key until \
+         `retain_recent()` is called. With two threads the machine's two cores are shared with nothing else only when the \
+         machine is otherwise idle.",
     );
+}
+
+/// `met in every repetition`, `met at the median`, or `not met`, for a
+/// figure that must be at least `bound`.
+fn verdict(s: Spread, bound: f64) -> &'static str {
+    if s.min >= bound {
+        "met in every repetition"
+    } else if s.median >= bound {
+        "met at the median, not in every repetition"
+    } else {
+        "**not met**"
+    }
 }
 
 /// The whole weir-rate section of the report.
