@@ -17,7 +17,7 @@ pub const TOO_MANY_REQUESTS: u16 = 429;
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::{Gcra, Quota, RateLimiter};
 ///
 /// let quota = Quota::per_minute(NonZeroU32::new(2).unwrap());
@@ -274,7 +274,7 @@ impl Decision {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_limits::clock::ManualClock;
+    /// use weir_rate::clock::ManualClock;
     /// use weir_rate::{FixedWindow, PolicyName, Quota, RateLimiter};
     ///
     /// let limiter = RateLimiter::with_clock(
@@ -421,7 +421,7 @@ impl fmt::Display for Quoted<'_> {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::{NeverAllowed, Quota, RateLimiter, TokenBucket};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(5).unwrap());

@@ -289,7 +289,7 @@ struct EwmaState {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::ewma::Ewma;
 ///
 /// let clock = ManualClock::new();

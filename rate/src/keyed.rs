@@ -44,7 +44,7 @@ struct Shard<K, L: Limiter> {
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::{Gcra, KeyedLimiter, Quota};
 ///
 /// let clock = ManualClock::new();

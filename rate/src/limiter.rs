@@ -114,7 +114,7 @@ fn allow_everything() -> Decision {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::{FixedWindow, Gcra, Quota, RateLimiter};
 ///
 /// let per_second = Gcra::new(Quota::per_second(NonZeroU32::new(10).unwrap()));

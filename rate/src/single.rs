@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use weir_limits::clock::ManualClock;
+/// use weir_rate::clock::ManualClock;
 /// use weir_rate::{Gcra, Quota, RateLimiter};
 ///
 /// let clock = ManualClock::new();

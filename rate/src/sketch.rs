@@ -67,7 +67,7 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-use weir_limits::sketch::{Layout, Locator};
+pub use weir_limits::sketch::{Layout, Locator};
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -145,8 +145,8 @@ fn spin() {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_limits::clock::ManualClock;
-/// use weir_limits::sketch::{Layout, Locator};
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::sketch::{Layout, Locator};
 /// use weir_rate::{Quota, SketchLimiter};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
