@@ -14,6 +14,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::Mutex;
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +41,10 @@ struct Shard<K, L: Limiter> {
 }
 
 /// An exact per-key limiter over any [`Limiter`].
+///
+/// Keys are looked up borrowed, as `HashMap::get` does: a
+/// `KeyedLimiter<String, _>` checks a `&str` and allocates only when the
+/// key first spends something.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -103,7 +108,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 
     #[inline]
-    fn shard(&self, key: &K) -> &Mutex<Shard<K, L>> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Mutex<Shard<K, L>> {
         let hash = self.hasher.hash_one(key);
         // The map uses the low bits; take the shard from the high ones.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
@@ -112,24 +117,40 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// Check one unit for `key`.
     #[inline]
-    pub fn check(&self, key: &K) -> Decision {
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.run(key, 1, Mode::Consume)
             .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
-    pub fn check_n(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+    pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.run(key, cost, Mode::Consume)
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
-    pub fn peek_n(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
+    pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.run(key, cost, Mode::Peek)
     }
 
     /// [`check_n`](Self::check_n) at a time the caller read from this
     /// limiter's clock (e.g. once for a batch of requests).
-    pub fn check_n_at(&self, key: &K, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed> {
+    pub fn check_n_at<Q>(&self, key: &Q, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.run_at(key, cost, Mode::Consume, now_ns)
     }
 
@@ -137,7 +158,11 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// spent, as far as it still counts: see [`Limiter::refund`]. Nothing
     /// for a decision that spent nothing, or a key forgotten as idle (whose
     /// spendings no longer count). Refund each decision at most once.
-    pub fn refund(&self, key: &K, decision: &Decision) {
+    pub fn refund<Q>(&self, key: &Q, decision: &Decision)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let Some(receipt) = decision.receipt() else {
             return;
         };
@@ -192,11 +217,19 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 
     #[inline]
-    fn run(&self, key: &K, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
+    fn run<Q>(&self, key: &Q, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.run_at(key, cost, mode, self.clock.now_nanos())
     }
 
-    fn run_at(&self, key: &K, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed> {
+    fn run_at<Q>(&self, key: &Q, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let decision = {
             let mut guard = self.shard(key).lock();
             let shard = &mut *guard;
@@ -208,7 +241,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 let mut state = shard.limiter.new_state(now);
                 let decision = shard.limiter.check(&mut state, now, cost, mode)?;
                 if mode == Mode::Consume && !shard.limiter.is_idle(&state, now) {
-                    shard.map.insert(key.clone(), state);
+                    // The only allocation a borrowed key costs: on first spend.
+                    shard.map.insert(key.to_owned(), state);
                     if shard.map.len() >= shard.sweep_at {
                         let limiter = &shard.limiter;
                         shard.map.retain(|_, s| !limiter.is_idle(s, now));

@@ -191,3 +191,17 @@ fn checks_at_a_caller_supplied_time() {
         );
     }
 }
+
+#[test]
+fn string_keys_are_checked_by_str() {
+    let keyed: KeyedLimiter<String, Gcra, ManualClock> =
+        KeyedLimiter::with_clock(Gcra::new(per_second(1)), ManualClock::new());
+    let client = String::from("client-7");
+    assert!(keyed.check("client-7").is_allowed());
+    assert!(
+        !keyed.check(client.as_str()).is_allowed(),
+        "one key, borrowed or owned"
+    );
+    assert!(!keyed.check(&client).is_allowed());
+    assert_eq!(keyed.len(), 1);
+}
