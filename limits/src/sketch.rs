@@ -320,7 +320,20 @@ impl SplitMix64 {
 
 /// One odd multiplier per row (the first is 1: row 0 uses the hash as is).
 /// Fixed constants are enough: the hash itself is randomly seeded.
-const ROW_MULTIPLIERS: [u64; MAX_HASHES] = [
+///
+/// Public so that a re-implementation outside Rust (weir-hhh's BPF filter)
+/// locates the same cells: row `i` of a [`Layout::Rows`] key with hash `h`
+/// is cell `i·slots + ⌊(h·ROW_MULTIPLIERS[i] mod 2⁶⁴)·slots / 2⁶⁴⌋`.
+///
+/// ```
+/// use weir_limits::sketch::{Layout, Locator, ROW_MULTIPLIERS};
+///
+/// let locator = Locator::with_seed(2, 1024, Layout::Rows, 1).unwrap();
+/// let h = 0x0123_4567_89ab_cdef_u64;
+/// let row1 = (u128::from(h.wrapping_mul(ROW_MULTIPLIERS[1])) * 1024 >> 64) as usize;
+/// assert_eq!(locator.locate_hash(h).iter().nth(1), Some(1024 + row1));
+/// ```
+pub const ROW_MULTIPLIERS: [u64; MAX_HASHES] = [
     0x0000_0000_0000_0001,
     0x9e37_79b9_7f4a_7c15,
     0xbf58_476d_1ce4_e5b9,

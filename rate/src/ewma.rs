@@ -412,6 +412,34 @@ impl OneEventUpdate {
         self.window
     }
 
+    /// `⌊(2⁶⁴ − 1) / window⌋`, the reciprocal [`within_window`](Self::within_window)
+    /// multiplies by (for re-implementations that must match bit for bit,
+    /// such as weir-hhh's BPF filter).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::ewma::EwmaWindow;
+    ///
+    /// let w = EwmaWindow::new(Duration::from_nanos(1000)).unwrap().one_event();
+    /// assert_eq!(w.reciprocal(), u64::MAX / 1000);
+    /// ```
+    pub fn reciprocal(&self) -> u64 {
+        self.recip
+    }
+
+    /// What one event adds to a rate, in [`FixedRate`] bits (`⌊10⁹·2¹⁶ / window⌋`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::ewma::{EwmaWindow, FixedRate};
+    ///
+    /// let w = EwmaWindow::new(Duration::from_millis(100)).unwrap().one_event();
+    /// assert_eq!(w.increment(), FixedRate::from_per_second(10).to_bits());
+    /// ```
+    pub fn increment(&self) -> u64 {
+        self.inc
+    }
+
     fn new(ewma: EwmaWindow) -> Self {
         let window = ewma.window_nanos();
         // ⌊(2⁶⁴ − 1) / window⌋, so that keep·recip < 2⁶⁴ even for keep = window.
