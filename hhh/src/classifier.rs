@@ -143,10 +143,10 @@ fn mum(a: u64, b: u64) -> u64 {
 /// Per-family hash keys: one pair per generalisation, plus the keys that
 /// fold IPv6 addresses into one word.
 #[derive(Debug, Clone)]
-struct Keys {
-    v4: [(u64, u64); GENERALISATIONS],
-    v6: [(u64, u64); GENERALISATIONS],
-    v6_addr: (u64, u64),
+pub(crate) struct Keys {
+    pub(crate) v4: [(u64, u64); GENERALISATIONS],
+    pub(crate) v6: [(u64, u64); GENERALISATIONS],
+    pub(crate) v6_addr: (u64, u64),
 }
 
 impl Keys {
@@ -452,6 +452,31 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
 
     /// Build it, or say what is wrong with the configuration.
     pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
+        let p = self.params()?;
+        let cells_per_sketch = p.cells_per_sketch();
+        let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
+            .map(|_| Block::default())
+            .collect();
+        Ok(Classifier {
+            limit: AtomicU64::new(p.limit.to_bits()),
+            windows: p.windows,
+            locator: p.locator,
+            cells_per_sketch,
+            blocks,
+            keys: p.keys,
+            v4_masks: p.v4_masks,
+            v6_masks: p.v6_masks,
+            prefixes: p.prefixes,
+            counters: ThreadLocal::new(),
+            clock: self.clock,
+            random: self.random,
+        })
+    }
+
+    /// The validated configuration with everything derived from it (EWMA
+    /// constants per level, cell locator, hash keys, masks): what the
+    /// user-space classifier and the kernel filter are both built from.
+    pub(crate) fn params(&self) -> Result<Params, ConfigError> {
         if self.limit == 0 {
             return Err(ConfigError::ZeroLimit);
         }
@@ -469,25 +494,36 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
         }
         let seed = self.seed.unwrap_or_else(random_seed);
         let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
-        let cells_per_sketch = locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS;
-        let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
-            .map(|_| Block::default())
-            .collect();
         let p = self.prefixes;
-        Ok(Classifier {
-            limit: AtomicU64::new(FixedRate::from_per_second(self.limit).to_bits()),
+        Ok(Params {
+            limit: FixedRate::from_per_second(self.limit),
             windows,
             locator,
-            cells_per_sketch,
-            blocks,
             keys: Keys::new(seed),
             v4_masks: [p.v4_mask(AddrScope::Exact), p.v4_mask(AddrScope::Subnet), 0],
             v6_masks: [p.v6_mask(AddrScope::Exact), p.v6_mask(AddrScope::Subnet), 0],
             prefixes: p,
-            counters: ThreadLocal::new(),
-            clock: self.clock,
-            random: self.random,
         })
+    }
+}
+
+/// A validated configuration and everything derived from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Params {
+    pub(crate) limit: FixedRate,
+    pub(crate) windows: [OneEventUpdate; LEVELS],
+    pub(crate) locator: Locator,
+    pub(crate) keys: Keys,
+    /// Source masks per address scope (exact, subnet, any).
+    pub(crate) v4_masks: [u32; 3],
+    pub(crate) v6_masks: [u128; 3],
+    pub(crate) prefixes: Prefixes,
+}
+
+impl Params {
+    /// Cells per generalisation's sketch, rounded up to whole blocks.
+    pub(crate) fn cells_per_sketch(&self) -> usize {
+        self.locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
     }
 }
 

@@ -16,6 +16,8 @@
 //!   IPv4/IPv6 UDP packets ([`mod@tuple`]).
 //! * [`udp`] (feature `tokio`, on by default) — a guarded tokio UDP socket
 //!   that drops flood packets before the application sees them.
+//! * [`kernel`] (feature `bpf`) — the same filter as a BPF socket filter,
+//!   dropping floods in the kernel.
 //! * [`sim`] — replay the paper's scenarios (floods beside legitimate
 //!   streams) on a simulated clock.
 //!
@@ -35,6 +37,8 @@
 
 mod classifier;
 mod error;
+#[cfg(feature = "bpf")]
+pub mod kernel;
 pub mod lattice;
 pub mod random;
 pub mod sim;

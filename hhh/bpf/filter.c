@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//
+// weir-hhh's flood filter as a BPF socket filter: the same algorithm, hash,
+// sketch layout and fixed-point EWMA as the user-space `Classifier`
+// (hhh/src/classifier.rs), so that the two agree packet for packet when
+// given the same time and coin. Everything that must match user space (hash
+// keys, prefixes, lattice, EWMA constants, row multipliers) comes from the
+// `weir_config` map, written once by `weir_hhh::kernel::KernelFilter`; this
+// file holds only the arithmetic.
+//
+// Framing: attached to a UDP socket, the filter runs with skb->data at the
+// UDP header (the IP layer has pulled its header); under BPF_PROG_TEST_RUN
+// skb->data is at the IP header. Every read is therefore relative to the
+// network header (BPF_HDR_START_NET), which is the IP header in both cases.
+//
+// What cannot be parsed is passed whole: the filter only ever drops packets
+// it has classified.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define GENERALISATIONS 12
+#define LEVELS 5
+// Cells per key the kernel supports (the user-space classifier allows 16;
+// the loader rejects more than this with a typed error).
+#define MAX_HASHES 8
+#define MAX_EXTENSION_HEADERS 8
+#define IPPROTO_UDP_ 17
+
+// Flags of `weir_state.flags`.
+#define FLAG_REPLAY_CLOCK 1 // time from `weir_state.now`, not bpf_ktime_get_ns
+#define FLAG_REPLAY_COIN 2  // coin from `weir_state.coin`, not bpf_get_prandom_u32
+
+// Flags of `weir_generalisation.flags`.
+#define KEEP_SPORT 1
+#define KEEP_DPORT 2
+#define LAST_IN_LEVEL 4
+
+struct weir_level {
+	__u64 window; // EWMA window, ns
+	__u64 recip;  // floor((2^64 - 1) / window)
+	__u64 inc;    // what one event adds (FixedRate bits)
+};
+
+struct weir_generalisation {
+	__u32 src;   // source digest: 0 exact prefix, 1 subnet, 2 any
+	__u32 flags; // KEEP_SPORT | KEEP_DPORT | LAST_IN_LEVEL
+	__u32 level;
+	__u32 pad;
+};
+
+// Written once at load; mirrored by `Config` in hhh/src/kernel/maps.rs.
+struct weir_config {
+	__u64 hashes;
+	__u64 slots;
+	__u64 slots_shift; // 64 - log2(slots) when slots is a power of two >= 2, else 0
+	__u64 cells_per_sketch;
+	__u64 one_per_ns; // FixedRate bits of 10^9 events/s (the idle-cell update's numerator)
+	__u64 v6_fold[2];
+	__u64 v4_mask[3];
+	__u64 v6_mask_hi[3];
+	__u64 v6_mask_lo[3];
+	__u64 row_mult[MAX_HASHES];
+	__u64 keys_v4[GENERALISATIONS][2];
+	__u64 keys_v6[GENERALISATIONS][2];
+	struct weir_level levels[LEVELS];
+	struct weir_generalisation gens[GENERALISATIONS];
+};
+
+// Changed at run time; mirrored by `State`.
+struct weir_state {
+	__u64 limit; // FixedRate bits
+	__u64 flags;
+	__u64 now;
+	__u64 coin;
+};
+
+// Per CPU; mirrored by `RawStats`.
+struct weir_stats {
+	__u64 unlimited;
+	__u64 passed[LEVELS];
+	__u64 dropped[LEVELS];
+	__u64 unparsed;
+};
+
+_Static_assert(sizeof(struct weir_config) == 888, "mirror of Config in hhh/src/kernel.rs");
+_Static_assert(sizeof(struct weir_state) == 32, "mirror of State");
+_Static_assert(sizeof(struct weir_stats) == 96, "mirror of RawStats");
+
+struct weir_cell {
+	__u64 rate;
+	__u64 stamp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_config);
+} weir_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_state);
+} weir_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_stats);
+} weir_stats SEC(".maps");
+
+// Sized by the loader: 12 sketches of `cells_per_sketch` cells.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct weir_cell);
+} weir_cells SEC(".maps");
+
+struct tuple {
+	__u64 src[3]; // source digest per address scope
+	__u64 dst;
+	__u64 sport;
+	__u64 dport;
+	int v6;
+};
+
+// High 64 bits of a 64x64-bit product (BPF has no 128-bit multiply).
+static __always_inline __u64 mulhi(__u64 a, __u64 b)
+{
+	__u64 a0 = (__u32)a, a1 = a >> 32, b0 = (__u32)b, b1 = b >> 32;
+	__u64 p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+	__u64 mid = (p00 >> 32) + (__u32)p01 + (__u32)p10;
+	return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+
+// The classifier's `mum`: the 128-bit product folded into 64 bits.
+static __always_inline __u64 mum(__u64 a, __u64 b)
+{
+	return (a * b) ^ mulhi(a, b);
+}
+
+static __always_inline __u64 load_be64(const __u8 *p)
+{
+	__u64 v = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static __always_inline __u32 load_be32(const __u8 *p)
+{
+	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+}
+
+static __always_inline __u16 load_be16(const __u8 *p)
+{
+	return ((__u16)p[0] << 8) | p[1];
+}
+
+static __always_inline int load(struct __sk_buff *skb, __u32 at, void *to, __u32 len)
+{
+	return bpf_skb_load_bytes_relative(skb, at, to, len, BPF_HDR_START_NET);
+}
+
+// The same checks as `FourTuple::parse`, except one: the lengths the IP
+// headers claim are trusted to be present (the IP and UDP layers have
+// checked them before any socket filter runs, and probing the packet's end
+// would fail on paged socket buffers, letting a flood with large payloads
+// through unfiltered). Returns 0 and fills `t`, or -1 to pass the packet.
+static __always_inline int parse(struct __sk_buff *skb, const struct weir_config *cfg,
+				 struct tuple *t)
+{
+	__u8 buf[48];
+	__u32 have;
+
+	// One helper call in the common case: the socket's protocol says how
+	// much to read; the version nibble still decides.
+	if (skb->protocol == bpf_htons(ETH_P_IPV6) && load(skb, 0, buf, 48) == 0) {
+		have = 48;
+	} else {
+		if (load(skb, 0, buf, 28))
+			return -1;
+		have = 28;
+	}
+	__u8 version = buf[0] >> 4;
+	if (version == 4) {
+		__u32 header = (buf[0] & 0x0f) * 4;
+		if (header < 20)
+			return -1;
+		__u32 total = load_be16(buf + 2);
+		if (total < header)
+			return -1;
+		__u16 frag = load_be16(buf + 6);
+		if (frag & 0x1fff)
+			return -1;
+		if (buf[9] != IPPROTO_UDP_)
+			return -1;
+		if (header + 8 > total)
+			return -1;
+		__u8 udp[8];
+		if (header == 20) {
+			__builtin_memcpy(udp, buf + 20, 8);
+		} else if (load(skb, header, udp, 8)) {
+			return -1;
+		}
+		__u32 udp_len = load_be16(udp + 4);
+		if (udp_len < 8)
+			return -1;
+		if (!(frag & 0x2000) && header + udp_len > total)
+			return -1;
+		__u64 s = load_be32(buf + 12);
+		t->src[0] = s & cfg->v4_mask[0];
+		t->src[1] = s & cfg->v4_mask[1];
+		t->src[2] = s & cfg->v4_mask[2];
+		t->dst = load_be32(buf + 16);
+		t->sport = load_be16(udp);
+		t->dport = load_be16(udp + 2);
+		t->v6 = 0;
+		return 0;
+	}
+	if (version != 6)
+		return -1;
+	if (have < 48 && load(skb, 0, buf, 48))
+		return -1;
+	__u32 end = 40 + (__u32)load_be16(buf + 4);
+	__u8 next = buf[6];
+	__u32 at = 40;
+	int whole = 1;
+	__u8 ext[8];
+	__builtin_memcpy(ext, buf + 40, 8);
+	// Walk at most MAX_EXTENSION_HEADERS, like the user-space parser; the
+	// bound also lets the verifier see the loop end.
+	for (int walked = 0; walked <= MAX_EXTENSION_HEADERS; walked++) {
+		if (next == IPPROTO_UDP_)
+			break;
+		if (walked == MAX_EXTENSION_HEADERS)
+			return -1;
+		if (at + 8 > end)
+			return -1;
+		if (at != 40 && load(skb, at, ext, 8))
+			return -1;
+		__u32 len;
+		switch (next) {
+		case 0:
+		case 43:
+		case 60:
+			len = ((__u32)ext[1] + 1) * 8;
+			break;
+		case 44: {
+			__u16 offset_flags = load_be16(ext + 2);
+			if (offset_flags >> 3)
+				return -1;
+			if (offset_flags & 1)
+				whole = 0;
+			len = 8;
+			break;
+		}
+		case 51:
+			len = ((__u32)ext[1] + 2) * 4;
+			break;
+		default:
+			return -1;
+		}
+		if (at + len > end)
+			return -1;
+		next = ext[0];
+		at += len;
+	}
+	if (next != IPPROTO_UDP_)
+		return -1;
+	if (at + 8 > end)
+		return -1;
+	__u8 udp[8];
+	if (at == 40)
+		__builtin_memcpy(udp, buf + 40, 8);
+	else if (load(skb, at, udp, 8))
+		return -1;
+	__u32 udp_len = load_be16(udp + 4);
+	if (udp_len < 8)
+		return -1;
+	if (whole && at + udp_len > end)
+		return -1;
+	__u64 s_hi = load_be64(buf + 8), s_lo = load_be64(buf + 16);
+	__u64 d_hi = load_be64(buf + 24), d_lo = load_be64(buf + 32);
+	__u64 k0 = cfg->v6_fold[0], k1 = cfg->v6_fold[1];
+#pragma unroll
+	for (int i = 0; i < 3; i++)
+		t->src[i] = mum((s_lo & cfg->v6_mask_lo[i]) ^ k0, (s_hi & cfg->v6_mask_hi[i]) ^ k1);
+	t->dst = mum(d_lo ^ k0, d_hi ^ k1);
+	t->sport = load_be16(udp);
+	t->dport = load_be16(udp + 2);
+	t->v6 = 1;
+	return 0;
+}
+
+// weir-rate's `OneEventUpdate::within_window`: old·(keep/window) + one event,
+// with the 64x32-bit product split so no 128-bit arithmetic is needed.
+static __always_inline __u64 within_window(const struct weir_level *l, __u64 old, __u64 elapsed)
+{
+	__u64 keep = l->window > elapsed ? l->window - elapsed : 0;
+	__u64 frac = (keep * l->recip) >> 32;
+	__u64 kept = (old >> 32) * frac + (((old & 0xffffffffULL) * frac) >> 32);
+	__u64 rate = kept + l->inc;
+	return rate < kept ? ~0ULL : rate;
+}
+
+// The classifier's `touch_cell`: one event now; returns the new rate.
+static __always_inline __u64 touch(const struct weir_config *cfg, const struct weir_level *l,
+				   struct weir_cell *cell, __u64 now)
+{
+	__u64 old = cell->rate, stamp = cell->stamp;
+	__u64 elapsed = now - stamp;
+	__u64 rate;
+	if (elapsed < l->window) {
+		rate = within_window(l, old, elapsed);
+		stamp = now;
+	} else if (now < stamp) {
+		// Time behind the cell's counts as no time passing.
+		rate = within_window(l, old, 0);
+	} else {
+		// Idle for a window or more: the rate restarts at one event per
+		// elapsed time (weir-rate's exact update).
+		rate = cfg->one_per_ns / elapsed;
+		stamp = now;
+	}
+	cell->rate = rate;
+	cell->stamp = stamp;
+	return rate;
+}
+
+// weir-limits' `reduce`: the hash's high bits scaled onto `slots`.
+static __always_inline __u64 reduce(const struct weir_config *cfg, __u64 probe)
+{
+	if (cfg->slots_shift)
+		return probe >> cfg->slots_shift;
+	return mulhi(probe, cfg->slots);
+}
+
+// One generalisation of the packet: its hash, one event in each of its
+// cells, and the count-min estimate (the smallest cell). A global function,
+// so that the verifier checks it once instead of once per generalisation
+// and cell (inlined, the twelve copies exceed its budget).
+__attribute__((noinline)) __u64 weir_generalisation(const struct weir_config *cfg,
+						    const struct tuple *t, __u32 g, __u64 now)
+{
+	if (!cfg || !t || g >= GENERALISATIONS)
+		return 0;
+	const struct weir_generalisation *gen = &cfg->gens[g];
+	__u32 level = gen->level;
+	if (level >= LEVELS)
+		return 0;
+	const struct weir_level *l = &cfg->levels[level];
+	__u32 scope = gen->src;
+	if (scope > 2)
+		scope = 2;
+	__u64 sport = (gen->flags & KEEP_SPORT) ? t->sport : 0;
+	__u64 dport = (gen->flags & KEEP_DPORT) ? t->dport : 0;
+	const __u64 *key = t->v6 ? cfg->keys_v6[g] : cfg->keys_v4[g];
+	__u64 hash = mum(t->src[scope] ^ key[0], (t->dst ^ (sport << 48) ^ (dport << 32)) ^ key[1]);
+	__u64 base = (__u64)g * cfg->cells_per_sketch;
+	__u64 hashes = cfg->hashes;
+	if (hashes == 0)
+		return 0;
+	__u64 rate = ~0ULL;
+	for (__u32 i = 0; i < MAX_HASHES; i++) {
+		if (i >= hashes)
+			break;
+		__u64 probe = hash * cfg->row_mult[i];
+		__u32 index = base + i * cfg->slots + reduce(cfg, probe);
+		struct weir_cell *cell = bpf_map_lookup_elem(&weir_cells, &index);
+		if (!cell)
+			return 0;
+		__u64 r = touch(cfg, l, cell, now);
+		if (r < rate)
+			rate = r;
+	}
+	return rate;
+}
+
+SEC("socket")
+int weir_filter(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	const struct weir_config *cfg = bpf_map_lookup_elem(&weir_config, &zero);
+	const struct weir_state *st = bpf_map_lookup_elem(&weir_state, &zero);
+	struct weir_stats *stats = bpf_map_lookup_elem(&weir_stats, &zero);
+	if (!cfg || !st || !stats)
+		return skb->len;
+	struct tuple t;
+	if (parse(skb, cfg, &t)) {
+		stats->unparsed++;
+		return skb->len;
+	}
+	__u64 now = (st->flags & FLAG_REPLAY_CLOCK) ? st->now : bpf_ktime_get_ns();
+	__u64 limit = st->limit;
+	__u64 max = 0;
+	for (__u32 g = 0; g < GENERALISATIONS; g++) {
+		__u32 flags = cfg->gens[g].flags;
+		__u32 level = cfg->gens[g].level;
+		if (level >= LEVELS)
+			return skb->len;
+		__u64 rate = weir_generalisation(cfg, &t, g, now);
+		if (rate > max)
+			max = rate;
+		if (!(flags & LAST_IN_LEVEL))
+			continue;
+		if (max > limit) {
+			__u32 coin = (st->flags & FLAG_REPLAY_COIN) ? (__u32)st->coin
+								      : bpf_get_prandom_u32();
+			// coin / 2^32 < limit / rate, without a division: compare
+			// the 128-bit products coin·rate and limit·2^32.
+			// With hi = ⌊coin·max / 2^32⌋ that is simply hi < limit.
+			__u64 lo = (__u64)coin * (max & 0xffffffffULL);
+			__u64 hi = (__u64)coin * (max >> 32) + (lo >> 32);
+			if (hi < limit) {
+				stats->passed[level]++;
+				return skb->len;
+			}
+			stats->dropped[level]++;
+			return 0;
+		}
+		max = 0;
+	}
+	stats->unlimited++;
+	return skb->len;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

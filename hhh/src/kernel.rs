@@ -1,0 +1,655 @@
+//! The flood filter in the kernel (feature `bpf`): the [`Classifier`]'s
+//! algorithm as a BPF socket filter, so that flood packets are dropped
+//! before they cost a wake-up, a copy or a system call.
+//!
+//! [`KernelFilter::load`] takes the same [`Builder`] as the user-space
+//! classifier (limit, windows, sketch shape, prefixes, seed) and loads
+//! `bpf/filter.c` (compiled by clang at build time) with aya; attach it to
+//! any number of UDP sockets (`std` or tokio) with
+//! [`attach`](KernelFilter::attach). All sockets it is attached to share its
+//! sketches and counters.
+//!
+//! # One algorithm, twice
+//!
+//! The kernel program computes what [`Classifier::classify_at`] computes, bit
+//! for bit: the same per-generalisation hash (the same keys, derived from the
+//! same seed), the same cells ([`Layout::Rows`]), the same division-free
+//! fixed-point EWMA with the same window per level, the same coin rule
+//! (`coin·rate < limit·2³²`). Every constant that must match comes from user
+//! space in a configuration map; the C file holds only the arithmetic. With
+//! the time and the coin pinned ([`test_run_at`](KernelFilter::test_run_at)),
+//! the kernel's verdicts equal the classifier's packet for packet; the tests
+//! in `tests/kernel.rs` check it.
+//!
+//! Differences: the kernel reads its clock with `bpf_ktime_get_ns` and its
+//! coin with `bpf_get_prandom_u32`; it supports at most
+//! [`MAX_KERNEL_HASHES`] cells per key and only [`Layout::Rows`]; and it
+//! trusts the IP and UDP length fields to describe bytes that are present
+//! (the stack has checked them before a socket filter runs), where
+//! [`FourTuple::parse`](crate::FourTuple::parse) checks them against the
+//! buffer. Everything else it cannot parse (truncated headers, IHL < 5,
+//! fragments, other protocols, more than eight IPv6 extension headers) it
+//! passes whole and counts as [`KernelStats::unparsed`]. IPv4 options and
+//! IPv6 extension headers (hop-by-hop, routing, fragment, destination
+//! options, authentication) are parsed, not passed.
+//!
+//! ```no_run
+//! use weir_hhh::Classifier;
+//! use weir_hhh::kernel::KernelFilter;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let socket = std::net::UdpSocket::bind("127.0.0.1:5353")?;
+//! let mut filter = KernelFilter::load(Classifier::builder(1_000))?;
+//! filter.attach(&socket)?; // floods are now dropped in the kernel
+//! filter.set_limit(2_000)?;
+//! let stats = filter.stats()?;
+//! println!("dropped {} packets", stats.levels.dropped());
+//! KernelFilter::detach(&socket)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::classifier::{Builder, Params};
+use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, LEVELS, PortScope};
+use crate::random::RandomSource;
+use crate::{ConfigError, FixedRate, LevelStats, Stats};
+use aya::maps::{Array, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, SocketFilter, TestRun, TestRunOptions};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use std::fmt;
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+use weir_limits::clock::Clock;
+use weir_limits::sketch::{Layout, ROW_MULTIPLIERS};
+
+/// The compiled filter (`bpf/filter.c`, built by `build.rs`).
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));
+
+/// The most cells per key the kernel filter supports (`MAX_HASHES` in
+/// `bpf/filter.c`).
+pub const MAX_KERNEL_HASHES: usize = 8;
+
+const PROGRAM: &str = "weir_filter";
+const FLAG_REPLAY_CLOCK: u64 = 1;
+const FLAG_REPLAY_COIN: u64 = 2;
+const KEEP_SPORT: u32 = 1;
+const KEEP_DPORT: u32 = 2;
+const LAST_IN_LEVEL: u32 = 4;
+
+/// `struct weir_level` in `bpf/filter.c`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct Level {
+    window: u64,
+    recip: u64,
+    inc: u64,
+}
+
+/// `struct weir_generalisation`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct Gen {
+    src: u32,
+    flags: u32,
+    level: u32,
+    pad: u32,
+}
+
+/// `struct weir_config`: written once at load.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Config {
+    hashes: u64,
+    slots: u64,
+    slots_shift: u64,
+    cells_per_sketch: u64,
+    one_per_ns: u64,
+    v6_fold: [u64; 2],
+    v4_mask: [u64; 3],
+    v6_mask_hi: [u64; 3],
+    v6_mask_lo: [u64; 3],
+    row_mult: [u64; MAX_KERNEL_HASHES],
+    keys_v4: [[u64; 2]; GENERALISATIONS],
+    keys_v6: [[u64; 2]; GENERALISATIONS],
+    levels: [Level; LEVELS],
+    gens: [Gen; GENERALISATIONS],
+}
+
+/// `struct weir_state`: what changes at run time.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct State {
+    limit: u64,
+    flags: u64,
+    now: u64,
+    coin: u64,
+}
+
+/// `struct weir_stats`, one per CPU.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct RawStats {
+    unlimited: u64,
+    passed: [u64; LEVELS],
+    dropped: [u64; LEVELS],
+    unparsed: u64,
+}
+
+// The C structs have the same sizes (aya also checks each map's value size
+// against these when the maps are opened).
+const _: () = assert!(size_of::<Config>() == 888);
+const _: () = assert!(size_of::<State>() == 32);
+const _: () = assert!(size_of::<RawStats>() == 96);
+
+// SAFETY: plain `repr(C)` structs of integers with no padding (sizes
+// asserted above); any bit pattern is a valid value.
+unsafe impl aya::Pod for Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for State {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RawStats {}
+
+impl Config {
+    fn new(p: &Params) -> Result<Self, KernelError> {
+        let hashes = p.locator.hashes();
+        if hashes > MAX_KERNEL_HASHES {
+            return Err(KernelError::Unsupported(
+                "more than 8 cells per key (MAX_KERNEL_HASHES)",
+            ));
+        }
+        if p.locator.layout() != Layout::Rows {
+            return Err(KernelError::Unsupported(
+                "the blocked sketch layout (the kernel filter uses rows)",
+            ));
+        }
+        let slots = p.locator.slots() as u64;
+        let cells_per_sketch = p.cells_per_sketch() as u64;
+        if cells_per_sketch * GENERALISATIONS as u64 > u64::from(u32::MAX) {
+            return Err(KernelError::Unsupported(
+                "more cells than a BPF array holds",
+            ));
+        }
+        // reduce(h, 2^k) = h >> (64 - k): one shift instead of a 128-bit product.
+        let slots_shift = if slots >= 2 && slots.is_power_of_two() {
+            64 - u64::from(slots.trailing_zeros())
+        } else {
+            0
+        };
+        let mut row_mult = [0; MAX_KERNEL_HASHES];
+        row_mult.copy_from_slice(&ROW_MULTIPLIERS[..MAX_KERNEL_HASHES]);
+        let key = |k: &(u64, u64)| [k.0, k.1];
+        let mut gens = [Gen::default(); GENERALISATIONS];
+        for (i, (g, out)) in Generalisation::ALL.iter().zip(&mut gens).enumerate() {
+            let last = Generalisation::ALL
+                .get(i + 1)
+                .is_none_or(|next| next.level() != g.level());
+            *out = Gen {
+                src: match g.src {
+                    AddrScope::Exact => 0,
+                    AddrScope::Subnet => 1,
+                    AddrScope::Any => 2,
+                },
+                flags: [
+                    (g.src_port == PortScope::Exact, KEEP_SPORT),
+                    (g.dst_port == PortScope::Exact, KEEP_DPORT),
+                    (last, LAST_IN_LEVEL),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .fold(0, |flags, (_, bit)| flags | bit),
+                level: u32::from(g.level()),
+                pad: 0,
+            };
+        }
+        Ok(Self {
+            hashes: hashes as u64,
+            slots,
+            slots_shift,
+            cells_per_sketch,
+            one_per_ns: FixedRate::from_per_second(1_000_000_000).to_bits(),
+            v6_fold: key(&p.keys.v6_addr),
+            v4_mask: p.v4_masks.map(u64::from),
+            v6_mask_hi: p.v6_masks.map(|m| (m >> 64) as u64),
+            v6_mask_lo: p.v6_masks.map(|m| m as u64),
+            row_mult,
+            keys_v4: p.keys.v4.each_ref().map(key),
+            keys_v6: p.keys.v6.each_ref().map(key),
+            levels: p.windows.map(|w| Level {
+                window: w.window_nanos(),
+                recip: w.reciprocal(),
+                inc: w.increment(),
+            }),
+            gens,
+        })
+    }
+}
+
+/// Why the kernel filter could not be loaded, attached or read.
+///
+/// ```
+/// use weir_hhh::ConfigError;
+/// use weir_hhh::kernel::KernelError;
+///
+/// let e = KernelError::from(ConfigError::ZeroLimit);
+/// assert!(e.to_string().contains("limit"));
+/// assert!(!e.is_permission_denied());
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The configuration is invalid (as for the user-space classifier).
+    Config(ConfigError),
+    /// The configuration is valid for the classifier but not supported by
+    /// the kernel filter.
+    Unsupported(&'static str),
+    /// The kernel refused for lack of privilege (`EPERM`/`EACCES`: loading
+    /// needs `CAP_BPF` or root, and attaching a socket filter may too).
+    PermissionDenied {
+        /// What was being done.
+        during: &'static str,
+        /// The system call's error.
+        source: io::Error,
+    },
+    /// The verifier rejected the program.
+    Verifier {
+        /// The system call's error.
+        source: io::Error,
+        /// The verifier's log.
+        log: String,
+    },
+    /// Any other failure of a BPF or socket system call.
+    Syscall {
+        /// What was being done.
+        during: &'static str,
+        /// The system call's error.
+        source: io::Error,
+    },
+    /// A failure aya reports without a system call error (a malformed
+    /// object, a missing map, ...).
+    Other {
+        /// What was being done.
+        during: &'static str,
+        /// aya's message.
+        message: String,
+    },
+}
+
+impl KernelError {
+    /// Whether the kernel refused for lack of privilege (callers and tests
+    /// may then fall back to the user-space classifier).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Self::PermissionDenied { .. })
+    }
+
+    fn io(during: &'static str, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::PermissionDenied {
+            Self::PermissionDenied { during, source }
+        } else {
+            Self::Syscall { during, source }
+        }
+    }
+
+    fn program(during: &'static str, e: ProgramError) -> Self {
+        match e {
+            ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            } => {
+                if io_error.kind() == io::ErrorKind::PermissionDenied {
+                    Self::PermissionDenied {
+                        during,
+                        source: io_error,
+                    }
+                } else {
+                    Self::Verifier {
+                        source: io_error,
+                        log: verifier_log.to_string(),
+                    }
+                }
+            }
+            ProgramError::SyscallError(e) => Self::io(during, e.io_error),
+            ProgramError::SocketFilterError(
+                aya::programs::socket_filter::SocketFilterError::SetsockoptError {
+                    io_error, ..
+                },
+            ) => Self::io(during, io_error),
+            other => Self::Other {
+                during,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn map(during: &'static str, e: MapError) -> Self {
+        match e {
+            MapError::CreateError { io_error, .. } => Self::io(during, io_error),
+            MapError::SyscallError(e) => Self::io(during, e.io_error),
+            other => Self::Other {
+                during,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn ebpf(during: &'static str, e: EbpfError) -> Self {
+        match e {
+            EbpfError::MapError(e) => Self::map(during, e),
+            EbpfError::ProgramError(e) => Self::program(during, e),
+            other => Self::Other {
+                during,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<ConfigError> for KernelError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "invalid configuration: {e}"),
+            Self::Unsupported(what) => write!(f, "the kernel filter does not support {what}"),
+            Self::PermissionDenied { during, source } => write!(
+                f,
+                "{during}: permission denied ({source}); loading BPF programs needs CAP_BPF or root"
+            ),
+            Self::Verifier { source, log } => {
+                write!(f, "the verifier rejected the filter ({source}):\n{log}")
+            }
+            Self::Syscall { during, source } => write!(f, "{during}: {source}"),
+            Self::Other { during, message } => write!(f, "{during}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            Self::PermissionDenied { source, .. }
+            | Self::Verifier { source, .. }
+            | Self::Syscall { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The kernel filter's counters, summed over CPUs.
+///
+/// ```
+/// use weir_hhh::kernel::KernelStats;
+///
+/// let s = KernelStats::default();
+/// assert_eq!((s.levels.total(), s.unparsed), (0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Classified packets, as the user-space [`Stats`].
+    pub levels: Stats,
+    /// Packets the filter could not parse and passed whole.
+    pub unparsed: u64,
+}
+
+/// One `BPF_PROG_TEST_RUN` of the filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRunResult {
+    /// What the program returned: bytes to keep, 0 to drop.
+    pub return_value: u32,
+    /// Mean time per run, as the kernel measured it.
+    pub duration: Duration,
+}
+
+impl TestRunResult {
+    /// Whether the packet was kept.
+    pub fn passed(&self) -> bool {
+        self.return_value != 0
+    }
+}
+
+/// rakelimit's flood filter in the kernel: a BPF socket filter running the
+/// [`Classifier`](crate::Classifier)'s algorithm, attachable to UDP sockets.
+///
+/// ```no_run
+/// use weir_hhh::Classifier;
+/// use weir_hhh::kernel::KernelFilter;
+///
+/// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+/// let socket = tokio::net::UdpSocket::bind("[::1]:5353").await?;
+/// let filter = KernelFilter::load(Classifier::builder(1_000).seed(7))?;
+/// filter.attach(&socket)?;
+/// let mut buf = [0u8; 1500];
+/// let (len, peer) = socket.recv_from(&mut buf).await?; // floods never get here
+/// # Ok(())
+/// # }
+/// ```
+pub struct KernelFilter {
+    ebpf: Ebpf,
+    state_map: Array<MapData, State>,
+    stats_map: PerCpuArray<MapData, RawStats>,
+    state: State,
+    config: Config,
+}
+
+impl KernelFilter {
+    /// Load the filter with `builder`'s configuration (its clock and random
+    /// source are not used: the kernel has its own).
+    pub fn load<C: Clock, R: RandomSource>(builder: Builder<C, R>) -> Result<Self, KernelError> {
+        let params = builder.params()?;
+        let config = Config::new(&params)?;
+        let cells = u32::try_from(config.cells_per_sketch * GENERALISATIONS as u64)
+            .map_err(|_| KernelError::Unsupported("more cells than a BPF array holds"))?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("weir_cells", cells)
+            .load(OBJECT)
+            .map_err(|e| KernelError::ebpf("loading the filter's maps", e))?;
+        let mut config_map: Array<MapData, Config> = take_map(&mut ebpf, "weir_config")?;
+        config_map
+            .set(0, config, 0)
+            .map_err(|e| KernelError::map("writing the configuration", e))?;
+        let mut state_map: Array<MapData, State> = take_map(&mut ebpf, "weir_state")?;
+        let stats_map: PerCpuArray<MapData, RawStats> = take_map(&mut ebpf, "weir_stats")?;
+        let state = State {
+            limit: params.limit.to_bits(),
+            ..State::default()
+        };
+        state_map
+            .set(0, state, 0)
+            .map_err(|e| KernelError::map("writing the limit", e))?;
+        let program: &mut SocketFilter = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| KernelError::Other {
+                during: "loading the filter",
+                message: format!("the object has no program `{PROGRAM}`"),
+            })?
+            .try_into()
+            .map_err(|e| KernelError::program("loading the filter", e))?;
+        program
+            .load()
+            .map_err(|e| KernelError::program("loading the filter", e))?;
+        Ok(Self {
+            ebpf,
+            state_map,
+            stats_map,
+            state,
+            config,
+        })
+    }
+
+    fn program(&self) -> Result<&SocketFilter, KernelError> {
+        self.ebpf
+            .program(PROGRAM)
+            .ok_or_else(|| KernelError::Other {
+                during: "finding the filter",
+                message: format!("the object has no program `{PROGRAM}`"),
+            })?
+            .try_into()
+            .map_err(|e| KernelError::program("finding the filter", e))
+    }
+
+    /// Attach the filter to a socket (`SO_ATTACH_BPF`): from now on the
+    /// kernel drops what the filter drops before the socket sees it. It
+    /// replaces any socket filter already attached.
+    pub fn attach<S: AsFd>(&self, socket: &S) -> Result<(), KernelError> {
+        self.program()?
+            .attach(socket.as_fd())
+            .map_err(|e| KernelError::program("attaching the filter", e))
+    }
+
+    /// Remove whatever socket filter is attached to `socket`
+    /// (`SO_DETACH_BPF`; an error if there is none).
+    pub fn detach<S: AsFd>(socket: &S) -> Result<(), KernelError> {
+        SocketFilter::detach(socket.as_fd())
+            .map_err(|e| KernelError::program("detaching the filter", e))
+    }
+
+    /// The limit in force.
+    pub fn limit(&self) -> FixedRate {
+        FixedRate::from_bits(self.state.limit)
+    }
+
+    /// Change the limit (packets per second per generalisation) for every
+    /// socket the filter is attached to, from the next packet on.
+    pub fn set_limit(&mut self, limit_pps: u64) -> Result<(), KernelError> {
+        if limit_pps == 0 {
+            return Err(ConfigError::ZeroLimit.into());
+        }
+        let state = State {
+            limit: FixedRate::from_per_second(limit_pps).to_bits(),
+            ..self.state
+        };
+        self.write_state(state)
+    }
+
+    fn write_state(&mut self, state: State) -> Result<(), KernelError> {
+        self.state_map
+            .set(0, state, 0)
+            .map_err(|e| KernelError::map("writing the filter's state", e))?;
+        self.state = state;
+        Ok(())
+    }
+
+    /// The counters of every verdict so far, summed over CPUs.
+    pub fn stats(&self) -> Result<KernelStats, KernelError> {
+        let per_cpu = self
+            .stats_map
+            .get(&0, 0)
+            .map_err(|e| KernelError::map("reading the counters", e))?;
+        let mut out = KernelStats::default();
+        for s in per_cpu.iter() {
+            out.levels.unlimited += s.unlimited;
+            for (l, level) in out.levels.levels.iter_mut().enumerate() {
+                *level = LevelStats {
+                    passed: level.passed + s.passed[l],
+                    dropped: level.dropped + s.dropped[l],
+                };
+            }
+            out.unparsed += s.unparsed;
+        }
+        Ok(out)
+    }
+
+    /// The EWMA window of each level (as the classifier's
+    /// [`level_windows`](crate::Classifier::level_windows)).
+    pub fn level_windows(&self) -> [Duration; LEVELS] {
+        self.config.levels.map(|l| Duration::from_nanos(l.window))
+    }
+
+    /// Run the filter `repeat` times on `frame` with `BPF_PROG_TEST_RUN`, on
+    /// the kernel's clock and coin. The frame starts at the Ethernet header
+    /// (see [`ethernet_frame`]): the kernel strips it and, as on a socket,
+    /// the filter reads from the IP header. The reported duration is the
+    /// kernel's mean per run.
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRunResult, KernelError> {
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat: repeat.max(1),
+            ..TestRunOptions::default()
+        };
+        let result = self
+            .program()?
+            .test_run(opts)
+            .map_err(|e| KernelError::program("BPF_PROG_TEST_RUN", e))?;
+        Ok(TestRunResult {
+            return_value: result.return_value,
+            duration: result.duration,
+        })
+    }
+
+    /// Run the filter once on `frame` as if it arrived at `now_nanos`, with
+    /// the lottery's coin fixed to `coin` if given (else
+    /// `bpf_get_prandom_u32`): deterministic replays, e.g. to compare with
+    /// [`Classifier::classify_at`](crate::Classifier::classify_at) fed the
+    /// same times and a [`ConstantRandom`](crate::random::ConstantRandom).
+    /// The kernel clock is restored afterwards, but sockets the filter is
+    /// attached to see the replayed time meanwhile: replay on a filter of
+    /// its own.
+    pub fn test_run_at(
+        &mut self,
+        frame: &[u8],
+        now_nanos: u64,
+        coin: Option<u32>,
+    ) -> Result<TestRunResult, KernelError> {
+        let live = self.state;
+        self.write_state(State {
+            flags: FLAG_REPLAY_CLOCK | coin.map_or(0, |_| FLAG_REPLAY_COIN),
+            now: now_nanos,
+            coin: u64::from(coin.unwrap_or(0)),
+            ..live
+        })?;
+        let result = self.test_run(frame, 1);
+        self.write_state(live)?;
+        result
+    }
+}
+
+impl fmt::Debug for KernelFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelFilter")
+            .field("limit", &self.limit())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, KernelError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf.take_map(name).ok_or_else(|| KernelError::Other {
+        during: "opening the filter's maps",
+        message: format!("the object has no map `{name}`"),
+    })?;
+    T::try_from(map).map_err(|e| KernelError::map("opening the filter's maps", e))
+}
+
+/// `packet` (an IPv4 or IPv6 packet) behind an Ethernet header with the
+/// matching EtherType, as `BPF_PROG_TEST_RUN` wants a socket filter's input.
+///
+/// ```
+/// use weir_hhh::FourTuple;
+/// use weir_hhh::kernel::ethernet_frame;
+/// use weir_hhh::tuple::udp_packet;
+///
+/// let t = FourTuple::from_socket_addrs("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap());
+/// let frame = ethernet_frame(&udp_packet(&t, b"abcd"));
+/// assert_eq!(frame.len(), 46);
+/// assert_eq!(frame[12..14], [0x08, 0x00]);
+/// ```
+pub fn ethernet_frame(packet: &[u8]) -> Vec<u8> {
+    let ethertype: [u8; 2] = match packet.first().map(|b| b >> 4) {
+        Some(6) => [0x86, 0xdd],
+        _ => [0x08, 0x00],
+    };
+    let mut frame = Vec::with_capacity(14 + packet.len());
+    // Destination and source MAC: locally administered, unicast.
+    frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2]);
+    frame.extend_from_slice(&ethertype);
+    frame.extend_from_slice(packet);
+    frame
+}
