@@ -521,6 +521,13 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    /// The key hash of generalisation `g` of `tuple` (what the classifier's
+    /// cells are located by).
+    pub(crate) fn hash(&self, tuple: &FourTuple, g: usize) -> u64 {
+        let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);
+        generalised_hash_dyn(g, &digest, keys[g % GENERALISATIONS])
+    }
+
     /// Cells per generalisation's sketch, rounded up to whole blocks.
     pub(crate) fn cells_per_sketch(&self) -> usize {
         self.locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
@@ -697,40 +704,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
 
     #[inline(always)]
     fn digest(&self, tuple: &FourTuple) -> (Digest, &[(u64, u64); GENERALISATIONS]) {
-        match tuple {
-            FourTuple::V4(t) => {
-                let s = u32::from(t.src);
-                let m = &self.v4_masks;
-                (
-                    Digest {
-                        src: [
-                            u64::from(s & m[0]),
-                            u64::from(s & m[1]),
-                            u64::from(s & m[2]),
-                        ],
-                        dst: u64::from(u32::from(t.dst)),
-                        sport: u64::from(t.src_port),
-                        dport: u64::from(t.dst_port),
-                    },
-                    &self.keys.v4,
-                )
-            }
-            FourTuple::V6(t) => {
-                let (k0, k1) = self.keys.v6_addr;
-                let fold = |a: u128| mum(a as u64 ^ k0, (a >> 64) as u64 ^ k1);
-                let s = u128::from(t.src);
-                let m = &self.v6_masks;
-                (
-                    Digest {
-                        src: [fold(s & m[0]), fold(s & m[1]), fold(s & m[2])],
-                        dst: fold(u128::from(t.dst)),
-                        sport: u64::from(t.src_port),
-                        dport: u64::from(t.dst_port),
-                    },
-                    &self.keys.v6,
-                )
-            }
-        }
+        digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple)
     }
 
     #[inline(always)]
@@ -847,6 +821,50 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// ```
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.blocks) + std::mem::size_of::<Self>()
+    }
+}
+
+/// The words a tuple's generalisations are hashed from.
+#[inline(always)]
+fn digest<'k>(
+    keys: &'k Keys,
+    v4_masks: &[u32; 3],
+    v6_masks: &[u128; 3],
+    tuple: &FourTuple,
+) -> (Digest, &'k [(u64, u64); GENERALISATIONS]) {
+    match tuple {
+        FourTuple::V4(t) => {
+            let s = u32::from(t.src);
+            let m = v4_masks;
+            (
+                Digest {
+                    src: [
+                        u64::from(s & m[0]),
+                        u64::from(s & m[1]),
+                        u64::from(s & m[2]),
+                    ],
+                    dst: u64::from(u32::from(t.dst)),
+                    sport: u64::from(t.src_port),
+                    dport: u64::from(t.dst_port),
+                },
+                &keys.v4,
+            )
+        }
+        FourTuple::V6(t) => {
+            let (k0, k1) = keys.v6_addr;
+            let fold = |a: u128| mum(a as u64 ^ k0, (a >> 64) as u64 ^ k1);
+            let s = u128::from(t.src);
+            let m = v6_masks;
+            (
+                Digest {
+                    src: [fold(s & m[0]), fold(s & m[1]), fold(s & m[2])],
+                    dst: fold(u128::from(t.dst)),
+                    sport: u64::from(t.src_port),
+                    dport: u64::from(t.dst_port),
+                },
+                &keys.v6,
+            )
+        }
     }
 }
 

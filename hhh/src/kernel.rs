@@ -49,6 +49,8 @@
 //! # }
 //! ```
 
+#[cfg(doc)]
+use crate::Classifier;
 use crate::classifier::{Builder, Params};
 use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, LEVELS, PortScope};
 use crate::random::RandomSource;
@@ -136,11 +138,20 @@ struct RawStats {
     unparsed: u64,
 }
 
+/// `struct weir_cell`: an EWMA rate (FixedRate bits) and its last update.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct RawCell {
+    rate: u64,
+    stamp: u64,
+}
+
 // The C structs have the same sizes (aya also checks each map's value size
 // against these when the maps are opened).
 const _: () = assert!(size_of::<Config>() == 888);
 const _: () = assert!(size_of::<State>() == 32);
 const _: () = assert!(size_of::<RawStats>() == 96);
+const _: () = assert!(size_of::<RawCell>() == 16);
 
 // SAFETY: plain `repr(C)` structs of integers with no padding (sizes
 // asserted above); any bit pattern is a valid value.
@@ -149,6 +160,8 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for State {}
 // SAFETY: as above.
 unsafe impl aya::Pod for RawStats {}
+// SAFETY: as above (two u64, 16 bytes).
+unsafe impl aya::Pod for RawCell {}
 
 impl Config {
     fn new(p: &Params) -> Result<Self, KernelError> {
@@ -413,7 +426,7 @@ impl TestRunResult {
 }
 
 /// rakelimit's flood filter in the kernel: a BPF socket filter running the
-/// [`Classifier`](crate::Classifier)'s algorithm, attachable to UDP sockets.
+/// [`Classifier`]'s algorithm, attachable to UDP sockets.
 ///
 /// ```no_run
 /// use weir_hhh::Classifier;
@@ -432,8 +445,10 @@ pub struct KernelFilter {
     ebpf: Ebpf,
     state_map: Array<MapData, State>,
     stats_map: PerCpuArray<MapData, RawStats>,
+    cells_map: Array<MapData, RawCell>,
     state: State,
     config: Config,
+    params: Params,
 }
 
 impl KernelFilter {
@@ -454,6 +469,7 @@ impl KernelFilter {
             .map_err(|e| KernelError::map("writing the configuration", e))?;
         let mut state_map: Array<MapData, State> = take_map(&mut ebpf, "weir_state")?;
         let stats_map: PerCpuArray<MapData, RawStats> = take_map(&mut ebpf, "weir_stats")?;
+        let cells_map: Array<MapData, RawCell> = take_map(&mut ebpf, "weir_cells")?;
         let state = State {
             limit: params.limit.to_bits(),
             ..State::default()
@@ -476,8 +492,10 @@ impl KernelFilter {
             ebpf,
             state_map,
             stats_map,
+            cells_map,
             state,
             config,
+            params,
         })
     }
 
@@ -554,8 +572,40 @@ impl KernelFilter {
         Ok(out)
     }
 
+    /// The kernel's estimated rate of `tuple` under one generalisation at
+    /// `now_nanos` on the kernel clock (`CLOCK_MONOTONIC`, or the replayed
+    /// time), decayed since the last update; as
+    /// [`Classifier::estimate_at`], read
+    /// from the kernel's sketches.
+    pub fn estimate_at(
+        &self,
+        tuple: &crate::FourTuple,
+        generalisation: Generalisation,
+        now_nanos: u64,
+    ) -> Result<FixedRate, KernelError> {
+        let g = generalisation.index();
+        let hash = self.params.hash(tuple, g);
+        let window = self.params.windows[usize::from(generalisation.level())].window();
+        let base = g * self.params.cells_per_sketch();
+        let mut min = FixedRate::MAX;
+        for i in self.params.locator.locate_hash(hash).iter() {
+            let index = u32::try_from(base + i)
+                .map_err(|_| KernelError::Unsupported("more cells than a BPF array holds"))?;
+            let cell = self
+                .cells_map
+                .get(&index, 0)
+                .map_err(|e| KernelError::map("reading the sketches", e))?;
+            let rate = window.decay_fixed(
+                FixedRate::from_bits(cell.rate),
+                now_nanos.saturating_sub(cell.stamp),
+            );
+            min = min.min(rate);
+        }
+        Ok(min)
+    }
+
     /// The EWMA window of each level (as the classifier's
-    /// [`level_windows`](crate::Classifier::level_windows)).
+    /// [`level_windows`](Classifier::level_windows)).
     pub fn level_windows(&self) -> [Duration; LEVELS] {
         self.config.levels.map(|l| Duration::from_nanos(l.window))
     }
@@ -584,7 +634,7 @@ impl KernelFilter {
     /// Run the filter once on `frame` as if it arrived at `now_nanos`, with
     /// the lottery's coin fixed to `coin` if given (else
     /// `bpf_get_prandom_u32`): deterministic replays, e.g. to compare with
-    /// [`Classifier::classify_at`](crate::Classifier::classify_at) fed the
+    /// [`Classifier::classify_at`] fed the
     /// same times and a [`ConstantRandom`](crate::random::ConstantRandom).
     /// The kernel clock is restored afterwards, but sockets the filter is
     /// attached to see the replayed time meanwhile: replay on a filter of

@@ -92,12 +92,7 @@ fn replay_both(
     builder: impl Fn() -> Builder,
     scenario: &Scenario,
     pinned_coins: bool,
-) -> Option<(
-    Outcome,
-    Outcome,
-    KernelStats,
-    Classifier<weir_limits::clock::MonotonicClock, SharedCoin>,
-)> {
+) -> Option<Replayed> {
     let mut filter = load_or_skip(test, builder())?;
     let coin = SharedCoin::default();
     let rake = builder().random(coin.clone()).build().unwrap();
@@ -130,7 +125,47 @@ fn replay_both(
         epoch,
     );
     let stats = filter.stats().unwrap();
-    Some((user, kernel, stats, rake))
+    Some(Replayed {
+        user,
+        kernel,
+        stats,
+        rake,
+        filter,
+        end: epoch.as_nanos() as u64 + scenario.duration.as_nanos() as u64,
+    })
+}
+
+/// Both sides of a replay.
+struct Replayed {
+    user: Outcome,
+    kernel: Outcome,
+    stats: KernelStats,
+    rake: Classifier<weir_limits::clock::MonotonicClock, SharedCoin>,
+    filter: KernelFilter,
+    /// The replay's last instant.
+    end: u64,
+}
+
+/// One tuple per stream: its fixed fields, and fixed stand-ins for random ones.
+fn representatives(scenario: &Scenario) -> Vec<FourTuple> {
+    let addr = |a: Addr| match a {
+        Addr::Fixed(a) => a,
+        Addr::Random { base, .. } => base,
+    };
+    let port = |p: Port| match p {
+        Port::Fixed(p) => p,
+        Port::Random => 1,
+    };
+    scenario
+        .streams
+        .iter()
+        .map(|s| {
+            FourTuple::from_socket_addrs(
+                SocketAddr::new(addr(s.src), port(s.src_port)),
+                SocketAddr::new(addr(s.dst), port(s.dst_port)),
+            )
+        })
+        .collect()
 }
 
 fn shorten(mut s: Scenario, secs: u64) -> Scenario {
@@ -227,17 +262,32 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         ),
     ];
     for (name, limit, scenario, builder) in cases {
-        let Some((user, kernel, stats, rake)) = replay_both(
+        let Some(Replayed {
+            user,
+            kernel,
+            stats,
+            rake,
+            filter,
+            end,
+        }) = replay_both(
             "kernel_and_classifier_agree_packet_for_packet",
             || builder(limit),
             &scenario,
             true,
-        ) else {
+        )
+        else {
             return;
         };
         assert_eq!(summary(&kernel), summary(&user), "{name}");
         assert_eq!(stats.levels, rake.stats(), "{name}");
         assert_eq!(stats.unparsed, 0, "{name}");
+        // The sketches hold the same rates, bit for bit.
+        for tuple in representatives(&scenario) {
+            for g in Generalisation::ALL {
+                let k = filter.estimate_at(&tuple, g, end).unwrap();
+                assert_eq!(k, rake.estimate_at(&tuple, g, end), "{name}: {tuple} {g}");
+            }
+        }
         // The scenario must exercise the limiter, or agreement is trivial.
         assert!(rake.stats().dropped() > 100, "{name}: {:?}", rake.stats());
         eprintln!(
@@ -251,7 +301,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
 fn kernel_random_coin_holds_the_same_rates_as_the_classifier() {
     let (_, _, limit, s1) = sim::paper::all().remove(0);
     let scenario = shorten(s1, 30);
-    let Some((user, kernel, _, _)) = replay_both(
+    let Some(Replayed { user, kernel, .. }) = replay_both(
         "kernel_random_coin_holds_the_same_rates_as_the_classifier",
         || Classifier::builder(limit).seed(5),
         &scenario,
