@@ -496,9 +496,27 @@ fn kernel_parses_ipv4_options_and_ipv6_extension_headers() {
 }
 
 #[test]
-fn limit_changes_at_run_time_and_bad_configurations_are_typed_errors() {
+fn bad_configurations_are_typed_errors_before_anything_is_loaded() {
+    let e = KernelFilter::load(Classifier::builder(0)).unwrap_err();
+    assert!(matches!(e, weir_hhh::kernel::KernelError::Config(_)), "{e}");
+    let e = KernelFilter::load(Classifier::builder(1).sketch(9, 64)).unwrap_err();
+    assert!(
+        matches!(e, weir_hhh::kernel::KernelError::Unsupported(_)),
+        "{e}"
+    );
+    let e = KernelFilter::load(Classifier::builder(1).layout(weir_limits::sketch::Layout::Blocked))
+        .unwrap_err();
+    assert!(
+        matches!(e, weir_hhh::kernel::KernelError::Unsupported(_)),
+        "{e}"
+    );
+    assert!(!e.is_permission_denied());
+}
+
+#[test]
+fn limit_changes_at_run_time() {
     let Some(mut filter) = load_or_skip(
-        "limit_changes_at_run_time_and_bad_configurations_are_typed_errors",
+        "limit_changes_at_run_time",
         Classifier::builder(1000).seed(1),
     ) else {
         return;
