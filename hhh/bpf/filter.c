@@ -5,8 +5,8 @@
 // (hhh/src/classifier.rs), so that the two agree packet for packet when
 // given the same time and coin. Everything that must match user space (hash
 // keys, prefixes, lattice, EWMA constants, row multipliers) comes from the
-// `weir_config` map, written once by `weir_hhh::kernel::KernelFilter`; this
-// file holds only the arithmetic.
+// read-only global `weir_cfg`, set by `weir_hhh::kernel::KernelFilter`
+// before the program is loaded; this file holds only the arithmetic.
 //
 // Framing: attached to a UDP socket, the filter runs with skb->data at the
 // UDP header (the IP layer has pulled its header); under BPF_PROG_TEST_RUN
@@ -51,7 +51,7 @@ struct weir_generalisation {
 	__u32 pad;
 };
 
-// Written once at load; mirrored by `Config` in hhh/src/kernel/maps.rs.
+// Written once at load; mirrored by `Config` in hhh/src/kernel.rs.
 struct weir_config {
 	__u64 hashes;
 	__u64 slots;
@@ -94,12 +94,12 @@ struct weir_cell {
 	__u64 stamp;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct weir_config);
-} weir_config SEC(".maps");
+// The configuration lives in .rodata, set by the loader before the program
+// is verified: the verifier then knows every field as a constant (the loop
+// bounds, the lattice, the layout), follows only the branches that can be
+// taken and removes the rest, which keeps verification small enough to
+// inline everything and leaves less code to run per packet.
+const volatile struct weir_config weir_cfg = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -175,7 +175,7 @@ static __always_inline int load(struct __sk_buff *skb, __u32 at, void *to, __u32
 // checked them before any socket filter runs, and probing the packet's end
 // would fail on paged socket buffers, letting a flood with large payloads
 // through unfiltered). Returns 0 and fills `t`, or -1 to pass the packet.
-static __always_inline int parse(struct __sk_buff *skb, const struct weir_config *cfg,
+static __always_inline int parse(struct __sk_buff *skb, const volatile struct weir_config *cfg,
 				 struct tuple *t)
 {
 	__u8 buf[48];
@@ -303,7 +303,7 @@ static __always_inline int parse(struct __sk_buff *skb, const struct weir_config
 
 // weir-rate's `OneEventUpdate::within_window`: old·(keep/window) + one event,
 // with the 64x32-bit product split so no 128-bit arithmetic is needed.
-static __always_inline __u64 within_window(const struct weir_level *l, __u64 old, __u64 elapsed)
+static __always_inline __u64 within_window(const volatile struct weir_level *l, __u64 old, __u64 elapsed)
 {
 	__u64 keep = l->window > elapsed ? l->window - elapsed : 0;
 	__u64 frac = (keep * l->recip) >> 32;
@@ -313,7 +313,8 @@ static __always_inline __u64 within_window(const struct weir_level *l, __u64 old
 }
 
 // The classifier's `touch_cell`: one event now; returns the new rate.
-static __always_inline __u64 touch(const struct weir_config *cfg, const struct weir_level *l,
+static __always_inline __u64 touch(const volatile struct weir_config *cfg,
+				   const volatile struct weir_level *l,
 				   struct weir_cell *cell, __u64 now)
 {
 	__u64 old = cell->rate, stamp = cell->stamp;
@@ -337,7 +338,7 @@ static __always_inline __u64 touch(const struct weir_config *cfg, const struct w
 }
 
 // weir-limits' `reduce`: the hash's high bits scaled onto `slots`.
-static __always_inline __u64 reduce(const struct weir_config *cfg, __u64 probe)
+static __always_inline __u64 reduce(const volatile struct weir_config *cfg, __u64 probe)
 {
 	if (cfg->slots_shift)
 		return probe >> cfg->slots_shift;
@@ -345,31 +346,30 @@ static __always_inline __u64 reduce(const struct weir_config *cfg, __u64 probe)
 }
 
 // One generalisation of the packet: its hash, one event in each of its
-// cells, and the count-min estimate (the smallest cell). A global function,
-// so that the verifier checks it once instead of once per generalisation
-// and cell (inlined, the twelve copies exceed its budget).
-__attribute__((noinline)) __u64 weir_generalisation(const struct weir_config *cfg,
+// cells, and the count-min estimate (the smallest cell).
+static __always_inline __u64 weir_generalisation(const volatile struct weir_config *cfg,
 						    const struct tuple *t, __u32 g, __u64 now)
 {
-	if (!cfg || !t || g >= GENERALISATIONS)
+	if (g >= GENERALISATIONS)
 		return 0;
-	const struct weir_generalisation *gen = &cfg->gens[g];
+	const volatile struct weir_generalisation *gen = &cfg->gens[g];
 	__u32 level = gen->level;
 	if (level >= LEVELS)
 		return 0;
-	const struct weir_level *l = &cfg->levels[level];
+	const volatile struct weir_level *l = &cfg->levels[level];
 	__u32 scope = gen->src;
 	if (scope > 2)
 		scope = 2;
 	__u64 sport = (gen->flags & KEEP_SPORT) ? t->sport : 0;
 	__u64 dport = (gen->flags & KEEP_DPORT) ? t->dport : 0;
-	const __u64 *key = t->v6 ? cfg->keys_v6[g] : cfg->keys_v4[g];
+	const volatile __u64 *key = t->v6 ? cfg->keys_v6[g] : cfg->keys_v4[g];
 	__u64 hash = mum(t->src[scope] ^ key[0], (t->dst ^ (sport << 48) ^ (dport << 32)) ^ key[1]);
 	__u64 base = (__u64)g * cfg->cells_per_sketch;
 	__u64 hashes = cfg->hashes;
 	if (hashes == 0)
 		return 0;
 	__u64 rate = ~0ULL;
+#pragma unroll
 	for (__u32 i = 0; i < MAX_HASHES; i++) {
 		if (i >= hashes)
 			break;
@@ -389,10 +389,10 @@ SEC("socket")
 int weir_filter(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
-	const struct weir_config *cfg = bpf_map_lookup_elem(&weir_config, &zero);
+	const volatile struct weir_config *cfg = &weir_cfg;
 	const struct weir_state *st = bpf_map_lookup_elem(&weir_state, &zero);
 	struct weir_stats *stats = bpf_map_lookup_elem(&weir_stats, &zero);
-	if (!cfg || !st || !stats)
+	if (!st || !stats)
 		return skb->len;
 	struct tuple t;
 	if (parse(skb, cfg, &t)) {
@@ -402,6 +402,7 @@ int weir_filter(struct __sk_buff *skb)
 	__u64 now = (st->flags & FLAG_REPLAY_CLOCK) ? st->now : bpf_ktime_get_ns();
 	__u64 limit = st->limit;
 	__u64 max = 0;
+#pragma unroll
 	for (__u32 g = 0; g < GENERALISATIONS; g++) {
 		__u32 flags = cfg->gens[g].flags;
 		__u32 level = cfg->gens[g].level;

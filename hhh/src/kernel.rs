@@ -16,8 +16,8 @@
 //! same seed), the same cells ([`Layout::Rows`]), the same division-free
 //! fixed-point EWMA with the same window per level, the same coin rule
 //! (`coin·rate < limit·2³²`). Every constant that must match comes from user
-//! space in a configuration map; the C file holds only the arithmetic. With
-//! the time and the coin pinned ([`test_run_at`](KernelFilter::test_run_at)),
+//! space in the program's read-only data, set before it is verified; the C
+//! file holds only the arithmetic. With the time and the coin pinned ([`test_run_at`](KernelFilter::test_run_at)),
 //! the kernel's verdicts equal the classifier's packet for packet; the tests
 //! in `tests/kernel.rs` check it.
 //!
@@ -98,7 +98,8 @@ struct Gen {
     pad: u32,
 }
 
-/// `struct weir_config`: written once at load.
+/// `struct weir_config`: the program's read-only global `weir_cfg`, set at
+/// load (so the verifier sees every field as a constant).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 struct Config {
@@ -461,12 +462,9 @@ impl KernelFilter {
             .map_err(|_| KernelError::Unsupported("more cells than a BPF array holds"))?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("weir_cells", cells)
+            .override_global("weir_cfg", &config, true)
             .load(OBJECT)
             .map_err(|e| KernelError::ebpf("loading the filter's maps", e))?;
-        let mut config_map: Array<MapData, Config> = take_map(&mut ebpf, "weir_config")?;
-        config_map
-            .set(0, config, 0)
-            .map_err(|e| KernelError::map("writing the configuration", e))?;
         let mut state_map: Array<MapData, State> = take_map(&mut ebpf, "weir_state")?;
         let stats_map: PerCpuArray<MapData, RawStats> = take_map(&mut ebpf, "weir_stats")?;
         let cells_map: Array<MapData, RawCell> = take_map(&mut ebpf, "weir_cells")?;
