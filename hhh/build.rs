@@ -25,7 +25,9 @@ fn main() {
         .unwrap_or_else(|e| missing_clang(&clang, &e.to_string()));
     let multiarch = String::from_utf8_lossy(&multiarch.stdout).trim().to_owned();
     let mut cmd = Command::new(&clang);
-    cmd.args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-c"]);
+    cmd.args([
+        "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-c",
+    ]);
     if !multiarch.is_empty() {
         cmd.arg(format!("-I/usr/include/{multiarch}"));
     }
