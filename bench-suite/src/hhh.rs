@@ -18,6 +18,13 @@ use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::Layout;
 
+/// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
+/// VM, ns per packet (IPv4, IPv6), and an empty socket filter in the same
+/// harness: the figures issue 18 gives for comparison.
+pub const RAKELIMIT_TEST_RUN_NS_HERE: (f64, f64) = (218.0, 240.0);
+/// See [`RAKELIMIT_TEST_RUN_NS_HERE`].
+pub const EMPTY_FILTER_TEST_RUN_NS_HERE: f64 = 26.0;
+
 /// rakelimit's BPF program, ns per packet (its paper's benchmark).
 pub const RAKELIMIT_NS_V4: f64 = 385.0;
 /// See [`RAKELIMIT_NS_V4`].
@@ -337,5 +344,114 @@ pub fn run(report: &mut Report) {
             };
             report.plot(&format!("{stem}-{}", st.name.replace(' ', "-")), &plot);
         }
+    }
+}
+
+/// The packet the kernel filter is measured on, as `BPF_PROG_TEST_RUN` takes
+/// it: a UDP datagram with 4 bytes of payload behind an Ethernet header
+/// (46 bytes for IPv4, 66 for IPv6), from one of [`tuples`].
+pub fn test_run_frame(v6: bool) -> Vec<u8> {
+    let tuple = tuples(1, v6, 1)[0];
+    let mut frame = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    frame.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+    frame.extend_from_slice(&udp_packet(&tuple, b"ping"));
+    frame
+}
+
+/// User-space parse + `classify` (monotonic clock read per packet, like
+/// the kernel's `bpf_ktime_get_ns`) of the IP packet in `frame`, `repeat`
+/// times; best mean ns per packet of `best_of` runs. Same unreachable limit
+/// as the kernel measurement.
+pub fn time_user_same_packet(frame: &[u8], repeat: u32, best_of: usize) -> f64 {
+    let rake = Classifier::builder(u64::MAX >> 20)
+        .seed(1)
+        .build()
+        .expect("valid benchmark configuration");
+    let packet = &frame[14..];
+    (0..best_of)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..repeat {
+                if let Ok(t) = FourTuple::parse(black_box(packet)) {
+                    black_box(rake.classify(&t));
+                }
+            }
+            started.elapsed().as_nanos() as f64 / f64::from(repeat.max(1))
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The kernel filter under `BPF_PROG_TEST_RUN`, `repeat` runs of `frame`
+/// per call, best mean ns per packet of `best_of` calls. The limit is
+/// unreachable, so every packet updates all twelve generalisations (as
+/// rakelimit measures its program).
+#[cfg(feature = "bpf")]
+pub fn time_kernel(
+    frame: &[u8],
+    repeat: u32,
+    best_of: usize,
+) -> Result<f64, weir_hhh::kernel::KernelError> {
+    let filter = weir_hhh::kernel::KernelFilter::load(Classifier::builder(u64::MAX >> 20).seed(1))?;
+    filter.test_run(frame, 1000)?; // warm up
+    let mut best = f64::INFINITY;
+    for _ in 0..best_of {
+        let run = filter.test_run(frame, repeat)?;
+        assert!(run.passed(), "the kernel filter dropped a benchmark packet");
+        best = best.min(run.duration.as_nanos() as f64);
+    }
+    Ok(best)
+}
+
+/// The kernel-filter section (`--only hhh-kernel`): its cost per packet
+/// under `BPF_PROG_TEST_RUN` beside user-space parse + classify of the
+/// same packet.
+pub fn run_kernel(report: &mut Report) {
+    report.section("weir-hhh in the kernel: the BPF socket filter under BPF_PROG_TEST_RUN");
+    #[cfg(not(feature = "bpf"))]
+    report.text("Not measured: weir-bench-suite was built without its `bpf` feature.");
+    #[cfg(feature = "bpf")]
+    {
+        let repeat = 1_000_000;
+        let best_of = 5;
+        report.text(&format!(
+            "One packet run {} times per `BPF_PROG_TEST_RUN` call (the kernel reports the mean), best of \
+             {best_of} calls; Ethernet-framed UDP with 4 bytes of payload (46 bytes IPv4, 66 bytes IPv6); \
+             unreachable limit, so all twelve generalisations are updated per packet; kernel clock read per \
+             packet. User space: `FourTuple::parse` + `classify` (clock read per packet) of the same IP \
+             packet, {} times, best of {best_of}. For comparison, in the same harness on the development VM: \
+             rakelimit's program {} / {} ns (IPv4 / IPv6), an empty socket filter {} ns.",
+            thousands(u64::from(repeat)),
+            thousands(u64::from(repeat)),
+            RAKELIMIT_TEST_RUN_NS_HERE.0,
+            RAKELIMIT_TEST_RUN_NS_HERE.1,
+            EMPTY_FILTER_TEST_RUN_NS_HERE,
+        ));
+        let mut table = Table::new([
+            "family",
+            "frame bytes",
+            "kernel filter ns/packet",
+            "user-space parse + classify ns/packet",
+            "rakelimit BPF here ns/packet",
+        ]);
+        for (family, v6, rakelimit) in [
+            ("IPv4", false, RAKELIMIT_TEST_RUN_NS_HERE.0),
+            ("IPv6", true, RAKELIMIT_TEST_RUN_NS_HERE.1),
+        ] {
+            report.progress(family);
+            let frame = test_run_frame(v6);
+            let kernel = match time_kernel(&frame, repeat, best_of) {
+                Ok(ns) => format!("{ns:.0}"),
+                Err(e) => format!("not measured: {e}"),
+            };
+            let user = time_user_same_packet(&frame, repeat, best_of);
+            table.row([
+                family.to_string(),
+                frame.len().to_string(),
+                kernel,
+                format!("{user:.1}"),
+                format!("{rakelimit:.0}"),
+            ]);
+        }
+        report.table(&table);
     }
 }

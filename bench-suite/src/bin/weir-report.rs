@@ -20,6 +20,7 @@ const SECTIONS: &[Section] = &[
     ("redis", weir_bench_suite::redis::run),
     ("http", weir_bench_suite::http::run),
     ("hhh", weir_bench_suite::hhh::run),
+    ("hhh-kernel", weir_bench_suite::hhh::run_kernel),
 ];
 
 fn main() {
