@@ -523,6 +523,7 @@ pub(crate) struct Params {
 impl Params {
     /// The key hash of generalisation `g` of `tuple` (what the classifier's
     /// cells are located by).
+    #[cfg(feature = "bpf")]
     pub(crate) fn hash(&self, tuple: &FourTuple, g: usize) -> u64 {
         let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);
         generalised_hash_dyn(g, &digest, keys[g % GENERALISATIONS])
