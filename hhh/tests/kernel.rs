@@ -514,6 +514,12 @@ fn bad_configurations_are_typed_errors_before_anything_is_loaded() {
 }
 
 #[test]
+fn kernel_filter_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<KernelFilter>();
+}
+
+#[test]
 fn limit_changes_at_run_time() {
     let Some(mut filter) = load_or_skip(
         "limit_changes_at_run_time",
