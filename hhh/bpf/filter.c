@@ -54,8 +54,9 @@ struct weir_generalisation {
 // Written once at load; mirrored by `Config` in hhh/src/kernel.rs.
 struct weir_config {
 	__u64 hashes;
-	__u64 slots;
+	__u64 slots;       // rows: cells per row; blocked: number of 8-cell blocks
 	__u64 slots_shift; // 64 - log2(slots) when slots is a power of two >= 2, else 0
+	__u64 blocked;     // 1: weir-limits' Layout::Blocked, 0: Layout::Rows
 	__u64 cells_per_sketch;
 	__u64 one_per_ns; // FixedRate bits of 10^9 events/s (the idle-cell update's numerator)
 	__u64 v6_fold[2];
@@ -85,7 +86,7 @@ struct weir_stats {
 	__u64 unparsed;
 };
 
-_Static_assert(sizeof(struct weir_config) == 888, "mirror of Config in hhh/src/kernel.rs");
+_Static_assert(sizeof(struct weir_config) == 896, "mirror of Config in hhh/src/kernel.rs");
 _Static_assert(sizeof(struct weir_state) == 32, "mirror of State");
 _Static_assert(sizeof(struct weir_stats) == 96, "mirror of RawStats");
 
@@ -373,8 +374,14 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 	for (__u32 i = 0; i < MAX_HASHES; i++) {
 		if (i >= hashes)
 			break;
-		__u64 probe = hash * cfg->row_mult[i];
-		__u32 index = base + i * cfg->slots + reduce(cfg, probe);
+		__u32 index;
+		if (cfg->blocked) {
+			// Distinct lanes start + i·step (mod 8) of one block (step odd).
+			__u64 lane = ((hash & 7) + i * (((hash >> 3) & 3) * 2 + 1)) & 7;
+			index = base + reduce(cfg, hash) * 8 + lane;
+		} else {
+			index = base + i * cfg->slots + reduce(cfg, hash * cfg->row_mult[i]);
+		}
 		struct weir_cell *cell = bpf_map_lookup_elem(&weir_cells, &index);
 		if (!cell)
 			return 0;

@@ -13,7 +13,7 @@
 //!
 //! The kernel program computes what [`Classifier::classify_at`] computes, bit
 //! for bit: the same per-generalisation hash (the same keys, derived from the
-//! same seed), the same cells ([`Layout::Rows`]), the same division-free
+//! same seed), the same cells (either [`Layout`]), the same division-free
 //! fixed-point EWMA with the same window per level, the same coin rule
 //! (`coin·rate < limit·2³²`). Every constant that must match comes from user
 //! space in the program's read-only data, set before it is verified; the C
@@ -23,7 +23,7 @@
 //!
 //! Differences: the kernel reads its clock with `bpf_ktime_get_ns` and its
 //! coin with `bpf_get_prandom_u32`; it supports at most
-//! [`MAX_KERNEL_HASHES`] cells per key and only [`Layout::Rows`]; and it
+//! [`MAX_KERNEL_HASHES`] cells per key; and it
 //! trusts the IP and UDP length fields to describe bytes that are present
 //! (the stack has checked them before a socket filter runs), where
 //! [`FourTuple::parse`](crate::FourTuple::parse) checks them against the
@@ -63,7 +63,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
 use weir_limits::clock::Clock;
-use weir_limits::sketch::{Layout, ROW_MULTIPLIERS};
+use weir_limits::sketch::{LANES, Layout, ROW_MULTIPLIERS};
 
 /// The compiled filter (`bpf/filter.c`, built by `build.rs`).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));
@@ -106,6 +106,7 @@ struct Config {
     hashes: u64,
     slots: u64,
     slots_shift: u64,
+    blocked: u64,
     cells_per_sketch: u64,
     one_per_ns: u64,
     v6_fold: [u64; 2],
@@ -149,7 +150,7 @@ struct RawCell {
 
 // The C structs have the same sizes (aya also checks each map's value size
 // against these when the maps are opened).
-const _: () = assert!(size_of::<Config>() == 888);
+const _: () = assert!(size_of::<Config>() == 896);
 const _: () = assert!(size_of::<State>() == 32);
 const _: () = assert!(size_of::<RawStats>() == 96);
 const _: () = assert!(size_of::<RawCell>() == 16);
@@ -172,12 +173,13 @@ impl Config {
                 "more than 8 cells per key (MAX_KERNEL_HASHES)",
             ));
         }
-        if p.locator.layout() != Layout::Rows {
-            return Err(KernelError::Unsupported(
-                "the blocked sketch layout (the kernel filter uses rows)",
-            ));
-        }
-        let slots = p.locator.slots() as u64;
+        let blocked = p.locator.layout() == Layout::Blocked;
+        // What `reduce` scales onto: a row's width, or the number of blocks.
+        let slots = if blocked {
+            (p.locator.cells() / LANES) as u64
+        } else {
+            p.locator.slots() as u64
+        };
         let cells_per_sketch = p.cells_per_sketch() as u64;
         if cells_per_sketch * GENERALISATIONS as u64 > u64::from(u32::MAX) {
             return Err(KernelError::Unsupported(
@@ -220,6 +222,7 @@ impl Config {
             hashes: hashes as u64,
             slots,
             slots_shift,
+            blocked: u64::from(blocked),
             cells_per_sketch,
             one_per_ns: FixedRate::from_per_second(1_000_000_000).to_bits(),
             v6_fold: key(&p.keys.v6_addr),
