@@ -78,7 +78,7 @@ async fn main() -> std::io::Result<()> {
                 if let weir_hhh::Verdict::Drop(why) = verdict {
                     // Explain the first drop and every 1000th after it, to
                     // keep the output readable under a flood.
-                    if drops % 1000 == 0 {
+                    if drops.is_multiple_of(1000) {
                         eprintln!("drop #{} from {peer}: {why}", drops + 1);
                     }
                     drops += 1;

@@ -607,7 +607,7 @@ fn over_a_socket(
         let mut sent: HashMap<&'static str, u64> = HashMap::new();
         while start.elapsed() < duration {
             for s in senders {
-                if n % s.every == 0 {
+                if n.is_multiple_of(s.every) {
                     for _ in 0..s.per_tick {
                         s.socket.send_to(b"ping", to).unwrap();
                         *sent.entry(s.label).or_default() += 1;
