@@ -83,6 +83,7 @@ const FEATURE_SETS: &[&[&str]] = &[
     ],
     &["--package", "weir-hhh", "--no-default-features"],
     &["--package", "weir-hhh"],
+    &["--package", "weir-hhh", "--no-default-features", "--features", "bpf"],
 ];
 
 fn test(args: &[String]) -> Result<(), String> {
