@@ -244,8 +244,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
     let rt = rt()?;
     let quota = Quota::per_second(nz(1_000));
     let state_bytes = |alg: Algorithm| match alg {
-        Algorithm::TokenBucket | Algorithm::Gcra => 8,
-        Algorithm::FixedWindow => 16,
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::FixedWindow => 16,
         Algorithm::SlidingWindow { counters } => 16 * counters as usize,
         _ => 0,
     };
@@ -261,6 +260,8 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         let prefix = unique_prefix("busy");
         let limiter = connect(alg, &prefix)?;
         let mut fresh_in = Duration::ZERO;
+        rt.block_on(limiter.check_verbose("warm-up", 1))?;
+        server.cli(&["CONFIG", "RESETSTAT"])?;
         for _ in 0..20 {
             let v = rt.block_on(limiter.check_verbose("k", 1))?;
             assert!(
@@ -269,6 +270,10 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
             );
             fresh_in = v.decision.reset_after();
         }
+        // Written whole once (a new key), then in place, but where its
+        // expiry second moved on (at most twice in the time taken).
+        let in_place = server.command_stats("setrange")?.calls;
+        assert!(in_place >= 17, "{alg}: {in_place} of 19 writes in place");
         let key = limiter.redis_key("k");
         let len: usize = server.cli(&["STRLEN", &key])?.trim().parse()?;
         assert_eq!(len, state_bytes(alg), "{alg}: state of {len} bytes");
@@ -899,4 +904,448 @@ fn a_late_caller_does_not_time_out_its_batch() -> TestResult {
         assert!(b.decision.is_allowed());
         Ok(())
     })
+}
+
+/// `(allowed, remaining, reset µs, retry µs)` of a decision, durations
+/// rounded up to whole microseconds as the Redis backend reports them.
+type Summary = (bool, u32, u128, u128);
+
+fn summary(d: &weir_rate::Decision) -> Summary {
+    let us = |t: Duration| t.as_nanos().div_ceil(1000);
+    (
+        d.is_allowed(),
+        d.remaining(),
+        us(d.reset_after()),
+        d.retry_after().map_or(0, us),
+    )
+}
+
+/// The in-process decisions of `l` for `costs`, all at one instant.
+fn local_costs<L: Limiter>(
+    l: L,
+    costs: &[u32],
+) -> Result<Vec<Summary>, Box<dyn std::error::Error>> {
+    let limiter = RateLimiter::with_clock(l, weir_rate::clock::ManualClock::new());
+    let mut out = Vec::new();
+    for &c in costs {
+        out.push(summary(&limiter.check_n(c)?));
+    }
+    Ok(out)
+}
+
+/// High rates and byte costs, where a unit is worth less than the 0.25 µs
+/// between doubles near today's epoch microseconds: every decision of one
+/// script call (one server instant, as the in-process limiters' frozen
+/// clock) equals the in-process one — allowed, remaining, reset and
+/// retry-after to the microsecond. Before the state was kept in whole
+/// nanoseconds from a recent base, GCRA at 10 M/s allowed everything and
+/// at 3 M/s about a third more than its burst.
+#[test]
+fn high_rates_and_byte_costs_decide_as_the_in_process_limiters() -> TestResult {
+    let Some(server) =
+        RedisServer::start_or_skip("high_rates_and_byte_costs_decide_as_the_in_process_limiters")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    // Packet sizes, 40 to 1500 bytes, in a fixed pseudo-random order.
+    let mut x = 12_345u32;
+    let bytes: Vec<u32> = (0..300)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            40 + (x >> 16) % 1461
+        })
+        .collect();
+    let ones = vec![1u32; 400];
+    let mixed: Vec<u32> = (0..400).map(|i| 1 + i % 7).collect();
+    let per_second = |limit: u32, burst: u32| Quota::per_second(nz(limit)).allow_burst(nz(burst));
+    let cases: Vec<(Algorithm, Quota, &[u32])> = vec![
+        (Algorithm::Gcra, per_second(10_000_000, 100), &ones),
+        (Algorithm::Gcra, per_second(3_000_000, 100), &ones),
+        (Algorithm::Gcra, per_second(3_000_000, 1_000), &mixed),
+        (Algorithm::TokenBucket, per_second(10_000_000, 100), &ones),
+        (Algorithm::TokenBucket, per_second(3_000_000, 1_000), &mixed),
+        // Byte rates: 3 MB/s with 64 KiB bursts; 100 MB per 7 s.
+        (
+            Algorithm::TokenBucket,
+            per_second(3_000_000, 65_536),
+            &bytes,
+        ),
+        (Algorithm::Gcra, per_second(3_000_000, 65_536), &bytes),
+        (
+            Algorithm::TokenBucket,
+            Quota::new(100_000_000, Duration::from_secs(7))?.allow_burst(nz(100_000)),
+            &bytes,
+        ),
+    ];
+    for (alg, quota, costs) in cases {
+        let expected = match alg {
+            Algorithm::Gcra => local_costs(Gcra::new(quota), costs)?,
+            _ => local_costs(TokenBucket::new(quota), costs)?,
+        };
+        let (got, calls) = rt.block_on(async {
+            let limiter = RedisLimiter::builder(alg, quota)
+                .prefix(unique_prefix("exact"))
+                .timeout(Duration::from_secs(5))
+                .on_failure(FailurePolicy::Closed)
+                .batching(Batching {
+                    max_batch: 4096,
+                    max_in_flight: 1,
+                    queue: 4096,
+                })
+                .connect(Target::server(server.url()))
+                .await?;
+            // Load the script first, so that the batch is one call.
+            limiter.check_n("warm-up", 1).await?;
+            server.cli(&["CONFIG", "RESETSTAT"])?;
+            // One thread: every caller queues before the batching task
+            // runs, so all are one script call, in this order.
+            let handles: Vec<_> = costs
+                .iter()
+                .map(|&cost| {
+                    let l = limiter.clone();
+                    tokio::spawn(async move { l.check_verbose("k", cost).await })
+                })
+                .collect();
+            let mut got = Vec::new();
+            for h in handles {
+                let v = h.await??;
+                if v.source != Source::Redis {
+                    return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
+                }
+                got.push(summary(&v.decision));
+            }
+            let calls = server.command_stats("evalsha")?.calls;
+            Ok::<_, Box<dyn std::error::Error>>((got, calls))
+        })?;
+        assert_eq!(calls, 1, "{alg} {quota}: the decisions were not one call");
+        let allowed = |v: &[Summary]| v.iter().filter(|d| d.0).count();
+        assert_eq!(
+            allowed(&got),
+            allowed(&expected),
+            "{alg} {quota}: allowed count (Redis, in-process)"
+        );
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                g, e,
+                "{alg} {quota}: decision {i} (cost {}) differs",
+                costs[i]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A quota change keeps each key at least until it is full again under
+/// the new quota. Lowering a token bucket's rate used to leave the key with
+/// the expiry of the old quota (kept by in-place overwrites, and untouched
+/// by denials), so it vanished early and came back with a full burst.
+#[test]
+fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
+    let Some(server) =
+        RedisServer::start_or_skip("a_quota_change_keeps_keys_until_they_are_full_again")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    // 1000/s, full in 1 s; then 100/s with the same burst, full in 10 s.
+    let before = Quota::per_second(nz(1_000));
+    let after = Quota::per_second(nz(100)).allow_burst(nz(1_000));
+    let ttl_ms = |key: &str| -> Result<i64, Box<dyn std::error::Error>> {
+        Ok(server.cli(&["PTTL", key])?.trim().parse()?)
+    };
+    rt.block_on(async {
+        let mut new_limiters = Vec::new();
+        for alg in [Algorithm::TokenBucket, Algorithm::Gcra] {
+            let prefix = unique_prefix("requota");
+            let connect = |quota: Quota| {
+                RedisLimiter::builder(alg, quota)
+                    .prefix(prefix.clone())
+                    .on_failure(FailurePolicy::Closed)
+                    .connect(Target::server(server.url()))
+            };
+            let old = connect(before).await?;
+            let new = connect(after).await?;
+            // "empty" spent its whole burst, "busy" a tenth of it: both
+            // full again within a second, so they expire within 3 s.
+            for (key, cost) in [("empty", 1_000), ("busy", 100)] {
+                let v = old.check_verbose(key, cost).await?;
+                assert!(
+                    v.decision.is_allowed() && v.source == Source::Redis,
+                    "{alg}: {v:?}"
+                );
+            }
+            // Under the new quota: "empty" is denied (a denial writes
+            // nothing), "busy" allowed (overwritten in place).
+            let mut full_in = Vec::new();
+            for (key, cost, allowed) in [("empty", 10, false), ("busy", 1, true)] {
+                let v = new.check_verbose(key, cost).await?;
+                assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+                if alg == Algorithm::TokenBucket {
+                    assert_eq!(v.decision.is_allowed(), allowed, "{alg} {key}: {v:?}");
+                }
+                full_in.push((key, v.decision.reset_after().as_millis() as i64));
+            }
+            for (key, full_in) in full_in {
+                let ttl = ttl_ms(&new.redis_key(key))?;
+                assert!(
+                    ttl >= full_in,
+                    "{alg} {key}: expires in {ttl} ms, full again only in {full_in} ms"
+                );
+            }
+            new_limiters.push((alg, new));
+        }
+        // Past the expiry the old quota gave: no key came back full.
+        tokio::time::sleep(Duration::from_millis(3_300)).await;
+        for (alg, new) in &new_limiters {
+            if *alg != Algorithm::TokenBucket {
+                continue; // GCRA keeps its deficit in time: full by now
+            }
+            // 3.3 s at 100/s refilled about 330: "empty" has about 330,
+            // "busy" about 420 (its 0.9 s since empty were 90 tokens at
+            // the new rate, less the one spent); a reset key has 999.
+            for (key, most) in [("empty", 500), ("busy", 900)] {
+                let v = new.check_verbose(key, 1).await?;
+                assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+                assert!(
+                    v.decision.remaining() < most,
+                    "{alg} {key}: reset with a full burst ({} left)",
+                    v.decision.remaining()
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A caller dropped while its check fetches a hot key's lease (a client
+/// gone, a `timeout` around `check`) does not stall the key: the next
+/// check is answered at once, from a lease. It used to wait the whole call
+/// timeout for a fetch nobody would finish, and the key never got a lease
+/// again.
+#[test]
+fn a_dropped_lease_fetch_does_not_stall_its_key() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("a_dropped_lease_fetch_does_not_stall_its_key")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let timeout = Duration::from_secs(2);
+        for batched in [false, true] {
+            let mut b = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(10_000)))
+                .prefix(unique_prefix("dropped"))
+                .timeout(timeout)
+                .on_failure(FailurePolicy::Closed)
+                // Hot from the first check: it fetches a lease.
+                .pre_aggregate(PreAggregation {
+                    lease: 10,
+                    hot_after: 1,
+                    max_age: Duration::from_secs(60),
+                    ..Default::default()
+                });
+            if batched {
+                b = b.batching(Batching::default());
+            }
+            let limiter = b.connect(Target::server(server.url())).await?;
+            limiter.try_check_n("warm-up", 1).await?;
+            // Polled once (the fetch is under way), then dropped.
+            let mut first = Box::pin(limiter.check_verbose("k", 1));
+            let polled =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(first.as_mut().poll(cx))).await;
+            assert!(polled.is_pending(), "answered before Redis could");
+            drop(first);
+            for i in 0..5 {
+                let start = Instant::now();
+                let v = limiter.check_verbose("k", 1).await?;
+                let took = start.elapsed();
+                assert!(
+                    took < timeout / 4,
+                    "batched: {batched}: check {i} took {took:?}"
+                );
+                assert_eq!(
+                    v.source,
+                    Source::Lease,
+                    "batched: {batched}: check {i}: {:?}",
+                    v.error
+                );
+                // The dropped caller's unit went back to the lease: 10
+                // counted in Redis, one spent per check.
+                assert_eq!(v.decision.remaining(), 9_999 - i, "batched: {batched}");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A batching queue too small for the load sheds the excess callers — a
+/// denial with its own source and error — but Redis stays in use: the
+/// server is never taken for down, so keys are never answered by the
+/// failure policy (here fail-open) while Redis is healthy. The same holds
+/// for callers whose deadline passes while they are queued. Both used to
+/// start the back-off, and every key was allowed unchecked meanwhile.
+#[test]
+fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
+    let Some(server) =
+        RedisServer::start_or_skip("local_overload_sheds_callers_and_never_fails_open")?
+    else {
+        return Ok(());
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    // A full queue (one slot); a queue that takes longer to drain than a
+    // caller's deadline (one decision a call, one call at a time).
+    let cases = [
+        (
+            "full queue",
+            Batching {
+                max_batch: 4,
+                max_in_flight: 1,
+                queue: 1,
+            },
+            Duration::from_secs(1),
+        ),
+        (
+            "late in the queue",
+            Batching {
+                max_batch: 1,
+                max_in_flight: 1,
+                queue: 100_000,
+            },
+            Duration::from_millis(200),
+        ),
+    ];
+    for (what, batching, timeout) in cases {
+        rt.block_on(async {
+            let limiter = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(1_000_000)))
+                .prefix(unique_prefix("shed"))
+                .timeout(timeout)
+                .backoff(Duration::from_secs(1))
+                .on_failure(FailurePolicy::Open)
+                .batching(batching)
+                .connect(Target::server(server.url()))
+                .await?;
+            limiter.try_check_n("warm-up", 1).await?;
+            // A flood of 4000 callers at once on their own keys …
+            let flood: Vec<_> = (0..4_000)
+                .map(|i| {
+                    let l = limiter.clone();
+                    tokio::spawn(async move { l.check_verbose(&format!("flood{i}"), 1).await })
+                })
+                .collect();
+            // … and, meanwhile, an unrelated key checked again and again.
+            let unrelated = {
+                let l = limiter.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    for _ in 0..200 {
+                        seen.push((
+                            l.check_verbose("unrelated", 1).await,
+                            l.is_backing_off("unrelated"),
+                        ));
+                        tokio::task::yield_now().await;
+                    }
+                    seen
+                })
+            };
+            let mut sources = std::collections::HashMap::<Source, u64>::new();
+            for h in flood {
+                let v = h.await??;
+                if v.source == Source::Shed {
+                    assert!(
+                        !v.decision.is_allowed(),
+                        "{what}: a shed caller was allowed"
+                    );
+                    assert!(
+                        matches!(v.error, Some(RedisLimitError::Overloaded)),
+                        "{what}: shed for {:?}",
+                        v.error
+                    );
+                }
+                *sources.entry(v.source).or_default() += 1;
+            }
+            for (v, backing_off) in unrelated.await? {
+                let v = v?;
+                assert!(
+                    matches!(v.source, Source::Redis | Source::Shed),
+                    "{what}: the unrelated key was answered by {:?} ({:?})",
+                    v.source,
+                    v.error
+                );
+                assert!(!backing_off, "{what}: Redis taken for down");
+                *sources.entry(v.source).or_default() += 1;
+            }
+            assert!(
+                sources.get(&Source::Shed).copied().unwrap_or(0) > 0,
+                "{what}: nothing was shed: {sources:?}"
+            );
+            assert!(
+                sources.get(&Source::Redis).copied().unwrap_or(0) > 0,
+                "{what}: Redis decided nothing: {sources:?}"
+            );
+            // Once the flood is over, Redis decides at once.
+            let v = limiter.check_verbose("after", 1).await?;
+            assert_eq!(v.source, Source::Redis, "{what}: {:?}", v.error);
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Keys written in the former state format of the token bucket and GCRA
+/// (one double of epoch microseconds) are read, not reset: a release that
+/// changes the format does not hand every busy key a fresh burst. The
+/// first write replaces them in the current format.
+#[test]
+fn former_state_format_is_read_not_reset() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("former_state_format_is_read_not_reset")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    // 5 an hour: 720 s a unit. Two units spent, three left.
+    let quota = Quota::per_hour(nz(5));
+    let unit_us: i64 = 720_000_000;
+    for (alg, offset) in [
+        (Algorithm::Gcra, 2 * unit_us),         // tat two units ahead
+        (Algorithm::TokenBucket, -3 * unit_us), // empty three units ago
+    ] {
+        let limiter = rt.block_on(
+            RedisLimiter::builder(alg, quota)
+                .prefix(unique_prefix("former"))
+                .on_failure(FailurePolicy::Closed)
+                .connect(Target::server(server.url())),
+        )?;
+        let key = limiter.redis_key("k");
+        server.cli(&[
+            "EVAL",
+            "local t = redis.call('TIME') \
+             local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+             redis.call('SET', KEYS[1], struct.pack('<d', now + tonumber(ARGV[1])), 'PX', 60000)",
+            "1",
+            &key,
+            &offset.to_string(),
+        ])?;
+        let v = rt.block_on(limiter.check_verbose("k", 1))?;
+        assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+        assert!(v.decision.is_allowed(), "{alg}: {v:?}");
+        assert_eq!(
+            v.decision.remaining(),
+            2,
+            "{alg}: the former state was not read"
+        );
+        let len: usize = server.cli(&["STRLEN", &key])?.trim().parse()?;
+        assert_eq!(len, 16, "{alg}: not rewritten in the current format");
+        let v = rt.block_on(limiter.check_verbose("k", 2))?;
+        assert!(
+            v.decision.is_allowed() && v.decision.remaining() == 0,
+            "{alg}: {v:?}"
+        );
+        assert!(
+            !rt.block_on(limiter.check("k")).is_allowed(),
+            "{alg}: beyond the quota"
+        );
+    }
+    Ok(())
 }

@@ -33,7 +33,7 @@
 use super::{Batching, Core, Raw, RedisLimitError};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 type Reply = oneshot::Sender<Result<Raw, RedisLimitError>>;
@@ -42,6 +42,9 @@ struct Job {
     key: String,
     cost: u32,
     deadline: Instant,
+    /// Its back-off cell, and when it was asked (ns since the core's epoch).
+    cell: usize,
+    asked: u64,
     reply: Reply,
 }
 
@@ -59,13 +62,16 @@ impl Batcher {
         Self { tx }
     }
 
-    /// Queue one decision and wait for it; answered by `deadline` (see the
-    /// module documentation).
+    /// Queue one decision (for back-off `cell`, asked at `asked` ns) and
+    /// wait for it; answered by `deadline` (see the module documentation).
+    /// A full queue sheds the caller at once.
     pub(crate) async fn submit(
         &self,
         key: String,
         cost: u32,
         deadline: Instant,
+        cell: usize,
+        asked: u64,
     ) -> Result<Raw, RedisLimitError> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -73,6 +79,8 @@ impl Batcher {
                 key,
                 cost,
                 deadline,
+                cell,
+                asked,
                 reply,
             })
             .map_err(|_| RedisLimitError::Overloaded)?;
@@ -138,14 +146,14 @@ fn earliest(batch: &[Job]) -> Instant {
         .unwrap_or_else(Instant::now)
 }
 
-/// Answer the jobs of `batch` whose deadline is not after `now` with a
-/// timeout, keeping the others.
-fn answer_late(batch: &mut Vec<Job>, now: Instant, timeout: Duration) {
+/// Answer the jobs of `batch` whose deadline is not after `now`, never
+/// sent, keeping the others (see [`Core::late`] for their error).
+fn answer_late(batch: &mut Vec<Job>, now: Instant, core: &Core) {
     let (live, late): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
         .into_iter()
         .partition(|job| job.deadline > now);
     for job in late {
-        let _ = job.reply.send(Err(RedisLimitError::Timeout(timeout)));
+        let _ = job.reply.send(Err(core.late(job.cell, job.asked)));
     }
     *batch = live;
 }
@@ -161,23 +169,26 @@ async fn slot_for(
         let until = tokio::time::Instant::from_std(earliest(batch));
         match tokio::time::timeout_at(until, slots.clone().acquire_owned()).await {
             Ok(permit) => return permit.ok(),
-            Err(_) => answer_late(batch, Instant::now(), core.timeout),
+            Err(_) => answer_late(batch, Instant::now(), core),
         }
     }
     None
 }
 
 async fn decide(core: &Core, mut batch: Vec<Job>) {
-    answer_late(&mut batch, Instant::now(), core.timeout);
-    if batch.is_empty() {
+    let sent = Instant::now();
+    answer_late(&mut batch, sent, core);
+    // One cell for the whole call: one server, or one Cluster slot.
+    let Some(cell) = batch.first().map(|j| j.cell) else {
         return;
-    }
+    };
     // The scripts decide a repeated key from one read of its state, which
     // needs its decisions adjacent; a stable sort keeps them in arrival
     // order.
     batch.sort_by(|a, b| a.key.cmp(&b.key));
     let n = batch.len();
-    let (mut names, mut costs, mut deadlines, mut replies) = (
+    let (mut names, mut costs, mut deadlines, mut asked, mut replies) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -187,6 +198,7 @@ async fn decide(core: &Core, mut batch: Vec<Job>) {
         names.push(job.key);
         costs.push(job.cost);
         deadlines.push(job.deadline);
+        asked.push(job.asked);
         replies.push(Some(job.reply));
     }
     let keys: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -210,6 +222,7 @@ async fn decide(core: &Core, mut batch: Vec<Job>) {
                         }
                     }
                     Err(e) => {
+                        core.failed_at(cell, Instant::now());
                         for reply in replies.into_iter().flatten() {
                             let _ = reply.send(Err(e.clone()));
                         }
@@ -219,9 +232,16 @@ async fn decide(core: &Core, mut batch: Vec<Job>) {
             }
             () = tokio::time::sleep_until(until) => {
                 let now = Instant::now();
+                // Unanswered for half a timeout: Redis is slow. A caller
+                // whose deadline comes sooner than that after the call went
+                // out spent its time in the queue instead.
+                if now.saturating_duration_since(sent) >= core.timeout / 2 {
+                    core.failed_at(cell, now);
+                }
                 while next < by_deadline.len() && deadlines[by_deadline[next]] <= now {
-                    if let Some(reply) = replies[by_deadline[next]].take() {
-                        let _ = reply.send(Err(RedisLimitError::Timeout(core.timeout)));
+                    let i = by_deadline[next];
+                    if let Some(reply) = replies[i].take() {
+                        let _ = reply.send(Err(core.late(cell, asked[i])));
                     }
                     next += 1;
                 }

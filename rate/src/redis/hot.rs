@@ -6,7 +6,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 /// Answer hot keys locally from leases taken from Redis in blocks.
 ///
@@ -35,6 +35,10 @@ use tokio::sync::Notify;
 /// * **Remaining.** A decision from a lease reports the `remaining` of the
 ///   last Redis answer plus the lease's unused units: an estimate, stale by
 ///   at most `max_age`.
+/// * **Cancellation.** A lease is fetched on a task of its own, so a check
+///   dropped while it waits for one (its client gone, a `timeout` around
+///   it) leaves the fetch to finish: the lease is kept, the dropped
+///   check's units go back to it, and the checks waiting for it are woken.
 ///
 /// ```
 /// use std::time::Duration;
@@ -194,9 +198,26 @@ impl Hot {
                     return Some(verdict);
                 }
                 Step::Fetch => {
-                    let result = lim.raw(key, lease).await;
-                    return self
-                        .finish(key, result, lease, cost)
+                    let fetch = Fetch::new(lim, key, lease);
+                    let granted = match tokio::runtime::Handle::try_current() {
+                        // On a task of its own, so that it finishes even
+                        // when this caller is dropped: the lease is kept,
+                        // and the caller's units go back to it.
+                        Ok(rt) => {
+                            let (tx, rx) = oneshot::channel();
+                            let (lim, key) = (lim.clone(), key.to_owned());
+                            rt.spawn(async move {
+                                if let Err(Some(_)) = tx.send(fetch.run(cost).await) {
+                                    if let Some(hot) = &lim.inner.hot {
+                                        hot.give_back(&key, cost);
+                                    }
+                                }
+                            });
+                            rx.await.ok().flatten()
+                        }
+                        Err(_) => fetch.run(cost).await,
+                    };
+                    return granted
                         .map(|(rem, left, reset)| Self::lease_decision(lim, rem, left, reset));
                 }
                 Step::Wait(notify, generation) => {
@@ -219,21 +240,20 @@ impl Hot {
 
     /// Fetch the next lease for `key` on a background task.
     fn prefetch(&self, lim: &RedisLimiter, key: &str, lease: u32) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let lim = lim.clone();
-                let key = key.to_owned();
-                rt.spawn(async move {
-                    let result = lim.raw(&key, lease).await;
-                    if let Some(hot) = &lim.inner.hot {
-                        hot.finish(&key, result, lease, 0);
-                    }
-                });
-            }
-            Err(_) => {
-                if let Some(e) = self.map.lock().get_mut(key) {
-                    e.fetching = false;
-                }
+        let fetch = Fetch::new(lim, key, lease);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(fetch.run(0));
+        }
+        // Otherwise dropping the fetch clears the key's flag.
+    }
+
+    /// Return `units` taken from `key`'s lease by a caller that left
+    /// before its answer.
+    fn give_back(&self, key: &str, units: u32) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        if let Some(e) = self.map.lock().get_mut(key) {
+            if now < e.expires {
+                e.left = e.left.saturating_add(units);
             }
         }
     }
@@ -243,7 +263,7 @@ impl Hot {
     fn finish(
         &self,
         key: &str,
-        result: Result<Raw, RedisLimitError>,
+        result: Option<Raw>,
         lease: u32,
         taken: u32,
     ) -> Option<(u64, u32, u64)> {
@@ -255,7 +275,7 @@ impl Hot {
         // Waiters registered (and checked `generation`) under this lock,
         // so none misses the wake-up.
         e.notify.notify_waiters();
-        let raw = result.ok()?;
+        let raw = result?;
         e.remaining = Some((raw.remaining, now));
         e.reset_ns = raw.reset_after_us.saturating_mul(1000);
         if !raw.allowed {
@@ -264,5 +284,47 @@ impl Hot {
         e.left = e.left.saturating_add(lease - taken);
         e.expires = now + self.cfg.max_age.as_nanos() as u64;
         Some((raw.remaining, e.left, e.reset_ns))
+    }
+}
+
+/// A lease fetch under way for one key. However it ends — with Redis's
+/// answer, or dropped unfinished (its caller gone, its task cancelled, the
+/// runtime shutting down) — it clears the key's `fetching` flag and wakes
+/// the checks waiting for it: a key is never left waiting for a fetch that
+/// nobody will finish, which would send it down the plain path for good.
+struct Fetch {
+    lim: RedisLimiter,
+    key: String,
+    lease: u32,
+    done: bool,
+}
+
+impl Fetch {
+    fn new(lim: &RedisLimiter, key: &str, lease: u32) -> Self {
+        Self {
+            lim: lim.clone(),
+            key: key.to_owned(),
+            lease,
+            done: false,
+        }
+    }
+
+    /// Take the lease from Redis, `taken` of it for the caller; (remaining,
+    /// left, reset) when granted.
+    async fn run(mut self, taken: u32) -> Option<(u64, u32, u64)> {
+        let result = self.lim.raw(&self.key, self.lease).await.ok();
+        self.done = true;
+        let hot = self.lim.inner.hot.as_ref()?;
+        hot.finish(&self.key, result, self.lease, taken)
+    }
+}
+
+impl Drop for Fetch {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(hot) = &self.lim.inner.hot {
+                hot.finish(&self.key, None, self.lease, 0);
+            }
+        }
     }
 }

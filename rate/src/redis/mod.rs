@@ -27,8 +27,13 @@
 //!   the call repeated (a few times at most, all within the deadline).
 //! * **Clock.** Time is the Redis server's `TIME`, read inside the script,
 //!   so the clocks of the clients, which drift, never matter. Resolution is
-//!   one microsecond; the quota's emission interval is passed in
-//!   microseconds with its fraction.
+//!   one microsecond. The token bucket and GCRA compute in nanoseconds
+//!   from the server's `now` and store a time as a whole second plus the
+//!   nanoseconds from it, so no unit is lost to rounding, however high the
+//!   rate: with the same request times they decide exactly as the
+//!   in-process [`TokenBucket`](crate::TokenBucket) and
+//!   [`Gcra`](crate::Gcra) (to the doubles' 2⁻⁵³ for the token bucket's
+//!   fractional refill), durations rounded up to whole microseconds.
 //! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
@@ -47,9 +52,14 @@
 //!   deadline does not move, a write overwrites the value in place and
 //!   keeps the key's expiry (`SETRANGE`, cheaper in a script than any
 //!   `SET`), and otherwise replaces it with a new expiry (`SET … PXAT`);
-//!   the deadline is a function of the stored state, so the script always
-//!   knows which applies. Idle keys therefore linger at most two seconds.
-//!   Needs Redis 6.2 or later.
+//!   the deadline is known from the stored state (the rate algorithms
+//!   store it), so the script always knows which applies. Idle keys
+//!   therefore linger at most two seconds. After a quota change (a new
+//!   limiter on the same prefix) keys keep an expiry covering the new
+//!   quota: the token bucket and GCRA store their expiry second itself,
+//!   and a token bucket that the new quota would refill only after that
+//!   second is written again with a later one, even on a denial, so no key
+//!   comes back with a full burst early. Needs Redis 6.2 or later.
 //! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
@@ -58,6 +68,14 @@
 //!   for a short back-off ([`Builder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
 //!   probe succeeds, decisions come from Redis again.
+//! * **Local overload** is not a Redis failure. A caller that finds the
+//!   batching queue full, or whose deadline passes while it waits in the
+//!   queue behind this instance's own load (no call to Redis failed
+//!   meanwhile), is *shed*: denied, with [`Source::Shed`] and
+//!   [`RedisLimitError::Overloaded`], whatever the failure policy — a
+//!   flood is never let through unchecked — and Redis is not taken for
+//!   down, so every other caller is still decided by Redis. A call counts
+//!   as a Redis failure when it errs or goes unanswered for half a timeout.
 //! * **Batching** ([`Builder::batching`]). Concurrent callers' decisions are
 //!   queued to one background task that drains the queue into one script
 //!   call deciding many keys (grouped by Cluster slot, since a script may
@@ -167,7 +185,7 @@ const CLUSTER_CELLS: usize = 256;
 #[non_exhaustive]
 pub enum Algorithm {
     /// A bucket of `burst` tokens refilled continuously (fractional tokens
-    /// kept). State: one number, the time the bucket was empty.
+    /// kept). State: one time, when the bucket was empty.
     TokenBucket,
     /// The generic cell rate algorithm: one theoretical arrival time per
     /// key, as redis-cell and governor keep.
@@ -313,17 +331,23 @@ pub enum Source {
     FailClosed,
     /// [`FailurePolicy::Local`].
     Local,
+    /// Shed: this instance had more decisions to send to Redis than it
+    /// could ([`RedisLimitError::Overloaded`]). A denial with a
+    /// `Retry-After` of one second, whatever the failure policy; Redis is
+    /// not taken for down.
+    Shed,
 }
 
-/// A decision, where it came from, and the Redis error that forced the
-/// failure policy, if one did.
+/// A decision, where it came from, and the error that forced the failure
+/// policy (or shed the caller), if one did.
 #[derive(Debug, Clone)]
 pub struct Verdict {
     /// The decision, as the in-process limiters give it.
     pub decision: Decision,
     /// Who decided.
     pub source: Source,
-    /// Why the failure policy answered instead of Redis.
+    /// Why the failure policy answered instead of Redis, or why the caller
+    /// was shed.
     pub error: Option<RedisLimitError>,
 }
 
@@ -339,7 +363,13 @@ pub enum RedisLimitError {
     BadReply(String),
     /// Skipped during the back-off after a failure.
     BackingOff,
-    /// The batching task is gone or its queue is full.
+    /// This instance could not send the decision in time: the batching
+    /// queue was full, the caller's deadline passed while it was queued
+    /// behind this instance's own load (no call to Redis failing
+    /// meanwhile), or the batching task is gone. Local saturation, not a
+    /// Redis failure: it starts no back-off, and
+    /// [`check_verbose`](RedisLimiter::check_verbose) answers it with a
+    /// denial from [`Source::Shed`], never with the failure policy.
     Overloaded,
     /// The cost can never be allowed.
     NeverAllowed(NeverAllowed),
@@ -354,7 +384,9 @@ impl fmt::Display for RedisLimitError {
             Self::Redis(e) => write!(f, "Redis error: {e}"),
             Self::BadReply(s) => write!(f, "unexpected reply from the rate-limit script: {s}"),
             Self::BackingOff => f.write_str("Redis skipped while backing off after a failure"),
-            Self::Overloaded => f.write_str("the batching queue is full or closed"),
+            Self::Overloaded => {
+                f.write_str("shed: more decisions than this instance could send to Redis")
+            }
             Self::NeverAllowed(n) => n.fmt(f),
             Self::Config(s) => write!(f, "invalid Redis limiter settings: {s}"),
         }
@@ -394,7 +426,8 @@ pub struct Batching {
     pub max_batch: usize,
     /// Most script calls in flight at once (per limiter).
     pub max_in_flight: usize,
-    /// Queue length; callers finding it full get the failure policy.
+    /// Queue length; callers finding it full are shed
+    /// ([`Source::Shed`]).
     pub queue: usize,
 }
 
@@ -415,9 +448,39 @@ pub(crate) struct Core {
     params: Vec<String>,
     timeout: Duration,
     cluster: bool,
+    /// The origin of the nanosecond times below and of the back-off's.
+    epoch: Instant,
+    /// Per back-off cell: when a script call there last failed (an error,
+    /// or no answer within half a timeout), in ns since `epoch`; 0 = never.
+    /// Tells a caller late in the batching queue behind a failing Redis
+    /// from one late because this instance had too much to send.
+    failed: Box<[AtomicU64]>,
 }
 
 impl Core {
+    /// Nanoseconds from `epoch` to `at` (saturating: ~584 years).
+    fn nanos_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Record that a script call for `cell` failed at `at`.
+    pub(crate) fn failed_at(&self, cell: usize, at: Instant) {
+        self.failed[cell].fetch_max(self.nanos_at(at).max(1), Ordering::Relaxed);
+    }
+
+    /// The error of a caller (on `cell`, asked at `asked` ns) whose deadline
+    /// passed before Redis answered it, its call not being slow itself: a
+    /// timeout if a call for its cell failed meanwhile (it waited behind a
+    /// failing Redis), otherwise [`RedisLimitError::Overloaded`] (it waited
+    /// behind this instance's own load).
+    pub(crate) fn late(&self, cell: usize, asked: u64) -> RedisLimitError {
+        if self.failed[cell].load(Ordering::Relaxed) >= asked.max(1) {
+            RedisLimitError::Timeout(self.timeout)
+        } else {
+            RedisLimitError::Overloaded
+        }
+    }
+
     /// The deadline of a decision asked at `now`: the configured timeout
     /// later (a timeout too long to represent never comes).
     pub(crate) fn deadline(&self, now: Instant) -> Instant {
@@ -592,15 +655,19 @@ impl Builder {
         let burst = q.burst().to_string();
         let limit = q.limit().to_string();
         let (source, params) = match self.algorithm {
-            // Refill at exactly limit / window, as `TokenBucket` does.
+            // Refill at exactly limit / window, as `TokenBucket` does: ns
+            // per token with its fraction.
             Algorithm::TokenBucket => (
                 scripts::token_bucket(),
-                vec![us(q.window_nanos() as f64 / f64::from(q.limit())), burst],
+                vec![
+                    format!("{}", q.window_nanos() as f64 / f64::from(q.limit())),
+                    burst,
+                ],
             ),
             // Emission interval rounded up to a whole ns, as `Gcra` does.
             Algorithm::Gcra => (
                 scripts::gcra(),
-                vec![us(q.emission_interval_nanos() as f64), burst],
+                vec![q.emission_interval_nanos().to_string(), burst],
             ),
             Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
             Algorithm::SlidingWindow { counters } => {
@@ -622,12 +689,19 @@ impl Builder {
             Ok(c) => c?,
             Err(_) => return Err(RedisLimitError::Timeout(connect_timeout)),
         };
+        let cells = if target.is_cluster() {
+            CLUSTER_CELLS
+        } else {
+            1
+        };
         let core = Arc::new(Core {
             conn,
             script: redis::Script::new(&source),
             params,
             timeout: self.timeout,
             cluster: target.is_cluster(),
+            epoch: Instant::now(),
+            failed: (0..cells).map(|_| AtomicU64::new(0)).collect(),
         });
         let batcher = self
             .batching
@@ -640,14 +714,7 @@ impl Builder {
                 prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
                 policy: self.policy,
                 backoff: self.backoff,
-                down_until: (0..if target.is_cluster() {
-                    CLUSTER_CELLS
-                } else {
-                    1
-                })
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-                epoch: Instant::now(),
+                down_until: (0..cells).map(|_| AtomicU64::new(0)).collect(),
                 batcher,
                 hot: self.hot.map(hot::Hot::new),
             }),
@@ -662,23 +729,17 @@ struct Inner {
     prefix: String,
     policy: FailurePolicy,
     backoff: Duration,
-    /// Per back-off cell: nanoseconds since `epoch` until which Redis is
-    /// skipped; 0 = healthy.
+    /// Per back-off cell: nanoseconds since the core's `epoch` until which
+    /// Redis is skipped; 0 = healthy.
     down_until: Box<[AtomicU64]>,
-    epoch: Instant,
     batcher: Option<batch::Batcher>,
     hot: Option<hot::Hot>,
 }
 
 impl Inner {
-    /// Nanoseconds since `epoch` (saturating: ~584 years).
+    /// Nanoseconds since the core's `epoch` (saturating: ~584 years).
     fn now_nanos(&self) -> u64 {
-        self.nanos_at(Instant::now())
-    }
-
-    /// Nanoseconds from `epoch` to `at`.
-    fn nanos_at(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        self.core.nanos_at(Instant::now())
     }
 
     /// The back-off in nanoseconds (saturating, so any `Duration` works).
@@ -760,7 +821,7 @@ impl RedisLimiter {
     }
 
     /// Spend one unit for `key`. Always answers within the timeout: from
-    /// Redis, a lease, or the failure policy.
+    /// Redis, a lease, or the failure policy (or a denial when shed).
     pub async fn check(&self, key: &str) -> Decision {
         match self.check_verbose(key, 1).await {
             Ok(v) => v.decision,
@@ -792,6 +853,13 @@ impl RedisLimiter {
                 source: Source::Redis,
                 error: None,
             },
+            // Shed, whatever the failure policy: allowing the excess of a
+            // flood would let it through unchecked.
+            Err(e @ RedisLimitError::Overloaded) => Verdict {
+                decision: self.closed(),
+                source: Source::Shed,
+                error: Some(e),
+            },
             Err(e) => self.on_failure(key, cost, e),
         })
     }
@@ -810,14 +878,15 @@ impl RedisLimiter {
     pub(crate) async fn raw(&self, key: &str, cost: u32) -> Result<Raw, RedisLimitError> {
         let inner = &*self.inner;
         let rkey = self.redis_key(key);
-        let cell = &inner.down_until[if inner.down_until.len() > 1 {
+        let cell_index = if inner.down_until.len() > 1 {
             usize::from(cluster_slot(&rkey)) * inner.down_until.len() / 16384
         } else {
             0
-        }];
+        };
+        let cell = &inner.down_until[cell_index];
         // One clock reading serves the back-off check and the deadline.
         let asked = Instant::now();
-        let now = inner.nanos_at(asked);
+        let now = inner.core.nanos_at(asked);
         let down = cell.load(Ordering::Relaxed);
         if down != 0 {
             // One caller per back-off period probes; the rest skip Redis.
@@ -836,12 +905,15 @@ impl RedisLimiter {
         }
         let deadline = inner.core.deadline(asked);
         let result = match &inner.batcher {
-            Some(b) => b.submit(rkey, cost, deadline).await,
+            Some(b) => b.submit(rkey, cost, deadline, cell_index, now).await,
             None => inner
                 .core
                 .eval(&[rkey.as_str()], &[cost], deadline)
                 .await
-                .and_then(|mut v| v.pop().ok_or(RedisLimitError::Overloaded)),
+                .and_then(|mut v| {
+                    v.pop()
+                        .ok_or_else(|| RedisLimitError::BadReply("no record".to_owned()))
+                }),
         };
         match &result {
             Ok(_) => {
@@ -849,6 +921,8 @@ impl RedisLimiter {
                     cell.store(0, Ordering::Relaxed);
                 }
             }
+            // This instance's own saturation says nothing about Redis.
+            Err(RedisLimitError::Overloaded) => {}
             Err(_) => {
                 let until = inner.now_nanos().saturating_add(inner.backoff_nanos());
                 cell.store(until.max(1), Ordering::Relaxed);

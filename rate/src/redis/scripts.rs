@@ -36,15 +36,19 @@
 //! * one `MGET` (in chunks) reads every key of a call;
 //! * state is stored as packed doubles (`struct.pack`, 8 bytes a number)
 //!   rather than formatted text (parsing and formatting text cost the
-//!   first scripts most);
+//!   first scripts most); a time is two of them, a whole second and the
+//!   nanoseconds from it (see [`GCRA`]), since one double of epoch
+//!   microseconds is only 0.25 µs fine;
 //! * a key's state lives in Lua locals from its read through its adjacent
 //!   decisions to its write — no table, no function call per key — and is
 //!   written once, only if a decision changed it;
-//! * the expiry is a whole-second deadline derived from the state; while
-//!   it stays put, a busy key is overwritten in place with `SETRANGE`,
-//!   which keeps the expiry and costs Redis less than `SET … KEEPTTL` (the
-//!   report's "one step inside a script" table), and the deadline is
-//!   compared with `%` rather than two `math.floor` calls;
+//! * the expiry is a whole-second deadline known from the state (stored
+//!   in it by the rate algorithms; for the window algorithms, the current
+//!   window's, computed once per call); while it stays put, a busy key is
+//!   overwritten in place with `SETRANGE`, which keeps the expiry and costs
+//!   Redis less than `SET … KEEPTTL` (the report's "one step inside a
+//!   script" table), and whole seconds are taken with `%` rather than
+//!   `math.floor`;
 //! * equal costs travel as one argument;
 //! * the answers go back as packed doubles, rounded by the client.
 
@@ -58,12 +62,17 @@ use super::Raw;
 /// * `PARAMS` — reads the parameters once per call and defines `P`, their
 ///   number;
 /// * `LOAD` — from `v`, the stored string or `false`, declares the key's
-///   state as locals, and `stored_fresh_at`: when the stored state becomes
-///   fresh again (`nil` if there was none);
+///   state as locals, and `stored_second`: the whole second (epoch µs)
+///   that the key's expiry was set from, or `nil` (no state, or one whose
+///   expiry is not worth knowing: a write then replaces it whole). It may
+///   set `dirty` to have the key written even if no decision changes it
+///   (a token bucket whose quota changed needs a later expiry);
 /// * `DECIDE` — given `cost`, sets `allowed` (1 or 0), `remaining` (units)
 ///   and `reset` and `retry` (µs), all unrounded, and updates the state
 ///   locals;
-/// * `STORE` — sets `value`, the state as stored, and `fresh_at`.
+/// * `STORE` — sets `value`, the state as stored, and `second`: the whole
+///   second (epoch µs) in which the state becomes fresh again (equal to no
+///   state at all); the key expires two seconds after it.
 ///
 /// `DECIDE` and `STORE` run in their own `do … end` block, so their own
 /// locals cannot shadow the loop's (`key`, `i`).
@@ -99,8 +108,8 @@ end
 local out, i = {}, 1
 while i <= n do
   local key, v = KEYS[i], vals[i]
-  --[[LOAD]]
   local dirty = false
+  --[[LOAD]]
   repeat
     local cost = one_cost or tonumber(ARGV[P + i])
     local allowed, remaining, reset, retry
@@ -112,20 +121,17 @@ while i <= n do
     i = i + 1
   until KEYS[i] ~= key
   if dirty then
-    local value, fresh_at
+    local value, second
     do
       --[[STORE]]
     end
     -- States expire at whole-second deadlines: the second after the one
-    -- in which the state becomes fresh again (equal to no state at all),
-    -- so idle keys vanish at most two seconds late. While that second
-    -- does not move, the key keeps its expiry and its value is
-    -- overwritten in place (SETRANGE of the whole value: cheaper than
-    -- SET ... KEEPTTL), which is only right over a value of the same
-    -- length; anything else is replaced whole.
-    local second = fresh_at - fresh_at % 1000000
-    if stored_fresh_at and #v == #value
-      and stored_fresh_at - stored_fresh_at % 1000000 == second then
+    -- in which the state becomes fresh again, so idle keys vanish at most
+    -- two seconds late. While that second does not move, the key keeps its
+    -- expiry and its value is overwritten in place (SETRANGE of the whole
+    -- value: cheaper than SET ... KEEPTTL), which is only right over a
+    -- value of the same length; anything else is replaced whole.
+    if second == stored_second and #v == #value then
       redis.call('SETRANGE', key, '0', value)
     else
       redis.call('SET', key, value, 'PXAT', second / 1000 + 2000)
@@ -143,43 +149,73 @@ struct Body {
     store: &'static str,
 }
 
-/// Token bucket. `ARGV[1]` = microseconds per token (`T`, may be
-/// fractional), `ARGV[2]` = capacity (`burst`). State: one number, the
-/// server time `z` at which the bucket was (or would have been) empty, so
+/// Token bucket. `ARGV[1]` = nanoseconds per token (`T`, may be
+/// fractional), `ARGV[2]` = capacity (`burst`). State: one time `z`, when
+/// the bucket was (or would have been) empty, so
 /// `tokens = min(burst, (now - z) / T)` — the same bucket as a token count
-/// and a timestamp, in a single number.
+/// and a timestamp, in a single time, stored as [`GCRA`] stores its own.
+///
+/// When the bucket would be full again only after the key's expiry, the
+/// quota changed since it was written (a lower rate, a larger burst): the
+/// key is then written again, with a later expiry, whatever the decision,
+/// so it never vanishes and comes back full early.
 const TOKEN_BUCKET: Body = Body {
     params: r#"
 local P = 2
 local T = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
-local full_at = now - burst * T
+local full = burst * T
+local Tu = T / 1000
 "#,
     load: r#"
-local z, stored_fresh_at = full_at, nil
-if v and #v == 8 then
-  local stored = unpack_state('<d', v)
-  stored_fresh_at = stored + burst * T -- full again
-  if stored > z then z = stored end
+-- z in ns from now; a full bucket's is -full
+local z, stored_second = -full, nil
+if v and #v == 16 then
+  local base, off = unpack_state('<dd', v)
+  stored_second = base
+  base = (base - now) * 1000
+  off = base + off
+  if off > z then
+    z = off
+    -- not full again before it expires: the quota changed
+    if off + full > base + 1000000000 then dirty = true end
+  end
+elseif v and #v == 8 then
+  -- the former state, epoch µs (replaced whole when written)
+  local off = (unpack_state('<d', v) - now) * 1000
+  if off > z then z = off end
 end
 "#,
     decide: r#"
-local tokens = (now - z) / T
+local tokens = -z / T
 if tokens + EPS >= cost then
   tokens = tokens - cost
   z = z + cost * T
-  allowed, remaining, reset, retry = 1, tokens, (burst - tokens) * T, 0
+  allowed, remaining, reset, retry = 1, tokens, (burst - tokens) * Tu, 0
 else
-  allowed, remaining, reset, retry = 0, tokens, (burst - tokens) * T, (cost - tokens) * T
+  allowed, remaining, reset, retry = 0, tokens, (burst - tokens) * Tu, (cost - tokens) * Tu
 end
 "#,
     store: r#"
-value, fresh_at = pack('<d', z), z + burst * T
+second = now + (z + full) / 1000
+second = second - second % 1000000
+value = pack('<dd', second, z - (second - now) * 1000)
 "#,
 };
 
-/// GCRA. `ARGV[1]` = microseconds per unit (`T`), `ARGV[2]` = `burst`.
-/// State: the theoretical arrival time `tat` (one number).
+/// GCRA. `ARGV[1]` = nanoseconds per unit (`T`, whole, as `Gcra` rounds
+/// it), `ARGV[2]` = `burst`. State: the theoretical arrival time `tat`.
+///
+/// A time is stored as two doubles: the whole second (epoch µs) after
+/// which the key expires, and the time in ns from that second, both whole
+/// numbers far below 2^53; the script works in ns from `now` (`tat - now`
+/// is at most `τ`). So GCRA decides exactly as the in-process
+/// [`Gcra`](crate::Gcra) does while `τ = burst × T` is under 2^53 ns (104
+/// days). A single double of epoch µs, as before, is 0.25 µs coarse
+/// today: a unit worth under half that never moved it (GCRA at 10 M/s
+/// allowed everything) and others were rounded (3 M/s admitted 4 M/s).
+/// The stored second is the key's expiry, not derived from the quota, so
+/// an overwrite in place never keeps an expiry that a new quota outgrew.
 const GCRA: Body = Body {
     params: r#"
 local P = 2
@@ -187,25 +223,32 @@ local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2]) * T
 "#,
     load: r#"
-local tat, stored_fresh_at = now, nil
-if v and #v == 8 then
-  local stored = unpack_state('<d', v)
-  stored_fresh_at = stored -- fresh once tat has passed
-  if stored > tat then tat = stored end
+-- tat in ns from now, 0 once passed
+local tat, stored_second = 0, nil
+if v and #v == 16 then
+  local base, off = unpack_state('<dd', v)
+  stored_second = base
+  tat = (base - now) * 1000 + off
+  if tat < 0 then tat = 0 end
+elseif v and #v == 8 then
+  -- the former state, epoch µs (replaced whole when written)
+  tat = (unpack_state('<d', v) - now) * 1000
+  if tat < 0 then tat = 0 end
 end
 "#,
     decide: r#"
 local new = tat + cost * T
-local allow_at = new - tau
-if allow_at > now + EPS then
-  allowed, remaining, reset, retry = 0, (now + tau - tat) / T, tat - now, allow_at - now
+if new > tau then
+  allowed, remaining, reset, retry = 0, (tau - tat) / T, tat / 1000, (new - tau) / 1000
 else
   tat = new
-  allowed, remaining, reset, retry = 1, (now + tau - new) / T, new - now, 0
+  allowed, remaining, reset, retry = 1, (tau - new) / T, new / 1000, 0
 end
 "#,
     store: r#"
-value, fresh_at = pack('<d', tat), tat
+second = now + tat / 1000 -- fresh once tat has passed
+second = second - second % 1000000
+value = pack('<dd', second, tat - (second - now) * 1000)
 "#,
 };
 
@@ -219,13 +262,15 @@ local W = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local idx = floor(now / W)
 local window_reset = (idx + 1) * W - now
+-- fresh again at the window's end
+local window_second = (idx + 1) * W
+window_second = window_second - window_second % 1000000
 "#,
     load: r#"
-local count, stored_fresh_at = 0, nil
+local count, stored_second = 0, nil
 if v and #v == 16 then
   local stored_idx, stored_count = unpack_state('<dd', v)
-  stored_fresh_at = (stored_idx + 1) * W -- its window's end
-  if stored_idx == idx then count = stored_count end
+  if stored_idx == idx then count, stored_second = stored_count, window_second end
 end
 "#,
     decide: r#"
@@ -237,7 +282,7 @@ else
 end
 "#,
     store: r#"
-value, fresh_at = pack('<dd', idx, count), (idx + 1) * W
+value, second = pack('<dd', idx, count), window_second
 "#,
 };
 
@@ -260,17 +305,17 @@ local W = S * (c - 1)
 local idx = floor(now / S)
 local e = now - idx * S
 local FORMAT = '<' .. string.rep('d', 2 * c)
--- the ring, the counts by age (counts[k] = sub-window idx - k) and when
--- the stored state becomes fresh again (its newest sub-window slid out)
+-- the current sub-window's place in the ring, and the second in which a
+-- state written now becomes fresh again (the sub-window slid out)
+local slot = 2 * (idx % c) + 1
+local ring_second = (idx + c) * S
+ring_second = ring_second - ring_second % 1000000
+-- the ring, the counts by age (counts[k] = sub-window idx - k) and, if
+-- the current sub-window is stored, the second its expiry was set from
 local function load_ring(v)
-  local ring, fresh_at
+  local ring
   if v and #v == 16 * c then
     ring = { unpack_state(FORMAT, v) }
-    local newest = -1
-    for j = 0, c - 1 do
-      if ring[2 * j + 1] > newest then newest = ring[2 * j + 1] end
-    end
-    if newest >= 0 then fresh_at = (newest + c) * S end
   else
     ring = {}
     for j = 1, 2 * c do ring[j] = -1 end
@@ -283,7 +328,8 @@ local function load_ring(v)
     if ring[2 * j + 1] == want then count = ring[2 * j + 2] end
     counts[k] = count
   end
-  return ring, counts, fresh_at
+  if ring[slot] == idx then return ring, counts, ring_second end
+  return ring, counts, nil
 end
 -- the sub-window counts as seen `s` sub-window boundaries from now
 -- (nothing more being spent): the full ones' sum, the oldest (partly
@@ -321,7 +367,7 @@ local function retry_after(counts, cost)
 end
 "#,
     load: r#"
-local ring, counts, stored_fresh_at = load_ring(v)
+local ring, counts, stored_second = load_ring(v)
 "#,
     decide: r#"
 local full, old = segment(counts, 0)
@@ -334,11 +380,9 @@ else
 end
 "#,
     store: r#"
-local j = idx % c
-ring[2 * j + 1] = idx
-ring[2 * j + 2] = counts[0]
--- fresh again when the current sub-window has slid out
-value, fresh_at = pack(FORMAT, unpack(ring, 1, 2 * c)), (idx + c) * S
+ring[slot] = idx
+ring[slot + 1] = counts[0]
+value, second = pack(FORMAT, unpack(ring, 1, 2 * c)), ring_second
 "#,
 };
 
