@@ -996,7 +996,7 @@ fn high_rates_and_byte_costs_decide_as_the_in_process_limiters() -> TestResult {
                 .connect(Target::server(server.url()))
                 .await?;
             // Load the script first, so that the batch is one call.
-            limiter.check_n("warm-up", 1).await?;
+            let _warm_up = limiter.check_n("warm-up", 1).await?;
             server.cli(&["CONFIG", "RESETSTAT"])?;
             // One thread: every caller queues before the batching task
             // runs, so all are one script call, in this order.
@@ -1148,7 +1148,7 @@ fn a_dropped_lease_fetch_does_not_stall_its_key() -> TestResult {
                 b = b.batching(Batching::default());
             }
             let limiter = b.connect(Target::server(server.url())).await?;
-            limiter.try_check_n("warm-up", 1).await?;
+            let _warm_up = limiter.try_check_n("warm-up", 1).await?;
             // Polled once (the fetch is under way), then dropped.
             let mut first = Box::pin(limiter.check_verbose("k", 1));
             let polled =
@@ -1227,7 +1227,7 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
                 .batching(batching)
                 .connect(Target::server(server.url()))
                 .await?;
-            limiter.try_check_n("warm-up", 1).await?;
+            let _warm_up = limiter.try_check_n("warm-up", 1).await?;
             // A flood of 4000 callers at once on their own keys …
             let flood: Vec<_> = (0..4_000)
                 .map(|i| {
