@@ -94,7 +94,9 @@ impl Inflight {
     /// uncounts it on drop, and the new in-flight estimate.
     ///
     /// The estimate includes every racing `incr` that could have been
-    /// admitted before this one (see the [module docs](self)), so
+    /// admitted before this one (all rows are added to, then a `SeqCst`
+    /// fence, then the rows are read again: of two racers the later to
+    /// fence sees both), so
     /// `estimate > limit` is a sound refusal test under concurrency.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);

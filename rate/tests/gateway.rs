@@ -29,6 +29,25 @@ async fn start(config: app::GatewayConfig) -> SocketAddr {
     addr
 }
 
+/// Serve a gateway whose per-IP limit lives in the Redis server at `url`
+/// under `prefix`, on a free loopback port until the test's runtime ends.
+async fn start_on_redis(config: &app::GatewayConfig, url: String, prefix: &str) -> SocketAddr {
+    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
+    let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(config))
+        .prefix(prefix)
+        .connect(Target::server(url))
+        .await
+        .expect("connect to the private redis-server");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    let service =
+        app::router_on_redis(config, limiter).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    addr
+}
+
 fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
@@ -170,7 +189,6 @@ async fn shadow_mode_denies_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_redis_share_one_limit() {
     use weir_rate::redis::testing::RedisServer;
-    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
     let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
     else {
         return;
@@ -178,19 +196,7 @@ async fn two_gateways_on_redis_share_one_limit() {
     let config = config(6);
     let mut gateways = Vec::new();
     for _ in 0..2 {
-        let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(&config))
-            .prefix("gateway-test")
-            .connect(Target::server(server.url()))
-            .await
-            .expect("connect to the private redis-server");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let service = app::router_on_redis(&config, limiter)
-            .into_make_service_with_connect_info::<SocketAddr>();
-        tokio::spawn(async move { axum::serve(listener, service).await });
-        gateways.push(addr);
+        gateways.push(start_on_redis(&config, server.url(), "gateway-test").await);
     }
     let client = client();
     let mut statuses = Vec::new();
@@ -249,7 +255,6 @@ async fn shadow_header_marks_only_shadow_denials_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_header_marks_only_shadow_denials_on_redis() {
     use weir_rate::redis::testing::RedisServer;
-    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
     let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
     else {
         return;
@@ -263,19 +268,7 @@ async fn shadow_header_marks_only_shadow_denials_on_redis() {
         };
         // Each gateway its own keys: the two modes must not share a count.
         let n = gateways.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(&config))
-            .prefix(format!("shadow-test-{n}"))
-            .connect(Target::server(url.clone()))
-            .await
-            .expect("connect to the private redis-server");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let service = app::router_on_redis(&config, limiter)
-            .into_make_service_with_connect_info::<SocketAddr>();
-        tokio::spawn(async move { axum::serve(listener, service).await });
-        addr
+        start_on_redis(&config, url.clone(), &format!("shadow-test-{n}")).await
     })
     .await;
 }
