@@ -8,6 +8,8 @@
 
 pub mod alloc;
 pub mod hhh;
+#[cfg(feature = "bpf")]
+pub mod hhh_loopback;
 pub mod http;
 pub mod limits;
 pub mod machine;

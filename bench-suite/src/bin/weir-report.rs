@@ -21,6 +21,8 @@ const SECTIONS: &[Section] = &[
     ("http", weir_bench_suite::http::run),
     ("hhh", weir_bench_suite::hhh::run),
     ("hhh-kernel", weir_bench_suite::hhh::run_kernel),
+    #[cfg(feature = "bpf")]
+    ("hhh-loopback", weir_bench_suite::hhh_loopback::run),
 ];
 
 fn main() {
