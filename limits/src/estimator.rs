@@ -270,16 +270,11 @@ impl Estimator {
         }
     }
 
-    /// `cells` must come from this estimator's locator.
     #[inline(always)]
     fn add_cells(&self, cells: impl IntoIterator<Item = usize>, value: isize) -> isize {
         let mut min = isize::MAX;
         for cell in cells {
-            // SAFETY: every cell a location of `self.locator` yields is
-            // below `locator.cells()` (the sketch proptests check it), the
-            // size `from_parts` made `counters` with.
-            let counter = unsafe { self.counters.cell_unchecked(cell) };
-            let previous = counter.fetch_add(value, Ordering::Relaxed);
+            let previous = self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
             min = min.min(previous.wrapping_add(value));
         }
         min
