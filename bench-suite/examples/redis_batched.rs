@@ -10,8 +10,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_bench_suite::redis::load;
 use weir_rate::Quota;
-use weir_rate::redis::testing::RedisServer;
 use weir_rate::redis::{Algorithm, Batching, FailurePolicy, RedisLimiter, Target};
+use weir_test_support::redis_server::RedisServer;
 
 fn main() {
     let mut args = std::env::args().skip(1);

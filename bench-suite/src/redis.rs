@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_rate::Quota;
-use weir_rate::redis::testing::{self, RedisServer};
 use weir_rate::redis::{
     Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
 };
+use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// A minimal token bucket, the baseline for "one script per decision".
 const MINIMAL_TOKEN_BUCKET: &str = "local t = redis.call('TIME') \

@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use weir_rate::Quota;
-use weir_rate::redis::testing::{self, RedisServer};
 use weir_rate::redis::{Algorithm, FailurePolicy, RedisLimiter, Target};
+use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// A script call as a limiter sends it, for replaying: its script's SHA1
 /// and the arguments between the keys and the costs.

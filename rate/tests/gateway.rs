@@ -188,7 +188,7 @@ async fn shadow_mode_denies_nothing() {
 /// requests alternate between them and exactly the limit passes in total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_redis_share_one_limit() {
-    use weir_rate::redis::testing::RedisServer;
+    use weir_test_support::redis_server::RedisServer;
     let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
     else {
         return;
@@ -254,7 +254,7 @@ async fn shadow_header_marks_only_shadow_denials_in_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_header_marks_only_shadow_denials_on_redis() {
-    use weir_rate::redis::testing::RedisServer;
+    use weir_test_support::redis_server::RedisServer;
     let Some(server) = RedisServer::start_or_skip("the gateway on Redis").expect("redis fixture")
     else {
         return;

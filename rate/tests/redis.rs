@@ -10,7 +10,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-use weir_rate::redis::testing::{RedisServer, wait_until};
 use weir_rate::redis::{
     Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, Source,
     Target,
@@ -18,6 +17,7 @@ use weir_rate::redis::{
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
 };
+use weir_test_support::redis_server::{RedisServer, wait_until};
 
 /// Entry point of the worker processes spawned by the tests (does nothing
 /// when run normally).

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use support::*;
 use weir_rate::Quota;
-use weir_rate::redis::testing::RedisCluster;
 use weir_rate::redis::{
     Algorithm, Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot,
 };
+use weir_test_support::redis_server::RedisCluster;
 
 /// Entry point of the worker processes (does nothing when run normally).
 #[test]

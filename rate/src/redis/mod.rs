@@ -129,7 +129,6 @@ mod batch;
 mod conn;
 mod hot;
 mod scripts;
-pub mod testing;
 
 pub use conn::Target;
 pub use hot::PreAggregation;

@@ -1,6 +1,6 @@
 //! Shared pieces of the Redis integration tests: load generators, worker
 //! processes (the test binary re-executed), and the bound every run must
-//! respect. The servers themselves come from `weir_rate::redis::testing`.
+//! respect. The servers themselves come from `weir_test_support::redis_server`.
 
 #![allow(dead_code)]
 

@@ -13,9 +13,9 @@
 //! returns [`FixtureError::Missing`] so the run fails.
 //!
 //! ```no_run
-//! use weir_rate::redis::testing::RedisServer;
+//! use weir_test_support::redis_server::RedisServer;
 //!
-//! # fn demo() -> Result<(), weir_rate::redis::testing::FixtureError> {
+//! # fn demo() -> Result<(), weir_test_support::redis_server::FixtureError> {
 //! let Some(server) = RedisServer::start_or_skip("my test")? else {
 //!     return Ok(()); // skipped: no redis-server here
 //! };
