@@ -22,7 +22,7 @@ fn classify(c: &mut Criterion) {
                 b.iter(|| {
                     for t in &input {
                         now += 100;
-                        black_box(rake.classify_at(t, now));
+                        let _ = black_box(rake.classify_at(t, now));
                     }
                 })
             });
@@ -38,7 +38,7 @@ fn classify(c: &mut Criterion) {
             for p in &packets {
                 now += 100;
                 if let Ok(t) = FourTuple::parse(p) {
-                    black_box(rake.classify_at(&t, now));
+                    let _ = black_box(rake.classify_at(&t, now));
                 }
             }
         })

@@ -117,7 +117,7 @@ pub fn time_classify<R: RandomSource>(
     rounds: usize,
 ) -> Timing {
     time_packets(tuples, rounds, |t, now| {
-        black_box(rake.classify_at(t, now));
+        let _ = black_box(rake.classify_at(t, now));
     })
 }
 
@@ -129,7 +129,7 @@ pub fn time_parse_classify<R: RandomSource>(
 ) -> Timing {
     time_packets(packets, rounds, |p, now| {
         if let Ok(t) = FourTuple::parse(p) {
-            black_box(rake.classify_at(&t, now));
+            let _ = black_box(rake.classify_at(&t, now));
         }
     })
 }
@@ -373,7 +373,7 @@ pub fn time_user_same_packet(frame: &[u8], repeat: u32, best_of: usize) -> f64 {
             let started = Instant::now();
             for _ in 0..repeat {
                 if let Ok(t) = FourTuple::parse(black_box(packet)) {
-                    black_box(rake.classify(&t));
+                    let _ = black_box(rake.classify(&t));
                 }
             }
             started.elapsed().as_nanos() as f64 / f64::from(repeat.max(1))

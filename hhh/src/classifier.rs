@@ -231,6 +231,7 @@ impl fmt::Display for Limited {
 /// assert_eq!(why.level, 0);
 /// println!("{}", verdicts[99]); // "drop: level 0 (src:sport -> dst:dport) at 1000.0 pps over the limit of 10.0 pps"
 /// ```
+#[must_use = "a verdict not looked at lets every packet through"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// No generalisation of the packet is over the limit.
@@ -1022,7 +1023,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let t = t4([10, 0, 0, i as u8], 1, [10, 0, 0, 200], 2);
                     for k in 0..1000 {
-                        rake.classify_at(&t, k * 10_000_000);
+                        let _ = rake.classify_at(&t, k * 10_000_000);
                     }
                 })
             })
@@ -1074,7 +1075,7 @@ mod tests {
     fn time_going_backwards_is_no_time() {
         let rake = Classifier::builder(1_000_000).seed(3).build().unwrap();
         let t = t4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2);
-        rake.classify_at(&t, 50_000_000);
+        let _ = rake.classify_at(&t, 50_000_000);
         // Earlier timestamps: rates only grow by 1/window, never wrap.
         for _ in 0..10 {
             assert!(rake.classify_at(&t, 1_000).is_pass());
