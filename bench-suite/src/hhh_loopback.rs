@@ -1,5 +1,5 @@
 //! weir-hhh end to end on loopback: a UDP echo server under a flood, once
-//! guarded in user space ([`GuardedUdpSocket`]: every flood packet still
+//! guarded in user space (`GuardedUdpSocket`: every flood packet still
 //! costs the server a `recvfrom` and a classification) and once behind the
 //! kernel filter (`weir_hhh::kernel::KernelFilter`: flood packets are
 //! dropped before they are queued to the socket).
