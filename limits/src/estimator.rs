@@ -323,9 +323,13 @@ impl Estimator {
         self.counters.cell(cell).load(order)
     }
 
+    /// Add `value` to one cell; returns the cell's new value.
     #[inline]
-    pub(crate) fn add_to_cell(&self, cell: usize, value: isize) {
-        self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
+    pub(crate) fn add_to_cell(&self, cell: usize, value: isize) -> isize {
+        self.counters
+            .cell(cell)
+            .fetch_add(value, Ordering::Relaxed)
+            .wrapping_add(value)
     }
 }
 

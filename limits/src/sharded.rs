@@ -6,52 +6,75 @@
 //! When two cores increment one shared sketch, every counter line they both
 //! write ping-pongs between their caches, and the cost of an increment goes
 //! from a few nanoseconds to a cross-core transfer per line. Here each thread
-//! owns a private *delta table* with the same shape as the shared sketch:
-//! `incr` adds to the calling thread's deltas (plain loads and stores, since
-//! only the owner writes them) and reads the shared table, which other
-//! threads only write in bulk. After `flush_every` of its own updates a
-//! thread folds its deltas into the shared table in one pass and zeroes
-//! them.
+//! owns a private table, its *view*: the shared table as of the thread's last
+//! sync plus every update the thread made since. `incr` touches the view
+//! alone (plain loads and stores, since only the owner writes it), so an
+//! update costs what a count-min update costs on one core with no atomics,
+//! and one table's worth of lines stays hot in the core's cache. After
+//! `flush_every` of its own updates a thread adds what it has not flushed
+//! (`view − base`, where *base* is the cold copy of the shared table the view
+//! was synced from) to the shared table in one pass, then re-syncs its view.
+//!
+//! Each flush bumps a shared flush count. A thread compares it with the
+//! count its view reflects on every `incr` (one load of a line that changes
+//! once per flush), and re-syncs its view when another thread has flushed
+//! since: view and base move by the same amount, so what is unflushed stays.
 //!
 //! ## What an estimate includes
 //!
-//! * [`incr`](ShardedEstimator::incr) returns the shared table plus the
-//!   caller's own deltas: it includes every update by the calling thread and
-//!   every update by another thread **except those still in that thread's
-//!   delta table** — at most `flush_every` events per other thread (the
-//!   staleness bound, tested). With non-negative updates it may therefore
-//!   underestimate by at most `(threads − 1) × flush_every × max value`.
+//! * [`incr`](ShardedEstimator::incr) returns the caller's view: every update
+//!   by the calling thread and every update by another thread **except those
+//!   it has not flushed yet** — at most `flush_every` events per other thread
+//!   (the staleness bound, tested). With non-negative updates it may
+//!   therefore underestimate by at most `(threads − 1) × flush_every × max
+//!   value`.
 //! * [`get`](ShardedEstimator::get) sums the shared table and *every*
-//!   thread's deltas, so it is as current as [`Estimator::get`]: it never
-//!   underestimates the updates that happened before it. It reads other
-//!   threads' lines, so it is the slower call.
+//!   thread's unflushed updates, so it is as current as [`Estimator::get`]:
+//!   it never underestimates the updates that happened before it. It reads
+//!   other threads' tables, so it is the slower call.
 //!
-//! Flushing moves a delta into the shared table before zeroing it (release
-//! store), and `get` reads a delta (acquire) before the shared counter, so a
-//! reader can count an in-flight delta twice but never zero times.
+//! A thread rewrites its view and base together only inside a flush or a
+//! sync, under a per-thread sequence count; `get` reads a thread's pair
+//! when no rewrite is under way, then the shared table, so a delta being
+//! flushed is counted twice at most, never zero times.
 //!
-//! Memory is one delta table per thread that ever touched the sketch (thread
-//! slots are reused after a thread exits, and its unflushed deltas stay
+//! Memory is two tables per thread that ever touched the sketch (thread
+//! slots are reused after a thread exits, and its unflushed updates stay
 //! visible to `get` and are flushed by the next thread to take the slot).
 //!
-//! The per-thread table comes from `crate::sync::ThreadLocal`: the
+//! The per-thread tables come from `crate::sync::ThreadLocal`: the
 //! `thread_local` crate normally, and under `--cfg loom` a stand-in keyed by
 //! loom's thread id, because loom runs all model threads on one OS thread
-//! and they would otherwise share one delta table.
+//! and they would otherwise share one table.
 
 use crate::ConfigError;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
-use crate::sketch::{Layout, Location, Locator};
-use crate::sync::{AtomicUsize, Ordering, ThreadLocal};
+use crate::sketch::{self, Layout, Location, Locator};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, ThreadLocal, fence, spin_wait};
 use std::hash::Hash;
 
+/// One thread's tables. Only the owning thread writes any field; atomics
+/// (relaxed, plain moves on x86) only because `get` reads them elsewhere.
 struct Shard {
-    deltas: Counters,
+    /// The shared table as of the last sync, plus this thread's updates since.
+    view: Counters,
+    /// The shared table as of the last sync: `view − base` is unflushed.
+    base: Counters,
+    /// Odd while a flush or sync rewrites `view` and `base` together.
+    rewriting: AtomicUsize,
+    /// Updates since the last flush.
     pending: AtomicUsize,
+    /// The flush count the view reflects.
+    synced: AtomicU64,
 }
 
-/// A count-min sketch with per-thread delta tables; same surface as
+/// The shared flush count, on its own cache line: every `incr` reads it,
+/// only flushes write it.
+#[repr(align(128))]
+struct FlushCount(AtomicU64);
+
+/// A count-min sketch with per-thread tables; same surface as
 /// [`Estimator`], estimates from `incr` lag other threads by a bounded
 /// number of events.
 ///
@@ -72,6 +95,7 @@ struct Shard {
 /// ```
 pub struct ShardedEstimator {
     shared: Estimator,
+    flushes: FlushCount,
     shards: ThreadLocal<Shard>,
     flush_every: usize,
 }
@@ -116,6 +140,7 @@ impl ShardedEstimator {
         let flush_every = flush_every.unwrap_or_else(|| Self::default_flush_every(locator.cells()));
         Self {
             shared: Estimator::from_parts(locator, crate::Update::Plain),
+            flushes: FlushCount(AtomicU64::new(0)),
             shards: ThreadLocal::new(),
             flush_every,
         }
@@ -146,68 +171,135 @@ impl ShardedEstimator {
     #[inline]
     fn incr_at(&self, location: &Location, value: isize) -> isize {
         let shard = self.shard();
-        let mut min = isize::MAX;
-        for cell in location.iter() {
-            let delta = shard.deltas.cell(cell);
-            // Only the owning thread writes its deltas: load + store needs
-            // no lock prefix. Release pairs with `get`'s acquire.
-            let updated = delta.load(Ordering::Relaxed).wrapping_add(value);
-            delta.store(updated, Ordering::Release);
-            let estimate = self
-                .shared
-                .cell_value(cell, Ordering::Relaxed)
-                .wrapping_add(updated);
-            min = min.min(estimate);
+        if self.flushes.0.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
+            self.sync(shard);
         }
+        // The usual shapes unrolled, as in `Estimator::add_all`.
+        let estimate = match location.len() {
+            1 => add_to_view(shard, location.cells::<1>(), value),
+            2 => add_to_view(shard, location.cells::<2>(), value),
+            3 => add_to_view(shard, location.cells::<3>(), value),
+            4 => add_to_view(shard, location.cells::<4>(), value),
+            _ => add_to_view(shard, location.iter(), value),
+        };
         let pending = shard.pending.load(Ordering::Relaxed) + 1;
         if pending >= self.flush_every {
             self.flush_shard(shard);
         } else {
             shard.pending.store(pending, Ordering::Relaxed);
         }
-        min
+        estimate
     }
 
     /// The current estimate for `key`, including every thread's unflushed
     /// updates.
     pub fn get<K: Hash + ?Sized>(&self, key: &K) -> isize {
         let location = self.shared.locator().locate(key);
-        let mut min = isize::MAX;
-        for cell in location.iter() {
-            let mut total: isize = 0;
-            for shard in self.shards.iter() {
-                total = total.wrapping_add(shard.deltas.cell(cell).load(Ordering::Acquire));
+        let mut totals = [0isize; sketch::MAX_HASHES];
+        for shard in self.shards.iter() {
+            let mut round = 0;
+            loop {
+                let before = shard.rewriting.load(Ordering::Acquire);
+                if before & 1 == 0 {
+                    let mut unflushed = [0isize; sketch::MAX_HASHES];
+                    for (slot, cell) in unflushed.iter_mut().zip(location.iter()) {
+                        let base = shard.base.cell(cell).load(Ordering::Relaxed);
+                        let view = shard.view.cell(cell).load(Ordering::Relaxed);
+                        *slot = view.wrapping_sub(base);
+                    }
+                    // The pair was read whole if no rewrite began meanwhile.
+                    fence(Ordering::Acquire);
+                    if shard.rewriting.load(Ordering::Relaxed) == before {
+                        for (total, delta) in totals.iter_mut().zip(unflushed) {
+                            *total = total.wrapping_add(delta);
+                        }
+                        break;
+                    }
+                }
+                spin_wait(&mut round);
             }
-            total = total.wrapping_add(self.shared.cell_value(cell, Ordering::Relaxed));
-            min = min.min(total);
         }
-        min
+        // After every thread's pair: a delta flushed since was added to the
+        // shared table before the flush ended, so it is seen here.
+        totals
+            .iter()
+            .zip(location.iter())
+            .map(|(total, cell)| {
+                total.wrapping_add(self.shared.cell_value(cell, Ordering::Relaxed))
+            })
+            .min()
+            .unwrap_or(0)
     }
 
-    /// Fold the calling thread's deltas into the shared table now.
+    /// Fold the calling thread's unflushed updates into the shared table now.
     pub fn flush(&self) {
         if let Some(shard) = self.shards.get() {
             self.flush_shard(shard);
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn flush_shard(&self, shard: &Shard) {
-        for (cell, delta) in shard.deltas.iter().enumerate() {
-            let value = delta.load(Ordering::Relaxed);
-            if value != 0 {
-                self.shared.add_to_cell(cell, value);
-                // After the add: a reader that sees zero also sees the add.
-                delta.store(0, Ordering::Release);
-            }
-        }
+        let before = self.flushes.0.load(Ordering::Acquire);
+        self.rewrite(shard, true);
         shard.pending.store(0, Ordering::Relaxed);
+        // Release: whoever sees the new count sees the additions above.
+        let previous = self.flushes.0.fetch_add(1, Ordering::AcqRel);
+        // With no other flush in between, the view reflects every flush up
+        // to this one; otherwise the next `incr` syncs again.
+        let synced = if previous == before {
+            before + 1
+        } else {
+            before
+        };
+        shard.synced.store(synced, Ordering::Relaxed);
     }
 
-    /// Zero the shared table and every delta table. Not atomic with respect
-    /// to concurrent updates (like [`Estimator::reset`]).
+    /// Bring the view up to the shared table, keeping what is unflushed.
+    #[cold]
+    #[inline(never)]
+    fn sync(&self, shard: &Shard) {
+        let flushes = self.flushes.0.load(Ordering::Acquire);
+        self.rewrite(shard, false);
+        shard.synced.store(flushes, Ordering::Relaxed);
+    }
+
+    /// Re-base every cell of `shard` on the shared table, first adding the
+    /// cell's unflushed part to it if `flush`, else keeping that part in
+    /// the view.
+    fn rewrite(&self, shard: &Shard, flush: bool) {
+        let count = shard.rewriting.load(Ordering::Relaxed);
+        shard
+            .rewriting
+            .store(count.wrapping_add(1), Ordering::Relaxed);
+        // Readers that see the cells below also see the odd count.
+        fence(Ordering::Release);
+        for (cell, (view, base)) in shard.view.iter().zip(shard.base.iter()).enumerate() {
+            let unflushed = view
+                .load(Ordering::Relaxed)
+                .wrapping_sub(base.load(Ordering::Relaxed));
+            let (shared, kept) = if flush && unflushed != 0 {
+                (self.shared.add_to_cell(cell, unflushed), 0)
+            } else {
+                (self.shared.cell_value(cell, Ordering::Relaxed), unflushed)
+            };
+            view.store(shared.wrapping_add(kept), Ordering::Relaxed);
+            base.store(shared, Ordering::Relaxed);
+        }
+        shard
+            .rewriting
+            .store(count.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Zero the shared table and every thread's tables. Not atomic with
+    /// respect to concurrent updates (like [`Estimator::reset`]): an update
+    /// or a flush racing a reset may leave counts from before it, and a
+    /// `get` racing it may see any mix.
     pub fn reset(&self) {
         for shard in self.shards.iter() {
-            shard.deltas.clear();
+            shard.base.clear();
+            shard.view.clear();
             shard.pending.store(0, Ordering::Relaxed);
         }
         self.shared.reset();
@@ -215,9 +307,18 @@ impl ShardedEstimator {
 
     #[inline]
     fn shard(&self) -> &Shard {
-        self.shards.get_or(|| Shard {
-            deltas: Counters::new(self.shared.locator().cells()),
-            pending: AtomicUsize::new(0),
+        self.shards.get_or(|| {
+            let cells = self.shared.locator().cells();
+            // A new thread starts from nothing synced: its first `incr`
+            // syncs (unless no thread has flushed yet, when the shared
+            // table is still zero).
+            Shard {
+                view: Counters::new(cells),
+                base: Counters::new(cells),
+                rewriting: AtomicUsize::new(0),
+                pending: AtomicUsize::new(0),
+                synced: AtomicU64::new(0),
+            }
         })
     }
 
@@ -237,15 +338,29 @@ impl ShardedEstimator {
         self.shared.slots()
     }
 
-    /// Bytes used: the shared table plus every thread's delta table.
+    /// Bytes used: the shared table plus every thread's two tables.
     pub fn memory_bytes(&self) -> usize {
         let shards: usize = self
             .shards
             .iter()
-            .map(|s| s.deltas.bytes() + std::mem::size_of::<Shard>())
+            .map(|s| s.view.bytes() + s.base.bytes() + std::mem::size_of::<Shard>())
             .sum();
         std::mem::size_of::<Self>() + self.shared.memory_bytes() + shards
     }
+}
+
+/// Add `value` to the view's cells; returns their new minimum.
+#[inline(always)]
+fn add_to_view(shard: &Shard, cells: impl IntoIterator<Item = usize>, value: isize) -> isize {
+    let mut min = isize::MAX;
+    for cell in cells {
+        let counter = shard.view.cell(cell);
+        // Only the owning thread writes its view: load + store, no lock prefix.
+        let updated = counter.load(Ordering::Relaxed).wrapping_add(value);
+        counter.store(updated, Ordering::Relaxed);
+        min = min.min(updated);
+    }
+    min
 }
 
 impl std::fmt::Debug for ShardedEstimator {
