@@ -230,33 +230,77 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = {
-            let mut guard = self.shard(key).lock();
-            let shard = &mut *guard;
-            let now = now.max(shard.latest);
-            shard.latest = now;
-            if let Some(state) = shard.map.get_mut(key) {
-                shard.limiter.check(state, now, cost, mode)?
-            } else {
-                let mut state = shard.limiter.new_state(now);
-                let decision = shard.limiter.check(&mut state, now, cost, mode)?;
-                if mode == Mode::Consume && !shard.limiter.is_idle(&state, now) {
-                    // The only allocation a borrowed key costs: on first spend.
-                    shard.map.insert(key.to_owned(), state);
-                    if shard.map.len() >= shard.sweep_at {
-                        let limiter = &shard.limiter;
-                        shard.map.retain(|_, s| !limiter.is_idle(s, now));
-                        shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
-                    }
-                }
-                decision
-            }
-        };
+        let decision = self.decide_at(key, now, mode == Mode::Consume, |limiter, state, now| {
+            limiter.check(state, now, cost, mode)
+        })?;
         Ok(if self.shadow.load(Ordering::Relaxed) {
             decision.shadowed()
         } else {
             decision
         })
+    }
+
+    /// Whether one unit for `key` may be spent now, spending it if so:
+    /// [`check`](Self::check) for callers that need only the yes or no
+    /// (no headers), without building a [`Decision`]. In shadow mode it
+    /// always answers yes, as `check(key).is_allowed()` does.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_client = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())));
+    /// assert!(per_client.allows("alice"));
+    /// assert!(!per_client.allows("alice"));
+    /// assert!(per_client.allows("bob"));
+    /// ```
+    #[inline]
+    pub fn allows<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let allowed = self.decide_at(key, now, true, |limiter, state, now| {
+            limiter.allows(state, now, 1)
+        });
+        allowed || self.shadow.load(Ordering::Relaxed)
+    }
+
+    /// Run `decide` on `key`'s state at `now` (never earlier than the
+    /// shard's latest time). A key not remembered gets a fresh state, kept
+    /// only if `keep` and `decide` left it not idle.
+    #[inline]
+    fn decide_at<Q, R>(
+        &self,
+        key: &Q,
+        now: u64,
+        keep: bool,
+        decide: impl FnOnce(&L, &mut L::State, u64) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut guard = self.shard(key).lock();
+        let shard = &mut *guard;
+        let now = now.max(shard.latest);
+        shard.latest = now;
+        if let Some(state) = shard.map.get_mut(key) {
+            return decide(&shard.limiter, state, now);
+        }
+        let mut state = shard.limiter.new_state(now);
+        let result = decide(&shard.limiter, &mut state, now);
+        if keep && !shard.limiter.is_idle(&state, now) {
+            // The only allocation a borrowed key costs: on first spend.
+            shard.map.insert(key.to_owned(), state);
+            if shard.map.len() >= shard.sweep_at {
+                let limiter = &shard.limiter;
+                shard.map.retain(|_, s| !limiter.is_idle(s, now));
+                shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+            }
+        }
+        result
     }
 }
 

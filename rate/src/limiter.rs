@@ -56,6 +56,17 @@ pub trait Limiter: Send + Sync {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed>;
 
+    /// Whether `cost` units may be spent at `now_ns`, spending them if so:
+    /// [`check`](Self::check) in [`Mode::Consume`] answering only the
+    /// yes or no, for callers that send no headers. A cost above
+    /// [`capacity`](Self::capacity) is never allowed (`false`).
+    /// Algorithms override it to skip building the [`Decision`].
+    #[inline]
+    fn allows(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> bool {
+        self.check(state, now_ns, cost, Mode::Consume)
+            .is_ok_and(|decision| decision.is_allowed())
+    }
+
     /// Give back the spending `receipt` names (e.g. the request was not
     /// served after all), at `now_ns`. A refund returns capacity only where
     /// that spending is still counted, and never more than it still

@@ -332,10 +332,50 @@ impl<C: Clock> SketchLimiter<C> {
         now: u64,
     ) -> Result<Decision, NeverAllowed> {
         let gcra = self.params.read();
-        let capacity = gcra.quota().burst();
-        NeverAllowed::check(cost, capacity)?;
+        NeverAllowed::check(cost, gcra.quota().burst())?;
+        let step = self.step(&gcra, key, cost, mode, now);
+        let decision = gcra.decide(now, cost, &step);
+        Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
+            decision.shadowed()
+        } else {
+            decision
+        })
+    }
+
+    /// Whether one unit for `key` may be spent now, spending it if so:
+    /// [`check`](Self::check) for callers that need only the yes or no
+    /// (no headers), without building a [`Decision`]. In shadow mode it
+    /// always answers yes, as `check(key).is_allowed()` does.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Quota, SketchLimiter};
+    ///
+    /// let limiter = SketchLimiter::new(Quota::per_second(NonZeroU32::new(1).unwrap()), 4, 4096).unwrap();
+    /// assert!(limiter.allows(&"alice"));
+    /// assert!(!limiter.allows(&"alice"));
+    /// ```
+    #[inline]
+    pub fn allows<K: Hash + ?Sized>(&self, key: &K) -> bool {
+        let now = self.clock.now_nanos();
+        let gcra = self.params.read();
+        let allowed = matches!(self.step(&gcra, key, 1, Mode::Consume, now), Step::Allow(_));
+        allowed || self.shadow.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// One GCRA step for `key` over its cells (a cost within the burst),
+    /// committed unless `mode` is [`Mode::Peek`].
+    #[inline]
+    fn step<K: Hash + ?Sized>(
+        &self,
+        gcra: &Gcra,
+        key: &K,
+        cost: u32,
+        mode: Mode,
+        now: u64,
+    ) -> Step {
         let location = self.locator.locate(key);
-        let decision = loop {
+        loop {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);
             for (i, cell) in location.iter().enumerate() {
@@ -356,10 +396,10 @@ impl<C: Clock> SketchLimiter<C> {
                 gcra.tolerance_nanos(),
             );
             let Step::Allow(new) = step else {
-                break gcra.decide(now, cost, &step);
+                return step;
             };
             if mode == Mode::Peek {
-                break gcra.decide(now, cost, &step);
+                return step;
             }
             for (i, cell) in location.iter().enumerate() {
                 // A cell seen at or above `new` can only have grown since.
@@ -371,15 +411,10 @@ impl<C: Clock> SketchLimiter<C> {
                 .compare_exchange(min, new, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
-                break gcra.decide(now, cost, &step);
+                return step;
             }
             spin();
-        };
-        Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
-            decision.shadowed()
-        } else {
-            decision
-        })
+        }
     }
 }
 

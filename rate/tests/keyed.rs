@@ -93,6 +93,43 @@ fn a_refund_reaches_every_limit_of_a_check_stamped_earlier() {
 }
 
 proptest! {
+    /// The lean `allows` decides exactly as `check(..).is_allowed()`, and
+    /// spends exactly as it: two limiters of each kind fed the same keys at
+    /// the same times never disagree, in shadow mode too.
+    #[test]
+    fn allows_decides_and_spends_as_check(
+        steps in proptest::collection::vec((0u64..30_000_000, 0u8..6), 1..300),
+        shadow: bool,
+    ) {
+        let quota = Quota::per_second(NonZeroU32::new(50).unwrap()).allow_burst(NonZeroU32::new(3).unwrap());
+        let clocks = (ManualClock::new(), ManualClock::new());
+        let exact = (
+            KeyedLimiter::with_clock(Gcra::new(quota), clocks.0.clone()),
+            KeyedLimiter::with_clock(Gcra::new(quota), clocks.1.clone()),
+        );
+        let window = FixedWindow::new(quota);
+        let windows = (
+            KeyedLimiter::with_clock(window.clone(), clocks.0.clone()),
+            KeyedLimiter::with_clock(window, clocks.1.clone()),
+        );
+        let sketch = |clock: &ManualClock| {
+            let locator = Locator::with_seed(2, 4, Layout::Rows, 3).unwrap();
+            SketchLimiter::with_locator(quota, locator, clock.clone())
+        };
+        let sketches = (sketch(&clocks.0), sketch(&clocks.1));
+        for limiter in [&exact.0, &exact.1] { limiter.set_shadow(shadow); }
+        for limiter in [&windows.0, &windows.1] { limiter.set_shadow(shadow); }
+        for limiter in [&sketches.0, &sketches.1] { limiter.set_shadow(shadow); }
+        for (gap, key) in steps {
+            clocks.0.advance(Duration::from_nanos(gap));
+            clocks.1.advance(Duration::from_nanos(gap));
+            prop_assert_eq!(exact.0.allows(&key), exact.1.check(&key).is_allowed());
+            prop_assert_eq!(windows.0.allows(&key), windows.1.check(&key).is_allowed());
+            prop_assert_eq!(sketches.0.allows(&key), sketches.1.check(&key).is_allowed());
+            prop_assert_eq!(exact.0.len(), exact.1.len());
+        }
+    }
+
     /// `AllOf` over two limits decides exactly as the pair of them, step by
     /// step (both go through the same all-or-nothing rule), and neither
     /// ever spends what the other refused: each limit's own state matches a

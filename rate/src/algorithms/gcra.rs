@@ -161,6 +161,20 @@ impl Limiter for Gcra {
         Ok(self.decide(now_ns, cost, &step).charged(mode, now_ns, cost))
     }
 
+    #[inline]
+    fn allows(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> bool {
+        if cost > self.capacity() {
+            return false;
+        }
+        match gcra_step(*tat, now_ns, cost, self.interval, self.tolerance) {
+            Step::Allow(new) => {
+                *tat = new;
+                true
+            }
+            Step::Deny(_) => false,
+        }
+    }
+
     fn refund(&self, tat: &mut Self::State, now_ns: u64, receipt: Receipt) {
         let back = unelapsed(receipt, now_ns, self.interval);
         *tat = tat.saturating_sub(back).max(now_ns.min(*tat));
