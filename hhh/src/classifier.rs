@@ -344,8 +344,8 @@ fn bump(counter: &std::sync::atomic::AtomicU64) {
 /// use std::time::Duration;
 /// use weir_hhh::{Classifier, Prefixes};
 /// use weir_hhh::random::SeededRandom;
-/// use weir_limits::clock::ManualClock;
-/// use weir_limits::sketch::Layout;
+/// use weir_hhh::clock::ManualClock;
+/// use weir_hhh::sketch::Layout;
 ///
 /// let clock = ManualClock::new();
 /// let rake = Classifier::builder(1_000)

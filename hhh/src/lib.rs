@@ -48,6 +48,18 @@ pub mod tuple;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub mod udp;
 
+/// The clocks a [`Classifier`] reads ([`Builder::clock`]), re-exported so
+/// depending on weir-hhh is enough to drive one by hand.
+pub mod clock {
+    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock};
+}
+
+/// Sketch shapes ([`Builder::layout`]) and the locator a [`Classifier`]
+/// exposes, re-exported from weir-limits.
+pub mod sketch {
+    pub use weir_limits::sketch::{Layout, Location, Locator};
+}
+
 pub use classifier::{
     Builder, Classifier, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH,
     LevelStats, Limited, Stats, Verdict,

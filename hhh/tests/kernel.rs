@@ -27,7 +27,7 @@ use weir_limits::sketch::SplitMix64;
 /// for lack of privilege; under `CI=true` a skip is a failure.
 fn load_or_skip<C, R>(test: &str, builder: Builder<C, R>) -> Option<KernelFilter>
 where
-    C: weir_limits::clock::Clock,
+    C: weir_hhh::clock::Clock,
     R: RandomSource,
 {
     match KernelFilter::load(builder) {
@@ -140,7 +140,7 @@ struct Replayed {
     user: Outcome,
     kernel: Outcome,
     stats: KernelStats,
-    rake: Classifier<weir_limits::clock::MonotonicClock, SharedCoin>,
+    rake: Classifier<weir_hhh::clock::MonotonicClock, SharedCoin>,
     filter: KernelFilter,
     /// The replay's last instant.
     end: u64,
@@ -257,7 +257,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
                 Classifier::builder(limit)
                     .seed(4)
                     .sketch(3, 1000)
-                    .layout(weir_limits::sketch::Layout::Blocked)
+                    .layout(weir_hhh::sketch::Layout::Blocked)
             }),
         ),
         (

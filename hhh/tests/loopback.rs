@@ -14,11 +14,11 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
+use weir_hhh::clock::ManualClock;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Outcome, Port, Scenario, Stream};
 use weir_hhh::udp::GuardedUdpSocket;
 use weir_hhh::{Classifier, Verdict};
-use weir_limits::clock::ManualClock;
 
 /// How long to wait for the guard's verdict on one datagram.
 const WAIT: Duration = Duration::from_secs(5);

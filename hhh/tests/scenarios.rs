@@ -2,10 +2,10 @@
 
 use std::net::IpAddr;
 use std::time::Duration;
+use weir_hhh::clock::ManualClock;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Port, Scenario, Stream, paper};
 use weir_hhh::{AddrScope, Classifier, Generalisation, PortScope, Verdict};
-use weir_limits::clock::ManualClock;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -46,9 +46,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// The default clock: monotonic time from the CPU's time-stamp counter,
 /// calibrated against the OS clock, with its epoch at creation.
 ///
-/// Reading it is a `rdtsc` and a multiply (10.3 ns on this project's
-/// VM, where `Instant::now()` costs 27.0 ns; `cargo xtask bench --only rate`): on a limiter's hot path the
-/// clock read was as expensive as the rest of the check. Where the counter
+/// Reading it is a `rdtsc` and a multiply, about half what `Instant::now()`
+/// costs on this project's VM (both are measured in `cargo xtask bench
+/// --only rate`): on a limiter's hot path the clock read matters. Where the counter
 /// is not invariant or the kernel does not trust it, it falls back to the
 /// OS monotonic clock. Readings on different cores that disagree by a few
 /// cycles saturate to "no time passed" instead of going backwards.

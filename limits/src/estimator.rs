@@ -346,6 +346,7 @@ impl std::fmt::Debug for Estimator {
 
 /// Options for an [`Estimator`]; see [`Estimator::builder`].
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct EstimatorBuilder {
     hashes: usize,
     slots: usize,

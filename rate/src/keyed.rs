@@ -13,9 +13,9 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
-use crate::sync::Mutex;
+use crate::sync::ShardLock;
+use hashbrown::HashTable;
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,11 +25,13 @@ const MIN_SWEEP: usize = 64;
 #[repr(align(128))]
 struct Padded<T>(T);
 
-type LockedShard<K, L> = Padded<Mutex<Shard<K, L>>>;
+type LockedShard<K, L> = Padded<ShardLock<Shard<K, L>>>;
 
 struct Shard<K, L: Limiter> {
     limiter: L,
-    map: HashMap<K, L::State, ahash::RandomState>,
+    /// Keys and states, found by the hash that also picked the shard (so a
+    /// check hashes its key once).
+    map: HashTable<(K, L::State)>,
     sweep_at: usize,
     /// The latest time this shard has judged at (check, refund or sweep);
     /// nothing is judged earlier, so a stamp from a thread that read the
@@ -91,9 +93,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let hasher = ahash::RandomState::new();
         let shards = (0..shards)
             .map(|_| {
-                Padded(Mutex::new(Shard {
+                Padded(ShardLock::new(Shard {
                     limiter: limiter.clone(),
-                    map: HashMap::with_hasher(hasher.clone()),
+                    map: HashTable::new(),
                     sweep_at: MIN_SWEEP,
                     latest: 0,
                 }))
@@ -107,12 +109,14 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
     }
 
+    /// `key`'s hash and its shard.
     #[inline]
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Mutex<Shard<K, L>> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &ShardLock<Shard<K, L>>) {
         let hash = self.hasher.hash_one(key);
-        // The map uses the low bits; take the shard from the high ones.
+        // The map uses the low bits and the top seven; take the shard from
+        // bits in between.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        &self.shards[index].0
+        (hash, &self.shards[index].0)
     }
 
     /// Check one unit for `key`.
@@ -167,11 +171,15 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             return;
         };
         let now = self.clock.now_nanos();
-        let mut shard = self.shard(key).lock();
+        let (hash, shard) = self.shard(key);
+        let mut shard = shard.lock();
         let shard = &mut *shard;
         let now = now.max(shard.latest);
         shard.latest = now;
-        if let Some(state) = shard.map.get_mut(key) {
+        if let Some((_, state)) = shard
+            .map
+            .find_mut(hash, |(k, _)| <K as Borrow<Q>>::borrow(k) == key)
+        {
             shard.limiter.refund(state, now, receipt);
         }
     }
@@ -193,7 +201,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             let shard = &mut *shard;
             let limiter = &shard.limiter;
             let now = now.max(shard.latest);
-            shard.map.retain(|_, state| !limiter.is_idle(state, now));
+            shard.map.retain(|(_, state)| !limiter.is_idle(state, now));
             shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
             shard.latest = now;
             left += shard.map.len();
@@ -282,21 +290,28 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut guard = self.shard(key).lock();
+        let (hash, shard) = self.shard(key);
+        let mut guard = shard.lock();
         let shard = &mut *guard;
         let now = now.max(shard.latest);
         shard.latest = now;
-        if let Some(state) = shard.map.get_mut(key) {
+        if let Some((_, state)) = shard
+            .map
+            .find_mut(hash, |(k, _)| <K as Borrow<Q>>::borrow(k) == key)
+        {
             return decide(&shard.limiter, state, now);
         }
         let mut state = shard.limiter.new_state(now);
         let result = decide(&shard.limiter, &mut state, now);
         if keep && !shard.limiter.is_idle(&state, now) {
             // The only allocation a borrowed key costs: on first spend.
-            shard.map.insert(key.to_owned(), state);
+            let hasher = &self.hasher;
+            shard
+                .map
+                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
             if shard.map.len() >= shard.sweep_at {
                 let limiter = &shard.limiter;
-                shard.map.retain(|_, s| !limiter.is_idle(s, now));
+                shard.map.retain(|(_, s)| !limiter.is_idle(s, now));
                 shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
             }
         }

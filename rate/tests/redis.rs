@@ -260,7 +260,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         let prefix = unique_prefix("busy");
         let limiter = connect(alg, &prefix)?;
         let mut fresh_in = Duration::ZERO;
-        rt.block_on(limiter.check_verbose("warm-up", 1))?;
+        let _warm_up = rt.block_on(limiter.check_verbose("warm-up", 1))?;
         server.cli(&["CONFIG", "RESETSTAT"])?;
         for _ in 0..20 {
             let v = rt.block_on(limiter.check_verbose("k", 1))?;

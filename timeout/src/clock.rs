@@ -9,12 +9,12 @@
 //!
 //! # Not reading the clock on the hot path
 //!
-//! `Instant::now()` costs about 26 ns here, as much as everything else on
-//! the arm-and-cancel path together. But a waiter does not need the time, only
+//! `Instant::now()` costs as much as everything else on the arm-and-cancel
+//! path together. But a waiter does not need the time, only
 //! its tick, and with a fixed duration the tick changes once per tick length.
 //! So each thread caches, per duration, "until when is tick `k` still the
 //! answer": a window that ends at `k·res − d`. Whether we are still inside
-//! it is answered by a cheaper counter, the TSC (about 10 ns), read *before*
+//! it is answered by a cheaper counter, the TSC (about half the cost), read *before*
 //! the clock when the window is opened and converted to cycles with a
 //! *lower* bound on its frequency, so the window can only close early, never
 //! late. The kernel's choice of `tsc` as clocksource is our licence that the

@@ -19,9 +19,9 @@
 //! With axum, apply both layers in one `Router::layer` call through a
 //! `tower::ServiceBuilder`: axum boxes and clones a route's service once per
 //! `layer` call on every request, so composing first saves that work (about
-//! 100 ns a request in `cargo xtask bench --only http`). A layer costs about
-//! 250–300 ns a request in-process, around 3% of the server's CPU time for
-//! a loopback hello-world request.
+//! 100 ns a request in `cargo xtask bench --only http`). What each layer
+//! costs a request, in-process and as a share of the server's CPU time for a
+//! loopback hello-world request, is in that report's HTTP section.
 
 mod inflight;
 mod key;
@@ -33,3 +33,6 @@ pub use key::{
     ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
 };
 pub use ratelimit::{KeyedCheck, RateLimitFuture, RateLimitLayer, RateLimitService};
+/// The in-flight counter [`InflightLayer::with_inflight`] shares and its
+/// guard, re-exported so depending on weir-rate is enough.
+pub use weir_limits::{EstimatorBuilder, Inflight, InflightGuard};

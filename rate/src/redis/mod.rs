@@ -286,7 +286,8 @@ where
     crate::KeyedLimiter<String, L, C>: Send + Sync,
 {
     fn check_n(&self, key: &str, cost: u32) -> Option<Decision> {
-        crate::KeyedLimiter::check_n(self, &key.to_owned(), cost).ok()
+        // Borrowed: allocates only when the key first spends.
+        crate::KeyedLimiter::check_n(self, key, cost).ok()
     }
 }
 
@@ -340,6 +341,7 @@ pub enum Source {
 /// A decision, where it came from, and the error that forced the failure
 /// policy (or shed the caller), if one did.
 #[derive(Debug, Clone)]
+#[must_use = "a verdict holds the decision: drop it and the answer is lost"]
 pub struct Verdict {
     /// The decision, as the in-process limiters give it.
     pub decision: Decision,
