@@ -197,7 +197,7 @@ pub fn run(report: &mut Report) {
                 format!("{:.1}", t.wall),
                 t.cpu_cell(),
                 format!("{:.1}", 1e3 / t.wall),
-                format!("{:.1}x faster", base / t.wall),
+                format!("{:.2}× its speed", base / t.wall),
                 format!("{} KiB", rake.memory_bytes() / 1024),
             ]);
         }
@@ -237,7 +237,7 @@ pub fn run(report: &mut Report) {
             format!("{:.1} per thread", c.iter().sum::<f64>() / c.len() as f64)
         }),
         format!("{:.1} total", 2e3 / ns),
-        format!("{:.1}x faster", RAKELIMIT_TEST_RUN_NS_HERE.0 / ns),
+        format!("{:.2}× its speed", RAKELIMIT_TEST_RUN_NS_HERE.0 / ns),
         format!("{} KiB", shared.memory_bytes() / 1024),
     ]);
     let rake = unlimited(Layout::Rows, 2, 1024);
@@ -249,7 +249,7 @@ pub fn run(report: &mut Report) {
         format!("{:.1}", t.wall),
         t.cpu_cell(),
         format!("{:.1}", 1e3 / t.wall),
-        format!("{:.1}x faster", RAKELIMIT_TEST_RUN_NS_HERE.0 / t.wall),
+        format!("{:.2}× its speed", RAKELIMIT_TEST_RUN_NS_HERE.0 / t.wall),
         format!("{} KiB", rake.memory_bytes() / 1024),
     ]);
     report.table(&table);
