@@ -50,11 +50,13 @@ impl<T> Mutex<T> {
 /// compare-and-swap, so it can wake parked threads) was a measurable share
 /// of a check. A waiter spins briefly, then yields its core, so a holder
 /// preempted on an oversubscribed machine gets to run.
+#[cfg(not(loom))]
 #[derive(Debug, Default)]
-pub(crate) struct ShardLock<T>(
-    #[cfg(not(loom))] spin::SpinMutex<T>,
-    #[cfg(loom)] loom::sync::Mutex<T>,
-);
+pub(crate) struct ShardLock<T>(spin::SpinMutex<T>);
+
+/// Under loom the shard lock is loom's checked mutex, as [`Mutex`] is.
+#[cfg(loom)]
+pub(crate) type ShardLock<T> = Mutex<T>;
 
 #[cfg(not(loom))]
 impl<T> ShardLock<T> {
@@ -107,7 +109,10 @@ mod spin {
             {
                 self.lock_contended();
             }
-            SpinGuard { lock: self }
+            SpinGuard {
+                lock: self,
+                _not_auto: std::marker::PhantomData,
+            }
         }
 
         #[cold]
@@ -134,9 +139,17 @@ mod spin {
         }
     }
 
+    /// Proof the lock is held; unlocks on drop. Not automatically `Sync`:
+    /// a shared guard hands out `&T`, which other threads may hold only if
+    /// `T: Sync` (a `&SpinMutex<T>` alone would be `Sync` for any `T: Send`).
     pub(crate) struct SpinGuard<'a, T> {
         lock: &'a SpinMutex<T>,
+        _not_auto: std::marker::PhantomData<*const ()>,
     }
+
+    // SAFETY: a shared guard only hands out `&T` (`Deref`), so sharing it
+    // between threads is sound exactly when `T: Sync`.
+    unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
 
     impl<T> std::ops::Deref for SpinGuard<'_, T> {
         type Target = T;
@@ -169,19 +182,6 @@ mod spin {
         fn locked_release(&self) {
             self.lock.locked.store(false, Ordering::Release);
         }
-    }
-}
-
-#[cfg(loom)]
-impl<T> ShardLock<T> {
-    pub(crate) fn new(value: T) -> Self {
-        Self(loom::sync::Mutex::new(value))
-    }
-
-    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
