@@ -88,6 +88,30 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         self.run(cost, Mode::Peek)
     }
 
+    /// Whether one unit may be spent now, spending it if so: the yes or no
+    /// of [`check`](Self::check) without building a [`Decision`], for
+    /// callers that send no headers. In shadow mode it always answers yes.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())));
+    /// assert!(limiter.allows());
+    /// assert!(!limiter.allows());
+    /// ```
+    #[inline]
+    pub fn allows(&self) -> bool {
+        let now = self.clock.now_nanos();
+        let allowed = {
+            let mut inner = self.inner.lock();
+            let (limiter, state, latest) = &mut *inner;
+            *latest = now.max(*latest);
+            limiter.allows(state, *latest, 1)
+        };
+        allowed || self.is_shadow()
+    }
+
     /// Give back what `decision` (a check of this limiter) spent, as far
     /// as it still counts: see [`Limiter::refund`]. Nothing for a decision
     /// that spent nothing. Refund each decision at most once.

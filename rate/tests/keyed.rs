@@ -120,12 +120,18 @@ proptest! {
         for limiter in [&exact.0, &exact.1] { limiter.set_shadow(shadow); }
         for limiter in [&windows.0, &windows.1] { limiter.set_shadow(shadow); }
         for limiter in [&sketches.0, &sketches.1] { limiter.set_shadow(shadow); }
+        let single = (
+            RateLimiter::with_clock(Gcra::new(quota), clocks.0.clone()),
+            RateLimiter::with_clock(Gcra::new(quota), clocks.1.clone()),
+        );
+        for limiter in [&single.0, &single.1] { limiter.set_shadow(shadow); }
         for (gap, key) in steps {
             clocks.0.advance(Duration::from_nanos(gap));
             clocks.1.advance(Duration::from_nanos(gap));
             prop_assert_eq!(exact.0.allows(&key), exact.1.check(&key).is_allowed());
             prop_assert_eq!(windows.0.allows(&key), windows.1.check(&key).is_allowed());
             prop_assert_eq!(sketches.0.allows(&key), sketches.1.check(&key).is_allowed());
+            prop_assert_eq!(single.0.allows(), single.1.check().is_allowed());
             prop_assert_eq!(exact.0.len(), exact.1.len());
         }
     }
