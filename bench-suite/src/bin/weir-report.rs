@@ -25,6 +25,15 @@ const SECTIONS: &[Section] = &[
     ("hhh-loopback", weir_bench_suite::hhh_loopback::run),
 ];
 
+/// Whether `--only wanted` runs section `name`: the section itself and the
+/// sections under it (`hhh` also runs `hhh-kernel` and `hhh-loopback`).
+fn covers(wanted: &str, name: &str) -> bool {
+    name == wanted
+        || name
+            .strip_prefix(wanted)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
 fn main() {
     let mut scale = Scale::Full;
     let mut only: Vec<String> = Vec::new();
@@ -65,7 +74,7 @@ fn main() {
     println!("{header}");
 
     for (name, run) in SECTIONS {
-        if only.is_empty() || only.iter().any(|o| o == name) {
+        if only.is_empty() || only.iter().any(|o| covers(o, name)) {
             run(&mut report);
         }
     }
@@ -108,4 +117,20 @@ fn copy_to_docs(report: &std::path::Path, docs: &std::path::Path) -> std::io::Re
         }
     }
     std::fs::write(docs.join("report.md"), text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn only_a_section_runs_it_and_its_subsections() {
+        assert!(covers("hhh", "hhh"));
+        assert!(covers("hhh", "hhh-kernel"));
+        assert!(covers("hhh", "hhh-loopback"));
+        assert!(covers("hhh-kernel", "hhh-kernel"));
+        assert!(!covers("hhh-kernel", "hhh"));
+        assert!(!covers("rate", "redis"));
+        assert!(!covers("hh", "hhh"));
+    }
 }
