@@ -67,12 +67,17 @@ struct Shard {
     pending: AtomicUsize,
     /// The flush count the view reflects.
     synced: AtomicU64,
+    /// The reset the tables belong to; older ones are stale.
+    generation: AtomicU64,
 }
 
-/// The shared flush count, on its own cache line: every `incr` reads it,
-/// only flushes write it.
+/// The shared counts every `incr` reads and only flushes and resets write,
+/// on their own cache line.
 #[repr(align(128))]
-struct FlushCount(AtomicU64);
+struct Counts {
+    flushes: AtomicU64,
+    resets: AtomicU64,
+}
 
 /// A count-min sketch with per-thread tables; same surface as
 /// [`Estimator`], estimates from `incr` lag other threads by a bounded
@@ -95,7 +100,7 @@ struct FlushCount(AtomicU64);
 /// ```
 pub struct ShardedEstimator {
     shared: Estimator,
-    flushes: FlushCount,
+    counts: Counts,
     shards: ThreadLocal<Shard>,
     flush_every: usize,
 }
@@ -140,7 +145,10 @@ impl ShardedEstimator {
         let flush_every = flush_every.unwrap_or_else(|| Self::default_flush_every(locator.cells()));
         Self {
             shared: Estimator::from_parts(locator, crate::Update::Plain),
-            flushes: FlushCount(AtomicU64::new(0)),
+            counts: Counts {
+                flushes: AtomicU64::new(0),
+                resets: AtomicU64::new(0),
+            },
             shards: ThreadLocal::new(),
             flush_every,
         }
@@ -170,8 +178,8 @@ impl ShardedEstimator {
 
     #[inline]
     fn incr_at(&self, location: &Location, value: isize) -> isize {
-        let shard = self.shard();
-        if self.flushes.0.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
+        let shard = self.current_shard();
+        if self.counts.flushes.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
             self.sync(shard);
         }
         // The usual shapes unrolled, as in `Estimator::add_all`.
@@ -196,6 +204,7 @@ impl ShardedEstimator {
     pub fn get<K: Hash + ?Sized>(&self, key: &K) -> isize {
         let location = self.shared.locator().locate(key);
         let mut totals = [0isize; sketch::MAX_HASHES];
+        let generation = self.counts.resets.load(Ordering::Acquire);
         for shard in self.shards.iter() {
             let mut round = 0;
             loop {
@@ -207,9 +216,12 @@ impl ShardedEstimator {
                         let view = shard.view.cell(cell).load(Ordering::Relaxed);
                         *slot = view.wrapping_sub(base);
                     }
+                    let current = shard.generation.load(Ordering::Relaxed) == generation;
                     // The pair was read whole if no rewrite began meanwhile.
                     fence(Ordering::Acquire);
                     if shard.rewriting.load(Ordering::Relaxed) == before {
+                        // Tables from before the last reset count nothing.
+                        let unflushed = unflushed.map(|delta| if current { delta } else { 0 });
                         for (total, delta) in totals.iter_mut().zip(unflushed) {
                             *total = total.wrapping_add(delta);
                         }
@@ -233,19 +245,19 @@ impl ShardedEstimator {
 
     /// Fold the calling thread's unflushed updates into the shared table now.
     pub fn flush(&self) {
-        if let Some(shard) = self.shards.get() {
-            self.flush_shard(shard);
+        if self.shards.get().is_some() {
+            self.flush_shard(self.current_shard());
         }
     }
 
     #[cold]
     #[inline(never)]
     fn flush_shard(&self, shard: &Shard) {
-        let before = self.flushes.0.load(Ordering::Acquire);
-        self.rewrite(shard, true);
+        let before = self.counts.flushes.load(Ordering::Acquire);
+        self.rewrite(shard, Rewrite::Flush);
         shard.pending.store(0, Ordering::Relaxed);
         // Release: whoever sees the new count sees the additions above.
-        let previous = self.flushes.0.fetch_add(1, Ordering::AcqRel);
+        let previous = self.counts.flushes.fetch_add(1, Ordering::AcqRel);
         // With no other flush in between, the view reflects every flush up
         // to this one; otherwise the next `incr` syncs again.
         let synced = if previous == before {
@@ -260,48 +272,76 @@ impl ShardedEstimator {
     #[cold]
     #[inline(never)]
     fn sync(&self, shard: &Shard) {
-        let flushes = self.flushes.0.load(Ordering::Acquire);
-        self.rewrite(shard, false);
+        let flushes = self.counts.flushes.load(Ordering::Acquire);
+        self.rewrite(shard, Rewrite::Sync);
         shard.synced.store(flushes, Ordering::Relaxed);
     }
 
-    /// Re-base every cell of `shard` on the shared table, first adding the
-    /// cell's unflushed part to it if `flush`, else keeping that part in
-    /// the view.
-    fn rewrite(&self, shard: &Shard, flush: bool) {
+    /// The calling thread's shard, restarted empty if a reset came since
+    /// it was last used.
+    #[inline]
+    fn current_shard(&self) -> &Shard {
+        let shard = self.shard();
+        let resets = self.counts.resets.load(Ordering::Acquire);
+        if shard.generation.load(Ordering::Relaxed) != resets {
+            self.restart(shard, resets);
+        }
+        shard
+    }
+
+    /// Empty the calling thread's tables for reset `resets`; its next use
+    /// syncs with the shared table.
+    #[cold]
+    #[inline(never)]
+    fn restart(&self, shard: &Shard, resets: u64) {
+        self.rewrite(shard, Rewrite::Restart(resets));
+        shard.pending.store(0, Ordering::Relaxed);
+        // No flush count is u64::MAX: the next `incr` syncs.
+        shard.synced.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// Rewrite the calling thread's view and base together, under its
+    /// sequence count (only the owner ever writes them, so `get` sees one
+    /// writer).
+    fn rewrite(&self, shard: &Shard, how: Rewrite) {
         let count = shard.rewriting.load(Ordering::Relaxed);
         shard
             .rewriting
             .store(count.wrapping_add(1), Ordering::Relaxed);
         // Readers that see the cells below also see the odd count.
         fence(Ordering::Release);
-        for (cell, (view, base)) in shard.view.iter().zip(shard.base.iter()).enumerate() {
-            let unflushed = view
-                .load(Ordering::Relaxed)
-                .wrapping_sub(base.load(Ordering::Relaxed));
-            let (shared, kept) = if flush && unflushed != 0 {
-                (self.shared.add_to_cell(cell, unflushed), 0)
-            } else {
-                (self.shared.cell_value(cell, Ordering::Relaxed), unflushed)
-            };
-            view.store(shared.wrapping_add(kept), Ordering::Relaxed);
-            base.store(shared, Ordering::Relaxed);
+        if let Rewrite::Restart(resets) = how {
+            shard.view.clear();
+            shard.base.clear();
+            shard.generation.store(resets, Ordering::Relaxed);
+        } else {
+            let flush = matches!(how, Rewrite::Flush);
+            for (cell, (view, base)) in shard.view.iter().zip(shard.base.iter()).enumerate() {
+                let unflushed = view
+                    .load(Ordering::Relaxed)
+                    .wrapping_sub(base.load(Ordering::Relaxed));
+                let (shared, kept) = if flush && unflushed != 0 {
+                    (self.shared.add_to_cell(cell, unflushed), 0)
+                } else {
+                    (self.shared.cell_value(cell, Ordering::Relaxed), unflushed)
+                };
+                view.store(shared.wrapping_add(kept), Ordering::Relaxed);
+                base.store(shared, Ordering::Relaxed);
+            }
         }
         shard
             .rewriting
             .store(count.wrapping_add(2), Ordering::Release);
     }
 
-    /// Zero the shared table and every thread's tables. Not atomic with
-    /// respect to concurrent updates (like [`Estimator::reset`]): an update
-    /// or a flush racing a reset may leave counts from before it, and a
-    /// `get` racing it may see any mix.
+    /// Forget every count: the shared table is zeroed now, and each
+    /// thread's tables when that thread next uses the sketch (until then
+    /// `get` ignores them). Only a table's owner ever writes it, so a reset
+    /// cannot tear a flush: an update or flush racing a reset may survive
+    /// it (an overestimate, as with [`Estimator::reset`]), and no update
+    /// after the reset returns is lost.
     pub fn reset(&self) {
-        for shard in self.shards.iter() {
-            shard.base.clear();
-            shard.view.clear();
-            shard.pending.store(0, Ordering::Relaxed);
-        }
+        self.counts.resets.fetch_add(1, Ordering::AcqRel);
         self.shared.reset();
     }
 
@@ -318,6 +358,7 @@ impl ShardedEstimator {
                 rewriting: AtomicUsize::new(0),
                 pending: AtomicUsize::new(0),
                 synced: AtomicU64::new(0),
+                generation: AtomicU64::new(self.counts.resets.load(Ordering::Acquire)),
             }
         })
     }
@@ -347,6 +388,17 @@ impl ShardedEstimator {
             .sum();
         std::mem::size_of::<Self>() + self.shared.memory_bytes() + shards
     }
+}
+
+/// What a [`ShardedEstimator::rewrite`] does to every cell.
+#[derive(Clone, Copy)]
+enum Rewrite {
+    /// Add the unflushed part to the shared table; view = base = shared.
+    Flush,
+    /// Re-base on the shared table, keeping the unflushed part.
+    Sync,
+    /// Empty both tables for this reset count.
+    Restart(u64),
 }
 
 /// Add `value` to the view's cells; returns their new minimum.

@@ -224,6 +224,37 @@ fn sharded_get_never_misses_an_update_while_its_thread_syncs() {
 }
 
 #[test]
+fn sharded_reset_racing_a_flush_never_loses_later_events() {
+    loom::model(|| {
+        let locator = Locator::with_seed(1, 1, Layout::Rows, 1).unwrap();
+        let s = Arc::new(ShardedEstimator::with_locator(locator, 2));
+        let reset_done = Arc::new(AtomicUsize::new(0));
+        let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
+        let writer = thread::spawn(move || {
+            w.incr(&1u8, 1);
+            w.incr(&1u8, 1); // flushes: races the reset
+            while done.load(Ordering::Acquire) == 0 {
+                thread::yield_now();
+            }
+            // Two events after the reset returned: they must be counted.
+            w.incr(&1u8, 1);
+            w.incr(&1u8, 1)
+        });
+        s.reset();
+        reset_done.store(1, Ordering::Release);
+        let own = writer.join().unwrap();
+        assert!(
+            own >= 2,
+            "the writer's own estimate {own} misses its updates"
+        );
+        let seen = s.get(&1u8);
+        // At least the two later events; at most all four (a reset racing
+        // updates may keep them).
+        assert!((2..=4).contains(&seen), "get saw {seen}");
+    });
+}
+
+#[test]
 fn heavy_hitters_events_racing_an_admission_are_not_lost() {
     for update in [Update::Plain, Update::Conservative] {
         loom::model(move || {
