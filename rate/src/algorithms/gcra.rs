@@ -163,7 +163,7 @@ impl Limiter for Gcra {
 
     #[inline]
     fn allows(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> bool {
-        if cost > self.capacity() {
+        if NeverAllowed::check(cost, self.capacity()).is_err() {
             return false;
         }
         match gcra_step(*tat, now_ns, cost, self.interval, self.tolerance) {
