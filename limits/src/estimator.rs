@@ -258,26 +258,10 @@ impl Estimator {
 
     #[inline]
     pub(crate) fn add_all(&self, location: &Location, value: isize) -> isize {
-        // The usual shapes as straight-line code: each row's multiplier is
-        // a constant and nothing but the atomics is left in the loop. The
-        // match is one well-predicted branch per call.
-        match location.len() {
-            1 => self.add_cells(location.cells::<1>(), value),
-            2 => self.add_cells(location.cells::<2>(), value),
-            3 => self.add_cells(location.cells::<3>(), value),
-            4 => self.add_cells(location.cells::<4>(), value),
-            _ => self.add_cells(location.iter(), value),
-        }
-    }
-
-    #[inline(always)]
-    fn add_cells(&self, cells: impl IntoIterator<Item = usize>, value: isize) -> isize {
-        let mut min = isize::MAX;
-        for cell in cells {
+        location.min_over(|cell| {
             let previous = self.counters.cell(cell).fetch_add(value, Ordering::Relaxed);
-            min = min.min(previous.wrapping_add(value));
-        }
-        min
+            previous.wrapping_add(value)
+        })
     }
 
     fn raise_to_minimum(&self, location: &Location, value: isize) -> isize {

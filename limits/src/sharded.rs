@@ -182,14 +182,13 @@ impl ShardedEstimator {
         if self.counts.flushes.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
             self.sync(shard);
         }
-        // The usual shapes unrolled, as in `Estimator::add_all`.
-        let estimate = match location.len() {
-            1 => add_to_view(shard, location.cells::<1>(), value),
-            2 => add_to_view(shard, location.cells::<2>(), value),
-            3 => add_to_view(shard, location.cells::<3>(), value),
-            4 => add_to_view(shard, location.cells::<4>(), value),
-            _ => add_to_view(shard, location.iter(), value),
-        };
+        let estimate = location.min_over(|cell| {
+            let counter = shard.view.cell(cell);
+            // Only the owning thread writes its view: load + store, no lock prefix.
+            let updated = counter.load(Ordering::Relaxed).wrapping_add(value);
+            counter.store(updated, Ordering::Relaxed);
+            updated
+        });
         let pending = shard.pending.load(Ordering::Relaxed) + 1;
         if pending >= self.flush_every {
             self.flush_shard(shard);
@@ -399,20 +398,6 @@ enum Rewrite {
     Sync,
     /// Empty both tables for this reset count.
     Restart(u64),
-}
-
-/// Add `value` to the view's cells; returns their new minimum.
-#[inline(always)]
-fn add_to_view(shard: &Shard, cells: impl IntoIterator<Item = usize>, value: isize) -> isize {
-    let mut min = isize::MAX;
-    for cell in cells {
-        let counter = shard.view.cell(cell);
-        // Only the owning thread writes its view: load + store, no lock prefix.
-        let updated = counter.load(Ordering::Relaxed).wrapping_add(value);
-        counter.store(updated, Ordering::Relaxed);
-        min = min.min(updated);
-    }
-    min
 }
 
 impl std::fmt::Debug for ShardedEstimator {

@@ -176,10 +176,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let shard = &mut *shard;
         let now = now.max(shard.latest);
         shard.latest = now;
-        if let Some((_, state)) = shard
-            .map
-            .find_mut(hash, |(k, _)| <K as Borrow<Q>>::borrow(k) == key)
-        {
+        if let Some(state) = find(&mut shard.map, hash, key) {
             shard.limiter.refund(state, now, receipt);
         }
     }
@@ -295,10 +292,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let shard = &mut *guard;
         let now = now.max(shard.latest);
         shard.latest = now;
-        if let Some((_, state)) = shard
-            .map
-            .find_mut(hash, |(k, _)| <K as Borrow<Q>>::borrow(k) == key)
-        {
+        if let Some(state) = find(&mut shard.map, hash, key) {
             return decide(&shard.limiter, state, now);
         }
         let mut state = shard.limiter.new_state(now);
@@ -317,6 +311,17 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
         result
     }
+}
+
+/// The state of `key` (whose hash is `hash`) in a shard's map.
+#[inline]
+fn find<'a, K, Q, S>(map: &'a mut HashTable<(K, S)>, hash: u64, key: &Q) -> Option<&'a mut S>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    map.find_mut(hash, |(k, _)| k.borrow() == key)
+        .map(|(_, state)| state)
 }
 
 impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
