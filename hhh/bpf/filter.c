@@ -147,6 +147,14 @@ static __always_inline __u64 mum(__u64 a, __u64 b)
 	return (a * b) ^ mulhi(a, b);
 }
 
+// The classifier's `mix`: the per-generalisation hash, two multiplies
+// (`mum` would cost four here, BPF having no 128-bit product).
+static __always_inline __u64 mix(__u64 a, __u64 b)
+{
+	__u64 h = (a * 0x9e3779b97f4a7c15ULL ^ b) * 0xd6e8feb86659fd93ULL;
+	return h ^ (h >> 32);
+}
+
 static __always_inline __u64 load_be64(const __u8 *p)
 {
 	__u64 v = 0;
@@ -302,35 +310,28 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 	return 0;
 }
 
-// weir-rate's `OneEventUpdate::within_window`: old·(keep/window) + one event,
-// with the 64x32-bit product split so no 128-bit arithmetic is needed.
-static __always_inline __u64 within_window(const volatile struct weir_level *l, __u64 old, __u64 elapsed)
-{
-	__u64 keep = l->window > elapsed ? l->window - elapsed : 0;
-	__u64 frac = (keep * l->recip) >> 32;
-	__u64 kept = (old >> 32) * frac + (((old & 0xffffffffULL) * frac) >> 32);
-	__u64 rate = kept + l->inc;
-	return rate < kept ? ~0ULL : rate;
-}
-
 // The classifier's `touch_cell`: one event now; returns the new rate.
-static __always_inline __u64 touch(const volatile struct weir_config *cfg,
-				   const volatile struct weir_level *l,
+// The level's constants arrive as values, read once per generalisation.
+static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 one_per_ns,
 				   struct weir_cell *cell, __u64 now)
 {
 	__u64 old = cell->rate, stamp = cell->stamp;
 	__u64 elapsed = now - stamp;
 	__u64 rate;
-	if (elapsed < l->window) {
-		rate = within_window(l, old, elapsed);
-		stamp = now;
-	} else if (now < stamp) {
+	if (elapsed < window || now < stamp) {
 		// Time behind the cell's counts as no time passing.
-		rate = within_window(l, old, 0);
+		__u64 keep = elapsed < window ? window - elapsed : window;
+		__u64 frac = (keep * recip) >> 32;
+		__u64 kept = (old >> 32) * frac + (((old & 0xffffffffULL) * frac) >> 32);
+		rate = kept + inc;
+		if (rate < kept)
+			rate = ~0ULL;
+		if (elapsed < window)
+			stamp = now;
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
 		// elapsed time (weir-rate's exact update).
-		rate = cfg->one_per_ns / elapsed;
+		rate = one_per_ns / elapsed;
 		stamp = now;
 	}
 	cell->rate = rate;
@@ -364,18 +365,20 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 	__u64 sport = (gen->flags & KEEP_SPORT) ? t->sport : 0;
 	__u64 dport = (gen->flags & KEEP_DPORT) ? t->dport : 0;
 	const volatile __u64 *key = t->v6 ? cfg->keys_v6[g] : cfg->keys_v4[g];
-	__u64 hash = mum(t->src[scope] ^ key[0], (t->dst ^ (sport << 48) ^ (dport << 32)) ^ key[1]);
+	__u64 hash = mix(t->src[scope] ^ key[0], (t->dst ^ (sport << 48) ^ (dport << 32)) ^ key[1]);
 	__u64 base = (__u64)g * cfg->cells_per_sketch;
 	__u64 hashes = cfg->hashes;
 	if (hashes == 0)
 		return 0;
+	__u64 window = l->window, recip = l->recip, inc = l->inc, one_per_ns = cfg->one_per_ns;
+	__u64 blocked = cfg->blocked;
 	__u64 rate = ~0ULL;
 #pragma unroll
 	for (__u32 i = 0; i < MAX_HASHES; i++) {
 		if (i >= hashes)
 			break;
 		__u32 index;
-		if (cfg->blocked) {
+		if (blocked) {
 			// Distinct lanes start + i·step (mod 8) of one block (step odd).
 			__u64 lane = ((hash & 7) + i * (((hash >> 3) & 3) * 2 + 1)) & 7;
 			index = base + reduce(cfg, hash) * 8 + lane;
@@ -385,7 +388,7 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 		struct weir_cell *cell = bpf_map_lookup_elem(&weir_cells, &index);
 		if (!cell)
 			return 0;
-		__u64 r = touch(cfg, l, cell, now);
+		__u64 r = touch(window, recip, inc, one_per_ns, cell, now);
 		if (r < rate)
 			rate = r;
 	}
