@@ -11,6 +11,10 @@
 //! * `bench` — the report harness in `bench-suite/` (`--quick` for a short
 //!   run, `--only SECTION` for one section: limits, timeout, rate, redis,
 //!   http, hhh).
+//! * `api`   — compare each published crate's public API (rendered from
+//!   rustdoc's JSON) with its snapshot in `api/`; `--bless` rewrites the
+//!   snapshots. `test` runs the comparison, so an API change is a visible
+//!   diff in review.
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         "test" => test(rest),
         "loom" => loom(rest),
         "bench" => bench(rest),
+        "api" => api(rest),
         "fmt" => run(cargo().args(["fmt", "--all"])),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
@@ -49,7 +54,11 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|fmt>";
+const USAGE: &str =
+    "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless]|fmt>";
+
+/// The published crates whose public API is kept in `api/<package>.txt`.
+const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-hhh"];
 
 /// The loom models of each crate, as `(package, test target)` pairs.
 const LOOM_MODELS: &[(&str, &str)] = &[
@@ -181,6 +190,7 @@ fn test(args: &[String]) -> Result<(), String> {
     if all[0] != "--all-features" {
         eprintln!("\n*** weir-hhh's kernel filter was not built or tested (see above) ***\n");
     }
+    api(&[])?;
     loom(&[])?;
     println!("xtask test: all steps passed in {:.0?}", started.elapsed());
     Ok(())
@@ -223,6 +233,94 @@ fn bench(args: &[String]) -> Result<(), String> {
     command.arg("--");
     command.args(args);
     step("benchmark report", &mut command)
+}
+
+/// Renders each published crate's public API (all its features) and
+/// compares it with `api/<package>.txt`, or with `--bless` rewrites those
+/// files. The JSON comes from the toolchain's own rustdoc; its JSON output
+/// is unstable, so RUSTC_BOOTSTRAP unlocks it on stable. That variable is
+/// part of some build scripts' inputs (proc-macro2's), so these builds get
+/// their own target directory rather than invalidate the main one.
+fn api(args: &[String]) -> Result<(), String> {
+    let bless = match args {
+        [] => false,
+        [flag] if flag == "--bless" => true,
+        _ => return Err(format!("`api` takes only `--bless`\n{USAGE}")),
+    };
+    let bpf = bpf_toolchain();
+    let snapshots = workspace_root().join("api");
+    let target_dir = workspace_root().join("target").join("api");
+    let mut changed = Vec::new();
+    for package in PUBLISHED {
+        if *package == "weir-hhh" {
+            if let Err(missing) = &bpf {
+                if env::var("CI").is_ok_and(|v| v == "true") {
+                    return Err(format!("{missing} (CI=true: not skipping weir-hhh's API)"));
+                }
+                eprintln!("\n*** SKIPPING weir-hhh's public API check: {missing} ***\n");
+                continue;
+            }
+        }
+        step(
+            &format!("public API of {package}"),
+            cargo()
+                .args([
+                    "rustdoc",
+                    "--quiet",
+                    "--lib",
+                    "--all-features",
+                    "--package",
+                    package,
+                ])
+                .args(["--", "-Z", "unstable-options", "--output-format", "json"])
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("CARGO_TARGET_DIR", &target_dir),
+        )?;
+        let json = target_dir
+            .join("doc")
+            .join(format!("{}.json", package.replace('-', "_")));
+        let api = public_api::Builder::from_rustdoc_json(&json)
+            .omit_blanket_impls(true)
+            .build()
+            .map_err(|e| format!("reading {}: {e}", json.display()))?;
+        let listing: String = api.items().map(|item| format!("{item}\n")).collect();
+        let snapshot = snapshots.join(format!("{package}.txt"));
+        let committed = std::fs::read_to_string(&snapshot).unwrap_or_default();
+        if listing == committed {
+            continue;
+        }
+        if bless {
+            std::fs::create_dir_all(&snapshots).map_err(|e| e.to_string())?;
+            std::fs::write(&snapshot, &listing).map_err(|e| e.to_string())?;
+            println!("api: rewrote {}", snapshot.display());
+            continue;
+        }
+        print_api_diff(package, &committed, &listing);
+        changed.push(*package);
+    }
+    if changed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the public API of {} differs from its snapshot in api/ (above); \
+             if the change is meant, run `cargo xtask api --bless` and commit the diff",
+            changed.join(", ")
+        ))
+    }
+}
+
+/// The lines only in the snapshot (`-`) and only in the new listing (`+`).
+fn print_api_diff(package: &str, committed: &str, listing: &str) {
+    use std::collections::BTreeSet;
+    let old: BTreeSet<&str> = committed.lines().collect();
+    let new: BTreeSet<&str> = listing.lines().collect();
+    println!("--- api/{package}.txt (committed)\n+++ {package} (as built)");
+    for line in old.difference(&new) {
+        println!("-{line}");
+    }
+    for line in new.difference(&old) {
+        println!("+{line}");
+    }
 }
 
 fn reject_args(command: &str, args: &[String]) -> Result<(), String> {
