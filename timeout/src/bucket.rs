@@ -15,7 +15,7 @@
 //! "check fired, store waker" and "set fired, take wakers" are each atomic
 //! with respect to the other: either the sweeper sees the waker and wakes it,
 //! or the waiter sees the flag and completes. The loom model in
-//! `tests/loom.rs` checks exactly that. A separate atomic copy of the flag
+//! `loom_tests.rs` checks exactly that. A separate atomic copy of the flag
 //! lets an already-armed waiter that is re-polled see "fired" without taking
 //! the lock.
 //!

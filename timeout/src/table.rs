@@ -6,7 +6,7 @@
 //! *when* to sweep; this module is the part where threads meet: the owner
 //! enters and caches buckets, any thread may drop a registration (and so
 //! unlink a bucket), the sweeper fires due buckets. All of it goes through
-//! the `sync` shim, so the loom models in `tests/loom.rs` run this very code
+//! the `sync` shim, so the loom models in `loom_tests.rs` run this very code
 //! (through `loom_model::Table`).
 //!
 //! A bucket is freed by whoever drops its last hold (see `bucket.rs`); a

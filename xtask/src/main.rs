@@ -60,12 +60,14 @@ const USAGE: &str =
 /// The published crates whose public API is kept in `api/<package>.txt`.
 const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-hhh"];
 
-/// The loom models of each crate, as `(package, test target)` pairs.
-const LOOM_MODELS: &[(&str, &str)] = &[
-    ("weir-limits", "loom"),
-    ("weir-rate", "loom"),
-    ("weir-timeout", "loom"),
-    ("weir-hhh", "loom"),
+/// The loom models of each crate: the package and the `cargo test`
+/// arguments that select them (a `tests/loom.rs` target, or for models
+/// inside the crate, the library's tests filtered to their module).
+const LOOM_MODELS: &[(&str, &[&str])] = &[
+    ("weir-limits", &["--test", "loom"]),
+    ("weir-rate", &["--test", "loom"]),
+    ("weir-timeout", &["--lib", "--", "loom_tests::"]),
+    ("weir-hhh", &["--test", "loom"]),
 ];
 
 /// The feature sets users build besides `--all-features`, as cargo
@@ -199,10 +201,11 @@ fn test(args: &[String]) -> Result<(), String> {
 fn loom(args: &[String]) -> Result<(), String> {
     reject_args("loom", args)?;
     let target_dir = workspace_root().join("target").join("loom");
-    for (package, test) in LOOM_MODELS {
+    for (package, selection) in LOOM_MODELS {
         let mut command = cargo();
         command
-            .args(["test", "--release", "--package", package, "--test", test])
+            .args(["test", "--release", "--package", package])
+            .args(*selection)
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", &target_dir)
             // Bounded exploration: every interleaving with up to this many

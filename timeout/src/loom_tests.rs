@@ -2,17 +2,16 @@
 //! `LOOM_MAX_PREEMPTIONS` preemptions) of a waiter and the sweeper. Run with
 //! `cargo xtask loom`.
 //!
-//! The models drive the crate's own code through `weir_timeout::loom_model`:
+//! The models drive the crate's own code through `loom_model.rs`:
 //! a bucket (`bucket.rs`), a thread's table with its cache, unlink and fire
 //! (`table.rs`, as the manager uses it), the sweeper's wake-up plan
 //! (`planner.rs`) and the fork-pause handshake (`pause.rs`).
-#![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::task::{Wake, Waker};
-use weir_timeout::loom_model::{Bucket, PauseGate, Planner, Table};
+use crate::loom_model::{Bucket, PauseGate, Planner, Table};
 
 struct Flag(AtomicUsize);
 
@@ -276,6 +275,9 @@ fn an_acknowledged_pause_holds_no_sweep() {
                             "a sweep started after the pause was acknowledged"
                         );
                         sweeping.store(false, Ordering::SeqCst);
+                        // Nothing armed: park until unparked, as the real
+                        // sweeper does between sweeps.
+                        gate.idle();
                     }
                 }
             })
