@@ -2,7 +2,7 @@
 //
 // weir-hhh's flood filter as a BPF socket filter: the same algorithm, hash,
 // sketch layout and fixed-point EWMA as the user-space `Classifier`
-// (hhh/src/classifier.rs), so that the two agree packet for packet when
+// (hhh/src/classifier/), so that the two agree packet for packet when
 // given the same time and coin. Everything that must match user space (hash
 // keys, prefixes, lattice, EWMA constants, row multipliers) comes from the
 // read-only global `weir_cfg`, set by `weir_hhh::kernel::KernelFilter`

@@ -84,35 +84,33 @@
 //!
 //! A timestamp older than a cell's (time going backwards, or threads racing)
 //! counts as no time passing; the cell's timestamp never moves back.
+//!
+//! The pieces, one per file: `builder.rs` (configuration, its validation
+//! and the defaults), `hashing.rs` (the per-generalisation hash, shared
+//! with the BPF filter), `verdict.rs` (what a packet's check returns and the
+//! per-level counters); this file holds the classifier and its hot loop.
+
+mod builder;
+mod hashing;
+mod verdict;
+
+pub(crate) use builder::Params;
+pub use builder::{Builder, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH};
+pub use verdict::{LevelStats, Limited, Stats, Verdict};
+
+use hashing::{Digest, Keys, digest, generalised_hash, generalised_hash_dyn};
+use verdict::{Counters, bump};
 
 use crate::ConfigError;
-use crate::lattice::{
-    AddrScope, GENERALISATIONS, Generalisation, LEVEL_RANGES, LEVELS, PortScope, Prefixes,
-};
-use crate::random::{RandomSource, ThreadRandom, random_seed};
+use crate::lattice::{GENERALISATIONS, Generalisation, LEVEL_RANGES, LEVELS, Prefixes};
+use crate::random::{RandomSource, ThreadRandom};
 use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::{FourTuple, ParseError};
-use std::fmt;
 use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::clock::{Clock, MonotonicClock};
-use weir_limits::sketch::{Layout, Locator};
-use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
-
-/// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
-/// with one second and noted that a shorter window shortens the initial
-/// spike of a flood).
-pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
-
-/// Default growth of the EWMA window from one level to the next: level `l`
-/// averages over `DEFAULT_WINDOW · 2^l` (100 ms at level 0, 1.6 s at level 4).
-pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
-
-/// Default number of cells per key in each sketch.
-pub const DEFAULT_HASHES: usize = 2;
-
-/// Default number of slots per hash in each sketch (cells = hashes × slots).
-pub const DEFAULT_SLOTS: usize = 1024;
+use weir_limits::sketch::Locator;
+use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
 /// Cells per block (one block = the cells a blocked key can use).
 const BLOCK_CELLS: usize = weir_limits::sketch::LANES;
@@ -131,427 +129,6 @@ struct Cell {
 #[derive(Debug, Default)]
 #[repr(C, align(128))]
 struct Block([Cell; BLOCK_CELLS]);
-
-/// The folded 64×64→128-bit multiply (as in wyhash): a cheap, good mixer of
-/// two words, used once per packet to fold an IPv6 address into one word.
-#[inline(always)]
-fn mum(a: u64, b: u64) -> u64 {
-    let r = u128::from(a) * u128::from(b);
-    (r as u64) ^ ((r >> 64) as u64)
-}
-
-/// Multipliers of [`mix`]: odd, with well-spread bits (the 64-bit golden
-/// ratio and a murmur3 finaliser constant).
-const MIX_MULTIPLIERS: (u64, u64) = (0x9e37_79b9_7f4a_7c15, 0xd6e8_feb8_6659_fd93);
-
-/// The per-generalisation hash of two keyed words: multiply, xor, multiply,
-/// fold the high half onto the low. It runs twelve times per packet, and the
-/// BPF filter must compute it too: BPF has no 64×64→128-bit multiply, so
-/// [`mum`] costs it four multiplies and a dozen adds per call (about 60 ns of
-/// a packet's time under `BPF_PROG_TEST_RUN`), where this costs two
-/// multiplies. For a fixed first word, distinct second words never collide
-/// before the final (bijective) steps.
-#[inline(always)]
-fn mix(a: u64, b: u64) -> u64 {
-    let h = (a.wrapping_mul(MIX_MULTIPLIERS.0) ^ b).wrapping_mul(MIX_MULTIPLIERS.1);
-    h ^ (h >> 32)
-}
-
-/// Per-family hash keys: one pair per generalisation, plus the keys that
-/// fold IPv6 addresses into one word.
-#[derive(Debug, Clone)]
-pub(crate) struct Keys {
-    pub(crate) v4: [(u64, u64); GENERALISATIONS],
-    pub(crate) v6: [(u64, u64); GENERALISATIONS],
-    pub(crate) v6_addr: (u64, u64),
-}
-
-impl Keys {
-    fn new(seed: u64) -> Self {
-        let mut numbers = weir_limits::sketch::SplitMix64::new(seed);
-        // Odd and with both halves busy, so the multiply mixes well.
-        let mut next = || numbers.next_u64() | 1;
-        let mut v4 = [(0, 0); GENERALISATIONS];
-        let mut v6 = [(0, 0); GENERALISATIONS];
-        for k in v4.iter_mut().chain(v6.iter_mut()) {
-            *k = (next(), next());
-        }
-        Self {
-            v4,
-            v6,
-            v6_addr: (next(), next()),
-        }
-    }
-}
-
-/// What a generalisation needs of a tuple: the source digest for each
-/// address scope, the destination digest, and the ports.
-#[derive(Debug, Clone, Copy)]
-struct Digest {
-    src: [u64; 3],
-    dst: u64,
-    sport: u64,
-    dport: u64,
-}
-
-/// Why a packet was limited: the level and generalisation whose estimated
-/// rate exceeded the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limited {
-    /// The level (0–4) at which the rate first exceeded the limit.
-    pub level: u8,
-    /// The generalisation with the highest rate at that level.
-    pub generalisation: Generalisation,
-    /// Its estimated rate (packets per second), including this packet.
-    pub rate: FixedRate,
-    /// The limit in force.
-    pub limit: FixedRate,
-}
-
-impl Limited {
-    /// The probability with which a packet limited like this passes
-    /// (`limit / rate`).
-    pub fn pass_probability(&self) -> f64 {
-        if self.rate.to_bits() == 0 {
-            1.0
-        } else {
-            (self.limit.as_f64() / self.rate.as_f64()).min(1.0)
-        }
-    }
-}
-
-impl fmt::Display for Limited {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "level {} ({}) at {:.1} pps over the limit of {:.1} pps",
-            self.level,
-            self.generalisation,
-            self.rate.as_f64(),
-            self.limit.as_f64()
-        )
-    }
-}
-
-/// What to do with a packet, and why.
-///
-/// ```
-/// use weir_hhh::{Classifier, FourTuple, Verdict};
-/// use weir_hhh::random::ConstantRandom;
-///
-/// let rake = Classifier::builder(10).random(ConstantRandom(u32::MAX)).build().unwrap();
-/// let t = FourTuple::from_socket_addrs("10.0.0.1:53".parse().unwrap(), "10.0.0.2:53".parse().unwrap());
-/// // 100 packets within 1 ms: far over 10 pps.
-/// let verdicts: Vec<Verdict> = (0..100).map(|i| rake.classify_at(&t, i * 10_000)).collect();
-/// assert!(verdicts[0].is_pass());
-/// let Verdict::Drop(why) = verdicts[99] else { panic!() };
-/// assert_eq!(why.level, 0);
-/// println!("{}", verdicts[99]); // "drop: level 0 (src:sport -> dst:dport) at 1000.0 pps over the limit of 10.0 pps"
-/// ```
-#[must_use = "a verdict not looked at lets every packet through"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// No generalisation of the packet is over the limit.
-    Pass,
-    /// Over the limit, but let through by the `limit / rate` lottery.
-    Sampled(Limited),
-    /// Over the limit and dropped.
-    Drop(Limited),
-}
-
-impl Verdict {
-    /// Whether the packet should be delivered.
-    #[inline]
-    pub fn is_pass(&self) -> bool {
-        !matches!(self, Verdict::Drop(_))
-    }
-
-    /// The limit that applied, if any.
-    #[inline]
-    pub fn limited(&self) -> Option<&Limited> {
-        match self {
-            Verdict::Pass => None,
-            Verdict::Sampled(l) | Verdict::Drop(l) => Some(l),
-        }
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Verdict::Pass => f.write_str("pass"),
-            Verdict::Sampled(l) => {
-                write!(f, "pass (sampled with p={:.3}): {l}", l.pass_probability())
-            }
-            Verdict::Drop(l) => write!(f, "drop: {l}"),
-        }
-    }
-}
-
-/// Packets limited at one level.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LevelStats {
-    /// Limited here but let through by the lottery.
-    pub passed: u64,
-    /// Limited here and dropped.
-    pub dropped: u64,
-}
-
-/// Counters of every verdict so far.
-///
-/// ```
-/// use weir_hhh::Classifier;
-///
-/// let rake = Classifier::new(100).unwrap();
-/// let s = rake.stats();
-/// assert_eq!((s.total(), s.passed(), s.dropped()), (0, 0, 0));
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Packets no generalisation limited (all passed).
-    pub unlimited: u64,
-    /// Packets limited at each level (index = level).
-    pub levels: [LevelStats; LEVELS],
-}
-
-impl Stats {
-    /// All packets passed (unlimited and sampled).
-    pub fn passed(&self) -> u64 {
-        self.unlimited + self.levels.iter().map(|l| l.passed).sum::<u64>()
-    }
-
-    /// All packets dropped.
-    pub fn dropped(&self) -> u64 {
-        self.levels.iter().map(|l| l.dropped).sum()
-    }
-
-    /// All packets classified.
-    pub fn total(&self) -> u64 {
-        self.passed() + self.dropped()
-    }
-}
-
-/// One thread's counters, on their own cache lines. Only the owning thread
-/// writes them, so an increment is a plain load and store (exact, and no
-/// locked instruction: a `fetch_add` per packet cost about a fifth of the
-/// whole classification, because it waits for the packet's 48 cell stores
-/// to drain); [`Classifier::stats`] sums every thread's.
-///
-/// These are std atomics even under loom: a single writer per OS thread
-/// needs no model (and loom runs its threads on one OS thread, where they
-/// would share one set).
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Counters {
-    unlimited: std::sync::atomic::AtomicU64,
-    passed: [std::sync::atomic::AtomicU64; LEVELS],
-    dropped: [std::sync::atomic::AtomicU64; LEVELS],
-}
-
-/// Add one to a counter only this thread writes.
-#[inline(always)]
-fn bump(counter: &std::sync::atomic::AtomicU64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    counter.store(counter.load(Relaxed) + 1, Relaxed);
-}
-
-/// Configures and builds a [`Classifier`].
-///
-/// ```
-/// use std::time::Duration;
-/// use weir_hhh::{Classifier, Prefixes};
-/// use weir_hhh::random::SeededRandom;
-/// use weir_hhh::clock::ManualClock;
-/// use weir_hhh::sketch::Layout;
-///
-/// let clock = ManualClock::new();
-/// let rake = Classifier::builder(1_000)
-///     .window(Duration::from_millis(200))
-///     .sketch(4, 4096)
-///     .layout(Layout::Rows)
-///     .prefixes(Prefixes { v6_exact: 64, ..Prefixes::default() })
-///     .seed(42)
-///     .clock(clock.clone())
-///     .random(SeededRandom::new(42))
-///     .build()
-///     .unwrap();
-/// assert_eq!(rake.limit().whole_per_second(), 1_000);
-/// ```
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct Builder<C = MonotonicClock, R = ThreadRandom> {
-    limit: u64,
-    window: Duration,
-    window_growth: u32,
-    hashes: usize,
-    slots: usize,
-    layout: Layout,
-    prefixes: Prefixes,
-    seed: Option<u64>,
-    clock: C,
-    random: R,
-}
-
-impl<C: Clock, R: RandomSource> Builder<C, R> {
-    /// The EWMA window of level 0 (default [`DEFAULT_WINDOW`]).
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Each level's window is this many times the previous level's
-    /// (default [`DEFAULT_WINDOW_GROWTH`]; 1 gives rakelimit's single
-    /// window). See the module documentation for why aggregates remember
-    /// longer.
-    pub fn window_growth(mut self, factor: u32) -> Self {
-        self.window_growth = factor;
-        self
-    }
-
-    /// Cells per key and slots per hash of every sketch (default
-    /// [`DEFAULT_HASHES`] × [`DEFAULT_SLOTS`]).
-    pub fn sketch(mut self, hashes: usize, slots: usize) -> Self {
-        self.hashes = hashes;
-        self.slots = slots;
-        self
-    }
-
-    /// The sketch layout (default [`Layout::Rows`]).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
-
-    /// Source prefix lengths (default /32, /24, /128, /48).
-    pub fn prefixes(mut self, prefixes: Prefixes) -> Self {
-        self.prefixes = prefixes;
-        self
-    }
-
-    /// Fix the hash seed (reproducible runs). By default it is random, so
-    /// nobody can aim collisions at a known hash function.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// Read time from `clock` (default [`MonotonicClock`]).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2, R> {
-        Builder {
-            limit: self.limit,
-            window: self.window,
-            window_growth: self.window_growth,
-            hashes: self.hashes,
-            slots: self.slots,
-            layout: self.layout,
-            prefixes: self.prefixes,
-            seed: self.seed,
-            clock,
-            random: self.random,
-        }
-    }
-
-    /// Draw the lottery for limited packets from `random` (default
-    /// [`ThreadRandom`]).
-    pub fn random<R2: RandomSource>(self, random: R2) -> Builder<C, R2> {
-        Builder {
-            limit: self.limit,
-            window: self.window,
-            window_growth: self.window_growth,
-            hashes: self.hashes,
-            slots: self.slots,
-            layout: self.layout,
-            prefixes: self.prefixes,
-            seed: self.seed,
-            clock: self.clock,
-            random,
-        }
-    }
-
-    /// Build it, or say what is wrong with the configuration.
-    pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
-        let p = self.params()?;
-        let cells_per_sketch = p.cells_per_sketch();
-        let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
-            .map(|_| Block::default())
-            .collect();
-        Ok(Classifier {
-            limit: AtomicU64::new(p.limit.to_bits()),
-            windows: p.windows,
-            locator: p.locator,
-            cells_per_sketch,
-            blocks,
-            keys: p.keys,
-            v4_masks: p.v4_masks,
-            v6_masks: p.v6_masks,
-            prefixes: p.prefixes,
-            counters: ThreadLocal::new(),
-            clock: self.clock,
-            random: self.random,
-        })
-    }
-
-    /// The validated configuration with everything derived from it (EWMA
-    /// constants per level, cell locator, hash keys, masks): what the
-    /// user-space classifier and the kernel filter are both built from.
-    pub(crate) fn params(&self) -> Result<Params, ConfigError> {
-        if self.limit == 0 {
-            return Err(ConfigError::ZeroLimit);
-        }
-        self.prefixes.validate()?;
-        if self.window_growth == 0 {
-            return Err(ConfigError::ZeroWindowGrowth);
-        }
-        let mut windows = [EwmaWindow::new(self.window)?.one_event(); LEVELS];
-        let mut window = self.window;
-        for w in windows.iter_mut().skip(1) {
-            window = window
-                .checked_mul(self.window_growth)
-                .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
-            *w = EwmaWindow::new(window)?.one_event();
-        }
-        let seed = self.seed.unwrap_or_else(random_seed);
-        let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
-        let p = self.prefixes;
-        Ok(Params {
-            limit: FixedRate::from_per_second(self.limit),
-            windows,
-            locator,
-            keys: Keys::new(seed),
-            v4_masks: [p.v4_mask(AddrScope::Exact), p.v4_mask(AddrScope::Subnet), 0],
-            v6_masks: [p.v6_mask(AddrScope::Exact), p.v6_mask(AddrScope::Subnet), 0],
-            prefixes: p,
-        })
-    }
-}
-
-/// A validated configuration and everything derived from it.
-#[derive(Debug, Clone)]
-pub(crate) struct Params {
-    pub(crate) limit: FixedRate,
-    pub(crate) windows: [OneEventUpdate; LEVELS],
-    pub(crate) locator: Locator,
-    pub(crate) keys: Keys,
-    /// Source masks per address scope (exact, subnet, any).
-    pub(crate) v4_masks: [u32; 3],
-    pub(crate) v6_masks: [u128; 3],
-    pub(crate) prefixes: Prefixes,
-}
-
-impl Params {
-    /// The key hash of generalisation `g` of `tuple` (what the classifier's
-    /// cells are located by).
-    #[cfg(feature = "bpf")]
-    pub(crate) fn hash(&self, tuple: &FourTuple, g: usize) -> u64 {
-        let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);
-        generalised_hash_dyn(g, &digest, keys[g % GENERALISATIONS])
-    }
-
-    /// Cells per generalisation's sketch, rounded up to whole blocks.
-    pub(crate) fn cells_per_sketch(&self) -> usize {
-        self.locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
-    }
-}
 
 /// rakelimit's fair-share flood limiter over 4-tuples. `Send + Sync`: share
 /// it (e.g. in an `Arc`) between all receive loops of a service.
@@ -594,18 +171,7 @@ impl Classifier {
 
     /// Configure a classifier with a limit of `limit_pps` packets per second.
     pub fn builder(limit_pps: u64) -> Builder {
-        Builder {
-            limit: limit_pps,
-            window: DEFAULT_WINDOW,
-            window_growth: DEFAULT_WINDOW_GROWTH,
-            hashes: DEFAULT_HASHES,
-            slots: DEFAULT_SLOTS,
-            layout: Layout::Rows,
-            prefixes: Prefixes::default(),
-            seed: None,
-            clock: MonotonicClock::new(),
-            random: ThreadRandom,
-        }
+        Builder::with_defaults(limit_pps)
     }
 }
 
@@ -843,50 +409,6 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     }
 }
 
-/// The words a tuple's generalisations are hashed from.
-#[inline(always)]
-fn digest<'k>(
-    keys: &'k Keys,
-    v4_masks: &[u32; 3],
-    v6_masks: &[u128; 3],
-    tuple: &FourTuple,
-) -> (Digest, &'k [(u64, u64); GENERALISATIONS]) {
-    match tuple {
-        FourTuple::V4(t) => {
-            let s = u32::from(t.src);
-            let m = v4_masks;
-            (
-                Digest {
-                    src: [
-                        u64::from(s & m[0]),
-                        u64::from(s & m[1]),
-                        u64::from(s & m[2]),
-                    ],
-                    dst: u64::from(u32::from(t.dst)),
-                    sport: u64::from(t.src_port),
-                    dport: u64::from(t.dst_port),
-                },
-                &keys.v4,
-            )
-        }
-        FourTuple::V6(t) => {
-            let (k0, k1) = keys.v6_addr;
-            let fold = |a: u128| mum(a as u64 ^ k0, (a >> 64) as u64 ^ k1);
-            let s = u128::from(t.src);
-            let m = v6_masks;
-            (
-                Digest {
-                    src: [fold(s & m[0]), fold(s & m[1]), fold(s & m[2])],
-                    dst: fold(u128::from(t.dst)),
-                    sport: u64::from(t.src_port),
-                    dport: u64::from(t.dst_port),
-                },
-                &keys.v6,
-            )
-        }
-    }
-}
-
 /// Ask the CPU to start loading a cell's cache line (a hint: no effect on
 /// correctness, and a no-op off x86-64).
 #[inline(always)]
@@ -927,27 +449,6 @@ fn touch_cell(ewma: &OneEventUpdate, cell: &Cell, now: u64) -> u64 {
     rate
 }
 
-/// The key hash of generalisation `g` of a digested tuple.
-#[inline(always)]
-fn generalised_hash<const G: usize>(d: &Digest, (k0, k1): (u64, u64)) -> u64 {
-    let node = const { Generalisation::ALL[G] };
-    let src = d.src[match node.src {
-        AddrScope::Exact => 0,
-        AddrScope::Subnet => 1,
-        AddrScope::Any => 2,
-    }];
-    let sport = match node.src_port {
-        PortScope::Exact => d.sport,
-        PortScope::Any => 0,
-    };
-    let dport = match node.dst_port {
-        PortScope::Exact => d.dport,
-        PortScope::Any => 0,
-    };
-    // For IPv4 the second word is (sport, dport, dst) packed without loss.
-    mix(src ^ k0, (d.dst ^ (sport << 48) ^ (dport << 32)) ^ k1)
-}
-
 // `classify_cells` spells the levels out; they must match the lattice.
 const _: () = assert!(
     LEVEL_RANGES[0].0 == 0
@@ -957,26 +458,6 @@ const _: () = assert!(
         && LEVEL_RANGES[3].1 == 11
         && LEVEL_RANGES[4].1 == 12
 );
-
-/// [`generalised_hash`] for a generalisation chosen at run time.
-fn generalised_hash_dyn(g: usize, d: &Digest, key: (u64, u64)) -> u64 {
-    type HashFn = fn(&Digest, (u64, u64)) -> u64;
-    const HASHES: [HashFn; GENERALISATIONS] = [
-        generalised_hash::<0>,
-        generalised_hash::<1>,
-        generalised_hash::<2>,
-        generalised_hash::<3>,
-        generalised_hash::<4>,
-        generalised_hash::<5>,
-        generalised_hash::<6>,
-        generalised_hash::<7>,
-        generalised_hash::<8>,
-        generalised_hash::<9>,
-        generalised_hash::<10>,
-        generalised_hash::<11>,
-    ];
-    HASHES[g % GENERALISATIONS](d, key)
-}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

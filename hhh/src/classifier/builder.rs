@@ -1,0 +1,248 @@
+//! The classifier's configuration: its defaults, the builder that
+//! validates it, and `Params`, everything derived from a valid
+//! configuration that the classifier and the kernel filter must share.
+
+use super::hashing::{Keys, digest, generalised_hash_dyn};
+use super::{BLOCK_CELLS, Block, Classifier};
+use crate::ConfigError;
+use crate::lattice::{AddrScope, GENERALISATIONS, LEVELS, Prefixes};
+use crate::random::{RandomSource, ThreadRandom, random_seed};
+use crate::sync::AtomicU64;
+use crate::tuple::FourTuple;
+use std::time::Duration;
+use thread_local::ThreadLocal;
+use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::sketch::{Layout, Locator};
+use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
+
+/// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
+/// with one second and noted that a shorter window shortens the initial
+/// spike of a flood).
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
+
+/// Default growth of the EWMA window from one level to the next: level `l`
+/// averages over `DEFAULT_WINDOW · 2^l` (100 ms at level 0, 1.6 s at level 4).
+pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
+
+/// Default number of cells per key in each sketch.
+pub const DEFAULT_HASHES: usize = 2;
+
+/// Default number of slots per hash in each sketch (cells = hashes × slots).
+pub const DEFAULT_SLOTS: usize = 1024;
+
+/// Configures and builds a [`Classifier`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::{Classifier, Prefixes};
+/// use weir_hhh::random::SeededRandom;
+/// use weir_hhh::clock::ManualClock;
+/// use weir_hhh::sketch::Layout;
+///
+/// let clock = ManualClock::new();
+/// let rake = Classifier::builder(1_000)
+///     .window(Duration::from_millis(200))
+///     .sketch(4, 4096)
+///     .layout(Layout::Rows)
+///     .prefixes(Prefixes { v6_exact: 64, ..Prefixes::default() })
+///     .seed(42)
+///     .clock(clock.clone())
+///     .random(SeededRandom::new(42))
+///     .build()
+///     .unwrap();
+/// assert_eq!(rake.limit().whole_per_second(), 1_000);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder<C = MonotonicClock, R = ThreadRandom> {
+    limit: u64,
+    window: Duration,
+    window_growth: u32,
+    hashes: usize,
+    slots: usize,
+    layout: Layout,
+    prefixes: Prefixes,
+    seed: Option<u64>,
+    clock: C,
+    random: R,
+}
+
+impl Builder {
+    /// The default configuration with a limit of `limit_pps` packets per
+    /// second ([`Classifier::builder`]).
+    pub(super) fn with_defaults(limit_pps: u64) -> Self {
+        Builder {
+            limit: limit_pps,
+            window: DEFAULT_WINDOW,
+            window_growth: DEFAULT_WINDOW_GROWTH,
+            hashes: DEFAULT_HASHES,
+            slots: DEFAULT_SLOTS,
+            layout: Layout::Rows,
+            prefixes: Prefixes::default(),
+            seed: None,
+            clock: MonotonicClock::new(),
+            random: ThreadRandom,
+        }
+    }
+}
+
+impl<C: Clock, R: RandomSource> Builder<C, R> {
+    /// The EWMA window of level 0 (default [`DEFAULT_WINDOW`]).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Each level's window is this many times the previous level's
+    /// (default [`DEFAULT_WINDOW_GROWTH`]; 1 gives rakelimit's single
+    /// window). See the module documentation for why aggregates remember
+    /// longer.
+    pub fn window_growth(mut self, factor: u32) -> Self {
+        self.window_growth = factor;
+        self
+    }
+
+    /// Cells per key and slots per hash of every sketch (default
+    /// [`DEFAULT_HASHES`] × [`DEFAULT_SLOTS`]).
+    pub fn sketch(mut self, hashes: usize, slots: usize) -> Self {
+        self.hashes = hashes;
+        self.slots = slots;
+        self
+    }
+
+    /// The sketch layout (default [`Layout::Rows`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Source prefix lengths (default /32, /24, /128, /48).
+    pub fn prefixes(mut self, prefixes: Prefixes) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// Fix the hash seed (reproducible runs). By default it is random, so
+    /// nobody can aim collisions at a known hash function.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Read time from `clock` (default [`MonotonicClock`]).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2, R> {
+        Builder {
+            limit: self.limit,
+            window: self.window,
+            window_growth: self.window_growth,
+            hashes: self.hashes,
+            slots: self.slots,
+            layout: self.layout,
+            prefixes: self.prefixes,
+            seed: self.seed,
+            clock,
+            random: self.random,
+        }
+    }
+
+    /// Draw the lottery for limited packets from `random` (default
+    /// [`ThreadRandom`]).
+    pub fn random<R2: RandomSource>(self, random: R2) -> Builder<C, R2> {
+        Builder {
+            limit: self.limit,
+            window: self.window,
+            window_growth: self.window_growth,
+            hashes: self.hashes,
+            slots: self.slots,
+            layout: self.layout,
+            prefixes: self.prefixes,
+            seed: self.seed,
+            clock: self.clock,
+            random,
+        }
+    }
+
+    /// Build it, or say what is wrong with the configuration.
+    pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
+        let p = self.params()?;
+        let cells_per_sketch = p.cells_per_sketch();
+        let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
+            .map(|_| Block::default())
+            .collect();
+        Ok(Classifier {
+            limit: AtomicU64::new(p.limit.to_bits()),
+            windows: p.windows,
+            locator: p.locator,
+            cells_per_sketch,
+            blocks,
+            keys: p.keys,
+            v4_masks: p.v4_masks,
+            v6_masks: p.v6_masks,
+            prefixes: p.prefixes,
+            counters: ThreadLocal::new(),
+            clock: self.clock,
+            random: self.random,
+        })
+    }
+
+    /// The validated configuration with everything derived from it (EWMA
+    /// constants per level, cell locator, hash keys, masks): what the
+    /// user-space classifier and the kernel filter are both built from.
+    pub(crate) fn params(&self) -> Result<Params, ConfigError> {
+        if self.limit == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        self.prefixes.validate()?;
+        if self.window_growth == 0 {
+            return Err(ConfigError::ZeroWindowGrowth);
+        }
+        let mut windows = [EwmaWindow::new(self.window)?.one_event(); LEVELS];
+        let mut window = self.window;
+        for w in windows.iter_mut().skip(1) {
+            window = window
+                .checked_mul(self.window_growth)
+                .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
+            *w = EwmaWindow::new(window)?.one_event();
+        }
+        let seed = self.seed.unwrap_or_else(random_seed);
+        let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
+        let p = self.prefixes;
+        Ok(Params {
+            limit: FixedRate::from_per_second(self.limit),
+            windows,
+            locator,
+            keys: Keys::new(seed),
+            v4_masks: [p.v4_mask(AddrScope::Exact), p.v4_mask(AddrScope::Subnet), 0],
+            v6_masks: [p.v6_mask(AddrScope::Exact), p.v6_mask(AddrScope::Subnet), 0],
+            prefixes: p,
+        })
+    }
+}
+
+/// A validated configuration and everything derived from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Params {
+    pub(crate) limit: FixedRate,
+    pub(crate) windows: [OneEventUpdate; LEVELS],
+    pub(crate) locator: Locator,
+    pub(crate) keys: Keys,
+    /// Source masks per address scope (exact, subnet, any).
+    pub(crate) v4_masks: [u32; 3],
+    pub(crate) v6_masks: [u128; 3],
+    pub(crate) prefixes: Prefixes,
+}
+
+impl Params {
+    /// The key hash of generalisation `g` of `tuple` (what the classifier's
+    /// cells are located by).
+    #[cfg(feature = "bpf")]
+    pub(crate) fn hash(&self, tuple: &FourTuple, g: usize) -> u64 {
+        let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);
+        generalised_hash_dyn(g, &digest, keys[g % GENERALISATIONS])
+    }
+
+    /// Cells per generalisation's sketch, rounded up to whole blocks.
+    pub(crate) fn cells_per_sketch(&self) -> usize {
+        self.locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
+    }
+}
