@@ -89,4 +89,3 @@ pub fn unpause() {
 mod loom_model;
 #[cfg(all(test, loom))]
 mod loom_tests;
-

@@ -7,11 +7,11 @@
 //! (`table.rs`, as the manager uses it), the sweeper's wake-up plan
 //! (`planner.rs`) and the fork-pause handshake (`pause.rs`).
 
+use crate::loom_model::{Bucket, PauseGate, Planner, Table};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::task::{Wake, Waker};
-use crate::loom_model::{Bucket, PauseGate, Planner, Table};
 
 struct Flag(AtomicUsize);
 

@@ -2,7 +2,7 @@
 //! the buckets it used last, and every operation that moves a hold on a
 //! bucket between them, the waiters and the sweeper.
 //!
-//! The manager (`manager.rs`) decides *which* tick a timer belongs to and
+//! The manager (`manager/`) decides *which* tick a timer belongs to and
 //! *when* to sweep; this module is the part where threads meet: the owner
 //! enters and caches buckets, any thread may drop a registration (and so
 //! unlink a bucket), the sweeper fires due buckets. All of it goes through

@@ -11,38 +11,14 @@
 //! thread from the one that armed it. Under steady load every waiter of the
 //! current tick finds its bucket in the cache and never touches the map.
 //!
-//! # The sweeper
 //!
-//! One thread per manager, started by the first timer ever armed (linking the
-//! crate or creating a manager starts nothing). It sleeps until the start of
-//! the earliest armed tick, not on a fixed 10 ms beat, so a timer is late by
-//! at most the rounding to its tick plus the thread's wake-up latency
-//! (pingora sleeps a full tick after each sweep, which adds up to a second
-//! tick). When no timer is armed it parks with no timeout: an idle process
-//! sees no wake-ups at all.
-//!
-//! Waking it is cheap and cannot be lost: see [`Planner`]. Only a thread
-//! that creates a new bucket (about once per tick per thread) touches the
-//! shared plan, and only one that moves the plan earlier unparks the sweeper.
-//!
-//! # fork()
-//!
-//! [`TimerManager::pause_for_fork`] stops the sweeper at a point where it
-//! holds no lock and waits for it to say so. In the child only the forking
-//! thread exists: its first timer (a `pthread_atfork` hook makes the child's
-//! thread a stranger to its own tables, so that arm takes the cold adoption
-//! path) or [`TimerManager::unpause`] marks every other thread's table
-//! abandoned, so nothing ever waits on a lock a vanished thread held, and
-//! starts a fresh sweeper at once. The pause belongs to the parent's
-//! sweeper: the child's never honours it, so the child need not unpause.
-//! pingora's child instead waits for a 2 s watchdog. Timers armed during
-//! the pause are kept and fire when due after `unpause`, never early.
-//!
-//! `pause_for_fork` is required, not a courtesy: a sweeper caught by
-//! `fork()` in the middle of a sweep holds the forking thread's table lock
-//! or one of its buckets' locks, and a child that inherits that lock
-//! deadlocks on its first timer there. Restarting the sweeper does not
-//! release it.
+//! The sweeper thread lives in `sweeper.rs`, the fork handling in `fork.rs`.
+
+mod fork;
+mod sweeper;
+
+use fork::{thread_serial, watch_forks};
+use sweeper::SweeperHandle;
 
 use crate::clock::{self, Clock};
 use crate::pause::PauseGate;
@@ -50,11 +26,9 @@ use crate::planner::Planner;
 use crate::table::{Armed, Buckets, ThreadTable};
 use parking_lot::Mutex;
 use std::fmt;
-use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
-use std::thread::{self, Thread};
 use std::time::Duration;
 use thread_local::ThreadLocal;
 
@@ -67,60 +41,6 @@ pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
 /// Longest tick a manager accepts.
 pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
 
-std::thread_local! {
-    /// This thread's [`thread_serial`], 0 until first asked. `const` and
-    /// without `Drop`: readable even from TLS destructors and from the
-    /// fork handler.
-    static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// A number unique to the current thread (0: never). Unlike
-/// `thread_local`'s ids these are never reused, and in a forked child the
-/// thread that survived gets a new one (see [`watch_forks`]).
-#[inline]
-fn thread_serial() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    SERIAL.with(|s| {
-        let v = s.get();
-        if v != 0 {
-            return v;
-        }
-        let v = NEXT.fetch_add(1, Ordering::Relaxed);
-        s.set(v);
-        v
-    })
-}
-
-/// Make every forked child give its one thread a new [`thread_serial`].
-///
-/// Each table remembers the serial of the thread that owns its cache, and
-/// [`Inner::arm`] already compares it with the caller's on every arm. So in
-/// the child the first arm on any manager finds a stranger's table and takes
-/// the cold [`Inner::adopt_table`], which drops the inherited cache, notices
-/// the fork and starts the child's sweeper: nothing is added to the hot path
-/// (a `getpid` there would cost more than the rest of it), and the child
-/// need not call [`TimerManager::unpause`].
-///
-/// Forks through `libc::fork` (or anything else that runs `pthread_atfork`
-/// handlers) are seen; a raw `clone` system call is not.
-fn watch_forks() {
-    #[cfg(unix)]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            extern "C" fn in_child() {
-                // Async-signal-safe: one store to this thread's own TLS.
-                let _ = SERIAL.try_with(|s| s.set(0));
-            }
-            // SAFETY: registers a handler that only stores to a `Cell` of
-            // the calling thread. It fails only without memory (ENOMEM);
-            // then a child still starts its sweeper when it calls `unpause`
-            // or arms a new tick.
-            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        });
-    }
-}
-
 /// What arming a timer produced.
 #[derive(Debug)]
 pub(crate) enum Arm {
@@ -131,11 +51,6 @@ pub(crate) enum Arm {
     /// The current tokio runtime's clock is paused: use a tokio timer so that
     /// virtual time governs the deadline.
     UseTokio,
-}
-
-#[derive(Debug, Default)]
-struct SweeperHandle {
-    thread: Option<Thread>,
 }
 
 /// The shared state of one manager.
@@ -515,150 +430,5 @@ impl Inner {
             m.waiters += t.waiters;
         }
         m
-    }
-
-    fn unpark_sweeper(&self) {
-        if let Some(thread) = &self.sweeper.lock().thread {
-            thread.unpark();
-        }
-    }
-
-    /// Start the sweeper if this process has none (first timer ever, or
-    /// first new tick in a forked child).
-    fn ensure_sweeper(self: &Arc<Self>) {
-        let pid = std::process::id();
-        if self.sweeper_pid.load(Ordering::Acquire) == pid {
-            return;
-        }
-        self.start_sweeper(pid);
-    }
-
-    #[cold]
-    fn start_sweeper(self: &Arc<Self>, pid: u32) {
-        let mut handle = self.sweeper.lock();
-        let previous = self.sweeper_pid.load(Ordering::Acquire);
-        if previous == pid {
-            return;
-        }
-        if previous != 0 {
-            // A forked child: only this thread survived.
-            self.adopt_after_fork();
-        }
-        let weak = Arc::downgrade(self);
-        let spawned = thread::Builder::new()
-            .name("weir-timeout".into())
-            .spawn(move || sweeper_main(weak, pid));
-        match spawned {
-            Ok(join) => {
-                handle.thread = Some(join.thread().clone());
-                self.pause.started();
-                self.threads_started.fetch_add(1, Ordering::Relaxed);
-                self.sweeper_pid.store(pid, Ordering::Release);
-            }
-            Err(e) => panic!("weir-timeout: cannot start the sweeper thread: {e}"),
-        }
-    }
-
-    /// In a forked child: forget every table but this thread's.
-    fn adopt_after_fork(&self) {
-        let mine = self
-            .tables
-            .get()
-            .map_or(ptr::null(), |t| t as *const ThreadTable);
-        for table in self.tables.iter() {
-            if !ptr::eq(table, mine) {
-                table.abandoned.store(true, Ordering::SeqCst);
-            }
-        }
-        self.planned.reset();
-    }
-
-    fn pause_for_fork(&self) -> bool {
-        let pid = std::process::id();
-        self.pause.request(pid);
-        if self.sweeper_pid.load(Ordering::Acquire) != pid {
-            return true;
-        }
-        self.unpark_sweeper();
-        // The sweeper acknowledges at its next loop turn, a few microseconds
-        // away unless it is busy waking a large tick (see `PauseGate`).
-        let start = std::time::Instant::now();
-        while !self.pause.acknowledged() {
-            if start.elapsed() > Duration::from_secs(2) {
-                return false;
-            }
-            thread::sleep(Duration::from_micros(50));
-            self.unpark_sweeper();
-        }
-        true
-    }
-
-    fn unpause(self: &Arc<Self>) {
-        self.pause.resume();
-        let pid = std::process::id();
-        let started = self.sweeper_pid.load(Ordering::Acquire);
-        if started != 0 && started != pid {
-            self.start_sweeper(pid);
-        }
-        self.unpark_sweeper();
-    }
-
-    /// One pass of the sweeper of process `pid`. Returns how long to park
-    /// (`None`: until unparked).
-    fn sweep(&self, pid: u32) -> Option<Duration> {
-        if !self.pause.enter_sweep(pid) {
-            return None;
-        }
-        self.planned.reset();
-        let now = self.clock.now_ns();
-        let due = clock::due_tick(now, self.resolution_ns);
-        let mut earliest = u64::MAX;
-        // Woken once no table lock is held (see `Bucket::fire`).
-        let mut wakers = Vec::new();
-        for table in self.tables.iter() {
-            if table.abandoned.load(Ordering::Relaxed) {
-                continue;
-            }
-            earliest = earliest.min(table.fire_due(&self.buckets, due, &mut wakers));
-        }
-        for w in wakers {
-            // A panicking waker must not take the sweeper (and with it every
-            // timer of the manager) down with it.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
-        }
-        let next = self.planned.settle(earliest);
-        if next == u64::MAX {
-            self.pause.idle();
-            return None;
-        }
-        let wake_at = clock::tick_start_ns(next, self.resolution_ns);
-        Some(Duration::from_nanos(
-            wake_at
-                .saturating_sub(self.clock.now_ns())
-                .min(3_600_000_000_000),
-        ))
-    }
-}
-
-/// The sweeper thread of process `pid` (it never survives a fork, so the
-/// process id is read once).
-fn sweeper_main(weak: Weak<Inner>, pid: u32) {
-    loop {
-        let Some(inner) = weak.upgrade() else {
-            return;
-        };
-        let park = inner.sweep(pid);
-        drop(inner);
-        match park {
-            None => thread::park(),
-            Some(d) if d.is_zero() => {}
-            Some(d) => thread::park_timeout(d),
-        }
-        match weak.upgrade() {
-            Some(inner) => {
-                inner.wakeups.fetch_add(1, Ordering::Relaxed);
-            }
-            None => return,
-        }
     }
 }
