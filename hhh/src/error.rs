@@ -5,13 +5,13 @@ use std::fmt;
 /// Why a [`Classifier`](crate::Classifier) could not be built.
 ///
 /// ```
-/// use weir_hhh::{Classifier, ConfigError};
+/// use weir_hhh::{Classifier, ClassifierConfigError};
 ///
-/// assert_eq!(Classifier::new(0).unwrap_err(), ConfigError::ZeroLimit);
+/// assert_eq!(Classifier::new(0).unwrap_err(), ClassifierConfigError::ZeroLimit);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ClassifierConfigError {
     /// A limit of zero packets per second would drop everything.
     ZeroLimit,
     /// A window growth factor of zero (use 1 for equal windows).
@@ -31,13 +31,13 @@ pub enum ConfigError {
     Limits(weir_limits::ConfigError),
 }
 
-impl From<weir_limits::ConfigError> for ConfigError {
+impl From<weir_limits::ConfigError> for ClassifierConfigError {
     fn from(e: weir_limits::ConfigError) -> Self {
         Self::Limits(e)
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for ClassifierConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroLimit => f.write_str("the limit must be at least one packet per second"),
@@ -55,7 +55,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {
+impl std::error::Error for ClassifierConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Limits(e) => Some(e),

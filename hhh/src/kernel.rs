@@ -2,7 +2,7 @@
 //! algorithm as a BPF socket filter, so that flood packets are dropped
 //! before they cost a wake-up, a copy or a system call.
 //!
-//! [`KernelFilter::load`] takes the same [`Builder`] as the user-space
+//! [`KernelFilter::load`] takes the same [`ClassifierBuilder`] as the user-space
 //! classifier (limit, windows, sketch shape, prefixes, seed) and loads
 //! `bpf/filter.c` (compiled by clang at build time) with aya; attach it to
 //! any number of UDP sockets (`std` or tokio) with
@@ -51,10 +51,10 @@
 
 #[cfg(doc)]
 use crate::Classifier;
-use crate::classifier::{Builder, Params};
+use crate::classifier::{ClassifierBuilder, Params};
 use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, LEVELS, PortScope};
 use crate::random::RandomSource;
-use crate::{ConfigError, FixedRate, LevelStats, Stats};
+use crate::{ClassifierConfigError, FixedRate, LevelStats, Stats};
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, SocketFilter, TestRun, TestRunOptions};
 use aya::{Ebpf, EbpfError, EbpfLoader};
@@ -245,10 +245,10 @@ impl Config {
 /// Why the kernel filter could not be loaded, attached or read.
 ///
 /// ```
-/// use weir_hhh::ConfigError;
+/// use weir_hhh::ClassifierConfigError;
 /// use weir_hhh::kernel::KernelError;
 ///
-/// let e = KernelError::from(ConfigError::ZeroLimit);
+/// let e = KernelError::from(ClassifierConfigError::ZeroLimit);
 /// assert!(e.to_string().contains("limit"));
 /// assert!(!e.is_permission_denied());
 /// ```
@@ -256,7 +256,7 @@ impl Config {
 #[non_exhaustive]
 pub enum KernelError {
     /// The configuration is invalid (as for the user-space classifier).
-    Config(ConfigError),
+    Config(ClassifierConfigError),
     /// The configuration is valid for the classifier but not supported by
     /// the kernel filter.
     Unsupported(&'static str),
@@ -361,8 +361,8 @@ impl KernelError {
     }
 }
 
-impl From<ConfigError> for KernelError {
-    fn from(e: ConfigError) -> Self {
+impl From<ClassifierConfigError> for KernelError {
+    fn from(e: ClassifierConfigError) -> Self {
         Self::Config(e)
     }
 }
@@ -458,7 +458,9 @@ pub struct KernelFilter {
 impl KernelFilter {
     /// Load the filter with `builder`'s configuration (its clock and random
     /// source are not used: the kernel has its own).
-    pub fn load<C: Clock, R: RandomSource>(builder: Builder<C, R>) -> Result<Self, KernelError> {
+    pub fn load<C: Clock, R: RandomSource>(
+        builder: ClassifierBuilder<C, R>,
+    ) -> Result<Self, KernelError> {
         let params = builder.params()?;
         let config = Config::new(&params)?;
         let cells = u32::try_from(config.cells_per_sketch * GENERALISATIONS as u64)
@@ -536,7 +538,7 @@ impl KernelFilter {
     /// socket the filter is attached to, from the next packet on.
     pub fn set_limit(&mut self, limit_pps: u64) -> Result<(), KernelError> {
         if limit_pps == 0 {
-            return Err(ConfigError::ZeroLimit.into());
+            return Err(ClassifierConfigError::ZeroLimit.into());
         }
         let state = State {
             limit: FixedRate::from_per_second(limit_pps).to_bits(),

@@ -16,7 +16,7 @@
 //! for "exact" and "subnet" source addresses are configurable
 //! ([`Prefixes`]).
 
-use crate::ConfigError;
+use crate::ClassifierConfigError;
 use crate::tuple::{FourTuple, TupleV4, TupleV6};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -235,16 +235,16 @@ impl Default for Prefixes {
 
 impl Prefixes {
     /// Check `subnet ≤ exact ≤ address length` for both families.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ClassifierConfigError> {
         if self.v4_subnet > self.v4_exact || self.v4_exact > 32 {
-            return Err(ConfigError::InvalidPrefix {
+            return Err(ClassifierConfigError::InvalidPrefix {
                 family: "IPv4",
                 exact: self.v4_exact,
                 subnet: self.v4_subnet,
             });
         }
         if self.v6_subnet > self.v6_exact || self.v6_exact > 128 {
-            return Err(ConfigError::InvalidPrefix {
+            return Err(ClassifierConfigError::InvalidPrefix {
                 family: "IPv6",
                 exact: self.v6_exact,
                 subnet: self.v6_subnet,

@@ -10,7 +10,7 @@
 //! but one source port is held as one stream. Every drop says why
 //! ([`Verdict`], [`Limited`]).
 //!
-//! * [`Classifier`] / [`Builder`] — the limiter, with injectable clock and
+//! * [`Classifier`] / [`ClassifierBuilder`] — the limiter, with injectable clock and
 //!   randomness for deterministic tests.
 //! * [`FourTuple`] — the input, from socket addresses or parsed from raw
 //!   IPv4/IPv6 UDP packets ([`mod@tuple`]).
@@ -48,23 +48,23 @@ pub mod tuple;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub mod udp;
 
-/// The clocks a [`Classifier`] reads ([`Builder::clock`]), re-exported so
+/// The clocks a [`Classifier`] reads ([`ClassifierBuilder::clock`]), re-exported so
 /// depending on weir-hhh is enough to drive one by hand.
 pub mod clock {
     pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock};
 }
 
-/// Sketch shapes ([`Builder::layout`]) and the locator a [`Classifier`]
+/// Sketch shapes ([`ClassifierBuilder::layout`]) and the locator a [`Classifier`]
 /// exposes, re-exported from weir-limits.
 pub mod sketch {
     pub use weir_limits::sketch::{Layout, Location, Locator};
 }
 
 pub use classifier::{
-    Builder, Classifier, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH,
-    LevelStats, Limited, Stats, Verdict,
+    Classifier, ClassifierBuilder, DEFAULT_CLASSIFIER_HASHES, DEFAULT_CLASSIFIER_SLOTS,
+    DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH, LevelStats, Limited, Stats, Verdict,
 };
-pub use error::ConfigError;
+pub use error::ClassifierConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
 pub use tuple::{FourTuple, ParseError};
 pub use weir_rate::ewma::FixedRate;

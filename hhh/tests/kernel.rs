@@ -19,13 +19,13 @@ use weir_hhh::random::{RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Outcome, Port, Scenario, Stream};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{
-    Builder, Classifier, FixedRate, FourTuple, Generalisation, Limited, Prefixes, Verdict,
+    Classifier, ClassifierBuilder, FixedRate, FourTuple, Generalisation, Limited, Prefixes, Verdict,
 };
 use weir_limits::sketch::SplitMix64;
 
 /// Load a filter, or skip the calling test (loudly) when the kernel refuses
 /// for lack of privilege; under `CI=true` a skip is a failure.
-fn load_or_skip<C, R>(test: &str, builder: Builder<C, R>) -> Option<KernelFilter>
+fn load_or_skip<C, R>(test: &str, builder: ClassifierBuilder<C, R>) -> Option<KernelFilter>
 where
     C: weir_hhh::clock::Clock,
     R: RandomSource,
@@ -89,7 +89,7 @@ fn kernel_verdict(before: &KernelStats, after: &KernelStats, passed: bool) -> Ve
 /// `bpf_get_prandom_u32` and a seeded generator in user space).
 fn replay_both(
     test: &str,
-    builder: impl Fn() -> Builder,
+    builder: impl Fn() -> ClassifierBuilder,
     scenario: &Scenario,
     pinned_coins: bool,
 ) -> Option<Replayed> {
@@ -229,7 +229,7 @@ fn summary(o: &Outcome) -> Vec<(String, u64, u64, [u64; 5])> {
 fn kernel_and_classifier_agree_packet_for_packet() {
     let (_, _, limit1, s1) = sim::paper::all().remove(0);
     let (_, _, limit2, s2) = sim::paper::all().remove(1);
-    type MakeBuilder = Box<dyn Fn(u64) -> Builder>;
+    type MakeBuilder = Box<dyn Fn(u64) -> ClassifierBuilder>;
     let cases: Vec<(&str, u64, Scenario, MakeBuilder)> = vec![
         (
             "paper scenario 1 (IPv4), default configuration",

@@ -4,7 +4,7 @@
 
 use super::hashing::{Keys, digest, generalised_hash_dyn};
 use super::{BLOCK_CELLS, Block, Classifier};
-use crate::ConfigError;
+use crate::ClassifierConfigError;
 use crate::lattice::{AddrScope, GENERALISATIONS, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::AtomicU64;
@@ -25,10 +25,10 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
 pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
 
 /// Default number of cells per key in each sketch.
-pub const DEFAULT_HASHES: usize = 2;
+pub const DEFAULT_CLASSIFIER_HASHES: usize = 2;
 
 /// Default number of slots per hash in each sketch (cells = hashes × slots).
-pub const DEFAULT_SLOTS: usize = 1024;
+pub const DEFAULT_CLASSIFIER_SLOTS: usize = 1024;
 
 /// Configures and builds a [`Classifier`].
 ///
@@ -54,7 +54,7 @@ pub const DEFAULT_SLOTS: usize = 1024;
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct Builder<C = MonotonicClock, R = ThreadRandom> {
+pub struct ClassifierBuilder<C = MonotonicClock, R = ThreadRandom> {
     limit: u64,
     window: Duration,
     window_growth: u32,
@@ -67,16 +67,16 @@ pub struct Builder<C = MonotonicClock, R = ThreadRandom> {
     random: R,
 }
 
-impl Builder {
+impl ClassifierBuilder {
     /// The default configuration with a limit of `limit_pps` packets per
     /// second ([`Classifier::builder`]).
     pub(super) fn with_defaults(limit_pps: u64) -> Self {
-        Builder {
+        ClassifierBuilder {
             limit: limit_pps,
             window: DEFAULT_WINDOW,
             window_growth: DEFAULT_WINDOW_GROWTH,
-            hashes: DEFAULT_HASHES,
-            slots: DEFAULT_SLOTS,
+            hashes: DEFAULT_CLASSIFIER_HASHES,
+            slots: DEFAULT_CLASSIFIER_SLOTS,
             layout: Layout::Rows,
             prefixes: Prefixes::default(),
             seed: None,
@@ -86,7 +86,7 @@ impl Builder {
     }
 }
 
-impl<C: Clock, R: RandomSource> Builder<C, R> {
+impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// The EWMA window of level 0 (default [`DEFAULT_WINDOW`]).
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
@@ -103,7 +103,7 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
     }
 
     /// Cells per key and slots per hash of every sketch (default
-    /// [`DEFAULT_HASHES`] × [`DEFAULT_SLOTS`]).
+    /// [`DEFAULT_CLASSIFIER_HASHES`] × [`DEFAULT_CLASSIFIER_SLOTS`]).
     pub fn sketch(mut self, hashes: usize, slots: usize) -> Self {
         self.hashes = hashes;
         self.slots = slots;
@@ -130,8 +130,8 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
     }
 
     /// Read time from `clock` (default [`MonotonicClock`]).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2, R> {
-        Builder {
+    pub fn clock<C2: Clock>(self, clock: C2) -> ClassifierBuilder<C2, R> {
+        ClassifierBuilder {
             limit: self.limit,
             window: self.window,
             window_growth: self.window_growth,
@@ -147,8 +147,8 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
 
     /// Draw the lottery for limited packets from `random` (default
     /// [`ThreadRandom`]).
-    pub fn random<R2: RandomSource>(self, random: R2) -> Builder<C, R2> {
-        Builder {
+    pub fn random<R2: RandomSource>(self, random: R2) -> ClassifierBuilder<C, R2> {
+        ClassifierBuilder {
             limit: self.limit,
             window: self.window,
             window_growth: self.window_growth,
@@ -163,7 +163,7 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
     }
 
     /// Build it, or say what is wrong with the configuration.
-    pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
+    pub fn build(self) -> Result<Classifier<C, R>, ClassifierConfigError> {
         let p = self.params()?;
         let cells_per_sketch = p.cells_per_sketch();
         let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
@@ -188,13 +188,13 @@ impl<C: Clock, R: RandomSource> Builder<C, R> {
     /// The validated configuration with everything derived from it (EWMA
     /// constants per level, cell locator, hash keys, masks): what the
     /// user-space classifier and the kernel filter are both built from.
-    pub(crate) fn params(&self) -> Result<Params, ConfigError> {
+    pub(crate) fn params(&self) -> Result<Params, ClassifierConfigError> {
         if self.limit == 0 {
-            return Err(ConfigError::ZeroLimit);
+            return Err(ClassifierConfigError::ZeroLimit);
         }
         self.prefixes.validate()?;
         if self.window_growth == 0 {
-            return Err(ConfigError::ZeroWindowGrowth);
+            return Err(ClassifierConfigError::ZeroWindowGrowth);
         }
         let mut windows = [EwmaWindow::new(self.window)?.one_event(); LEVELS];
         let mut window = self.window;

@@ -95,13 +95,16 @@ mod hashing;
 mod verdict;
 
 pub(crate) use builder::Params;
-pub use builder::{Builder, DEFAULT_HASHES, DEFAULT_SLOTS, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH};
+pub use builder::{
+    ClassifierBuilder, DEFAULT_CLASSIFIER_HASHES, DEFAULT_CLASSIFIER_SLOTS, DEFAULT_WINDOW,
+    DEFAULT_WINDOW_GROWTH,
+};
 pub use verdict::{LevelStats, Limited, Stats, Verdict};
 
 use hashing::{Digest, Keys, digest, generalised_hash, generalised_hash_dyn};
 use verdict::{Counters, bump};
 
-use crate::ConfigError;
+use crate::ClassifierConfigError;
 use crate::lattice::{GENERALISATIONS, Generalisation, LEVEL_RANGES, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom};
 use crate::sync::{AtomicU64, Ordering};
@@ -165,13 +168,13 @@ pub struct Classifier<C = MonotonicClock, R = ThreadRandom> {
 impl Classifier {
     /// A classifier with the default configuration and a limit of
     /// `limit_pps` packets per second for every generalisation.
-    pub fn new(limit_pps: u64) -> Result<Self, ConfigError> {
+    pub fn new(limit_pps: u64) -> Result<Self, ClassifierConfigError> {
         Self::builder(limit_pps).build()
     }
 
     /// Configure a classifier with a limit of `limit_pps` packets per second.
-    pub fn builder(limit_pps: u64) -> Builder {
-        Builder::with_defaults(limit_pps)
+    pub fn builder(limit_pps: u64) -> ClassifierBuilder {
+        ClassifierBuilder::with_defaults(limit_pps)
     }
 }
 
@@ -359,9 +362,9 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     }
 
     /// Change the limit at run time (takes effect for the next packet).
-    pub fn set_limit(&self, limit_pps: u64) -> Result<(), ConfigError> {
+    pub fn set_limit(&self, limit_pps: u64) -> Result<(), ClassifierConfigError> {
         if limit_pps == 0 {
-            return Err(ConfigError::ZeroLimit);
+            return Err(ClassifierConfigError::ZeroLimit);
         }
         self.limit.store(
             FixedRate::from_per_second(limit_pps).to_bits(),
@@ -542,17 +545,20 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_typed_errors() {
-        assert_eq!(Classifier::new(0).unwrap_err(), ConfigError::ZeroLimit);
+        assert_eq!(
+            Classifier::new(0).unwrap_err(),
+            ClassifierConfigError::ZeroLimit
+        );
         assert_eq!(
             Classifier::builder(1)
                 .window(Duration::ZERO)
                 .build()
                 .unwrap_err(),
-            ConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
+            ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
         );
         assert_eq!(
             Classifier::builder(1).sketch(0, 8).build().unwrap_err(),
-            ConfigError::Limits(weir_limits::ConfigError::ZeroHashes)
+            ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroHashes)
         );
         assert!(matches!(
             Classifier::builder(1)
@@ -562,10 +568,10 @@ mod tests {
                     ..Prefixes::default()
                 })
                 .build(),
-            Err(ConfigError::InvalidPrefix { family: "IPv6", .. })
+            Err(ClassifierConfigError::InvalidPrefix { family: "IPv6", .. })
         ));
         let rake = Classifier::new(5).unwrap();
-        assert_eq!(rake.set_limit(0), Err(ConfigError::ZeroLimit));
+        assert_eq!(rake.set_limit(0), Err(ClassifierConfigError::ZeroLimit));
         assert_eq!(rake.limit(), FixedRate::from_per_second(5));
     }
 
