@@ -30,11 +30,33 @@
 //! A script a caller gave up on may still run on Redis and count its
 //! units, as with any timeout on a request already sent.
 
-use super::{Batching, Core, Raw, RedisLimitError};
+use super::{Core, Raw, RedisLimitError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+/// Settings for the batching path ([`Builder::batching`](super::Builder::batching)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// Most decisions in one script call.
+    pub max_batch: usize,
+    /// Most script calls in flight at once (per limiter).
+    pub max_in_flight: usize,
+    /// Queue length; callers finding it full are shed
+    /// ([`Source::Shed`](super::Source::Shed)).
+    pub queue: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            max_batch: 256,
+            max_in_flight: 2,
+            queue: 16_384,
+        }
+    }
+}
 
 type Reply = oneshot::Sender<Result<Raw, RedisLimitError>>;
 

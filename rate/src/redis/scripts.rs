@@ -52,8 +52,6 @@
 //! * equal costs travel as one argument;
 //! * the answers go back as packed doubles, rounded by the client.
 
-use super::Raw;
-
 /// The skeleton every script shares. An algorithm fills in four pieces of
 /// Lua ([`Body`]), pasted in place rather than called, because a Lua
 /// function call per key and step is a measurable share of a batched
@@ -393,6 +391,16 @@ fn source(body: &Body) -> String {
         .replacen("--[[LOAD]]", body.load, 1)
         .replacen("--[[DECIDE]]", body.decide, 1)
         .replacen("--[[STORE]]", body.store, 1)
+}
+
+/// One key's answer as the script returns it, before it becomes a
+/// [`Decision`](crate::Decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raw {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_us: u64,
+    pub(crate) retry_after_us: u64,
 }
 
 /// Bytes per decision in a script's reply.

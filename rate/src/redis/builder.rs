@@ -1,0 +1,185 @@
+//! The builder: a limiter's settings with their defaults, checked and
+//! turned into a [`RedisLimiter`] once, at [`connect`](Builder::connect),
+//! so that nothing on the check path has to validate or compute them.
+
+use super::call::Core;
+use super::conn::Conn;
+use super::{
+    Algorithm, Batching, CLUSTER_CELLS, FailurePolicy, Inner, PreAggregation, RedisLimitError,
+    RedisLimiter, Target, batch, hot, scripts,
+};
+use crate::quota::Quota;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// Configures and connects a [`RedisLimiter`].
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct Builder {
+    algorithm: Algorithm,
+    quota: Quota,
+    prefix: String,
+    timeout: Duration,
+    backoff: Duration,
+    policy: FailurePolicy,
+    batching: Option<Batching>,
+    hot: Option<PreAggregation>,
+}
+
+impl Builder {
+    /// A builder for `algorithm` over `quota`, with every other setting at
+    /// its default ([`RedisLimiter::builder`]).
+    pub(crate) fn new(algorithm: Algorithm, quota: Quota) -> Self {
+        Self {
+            algorithm,
+            quota,
+            prefix: "weir".to_owned(),
+            timeout: Duration::from_millis(100),
+            backoff: Duration::from_millis(100),
+            policy: FailurePolicy::Open,
+            batching: None,
+            hot: None,
+        }
+    }
+
+    /// The prefix of every Redis key (default `weir`); must not contain
+    /// `{` or `}`. Use one prefix per policy: two quotas on one prefix and
+    /// algorithm share state.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The deadline of one decision, connection set-up included
+    /// (default 100 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long to skip Redis after a failure, except for one probe call
+    /// per period (default 100 ms).
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// What callers get when Redis cannot answer (default
+    /// [`FailurePolicy::Open`]).
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Batch concurrent decisions into shared script calls.
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.batching = Some(batching);
+        self
+    }
+
+    /// Answer hot keys from local leases ([`PreAggregation`]).
+    pub fn pre_aggregate(mut self, hot: PreAggregation) -> Self {
+        self.hot = Some(hot);
+        self
+    }
+
+    /// Connect to `target` (within the timeout, at least one second) and
+    /// start the batching task if configured. Must be called inside a tokio
+    /// runtime.
+    pub async fn connect(self, target: Target) -> Result<RedisLimiter, RedisLimitError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(RedisLimitError::Config(
+                "the key prefix contains `{` or `}`",
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(RedisLimitError::Config("a zero timeout"));
+        }
+        if let Algorithm::SlidingWindow { counters } = self.algorithm {
+            if !(2..=1024).contains(&counters) {
+                return Err(RedisLimitError::Config(
+                    "a sliding-window counter needs 2 to 1024 counters",
+                ));
+            }
+        }
+        if let Some(b) = &self.batching {
+            if b.max_batch == 0 || b.max_in_flight == 0 || b.queue == 0 {
+                return Err(RedisLimitError::Config("a zero batching size"));
+            }
+        }
+        if let Some(h) = &self.hot {
+            h.validate()?;
+        }
+        let q = &self.quota;
+        // Microseconds with their fraction, printed exactly (shortest
+        // round-trip form) for the script's doubles.
+        let us = |ns: f64| format!("{}", ns / 1000.0);
+        let window_us = us(q.window_nanos() as f64);
+        let burst = q.burst().to_string();
+        let limit = q.limit().to_string();
+        let (source, params) = match self.algorithm {
+            // Refill at exactly limit / window, as `TokenBucket` does: ns
+            // per token with its fraction.
+            Algorithm::TokenBucket => (
+                scripts::token_bucket(),
+                vec![
+                    format!("{}", q.window_nanos() as f64 / f64::from(q.limit())),
+                    burst,
+                ],
+            ),
+            // Emission interval rounded up to a whole ns, as `Gcra` does.
+            Algorithm::Gcra => (
+                scripts::gcra(),
+                vec![q.emission_interval_nanos().to_string(), burst],
+            ),
+            Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
+            Algorithm::SlidingWindow { counters } => {
+                // Whole-ns sub-windows, as `SlidingWindow` computes them.
+                let sub = q.window_nanos() / u64::from(counters - 1);
+                if sub == 0 {
+                    return Err(RedisLimitError::Config("sub-windows shorter than 1 ns"));
+                }
+                (
+                    scripts::sliding_window(),
+                    vec![us(sub as f64), limit, counters.to_string()],
+                )
+            }
+        };
+        let connect_timeout = self.timeout.max(Duration::from_secs(1));
+        let conn = match tokio::time::timeout(connect_timeout, Conn::connect(&target, self.timeout))
+            .await
+        {
+            Ok(c) => c?,
+            Err(_) => return Err(RedisLimitError::Timeout(connect_timeout)),
+        };
+        let cells = if target.is_cluster() {
+            CLUSTER_CELLS
+        } else {
+            1
+        };
+        let core = Arc::new(Core::new(
+            conn,
+            &source,
+            params,
+            self.timeout,
+            target.is_cluster(),
+            cells,
+        ));
+        let batcher = self
+            .batching
+            .map(|b| batch::Batcher::start(core.clone(), b));
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                core,
+                algorithm: self.algorithm,
+                quota: self.quota,
+                prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
+                policy: self.policy,
+                backoff: self.backoff,
+                down_until: (0..cells).map(|_| AtomicU64::new(0)).collect(),
+                batcher,
+                hot: self.hot.map(hot::Hot::new),
+            }),
+        })
+    }
+}
