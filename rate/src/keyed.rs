@@ -183,7 +183,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// Replace the algorithm for every key (e.g. a new quota), keeping what
     /// each key has spent: no burst on a change.
-    pub fn replace(&self, limiter: L) {
+    pub fn set_limit(&self, limiter: L) {
         for shard in self.shards.iter() {
             shard.0.lock().limiter = limiter.clone();
         }

@@ -128,7 +128,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 
     /// Replace the algorithm (e.g. with a new quota) keeping what has been
     /// spent, so a change never grants a fresh burst.
-    pub fn replace(&self, limiter: L) {
+    pub fn set_limit(&self, limiter: L) {
         self.inner.lock().0 = limiter;
     }
 

@@ -299,7 +299,7 @@ impl<C: Clock> SketchLimiter<C> {
 
     /// Change the quota for every key. Stored TATs are kept: what was spent
     /// stays spent (as time), so no key gains a burst.
-    pub fn set_quota(&self, quota: Quota) {
+    pub fn set_limit(&self, quota: Quota) {
         self.params.write(&Gcra::new(quota));
     }
 

@@ -258,7 +258,7 @@ fn changing_the_quota_grants_no_burst() {
     let big = Quota::per_second(NonZeroU32::new(100).unwrap());
     let limiter = weir_rate::RateLimiter::with_clock(Gcra::new(small), clock.clone());
     assert_eq!((0..20).filter(|_| limiter.check().is_allowed()).count(), 10);
-    limiter.replace(Gcra::new(big));
+    limiter.set_limit(Gcra::new(big));
     // A second of debt stays a second of debt: nothing until it is paid.
     assert!(!limiter.check().is_allowed());
     clock.advance(Duration::from_millis(10));
@@ -266,7 +266,7 @@ fn changing_the_quota_grants_no_burst() {
 
     let keyed = KeyedLimiter::with_clock(TokenBucket::new(small), clock.clone());
     assert_eq!((0..20).filter(|_| keyed.check(&1).is_allowed()).count(), 10);
-    keyed.replace(TokenBucket::new(big));
+    keyed.set_limit(TokenBucket::new(big));
     // Ten tokens spent stay spent out of the new hundred.
     assert_eq!(
         (0..200).filter(|_| keyed.check(&1).is_allowed()).count(),
@@ -282,7 +282,7 @@ fn changing_the_quota_grants_no_burst() {
         (0..20).filter(|_| sketch.check(&1).is_allowed()).count(),
         10
     );
-    sketch.set_quota(big);
+    sketch.set_limit(big);
     assert!(!sketch.check(&1).is_allowed());
     assert_eq!(sketch.quota(), big);
 }
@@ -359,13 +359,13 @@ fn shrinking_a_quota_below_what_was_spent_denies_without_panicking() {
     let small = Quota::per_second(NonZeroU32::new(10).unwrap());
     let bucket = RateLimiter::with_clock(TokenBucket::new(big), ManualClock::new());
     assert!(bucket.check_n(100).unwrap().is_allowed());
-    bucket.replace(TokenBucket::new(small));
+    bucket.set_limit(TokenBucket::new(small));
     let denied = bucket.check();
     assert!(!denied.is_allowed());
     assert_eq!(denied.remaining(), 0);
     let meter = RateLimiter::with_clock(LeakyBucket::meter(big), ManualClock::new());
     assert!(meter.check_n(100).unwrap().is_allowed());
-    meter.replace(LeakyBucket::meter(small));
+    meter.set_limit(LeakyBucket::meter(small));
     assert_eq!(meter.check().remaining(), 0);
 }
 

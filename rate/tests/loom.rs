@@ -75,7 +75,7 @@ fn a_quota_change_is_never_seen_half_done() {
             ManualClock::new(),
         ));
         let other = Arc::clone(&limiter);
-        let t = thread::spawn(move || other.set_quota(big));
+        let t = thread::spawn(move || other.set_limit(big));
         let d = limiter.check_n(&1u32, 1).unwrap();
         t.join().unwrap();
         // Either the old quota (1/s, burst 1) or the new one (600/min,

@@ -554,7 +554,7 @@ mod tests {
         let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey).layer(hello());
         let before = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(before.headers()["ratelimit-policy"], "\"default\";q=3;w=60");
-        limiter.replace(FixedWindow::new(Quota::per_minute(
+        limiter.set_limit(FixedWindow::new(Quota::per_minute(
             NonZeroU32::new(5).unwrap(),
         )));
         let after = service.oneshot(Request::new(())).await.unwrap();

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-/// Settings for the batching path ([`Builder::batching`](super::Builder::batching)).
+/// Settings for the batching path ([`RedisLimiterBuilder::batching`](super::RedisLimiterBuilder::batching)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
     /// Most decisions in one script call.

@@ -1,5 +1,5 @@
 //! The builder: a limiter's settings with their defaults, checked and
-//! turned into a [`RedisLimiter`] once, at [`connect`](Builder::connect),
+//! turned into a [`RedisLimiter`] once, at [`connect`](RedisLimiterBuilder::connect),
 //! so that nothing on the check path has to validate or compute them.
 
 use super::call::Core;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Configures and connects a [`RedisLimiter`].
 #[must_use = "a builder does nothing until `connect` is awaited"]
-pub struct Builder {
+pub struct RedisLimiterBuilder {
     algorithm: Algorithm,
     quota: Quota,
     prefix: String,
@@ -26,7 +26,7 @@ pub struct Builder {
     hot: Option<PreAggregation>,
 }
 
-impl Builder {
+impl RedisLimiterBuilder {
     /// A builder for `algorithm` over `quota`, with every other setting at
     /// its default ([`RedisLimiter::builder`]).
     pub(crate) fn new(algorithm: Algorithm, quota: Quota) -> Self {

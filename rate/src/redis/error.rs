@@ -3,7 +3,7 @@
 //! decision's errors and the builder's share their causes (Redis errors,
 //! timeouts); callers of the check path without a failure policy
 //! ([`try_check_n`](super::RedisLimiter::try_check_n)) and of the builder
-//! get it directly, the others in the [`Verdict`](super::Verdict) that the
+//! get it directly, the others in the [`Outcome`](super::Outcome) that the
 //! failure policy answered.
 
 use crate::decision::NeverAllowed;

@@ -4,7 +4,7 @@
 //! skipped during the back-off after a failure) is decided on the check
 //! path in the parent module; this file holds only the answers.
 
-use super::{RedisLimitError, RedisLimiter, Source, Verdict};
+use super::{Outcome, RedisLimitError, RedisLimiter, Source};
 use crate::decision::Decision;
 use std::fmt;
 use std::sync::Arc;
@@ -104,7 +104,7 @@ impl RedisLimiter {
 
     /// The failure policy's answer for `cost` units of `key`, with the
     /// `error` that kept Redis from deciding.
-    pub(crate) fn on_failure(&self, key: &str, cost: u32, error: RedisLimitError) -> Verdict {
+    pub(crate) fn on_failure(&self, key: &str, cost: u32, error: RedisLimitError) -> Outcome {
         let q = &self.inner.quota;
         let (decision, source) = match &self.inner.policy {
             FailurePolicy::Open => (
@@ -117,7 +117,7 @@ impl RedisLimiter {
                 None => (self.closed(), Source::FailClosed),
             },
         };
-        Verdict {
+        Outcome {
             decision,
             source,
             error: Some(error),

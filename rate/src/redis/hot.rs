@@ -1,6 +1,6 @@
 //! Local pre-aggregation of hot keys through leases.
 
-use super::{Raw, RedisLimitError, RedisLimiter, Source, Verdict};
+use super::{Outcome, Raw, RedisLimitError, RedisLimiter, Source};
 use crate::decision::Decision;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -100,7 +100,7 @@ struct Entry {
 }
 
 enum Step {
-    Answer(Verdict, bool),
+    Answer(Outcome, bool),
     Wait(Arc<Notify>, u64),
     Fetch,
     Plain,
@@ -121,10 +121,10 @@ impl Hot {
         }
     }
 
-    fn lease_decision(lim: &RedisLimiter, remaining: u64, left: u32, reset_ns: u64) -> Verdict {
+    fn lease_decision(lim: &RedisLimiter, remaining: u64, left: u32, reset_ns: u64) -> Outcome {
         let q = lim.quota();
         let r = u32::try_from(remaining.saturating_add(u64::from(left))).unwrap_or(u32::MAX);
-        Verdict {
+        Outcome {
             decision: Decision::allow(q.limit(), q.window(), r, reset_ns),
             source: Source::Lease,
             error: None,
@@ -133,7 +133,7 @@ impl Hot {
 
     /// Answer from a lease, or take one; `None` sends the check down the
     /// plain path.
-    pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Verdict> {
+    pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Outcome> {
         let max_age = self.cfg.max_age.as_nanos() as u64;
         let lease = self
             .cfg
@@ -191,11 +191,11 @@ impl Hot {
             };
             match step {
                 Step::Plain => return None,
-                Step::Answer(verdict, prefetch) => {
+                Step::Answer(outcome, prefetch) => {
                     if prefetch {
                         self.prefetch(lim, key, lease);
                     }
-                    return Some(verdict);
+                    return Some(outcome);
                 }
                 Step::Fetch => {
                     let fetch = Fetch::new(lim, key, lease);

@@ -60,12 +60,12 @@
 //!   and a token bucket that the new quota would refill only after that
 //!   second is written again with a later one, even on a denial, so no key
 //!   comes back with a full burst early. Needs Redis 6.2 or later.
-//! * **Failure policy.** Every call has a deadline ([`Builder::timeout`]).
+//! * **Failure policy.** Every call has a deadline ([`RedisLimiterBuilder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
 //!   ask an in-process [`Fallback`] limiter — and never waits longer than
 //!   the deadline, never sees a panic. After a failure, Redis is skipped
-//!   for a short back-off ([`Builder::backoff`]) except for one probe call,
+//!   for a short back-off ([`RedisLimiterBuilder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
 //!   probe succeeds, decisions come from Redis again.
 //! * **Local overload** is not a Redis failure. A caller that finds the
@@ -76,7 +76,7 @@
 //!   flood is never let through unchecked — and Redis is not taken for
 //!   down, so every other caller is still decided by Redis. A call counts
 //!   as a Redis failure when it errs or goes unanswered for half a timeout.
-//! * **Batching** ([`Builder::batching`]). Concurrent callers' decisions are
+//! * **Batching** ([`RedisLimiterBuilder::batching`]). Concurrent callers' decisions are
 //!   queued to one background task that drains the queue into one script
 //!   call deciding many keys (grouped by Cluster slot, since a script may
 //!   only touch one slot), with a bounded number of calls in flight. Each
@@ -90,7 +90,7 @@
 //!   answer before asking again). The report (`cargo xtask bench --only
 //!   redis`) gives decisions per call and each side's CPU per decision by
 //!   number of callers, and what each per-key step costs inside a script.
-//! * **Pre-aggregation** ([`Builder::pre_aggregate`], see [`PreAggregation`]).
+//! * **Pre-aggregation** ([`RedisLimiterBuilder::pre_aggregate`], see [`PreAggregation`]).
 //!   For hot keys an instance leases `lease` units at once from Redis (one
 //!   ordinary decision of cost `lease`) and answers from the lease locally.
 //!   It does so only while the key is far from its limit (the last Redis
@@ -137,7 +137,7 @@ mod scripts;
 
 pub use algorithm::Algorithm;
 pub use batch::Batching;
-pub use builder::Builder;
+pub use builder::RedisLimiterBuilder;
 pub use conn::Target;
 pub use error::RedisLimitError;
 pub use failure::{FailurePolicy, Fallback};
@@ -212,8 +212,8 @@ pub enum Source {
 /// A decision, where it came from, and the error that forced the failure
 /// policy (or shed the caller), if one did.
 #[derive(Debug, Clone)]
-#[must_use = "a verdict holds the decision: drop it and the answer is lost"]
-pub struct Verdict {
+#[must_use = "an outcome holds the decision: drop it and the answer is lost"]
+pub struct Outcome {
     /// The decision, as the in-process limiters give it.
     pub decision: Decision,
     /// Who decided.
@@ -282,8 +282,8 @@ impl RedisLimiter {
     ///     .prefix("login");
     /// # let _ = builder;
     /// ```
-    pub fn builder(algorithm: Algorithm, quota: Quota) -> Builder {
-        Builder::new(algorithm, quota)
+    pub fn builder(algorithm: Algorithm, quota: Quota) -> RedisLimiterBuilder {
+        RedisLimiterBuilder::new(algorithm, quota)
     }
 
     /// The algorithm.
@@ -331,7 +331,7 @@ impl RedisLimiter {
 
     /// Like [`check_n`](Self::check_n), also telling who decided and why
     /// the failure policy did, if it did.
-    pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Verdict, NeverAllowed> {
+    pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Outcome, NeverAllowed> {
         let capacity = self.inner.algorithm.capacity(&self.inner.quota);
         NeverAllowed::check(cost, capacity)?;
         if let Some(hot) = &self.inner.hot {
@@ -340,14 +340,14 @@ impl RedisLimiter {
             }
         }
         Ok(match self.try_check_n(key, cost).await {
-            Ok(d) => Verdict {
+            Ok(d) => Outcome {
                 decision: d,
                 source: Source::Redis,
                 error: None,
             },
             // Shed, whatever the failure policy: allowing the excess of a
             // flood would let it through unchecked.
-            Err(e @ RedisLimitError::Overloaded) => Verdict {
+            Err(e @ RedisLimitError::Overloaded) => Outcome {
                 decision: self.closed(),
                 source: Source::Shed,
                 error: Some(e),
