@@ -2,13 +2,12 @@
 //! validates it, and `Params`, everything derived from a valid
 //! configuration that the classifier and the kernel filter must share.
 
-use super::hashing::{Keys, digest, generalised_hash_dyn};
+use super::hashing::Keys;
 use super::{BLOCK_CELLS, Block, Classifier};
 use crate::ClassifierConfigError;
 use crate::lattice::{AddrScope, GENERALISATIONS, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::AtomicU64;
-use crate::tuple::FourTuple;
 use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::clock::{Clock, MonotonicClock};
@@ -236,7 +235,8 @@ impl Params {
     /// The key hash of generalisation `g` of `tuple` (what the classifier's
     /// cells are located by).
     #[cfg(feature = "bpf")]
-    pub(crate) fn hash(&self, tuple: &FourTuple, g: usize) -> u64 {
+    pub(crate) fn hash(&self, tuple: &crate::tuple::FourTuple, g: usize) -> u64 {
+        use super::hashing::{digest, generalised_hash_dyn};
         let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);
         generalised_hash_dyn(g, &digest, keys[g % GENERALISATIONS])
     }

@@ -94,6 +94,7 @@ mod builder;
 mod hashing;
 mod verdict;
 
+#[cfg(feature = "bpf")]
 pub(crate) use builder::Params;
 pub use builder::{
     ClassifierBuilder, DEFAULT_CLASSIFIER_HASHES, DEFAULT_CLASSIFIER_SLOTS, DEFAULT_WINDOW,
