@@ -148,7 +148,9 @@ static __always_inline __u64 mum(__u64 a, __u64 b)
 }
 
 // The classifier's `mix`: the per-generalisation hash, two multiplies
-// (`mum` would cost four here, BPF having no 128-bit product).
+// (`mum` would cost four here, BPF having no 128-bit product). The
+// multipliers are weir-limits' `SplitMix64::GOLDEN` and `ROW_MULTIPLIERS[4]`
+// (`MIX_MULTIPLIERS` in hhh/src/classifier/hashing.rs).
 static __always_inline __u64 mix(__u64 a, __u64 b)
 {
 	__u64 h = (a * 0x9e3779b97f4a7c15ULL ^ b) * 0xd6e8feb86659fd93ULL;

@@ -4,6 +4,7 @@
 
 use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, PortScope};
 use crate::tuple::FourTuple;
+use weir_limits::sketch::{ROW_MULTIPLIERS, SplitMix64};
 
 /// The folded 64×64→128-bit multiply (as in wyhash): a cheap, good mixer of
 /// two words, used once per packet to fold an IPv6 address into one word.
@@ -13,17 +14,18 @@ pub(super) fn mum(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// Multipliers of [`mix`]: odd, with well-spread bits (the 64-bit golden
-/// ratio and a murmur3 finaliser constant).
-const MIX_MULTIPLIERS: (u64, u64) = (0x9e37_79b9_7f4a_7c15, 0xd6e8_feb8_6659_fd93);
+/// Multipliers of [`mix`], taken from weir-limits: odd, with well-spread
+/// bits. `filter.c` spells the same two numbers; the kernel tests fail if
+/// they drift.
+const MIX_MULTIPLIERS: (u64, u64) = (SplitMix64::GOLDEN, ROW_MULTIPLIERS[4]);
 
 /// The per-generalisation hash of two keyed words: multiply, xor, multiply,
 /// fold the high half onto the low. It runs twelve times per packet, and the
 /// BPF filter must compute it too: BPF has no 64×64→128-bit multiply, so
-/// [`mum`] costs it four multiplies and a dozen adds per call (about 60 ns of
-/// a packet's time under `BPF_PROG_TEST_RUN`), where this costs two
-/// multiplies. For a fixed first word, distinct second words never collide
-/// before the final (bijective) steps.
+/// [`mum`] would cost it four multiplies and a dozen adds per call, where
+/// this costs two multiplies. For a fixed first word it is a bijection of
+/// the second (so tuples that differ only in ports or destination never
+/// share a hash); across first words, collisions depend on the first key.
 #[inline(always)]
 pub(super) fn mix(a: u64, b: u64) -> u64 {
     let h = (a.wrapping_mul(MIX_MULTIPLIERS.0) ^ b).wrapping_mul(MIX_MULTIPLIERS.1);
