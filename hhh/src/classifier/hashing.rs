@@ -24,8 +24,9 @@ const MIX_MULTIPLIERS: (u64, u64) = (SplitMix64::GOLDEN, ROW_MULTIPLIERS[4]);
 /// BPF filter must compute it too: BPF has no 64×64→128-bit multiply, so
 /// [`mum`] would cost it four multiplies and a dozen adds per call, where
 /// this costs two multiplies. For a fixed first word it is a bijection of
-/// the second (so tuples that differ only in ports or destination never
-/// share a hash); across first words, collisions depend on the first key.
+/// the second (so IPv4 tuples that differ only in ports or destination,
+/// packed into that word without loss, never share a hash); across first
+/// words, collisions depend on the first key.
 #[inline(always)]
 pub(super) fn mix(a: u64, b: u64) -> u64 {
     let h = (a.wrapping_mul(MIX_MULTIPLIERS.0) ^ b).wrapping_mul(MIX_MULTIPLIERS.1);
