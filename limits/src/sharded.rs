@@ -33,10 +33,11 @@
 //!   it never underestimates the updates that happened before it. It reads
 //!   other threads' tables, so it is the slower call.
 //!
-//! A thread rewrites its view and base together only inside a flush or a
-//! sync, under a per-thread sequence count; `get` reads a thread's pair
-//! when no rewrite is under way, then the shared table, so a delta being
-//! flushed is counted twice at most, never zero times.
+//! A thread rewrites its view and base together only inside a flush, a
+//! sync or a restart after a reset, under a per-thread sequence count;
+//! `get` reads a thread's pair when no rewrite is under way, then the
+//! shared table, so a delta being flushed is counted twice at most, never
+//! zero times.
 //!
 //! Memory is two tables per thread that ever touched the sketch (thread
 //! slots are reused after a thread exits, and its unflushed updates stay
@@ -340,8 +341,12 @@ impl ShardedEstimator {
     /// it (an overestimate, as with [`Estimator::reset`]), and no update
     /// after the reset returns is lost.
     pub fn reset(&self) {
-        self.counts.resets.fetch_add(1, Ordering::AcqRel);
+        // Clear, then announce: a thread that sees the new reset count
+        // re-syncs from a table already cleared (the release pairs with its
+        // acquire), and its later flushes land after the clearing stores.
+        // The other order let a thread copy pre-reset counts into its view.
         self.shared.reset();
+        self.counts.resets.fetch_add(1, Ordering::AcqRel);
     }
 
     #[inline]

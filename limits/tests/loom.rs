@@ -254,6 +254,32 @@ fn sharded_reset_racing_a_flush_never_loses_later_events() {
     });
 }
 
+/// A thread that notices a reset while it is still running must not copy
+/// counts from before it into its own view: once `reset` has returned,
+/// that thread's `incr` reports only what came after.
+#[test]
+fn sharded_incr_racing_a_reset_keeps_no_count_from_before_it() {
+    loom::model(|| {
+        let locator = Locator::with_seed(1, 1, Layout::Rows, 1).unwrap();
+        let s = Arc::new(ShardedEstimator::with_locator(locator, 1000));
+        {
+            let w = Arc::clone(&s);
+            thread::spawn(move || {
+                w.incr(&1u8, 5);
+                w.flush();
+            })
+            .join()
+            .unwrap();
+        }
+        let r = Arc::clone(&s);
+        let resetter = thread::spawn(move || r.reset());
+        s.incr(&1u8, 1); // races the reset
+        resetter.join().unwrap();
+        let own = s.incr(&1u8, 0);
+        assert!(own <= 1, "after the reset, incr still reports {own}");
+    });
+}
+
 #[test]
 fn heavy_hitters_events_racing_an_admission_are_not_lost() {
     for update in [Update::Plain, Update::Conservative] {
