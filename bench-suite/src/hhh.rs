@@ -16,7 +16,7 @@ use weir_hhh::sim::{self, Scenario};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::Layout;
+use weir_limits::sketch::{Layout, Shape};
 
 /// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
 /// VM, ns per packet (IPv4, IPv6), and an empty socket filter in the same
@@ -63,8 +63,7 @@ pub fn unlimited(
     slots: usize,
 ) -> Classifier<ManualClock, SeededRandom> {
     Classifier::builder(u64::MAX >> 20)
-        .sketch(hashes, slots)
-        .layout(layout)
+        .shape(Shape::try_new(hashes, slots, layout).expect("valid benchmark shape"))
         .seed(1)
         .clock(ManualClock::new())
         .random(SeededRandom::new(1))
@@ -254,7 +253,7 @@ pub fn run(report: &mut Report) {
     ]);
     report.table(&table);
 
-    let (built, stats) = alloc::measure(|| Classifier::new(1000));
+    let (built, stats) = alloc::measure(|| Classifier::try_new(1000));
     let default_bytes = built.as_ref().map(|c| c.memory_bytes()).unwrap_or(0);
     time_classify(&rake, &v4, 1);
     let (_, per_packet) = alloc::measure(|| {

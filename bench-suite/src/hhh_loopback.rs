@@ -152,7 +152,7 @@ fn user_space(duration: Duration) -> Run {
             .expect("runtime");
         runtime.block_on(async {
             let socket = tokio::net::UdpSocket::from_std(socket).expect("tokio socket");
-            let guard = weir_hhh::udp::GuardedUdpSocket::new(socket, Arc::new(classifier()))
+            let guard = weir_hhh::udp::GuardedUdpSocket::try_new(socket, Arc::new(classifier()))
                 .expect("guard");
             let mut delivered = Delivered::default();
             let mut by_port = std::collections::HashMap::<u16, u64>::new();

@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use weir_limits::sketch::Layout;
-use weir_limits::{Estimator, ShardedEstimator, Update};
+use weir_limits::{Estimator, Layout, Shape, ShardedEstimator, Update};
 
 /// The blog's dimensions: 3 hashes × 1024 slots.
 pub const HASHES: usize = 3;
@@ -134,9 +133,9 @@ pub fn contenders() -> Vec<Contender> {
             Layout::Blocked,
             Update::Plain
         )),
-        contender!("weir ShardedEstimator", || ShardedEstimator::new(
-            HASHES, SLOTS
-        )),
+        contender!("weir ShardedEstimator", || ShardedEstimator::new(shape(
+            Layout::Rows
+        ))),
         contender!(PINGORA, || pingora_limits::estimator::Estimator::new(
             HASHES, SLOTS
         )),
@@ -152,13 +151,12 @@ pub fn contenders() -> Vec<Contender> {
 const PINGORA: &str = "pingora-limits Estimator";
 
 fn weir(layout: Layout, update: Update) -> Estimator {
-    Estimator::builder()
-        .hashes(HASHES)
-        .slots(SLOTS)
-        .layout(layout)
-        .update(update)
-        .build()
-        .expect("the blog's dimensions are valid")
+    Estimator::with_update(shape(layout), update)
+}
+
+/// The blog's dimensions in `layout`.
+fn shape(layout: Layout) -> Shape {
+    Shape::try_new(HASHES, SLOTS, layout).expect("the blog's dimensions are valid")
 }
 
 /// Run `counter` with one thread per stream (each with its own slice of
@@ -460,14 +458,8 @@ fn accuracy(report: &mut Report, scale: Scale) {
                 ),
             ];
             for (name, layout, update) in variants {
-                let e = Estimator::builder()
-                    .hashes(hashes)
-                    .slots(slots)
-                    .layout(layout)
-                    .update(update)
-                    .seed(99)
-                    .build()
-                    .expect("valid dimensions");
+                let shape = Shape::try_new(hashes, slots, layout).expect("valid dimensions");
+                let e = Estimator::with_update(shape.with_seed(99), update);
                 for &k in keys {
                     e.incr(&k, 1);
                 }

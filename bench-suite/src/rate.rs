@@ -171,7 +171,7 @@ pub fn enforcement<L: Limiter>(limiter: &L, times: &[u64]) -> Enforcement {
 }
 
 fn quota() -> Quota {
-    Quota::new(LIMIT, WINDOW).expect("the Criteo quota is valid")
+    Quota::try_new(LIMIT, WINDOW).expect("the Criteo quota is valid")
 }
 
 fn pct(n: u64, of: usize) -> String {
@@ -254,7 +254,7 @@ pub fn accuracy(report: &mut Report) {
         ),
     ];
     for n in COUNTERS {
-        let sw = SlidingWindow::new(q, n).expect("valid counters");
+        let sw = SlidingWindow::try_new(q, n).expect("valid counters");
         rows.push((
             format!("sliding-window counter N = {n}"),
             enforcement(&sw, &times),
@@ -289,7 +289,7 @@ pub fn accuracy(report: &mut Report) {
 fn plot_counts(report: &mut Report, times: &[u64]) {
     let horizon = 6 * 60 * SEC;
     let shown: Vec<u64> = times.iter().copied().take_while(|&t| t < horizon).collect();
-    let unlimited = Quota::new(u32::MAX, WINDOW).expect("valid");
+    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
     let secs = |t: u64| t as f64 / SEC as f64;
     // One point per request thins out to about one a second for the file.
     let step = (shown.len() / 720).max(1);
@@ -319,7 +319,7 @@ fn plot_counts(report: &mut Report, times: &[u64]) {
         e
     });
     let sliding = |n: u32| {
-        let sw = SlidingWindow::new(unlimited, n).expect("valid counters");
+        let sw = SlidingWindow::try_new(unlimited, n).expect("valid counters");
         let mut state = sw.new_state(0);
         series_of(&mut |t| {
             let e = sw.estimate(&state, t);
@@ -365,7 +365,7 @@ fn plot_counts(report: &mut Report, times: &[u64]) {
 }
 
 fn count_all_fixed(times: &[u64]) -> CountingError {
-    let unlimited = Quota::new(u32::MAX, WINDOW).expect("valid");
+    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
     let fw = FixedWindow::new(unlimited);
     let mut s = fw.new_state(0);
     counting(times, &mut |t| {
@@ -377,8 +377,8 @@ fn count_all_fixed(times: &[u64]) -> CountingError {
 
 /// N-counter estimate of all traffic (every request counted).
 fn count_all_sliding(times: &[u64], n: u32) -> CountingError {
-    let unlimited = Quota::new(u32::MAX, WINDOW).expect("valid");
-    let sw = SlidingWindow::new(unlimited, n).expect("valid counters");
+    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
+    let sw = SlidingWindow::try_new(unlimited, n).expect("valid counters");
     let mut s = sw.new_state(0);
     counting(times, &mut |t| {
         let est = sw.estimate(&s, t);
@@ -482,7 +482,7 @@ fn governor_keyed() -> governor::DefaultKeyedRateLimiter<u32> {
 /// The sketch as its own sizing rule sizes it for [`SIZED_FOR`] checks a
 /// second at [`WRONG_DENIALS`].
 pub fn sized_sketch() -> SketchLimiter {
-    SketchLimiter::sized_for(
+    SketchLimiter::try_sized_for(
         bench_quota(),
         std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
         WRONG_DENIALS,
@@ -522,15 +522,16 @@ pub fn benchmark(report: &mut Report) {
     let repetitions: usize = scale.pick(3, 5);
     report.section("weir-rate: keyed limiters against governor");
     let q = bench_quota();
-    let (hashes, slots) = weir_rate::sketch::dimensions_for_load(
+    let shape = weir_rate::sketch::shape_for_load(
         q,
         std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
         WRONG_DENIALS,
     )
     .expect("a valid sizing");
+    let (hashes, slots) = (shape.hashes(), shape.slots());
     report.text(&format!(
         "{} checks over {} `u32` keys drawn uniformly or from Zipf (s = 1.1), pre-generated; per-key quota {} per second, burst {} (GCRA), \
-         both crates on their default clocks. The sketch is sized by `SketchLimiter::sized_for` for {} M checks a second at {}% wrong denials: \
+         both crates on their default clocks. The sketch is sized by `SketchLimiter::try_sized_for` for {} M checks a second at {}% wrong denials: \
          {hashes} × {slots} cells ({} KiB). Each figure is the median (min–max) of {repetitions} repetitions; within one the contenders \
          run back to back (order rotating), each on a fresh limiter, threads barrier-started; ratios pair a repetition with governor's. \
          Memory is the peak heap growth of the first 1-thread run; 'allowed' is what each let through in it. \
@@ -704,15 +705,13 @@ pub fn benchmark(report: &mut Report) {
 fn allowed_on_a_timed_stream(keys: &[u32]) -> (u64, u64) {
     let q = bench_quota();
     let exact = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
-    let (hashes, slots) = weir_rate::sketch::dimensions_for_load(
+    let shape = weir_rate::sketch::shape_for_load(
         q,
         std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
         WRONG_DENIALS,
     )
     .expect("a valid sizing");
-    let locator = weir_rate::sketch::Locator::new(hashes, slots, weir_rate::sketch::Layout::Rows)
-        .expect("valid dimensions");
-    let sketch = SketchLimiter::with_locator(q, locator, ManualClock::new());
+    let sketch = SketchLimiter::with_clock(q, shape, ManualClock::new());
     let step = 2_000_000_000 / SIZED_FOR;
     let (mut by_exact, mut by_sketch) = (0, 0);
     for (i, key) in keys.iter().enumerate() {

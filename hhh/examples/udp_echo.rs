@@ -31,7 +31,7 @@ async fn main() -> std::io::Result<()> {
             std::process::exit(2);
         }
     };
-    let classifier = match Classifier::new(limit) {
+    let classifier = match Classifier::try_new(limit) {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("udp_echo: {e}");
@@ -39,7 +39,7 @@ async fn main() -> std::io::Result<()> {
         }
     };
     let socket = tokio::net::UdpSocket::bind(&addr).await?;
-    let guard = GuardedUdpSocket::new(socket, Arc::clone(&classifier))?;
+    let guard = GuardedUdpSocket::try_new(socket, Arc::clone(&classifier))?;
     println!(
         "echoing on {} with a limit of {limit} pps per generalisation ({} KiB of sketches)",
         guard.local_addr(),

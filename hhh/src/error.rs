@@ -7,7 +7,7 @@ use std::fmt;
 /// ```
 /// use weir_hhh::{Classifier, ClassifierConfigError};
 ///
-/// assert_eq!(Classifier::new(0).unwrap_err(), ClassifierConfigError::ZeroLimit);
+/// assert_eq!(Classifier::try_new(0).unwrap_err(), ClassifierConfigError::ZeroLimit);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -24,7 +24,7 @@
 //! ```
 //! use weir_hhh::{Classifier, FourTuple, Verdict};
 //!
-//! let rake = Classifier::new(100).unwrap(); // packets per second
+//! let rake = Classifier::try_new(100).unwrap(); // packets per second
 //! let tuple = FourTuple::from_socket_addrs(
 //!     "203.0.113.9:40000".parse().unwrap(),
 //!     "192.0.2.1:443".parse().unwrap(),
@@ -54,15 +54,15 @@ pub mod clock {
     pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock};
 }
 
-/// Sketch shapes ([`ClassifierBuilder::layout`]) and the locator a [`Classifier`]
+/// Sketch shapes ([`ClassifierBuilder::shape`]) and the locator a [`Classifier`]
 /// exposes, re-exported from weir-limits.
 pub mod sketch {
-    pub use weir_limits::sketch::{Layout, Location, Locator};
+    pub use weir_limits::sketch::{Layout, Location, Locator, Shape};
 }
 
 pub use classifier::{
-    Classifier, ClassifierBuilder, DEFAULT_CLASSIFIER_HASHES, DEFAULT_CLASSIFIER_SLOTS,
-    DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH, LevelStats, Limited, Stats, Verdict,
+    Classifier, ClassifierBuilder, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH, LevelStats, Limited,
+    Stats, Verdict,
 };
 pub use error::ClassifierConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};

@@ -21,7 +21,7 @@
 //!
 //! # async fn serve() -> std::io::Result<()> {
 //! let socket = tokio::net::UdpSocket::bind("127.0.0.1:5353").await?;
-//! let guard = GuardedUdpSocket::new(socket, Arc::new(Classifier::new(1000).unwrap()))?;
+//! let guard = GuardedUdpSocket::try_new(socket, Arc::new(Classifier::try_new(1000).unwrap()))?;
 //! let mut buf = [0u8; 1500];
 //! loop {
 //!     let (len, peer) = guard.recv_from(&mut buf).await?; // floods never get here
@@ -50,7 +50,7 @@ pub struct GuardedUdpSocket<C = MonotonicClock, R = ThreadRandom> {
 impl<C: Clock, R: RandomSource> GuardedUdpSocket<C, R> {
     /// Guard `socket` with `classifier` (which may be shared by several
     /// sockets and tasks).
-    pub fn new(socket: UdpSocket, classifier: Arc<Classifier<C, R>>) -> io::Result<Self> {
+    pub fn try_new(socket: UdpSocket, classifier: Arc<Classifier<C, R>>) -> io::Result<Self> {
         let local = socket.local_addr()?;
         Ok(Self {
             socket,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use weir_hhh::kernel::{KernelFilter, KernelStats, ethernet_frame};
 use weir_hhh::random::{RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Outcome, Port, Scenario, Stream};
+use weir_hhh::sketch::{Layout, Shape};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{
     Classifier, ClassifierBuilder, FixedRate, FourTuple, Generalisation, Limited, Prefixes, Verdict,
@@ -244,7 +245,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
             Box::new(|limit| {
                 Classifier::builder(limit)
                     .seed(2)
-                    .sketch(3, 1000)
+                    .shape(Shape::try_new(3, 1000, Layout::Rows).unwrap())
                     .window(Duration::from_millis(50))
                     .window_growth(3)
             }),
@@ -256,8 +257,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
             Box::new(|limit| {
                 Classifier::builder(limit)
                     .seed(4)
-                    .sketch(3, 1000)
-                    .layout(weir_hhh::sketch::Layout::Blocked)
+                    .shape(Shape::try_new(3, 1000, Layout::Blocked).unwrap())
             }),
         ),
         (
@@ -510,7 +510,10 @@ fn kernel_parses_ipv4_options_and_ipv6_extension_headers() {
 fn bad_configurations_are_typed_errors_before_anything_is_loaded() {
     let e = KernelFilter::load(Classifier::builder(0)).unwrap_err();
     assert!(matches!(e, weir_hhh::kernel::KernelError::Config(_)), "{e}");
-    let e = KernelFilter::load(Classifier::builder(1).sketch(9, 64)).unwrap_err();
+    let e = KernelFilter::load(
+        Classifier::builder(1).shape(Shape::try_new(9, 64, Layout::Rows).unwrap()),
+    )
+    .unwrap_err();
     assert!(
         matches!(e, weir_hhh::kernel::KernelError::Unsupported(_)),
         "{e}"
@@ -554,7 +557,10 @@ fn limit_changes_at_run_time() {
     assert_eq!(filter.level_windows()[4], Duration::from_millis(1600));
     let e = KernelFilter::load(Classifier::builder(0)).unwrap_err();
     assert!(matches!(e, weir_hhh::kernel::KernelError::Config(_)), "{e}");
-    let e = KernelFilter::load(Classifier::builder(1).sketch(9, 64)).unwrap_err();
+    let e = KernelFilter::load(
+        Classifier::builder(1).shape(Shape::try_new(9, 64, Layout::Rows).unwrap()),
+    )
+    .unwrap_err();
     assert!(
         matches!(e, weir_hhh::kernel::KernelError::Unsupported(_)),
         "{e}"

@@ -28,7 +28,7 @@ fn racing_updates_lose_at_most_an_event() {
     loom::model(|| {
         let rake = Arc::new(
             Classifier::builder(1)
-                .sketch(1, 8)
+                .shape(weir_hhh::sketch::Shape::rows::<1, 8>())
                 .seed(1)
                 .random(ConstantRandom(0))
                 .build()

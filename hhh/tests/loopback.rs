@@ -53,7 +53,7 @@ fn over_loopback<R: RandomSource + 'static>(
     let (verdicts_tx, verdicts) = mpsc::channel::<(SocketAddr, Verdict)>();
     let guard = runtime.block_on(async {
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        GuardedUdpSocket::new(socket, Arc::clone(&rake)).unwrap()
+        GuardedUdpSocket::try_new(socket, Arc::clone(&rake)).unwrap()
     });
     let server = guard.local_addr();
     let receiver = runtime.spawn(async move {

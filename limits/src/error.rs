@@ -39,8 +39,6 @@ pub enum ConfigError {
     ZeroInterval,
     /// A time interval longer than 2⁶⁴ nanoseconds (584 years).
     IntervalTooLong,
-    /// A threshold that must be positive was zero or negative.
-    NonPositiveThreshold(isize),
     /// A target probability (such as a wrong-denial rate) not in (0, 1).
     InvalidProbability(f64),
 }
@@ -70,7 +68,6 @@ impl fmt::Display for ConfigError {
             Self::IntervalTooLong => {
                 f.write_str("the interval must be shorter than 2^64 ns (584 years)")
             }
-            Self::NonPositiveThreshold(t) => write!(f, "the threshold must be positive, got {t}"),
             Self::InvalidProbability(p) => write!(f, "the probability must lie in (0, 1), got {p}"),
         }
     }

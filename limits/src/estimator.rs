@@ -45,7 +45,7 @@
 
 use crate::ConfigError;
 use crate::counters::Counters;
-use crate::sketch::{self, Layout, Location, Locator};
+use crate::sketch::{self, Layout, Location, Locator, Shape};
 use crate::sync::Ordering;
 use std::hash::Hash;
 
@@ -62,13 +62,13 @@ pub enum Update {
 
 /// A lock-free count-min sketch: approximate per-key counts in fixed memory.
 ///
-/// The surface matches pingora-limits' `Estimator` (`new`, `incr`, `decr`,
-/// `get`, `reset`).
+/// The surface matches pingora-limits' `Estimator` (`incr`, `decr`, `get`,
+/// `reset`); its constructor takes a [`Shape`], so it cannot fail.
 ///
 /// ```
-/// use weir_limits::Estimator;
+/// use weir_limits::{Estimator, sketch::Shape};
 ///
-/// let estimator = Estimator::new(4, 1024);
+/// let estimator = Estimator::new(Shape::rows::<4, 1024>());
 /// assert_eq!(estimator.incr("red", 1), 1);
 /// assert_eq!(estimator.incr("red", 2), 3);
 /// estimator.decr("red", 1);
@@ -82,22 +82,25 @@ pub struct Estimator {
 }
 
 impl Estimator {
-    /// A sketch with `hashes` counters per key and `slots` counters per hash,
-    /// rows layout, plain updates, random seed.
-    ///
-    /// # Panics
-    ///
-    /// If `hashes` or `slots` is zero, `hashes > 16`, or the sketch would need
-    /// more than 2³² counters; [`try_new`](Self::try_new) returns the error
-    /// instead.
-    pub fn new(hashes: usize, slots: usize) -> Self {
-        match Self::try_new(hashes, slots) {
-            Ok(estimator) => estimator,
-            Err(e) => panic!("invalid Estimator dimensions: {e}"),
-        }
+    /// A sketch of `shape` with plain updates.
+    pub fn new(shape: Shape) -> Self {
+        Self::with_update(shape, Update::Plain)
     }
 
-    /// Like [`new`](Self::new), returning invalid dimensions as an error.
+    /// A sketch of `shape` with the given update rule.
+    ///
+    /// ```
+    /// use weir_limits::{Estimator, Update, sketch::Shape};
+    ///
+    /// let estimator = Estimator::with_update(Shape::rows::<4, 4096>().with_seed(42), Update::Conservative);
+    /// assert_eq!(estimator.incr(&7u32, 5), 5);
+    /// ```
+    pub fn with_update(shape: Shape, update: Update) -> Self {
+        Self::from_parts(Locator::new(shape), update)
+    }
+
+    /// A rows-layout sketch of `hashes × slots` with plain updates and a
+    /// random seed, from dimensions known only at run time.
     ///
     /// ```
     /// use weir_limits::{ConfigError, Estimator};
@@ -106,64 +109,7 @@ impl Estimator {
     /// assert_eq!(Estimator::try_new(3, 0).unwrap_err(), ConfigError::ZeroSlots);
     /// ```
     pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        Self::builder().hashes(hashes).slots(slots).build()
-    }
-
-    /// A sketch whose estimate exceeds the truth by more than `epsilon · N`
-    /// (N = the sum of all increments) with probability at most `delta`.
-    ///
-    /// It uses the classic rows layout, for which that bound is proven, with
-    /// `⌈e/ε⌉` slots and `⌈ln(1/δ)⌉` hashes.
-    ///
-    /// ```
-    /// use weir_limits::Estimator;
-    ///
-    /// let estimator = Estimator::with_error(0.01, 0.01).unwrap();
-    /// assert_eq!((estimator.hashes(), estimator.slots()), (5, 272));
-    /// ```
-    pub fn with_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
-        let (hashes, slots) = sketch::dimensions_for(epsilon, delta)?;
-        Self::builder()
-            .hashes(hashes)
-            .slots(slots)
-            .layout(Layout::Rows)
-            .build()
-    }
-
-    /// Like [`new`](Self::new) but with a fixed hash seed, for reproducible tests.
-    ///
-    /// # Panics
-    ///
-    /// On invalid dimensions, like [`new`](Self::new).
-    pub fn with_seed(hashes: usize, slots: usize, seed: u64) -> Self {
-        match Self::builder()
-            .hashes(hashes)
-            .slots(slots)
-            .seed(seed)
-            .build()
-        {
-            Ok(estimator) => estimator,
-            Err(e) => panic!("invalid Estimator dimensions: {e}"),
-        }
-    }
-
-    /// Every option: dimensions, layout, update rule, seed.
-    ///
-    /// ```
-    /// use weir_limits::{Estimator, Update, sketch::Layout};
-    ///
-    /// let estimator = Estimator::builder()
-    ///     .hashes(4)
-    ///     .slots(4096)
-    ///     .layout(Layout::Rows)
-    ///     .update(Update::Conservative)
-    ///     .seed(42)
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(estimator.incr(&7u32, 5), 5);
-    /// ```
-    pub fn builder() -> EstimatorBuilder {
-        EstimatorBuilder::default()
+        Ok(Self::new(Shape::try_new(hashes, slots, Layout::Rows)?))
     }
 
     pub(crate) fn from_parts(locator: Locator, update: Update) -> Self {
@@ -328,79 +274,6 @@ impl std::fmt::Debug for Estimator {
     }
 }
 
-/// Options for an [`Estimator`]; see [`Estimator::builder`].
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct EstimatorBuilder {
-    hashes: usize,
-    slots: usize,
-    layout: Layout,
-    update: Update,
-    seed: Option<u64>,
-}
-
-impl Default for EstimatorBuilder {
-    fn default() -> Self {
-        Self {
-            hashes: 4,
-            slots: 1024,
-            layout: Layout::Rows,
-            update: Update::Plain,
-            seed: None,
-        }
-    }
-}
-
-impl EstimatorBuilder {
-    /// Counters per key (default 4).
-    pub fn hashes(mut self, hashes: usize) -> Self {
-        self.hashes = hashes;
-        self
-    }
-
-    /// Counters per hash (default 1024).
-    pub fn slots(mut self, slots: usize) -> Self {
-        self.slots = slots;
-        self
-    }
-
-    /// Memory layout (default [`Layout::Rows`]).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
-
-    /// Update rule (default [`Update::Plain`]).
-    pub fn update(mut self, update: Update) -> Self {
-        self.update = update;
-        self
-    }
-
-    /// Shorthand for `.update(Update::Conservative)`.
-    pub fn conservative(self) -> Self {
-        self.update(Update::Conservative)
-    }
-
-    /// Fix the hash seed (default: random).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// The locator these options describe.
-    pub fn locator(&self) -> Result<Locator, ConfigError> {
-        match self.seed {
-            Some(seed) => Locator::with_seed(self.hashes, self.slots, self.layout, seed),
-            None => Locator::new(self.hashes, self.slots, self.layout),
-        }
-    }
-
-    /// Build the estimator, or say why the options cannot work.
-    pub fn build(self) -> Result<Estimator, ConfigError> {
-        Ok(Estimator::from_parts(self.locator()?, self.update))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,20 +281,18 @@ mod tests {
     use std::collections::HashMap;
 
     fn build(layout: Layout, update: Update, hashes: usize, slots: usize) -> Estimator {
-        Estimator::builder()
-            .hashes(hashes)
-            .slots(slots)
-            .layout(layout)
-            .update(update)
-            .seed(11)
-            .build()
-            .unwrap()
+        build_seeded(layout, update, hashes, slots, 11)
     }
 
-    #[test]
-    #[should_panic(expected = "invalid Estimator dimensions")]
-    fn new_panics_at_the_edge_on_zero_slots() {
-        let _ = Estimator::new(3, 0);
+    fn build_seeded(
+        layout: Layout,
+        update: Update,
+        hashes: usize,
+        slots: usize,
+        seed: u64,
+    ) -> Estimator {
+        let shape = Shape::try_new(hashes, slots, layout).unwrap();
+        Estimator::with_update(shape.with_seed(seed), update)
     }
 
     #[test]
@@ -477,8 +348,7 @@ mod tests {
         ) {
             for layout in [Layout::Blocked, Layout::Rows] {
                 for update in [Update::Plain, Update::Conservative] {
-                    let e = Estimator::builder().hashes(hashes).slots(slots)
-                        .layout(layout).update(update).seed(seed).build().unwrap();
+                    let e = build_seeded(layout, update, hashes, slots, seed);
                     let mut truth: HashMap<u16, isize> = HashMap::new();
                     for &(k, v) in &events {
                         let total = truth.entry(k).or_default();
@@ -498,10 +368,8 @@ mod tests {
             events in stream(), hashes in 1usize..=8, slots in 1usize..64, seed: u64,
         ) {
             for layout in [Layout::Blocked, Layout::Rows] {
-                let plain = Estimator::builder().hashes(hashes).slots(slots)
-                    .layout(layout).seed(seed).build().unwrap();
-                let conservative = Estimator::builder().hashes(hashes).slots(slots)
-                    .layout(layout).conservative().seed(seed).build().unwrap();
+                let plain = build_seeded(layout, Update::Plain, hashes, slots, seed);
+                let conservative = build_seeded(layout, Update::Conservative, hashes, slots, seed);
                 for &(k, v) in &events {
                     let p = plain.incr(&k, v);
                     let c = conservative.incr(&k, v);
@@ -517,7 +385,7 @@ mod tests {
         fn plain_decrements_undo_increments(
             events in stream(), seed: u64,
         ) {
-            let e = Estimator::builder().hashes(3).slots(32).seed(seed).build().unwrap();
+            let e = build_seeded(Layout::Rows, Update::Plain, 3, 32, seed);
             for &(k, v) in &events { e.incr(&k, v); }
             for &(k, v) in &events { e.decr(&k, v); }
             for &(k, _) in &events { prop_assert_eq!(e.get(&k), 0); }

@@ -28,13 +28,13 @@
 //!   fence comes second sees the other's side (the loom model
 //!   `heavy_hitters_events_racing_an_admission_are_not_lost` checks it).
 
-use crate::ConfigError;
-use crate::estimator::{Estimator, EstimatorBuilder, Update};
-use crate::sketch::Location;
+use crate::estimator::{Estimator, Update};
+use crate::sketch::{Location, Shape};
 use crate::sync::{AtomicIsize, AtomicUsize, Ordering, RwLock, fence};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::hash::Hash;
+use std::num::NonZeroU64;
 
 /// What [`HeavyHitters::record`] knows about a key after counting it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +70,10 @@ struct Entry {
 /// Keys counted approximately until they cross a threshold, exactly after.
 ///
 /// ```
-/// use weir_limits::{HeavyHitters, Observation};
+/// use std::num::NonZeroU64;
+/// use weir_limits::HeavyHitters;
 ///
-/// let heavy = HeavyHitters::new(100).unwrap();
+/// let heavy = HeavyHitters::new(NonZeroU64::new(100).unwrap());
 /// for _ in 0..150 {
 ///     heavy.record(&"noisy-client", 1);
 /// }
@@ -92,30 +93,39 @@ pub struct HeavyHitters<K> {
 }
 
 impl<K: Hash + Eq + Clone> HeavyHitters<K> {
-    /// Admit keys at `threshold` events, with a 4 × 4096 conservative sketch.
-    pub fn new(threshold: isize) -> Result<Self, ConfigError> {
-        Self::with_sketch(
-            threshold,
-            Estimator::builder()
-                .hashes(4)
-                .slots(4096)
-                .update(Update::Conservative),
-        )
+    /// The sketch [`new`](Self::new) uses: 4 × 4096, rows layout, with
+    /// conservative updates.
+    pub const DEFAULT_SHAPE: Shape = Shape::rows::<4, 4096>();
+
+    /// Admit keys at `threshold` events, with a conservative sketch of
+    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE).
+    pub fn new(threshold: NonZeroU64) -> Self {
+        Self::with_sketch(threshold, Self::DEFAULT_SHAPE, Update::Conservative)
     }
 
-    /// Admit keys at `threshold` events, with a sketch built from `builder`.
-    /// Conservative update is recommended (fewer false admissions); counts
-    /// must be non-negative either way.
-    pub fn with_sketch(threshold: isize, builder: EstimatorBuilder) -> Result<Self, ConfigError> {
-        if threshold <= 0 {
-            return Err(ConfigError::NonPositiveThreshold(threshold));
-        }
-        Ok(Self {
-            sketch: builder.build()?,
-            threshold,
+    /// Admit keys at `threshold` events, counting them before admission in
+    /// a sketch of `shape` updated by `update`. Conservative update is
+    /// recommended (fewer false admissions); counts must be non-negative
+    /// either way. A threshold above `isize::MAX` counts as `isize::MAX`.
+    ///
+    /// ```
+    /// use std::num::NonZeroU64;
+    /// use weir_limits::{HeavyHitters, Shape, Update};
+    ///
+    /// let threshold = NonZeroU64::new(10).unwrap();
+    /// let heavy = HeavyHitters::with_sketch(threshold, Shape::rows::<2, 512>(), Update::Plain);
+    /// for _ in 0..10 {
+    ///     heavy.record(&"key", 1);
+    /// }
+    /// assert!(heavy.get(&"key").is_some());
+    /// ```
+    pub fn with_sketch(threshold: NonZeroU64, shape: Shape, update: Update) -> Self {
+        Self {
+            sketch: Estimator::with_update(shape, update),
+            threshold: isize::try_from(threshold.get()).unwrap_or(isize::MAX),
             exact: RwLock::new(HashMap::default()),
             admissions: AtomicUsize::new(0),
-        })
+        }
     }
 
     /// Count `count` events of `key` (negative counts are treated as zero:
@@ -261,11 +271,12 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn threshold_must_be_positive() {
-        assert_eq!(
-            HeavyHitters::<u32>::new(0).unwrap_err(),
-            ConfigError::NonPositiveThreshold(0)
-        );
+    fn a_threshold_beyond_isize_counts_as_isize_max() {
+        let heavy = HeavyHitters::new(NonZeroU64::MAX);
+        heavy.record(&1u32, isize::MAX - 1);
+        assert_eq!(heavy.get(&1u32), None);
+        heavy.record(&1u32, 1);
+        assert!(heavy.get(&1u32).is_some());
     }
 
     proptest! {
@@ -274,12 +285,15 @@ mod tests {
         #[test]
         fn no_heavy_key_is_missed_and_admitted_keys_count_exactly(
             events in proptest::collection::vec((0u16..300, 0isize..5), 0..2000),
-            threshold in 1isize..40,
+            threshold in 1u64..40,
             slots in 1usize..32,
             seed: u64,
         ) {
-            let builder = Estimator::builder().hashes(2).slots(slots).seed(seed).conservative();
-            let heavy = HeavyHitters::with_sketch(threshold, builder).unwrap();
+            let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
+            let heavy = HeavyHitters::with_sketch(
+                NonZeroU64::new(threshold).unwrap(), shape, Update::Conservative,
+            );
+            let threshold = threshold as isize;
             let mut truth: HashMap<u16, isize> = HashMap::new();
             let mut after: HashMap<u16, isize> = HashMap::new();
             for &(k, n) in &events {

@@ -28,9 +28,8 @@
 //! limit. The extra cost (a fence and one load per row) is paid here, not by
 //! [`Estimator::incr`].
 
-use crate::ConfigError;
 use crate::estimator::Estimator;
-use crate::sketch::Location;
+use crate::sketch::{Location, Shape};
 use crate::sync::{Ordering, fence};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -52,42 +51,31 @@ pub struct Inflight {
     estimator: Arc<Estimator>,
 }
 
-/// Default counters per key: with 8192 slots, two unrelated keys share all
-/// four counters with probability 2⁻⁵², the figure pingora quotes.
-pub const DEFAULT_HASHES: usize = 4;
-/// Default counters per hash.
-pub const DEFAULT_SLOTS: usize = 8192;
-
 impl Inflight {
-    /// In-flight counting with the default dimensions (4 × 8192, rows
-    /// layout, so the 2⁻⁵² collision figure holds).
+    /// The shape [`new`](Self::new) uses: 4 × 8192, rows layout, so two
+    /// unrelated keys share all four counters with probability 2⁻⁵², the
+    /// figure pingora quotes.
+    pub const DEFAULT_SHAPE: Shape = Shape::rows::<4, 8192>();
+
+    /// In-flight counting over a sketch of [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE).
     pub fn new() -> Self {
-        match Self::with_estimator(
-            Estimator::builder()
-                .hashes(DEFAULT_HASHES)
-                .slots(DEFAULT_SLOTS)
-                .layout(crate::sketch::Layout::Rows),
-        ) {
-            Ok(inflight) => inflight,
-            Err(e) => unreachable!("default dimensions are valid: {e}"),
-        }
+        Self::with_shape(Self::DEFAULT_SHAPE)
     }
 
-    /// In-flight counting over an estimator built from `builder` (which must
-    /// use the plain update rule: counts go down).
+    /// In-flight counting over a sketch of `shape` (plain updates: counts
+    /// go down).
     ///
     /// ```
-    /// use weir_limits::{Estimator, Inflight};
+    /// use weir_limits::{Inflight, Shape};
     ///
-    /// let inflight = Inflight::with_estimator(Estimator::builder().hashes(3).slots(512)).unwrap();
+    /// let inflight = Inflight::with_shape(Shape::rows::<3, 512>());
     /// let (_guard, n) = inflight.incr(&42u64, 2);
     /// assert_eq!(n, 2);
     /// ```
-    pub fn with_estimator(builder: crate::EstimatorBuilder) -> Result<Self, ConfigError> {
-        let estimator = builder.update(crate::Update::Plain).build()?;
-        Ok(Self {
-            estimator: Arc::new(estimator),
-        })
+    pub fn with_shape(shape: Shape) -> Self {
+        Self {
+            estimator: Arc::new(Estimator::new(shape)),
+        }
     }
 
     /// Count `value` more in flight for `key`; returns the guard that

@@ -16,9 +16,9 @@
 //!   [`clock`] — the injectable clock.
 //!
 //! ```
-//! use weir_limits::Estimator;
+//! use weir_limits::{Estimator, Shape};
 //!
-//! let per_origin = Estimator::new(4, 4096);
+//! let per_origin = Estimator::new(Shape::rows::<4, 4096>());
 //! per_origin.incr("origin-a", 1);
 //! assert!(per_origin.get("origin-a") >= 1);
 //! ```
@@ -36,8 +36,9 @@ pub mod sketch;
 mod sync;
 
 pub use error::ConfigError;
-pub use estimator::{Estimator, EstimatorBuilder, Update};
+pub use estimator::{Estimator, Update};
 pub use heavy::{HeavyCount, HeavyHitters, Observation};
-pub use inflight::{DEFAULT_HASHES, DEFAULT_SLOTS, Inflight, InflightGuard};
-pub use rate::{DEFAULT_RATE_HASHES, DEFAULT_RATE_SLOTS, Rate, RateComponents};
+pub use inflight::{Inflight, InflightGuard};
+pub use rate::{Rate, RateComponents};
 pub use sharded::ShardedEstimator;
+pub use sketch::{Layout, Shape};

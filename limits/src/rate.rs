@@ -34,7 +34,7 @@
 use crate::ConfigError;
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
-use crate::sketch::Locator;
+use crate::sketch::{Locator, Shape};
 use crate::sync::{AtomicU64, Ordering, spin_wait};
 use std::hash::Hash;
 use std::time::Duration;
@@ -74,7 +74,7 @@ impl RateComponents {
     /// # use weir_limits::{Rate, clock::ManualClock};
     /// # use std::time::Duration;
     /// # let clock = ManualClock::new();
-    /// # let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+    /// # let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
     /// # rate.observe(&"k", 10);
     /// # clock.advance(Duration::from_millis(1250));
     /// # rate.observe(&"k", 4);
@@ -100,7 +100,7 @@ impl RateComponents {
 /// use weir_limits::{Rate, clock::ManualClock};
 ///
 /// let clock = ManualClock::new();
-/// let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+/// let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
 /// assert_eq!(rate.observe(&"client", 3), 3);
 /// assert_eq!(rate.observe(&"client", 2), 5);
 /// assert_eq!(rate.rate(&"client"), 0.0); // no complete window yet
@@ -117,26 +117,17 @@ pub struct Rate<C: Clock = MonotonicClock> {
     clock: C,
 }
 
-/// Default counters per key of each window's sketch.
-pub const DEFAULT_RATE_HASHES: usize = 4;
-/// Default counters per hash of each window's sketch.
-pub const DEFAULT_RATE_SLOTS: usize = 1024;
+impl<C: Clock> Rate<C> {
+    /// The shape of each window's sketch unless
+    /// [`try_with_shape`](Self::try_with_shape) says otherwise: 4 × 1024,
+    /// rows layout.
+    pub const DEFAULT_SHAPE: Shape = Shape::rows::<4, 1024>();
+}
 
 impl Rate<MonotonicClock> {
-    /// A rate over `interval` on the monotonic clock, with 4 × 1024 sketches.
-    ///
-    /// # Panics
-    ///
-    /// If `interval` is zero or longer than 2⁶⁴ ns; use
-    /// [`try_new`](Self::try_new) for an error instead.
-    pub fn new(interval: Duration) -> Self {
-        match Self::try_new(interval) {
-            Ok(rate) => rate,
-            Err(e) => panic!("invalid Rate interval: {e}"),
-        }
-    }
-
-    /// Like [`new`](Self::new), returning a bad interval as an error.
+    /// A rate over `interval` on the monotonic clock, with sketches of
+    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE), or the reason `interval`
+    /// cannot be one (zero, or longer than 2⁶⁴ ns).
     ///
     /// ```
     /// use std::time::Duration;
@@ -146,30 +137,37 @@ impl Rate<MonotonicClock> {
     /// assert!(Rate::try_new(Duration::from_micros(100)).is_ok());
     /// ```
     pub fn try_new(interval: Duration) -> Result<Self, ConfigError> {
-        Rate::with_clock(interval, MonotonicClock::new())
+        Rate::try_with_clock(interval, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> Rate<C> {
     /// A rate over `interval` reading time from `clock`.
-    pub fn with_clock(interval: Duration, clock: C) -> Result<Self, ConfigError> {
-        let builder = Estimator::builder()
-            .hashes(DEFAULT_RATE_HASHES)
-            .slots(DEFAULT_RATE_SLOTS);
-        Self::with_locator(interval, builder.locator()?, clock)
+    pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, ConfigError> {
+        Self::try_with_shape(interval, Self::DEFAULT_SHAPE, clock)
     }
 
-    /// Full control over each window's sketch (shape, layout, seed).
-    pub fn with_locator(
-        interval: Duration,
-        locator: Locator,
-        clock: C,
-    ) -> Result<Self, ConfigError> {
+    /// A rate over `interval` reading time from `clock`, each window's
+    /// sketch of `shape`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_limits::{Rate, Shape, clock::ManualClock};
+    ///
+    /// let shape = Shape::rows::<3, 4096>().with_seed(1);
+    /// let rate = Rate::try_with_shape(Duration::from_secs(1), shape, ManualClock::new())?;
+    /// assert_eq!(rate.observe(&"client", 2), 2);
+    /// # Ok::<(), weir_limits::ConfigError>(())
+    /// ```
+    pub fn try_with_shape(interval: Duration, shape: Shape, clock: C) -> Result<Self, ConfigError> {
         if interval.is_zero() {
             return Err(ConfigError::ZeroInterval);
         }
         let interval_nanos =
             u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
+        // One locator for all three windows: a key's cells are the same in
+        // each, so rotating a window never moves a key.
+        let locator = Locator::new(shape);
         let windows =
             std::array::from_fn(|_| Estimator::from_parts(locator.clone(), crate::Update::Plain));
         let first = window_number(clock.now_nanos(), interval_nanos);
@@ -323,15 +321,14 @@ impl<C: Clock> std::fmt::Debug for Rate<C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::sketch::Layout;
     use proptest::prelude::*;
     use std::collections::HashMap;
 
     fn rate(interval: Duration) -> (Rate<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
-        let locator = Locator::with_seed(4, 4096, Layout::Rows, 3).unwrap();
+        let shape = Shape::rows::<4, 4096>().with_seed(3);
         (
-            Rate::with_locator(interval, locator, clock.clone()).unwrap(),
+            Rate::try_with_shape(interval, shape, clock.clone()).unwrap(),
             clock,
         )
     }

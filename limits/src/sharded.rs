@@ -51,9 +51,10 @@
 use crate::ConfigError;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
-use crate::sketch::{self, Layout, Location, Locator};
+use crate::sketch::{self, Layout, Location, Locator, Shape};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, ThreadLocal, fence, spin_wait};
 use std::hash::Hash;
+use std::num::NonZeroUsize;
 
 /// One thread's tables. Only the owning thread writes any field; atomics
 /// (relaxed, plain moves on x86) only because `get` reads them elsewhere.
@@ -85,9 +86,9 @@ struct Counts {
 /// number of events.
 ///
 /// ```
-/// use weir_limits::ShardedEstimator;
+/// use weir_limits::{Shape, ShardedEstimator};
 ///
-/// let sketch = ShardedEstimator::new(3, 1024);
+/// let sketch = ShardedEstimator::new(Shape::rows::<3, 1024>());
 /// std::thread::scope(|s| {
 ///     for _ in 0..2 {
 ///         s.spawn(|| {
@@ -107,43 +108,36 @@ pub struct ShardedEstimator {
 }
 
 impl ShardedEstimator {
-    /// A sketch with `hashes × slots` counters (rows layout, random seed)
-    /// and the default flush interval ([`default_flush_every`](Self::default_flush_every)).
-    ///
-    /// # Panics
-    ///
-    /// On invalid dimensions, like [`Estimator::new`]; use
-    /// [`try_new`](Self::try_new) for an error instead.
-    pub fn new(hashes: usize, slots: usize) -> Self {
-        match Self::try_new(hashes, slots) {
-            Ok(sketch) => sketch,
-            Err(e) => panic!("invalid ShardedEstimator dimensions: {e}"),
-        }
+    /// A sketch of `shape` with the default flush interval
+    /// ([`default_flush_every`](Self::default_flush_every)).
+    pub fn new(shape: Shape) -> Self {
+        let locator = Locator::new(shape);
+        let flush_every = Self::default_flush_every(locator.cells());
+        Self::from_locator(locator, flush_every)
     }
 
-    /// Like [`new`](Self::new), returning invalid dimensions as an error.
+    /// A rows-layout sketch of `hashes × slots` (random seed, default flush
+    /// interval), from dimensions known only at run time.
     pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        let locator = Locator::new(hashes, slots, Layout::Rows)?;
-        Ok(Self::from_locator(locator, None))
+        Ok(Self::new(Shape::try_new(hashes, slots, Layout::Rows)?))
     }
 
-    /// Full control: the locator (shape, layout, seed) and how many of its
-    /// own updates a thread buffers before flushing (at least 1).
+    /// A sketch of `shape` whose threads each buffer `flush_every` of their
+    /// own updates before flushing them to the shared table.
     ///
     /// ```
-    /// use weir_limits::ShardedEstimator;
-    /// use weir_limits::sketch::{Layout, Locator};
+    /// use std::num::NonZeroUsize;
+    /// use weir_limits::{Shape, ShardedEstimator};
     ///
-    /// let locator = Locator::with_seed(3, 512, Layout::Blocked, 9).unwrap();
-    /// let sketch = ShardedEstimator::with_locator(locator, 64);
+    /// let every = NonZeroUsize::new(64).unwrap();
+    /// let sketch = ShardedEstimator::with_flush_every(Shape::blocked::<3, 512>(), every);
     /// assert_eq!(sketch.flush_every(), 64);
     /// ```
-    pub fn with_locator(locator: Locator, flush_every: usize) -> Self {
-        Self::from_locator(locator, Some(flush_every.max(1)))
+    pub fn with_flush_every(shape: Shape, flush_every: NonZeroUsize) -> Self {
+        Self::from_locator(Locator::new(shape), flush_every.get())
     }
 
-    fn from_locator(locator: Locator, flush_every: Option<usize>) -> Self {
-        let flush_every = flush_every.unwrap_or_else(|| Self::default_flush_every(locator.cells()));
+    fn from_locator(locator: Locator, flush_every: usize) -> Self {
         Self {
             shared: Estimator::from_parts(locator, crate::Update::Plain),
             counts: Counts {
@@ -421,8 +415,8 @@ mod tests {
     use std::sync::Barrier;
 
     fn sketch(flush_every: usize) -> ShardedEstimator {
-        let locator = Locator::with_seed(3, 256, Layout::Blocked, 5).unwrap();
-        ShardedEstimator::with_locator(locator, flush_every)
+        let every = NonZeroUsize::new(flush_every).unwrap();
+        ShardedEstimator::with_flush_every(Shape::blocked::<3, 256>().with_seed(5), every)
     }
 
     #[test]

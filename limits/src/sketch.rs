@@ -48,7 +48,7 @@ pub const LANES: usize = 8;
 pub const MAX_HASHES: usize = 16;
 
 /// How a sketch arranges each key's counters in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Layout {
     /// One independent position per row (the textbook count-min bound).
     #[default]
@@ -63,9 +63,9 @@ pub enum Layout {
 /// building a location costs a multiply and no memory traffic).
 ///
 /// ```
-/// use weir_limits::sketch::{Layout, Locator};
+/// use weir_limits::sketch::{Locator, Shape};
 ///
-/// let locator = Locator::with_seed(3, 1024, Layout::Blocked, 7).unwrap();
+/// let locator = Locator::new(Shape::blocked::<3, 1024>().with_seed(7));
 /// let location = locator.locate(&"client-42");
 /// assert_eq!(location.len(), 3);
 /// assert!(location.iter().all(|cell| cell < locator.cells()));
@@ -143,56 +143,109 @@ impl Location {
     }
 }
 
-/// Maps keys to counter positions for a sketch of a given shape.
+/// The shape of a count-min sketch: how many counters per key (`hashes`),
+/// how many per hash (`slots`), their [`Layout`], and optionally a fixed
+/// hash seed. Every sketch in weir is sized by one of these, and a `Shape`
+/// that exists is valid, so constructors taking one cannot fail.
+///
+/// Dimensions known at compile time are checked at compile time
+/// ([`rows`](Self::rows), [`blocked`](Self::blocked)); dimensions computed
+/// at run time go through [`try_new`](Self::try_new) or
+/// [`try_for_error`](Self::try_for_error).
 ///
 /// ```
-/// use weir_limits::sketch::{Layout, Locator};
+/// use weir_limits::sketch::{Layout, Shape};
 ///
-/// let a = Locator::with_seed(4, 256, Layout::Rows, 1).unwrap();
-/// let b = Locator::with_seed(4, 256, Layout::Rows, 1).unwrap();
-/// // The same seed gives the same positions: reproducible tests.
-/// assert_eq!(a.locate(&17u32), b.locate(&17u32));
-/// assert_eq!(a.cells(), 4 * 256);
+/// let shape = Shape::rows::<4, 1024>().with_seed(7);
+/// assert_eq!((shape.hashes(), shape.slots(), shape.cells()), (4, 1024, 4096));
+/// assert_eq!(Shape::try_new(4, 1024, Layout::Rows)?.with_seed(7), shape);
+/// assert!(Shape::try_new(9, 1024, Layout::Blocked).is_err());
+/// # Ok::<(), weir_limits::ConfigError>(())
 /// ```
-#[derive(Debug, Clone)]
-pub struct Locator {
-    state: ahash::RandomState,
-    layout: Layout,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
     hashes: u8,
-    /// Rows: counters per row. Blocked: number of cache lines.
-    span: u64,
-    cells: usize,
+    slots: usize,
+    layout: Layout,
+    seed: Option<u64>,
 }
 
-impl Locator {
-    /// A locator with random seeds.
-    pub fn new(hashes: usize, slots: usize, layout: Layout) -> Result<Self, ConfigError> {
-        Self::build(hashes, slots, layout, ahash::RandomState::new())
+impl Shape {
+    /// A rows-layout shape of `HASHES × SLOTS` counters, checked when the
+    /// program is compiled: 1 ≤ `HASHES` ≤ 16, `SLOTS` ≥ 1, at most 2³²
+    /// counters.
+    ///
+    /// ```
+    /// use weir_limits::sketch::Shape;
+    ///
+    /// const PER_CLIENT: Shape = Shape::rows::<3, 4096>();
+    /// assert_eq!(PER_CLIENT.cells(), 3 * 4096);
+    /// ```
+    ///
+    /// A shape the layout cannot have does not compile:
+    ///
+    /// ```compile_fail
+    /// let _ = weir_limits::sketch::Shape::rows::<0, 4096>();
+    /// ```
+    pub const fn rows<const HASHES: usize, const SLOTS: usize>() -> Self {
+        const {
+            assert!(
+                HASHES >= 1 && HASHES <= MAX_HASHES,
+                "a rows sketch has 1 to 16 hashes"
+            );
+            assert!(SLOTS >= 1, "a sketch needs at least one slot per hash");
+            assert!(
+                (HASHES as u128) * (SLOTS as u128) <= MAX_CELLS,
+                "at most 2^32 counters are addressable"
+            );
+        }
+        Self {
+            hashes: HASHES as u8,
+            slots: SLOTS,
+            layout: Layout::Rows,
+            seed: None,
+        }
     }
 
-    /// A locator whose hash function is fixed by `seed` (reproducible).
-    pub fn with_seed(
-        hashes: usize,
-        slots: usize,
-        layout: Layout,
-        seed: u64,
-    ) -> Result<Self, ConfigError> {
-        // Spread one seed over ahash's four keys with distinct odd constants.
-        let state = ahash::RandomState::with_seeds(
-            seed,
-            seed ^ 0x9e37_79b9_7f4a_7c15,
-            seed.rotate_left(21) ^ 0xbf58_476d_1ce4_e5b9,
-            seed.rotate_left(42) ^ 0x94d0_49bb_1331_11eb,
-        );
-        Self::build(hashes, slots, layout, state)
+    /// A blocked-layout shape (each key's counters in one cache line),
+    /// checked when the program is compiled: 1 ≤ `HASHES` ≤ 8, `SLOTS` ≥ 1,
+    /// at most 2³² counters.
+    ///
+    /// ```
+    /// use weir_limits::sketch::{Layout, Shape};
+    ///
+    /// assert_eq!(Shape::blocked::<4, 1024>().layout(), Layout::Blocked);
+    /// ```
+    pub const fn blocked<const HASHES: usize, const SLOTS: usize>() -> Self {
+        const {
+            assert!(
+                HASHES >= 1 && HASHES <= LANES,
+                "a blocked sketch has 1 to 8 hashes"
+            );
+            assert!(SLOTS >= 1, "a sketch needs at least one slot per hash");
+            assert!(
+                ((HASHES as u128) * (SLOTS as u128)).div_ceil(LANES as u128) * (LANES as u128)
+                    <= MAX_CELLS,
+                "at most 2^32 counters are addressable"
+            );
+        }
+        Self {
+            hashes: HASHES as u8,
+            slots: SLOTS,
+            layout: Layout::Blocked,
+            seed: None,
+        }
     }
 
-    fn build(
-        hashes: usize,
-        slots: usize,
-        layout: Layout,
-        state: ahash::RandomState,
-    ) -> Result<Self, ConfigError> {
+    /// A shape from dimensions known only at run time, or the reason it
+    /// cannot exist.
+    ///
+    /// ```
+    /// use weir_limits::{ConfigError, sketch::{Layout, Shape}};
+    ///
+    /// assert_eq!(Shape::try_new(3, 0, Layout::Rows), Err(ConfigError::ZeroSlots));
+    /// ```
+    pub fn try_new(hashes: usize, slots: usize, layout: Layout) -> Result<Self, ConfigError> {
         if hashes == 0 {
             return Err(ConfigError::ZeroHashes);
         }
@@ -209,26 +262,155 @@ impl Locator {
         if slots == 0 {
             return Err(ConfigError::ZeroSlots);
         }
-        let requested = hashes as u128 * slots as u128;
-        let (span, cells) = match layout {
-            // Round up to whole cache lines so the memory is at least what
-            // the equivalent rows layout would use.
-            Layout::Blocked => {
-                let lines = requested.div_ceil(LANES as u128);
-                (lines, lines * LANES as u128)
-            }
-            Layout::Rows => (slots as u128, requested),
+        let shape = Self {
+            hashes: hashes as u8,
+            slots,
+            layout,
+            seed: None,
         };
-        if cells > u128::from(u32::MAX) + 1 {
+        let cells = shape.cells_wide();
+        if cells > MAX_CELLS {
             return Err(ConfigError::TooManyCells { requested: cells });
         }
-        Ok(Self {
+        Ok(shape)
+    }
+
+    /// The rows-layout shape whose estimate exceeds the truth by more than
+    /// `epsilon · N` (N = the sum of all increments) with probability at
+    /// most `delta`: `⌈e/ε⌉` slots and `⌈ln(1/δ)⌉` hashes, the classic
+    /// count-min bound.
+    ///
+    /// ```
+    /// use weir_limits::sketch::Shape;
+    ///
+    /// // rakelimit's target: 1% error with 1% failure probability.
+    /// let shape = Shape::try_for_error(0.01, 0.01)?;
+    /// assert_eq!((shape.hashes(), shape.slots()), (5, 272));
+    /// # Ok::<(), weir_limits::ConfigError>(())
+    /// ```
+    pub fn try_for_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
+        let valid = |x: f64| x > 0.0 && x < 1.0;
+        if !valid(epsilon) || !valid(delta) {
+            return Err(ConfigError::InvalidErrorBound { epsilon, delta });
+        }
+        // Both are finite and at least 1 here; the casts saturate, and
+        // try_new rejects what is too large.
+        let slots = (std::f64::consts::E / epsilon).ceil();
+        let hashes = (1.0 / delta).ln().ceil().max(1.0);
+        Self::try_new(hashes as usize, slots as usize, Layout::Rows)
+    }
+
+    /// The same shape with its hash function fixed by `seed`, for
+    /// reproducible tests and for sketches that must agree with each other
+    /// (the default is a random seed per sketch, so nobody can aim
+    /// collisions at a known hash function).
+    #[must_use]
+    pub const fn with_seed(self, seed: u64) -> Self {
+        Self {
+            seed: Some(seed),
+            ..self
+        }
+    }
+
+    /// Counters per key.
+    pub const fn hashes(&self) -> usize {
+        self.hashes as usize
+    }
+
+    /// Counters per hash, as requested (a blocked sketch rounds the total
+    /// up to whole cache lines: see [`cells`](Self::cells)).
+    pub const fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The memory layout.
+    pub const fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The fixed seed, if one was given.
+    pub const fn seed(&self) -> Option<u64> {
+        self.seed
+    }
+
+    /// Total counters a sketch of this shape holds.
+    pub const fn cells(&self) -> usize {
+        // A Shape never exceeds 2^32 cells, so this fits a 64-bit usize;
+        // on 32-bit targets 2^32 itself does not, and saturates.
+        let cells = self.cells_wide();
+        if cells > usize::MAX as u128 {
+            usize::MAX
+        } else {
+            cells as usize
+        }
+    }
+
+    const fn cells_wide(&self) -> u128 {
+        let requested = self.hashes as u128 * self.slots as u128;
+        match self.layout {
+            // Whole cache lines, so the memory is at least what the
+            // equivalent rows layout would use.
+            Layout::Blocked => requested.div_ceil(LANES as u128) * LANES as u128,
+            Layout::Rows => requested,
+        }
+    }
+}
+
+/// The most counters a sketch can address: cell indices are 32-bit.
+const MAX_CELLS: u128 = 1 << 32;
+
+/// Maps keys to counter positions for a sketch of a given [`Shape`].
+///
+/// ```
+/// use weir_limits::sketch::{Locator, Shape};
+///
+/// let a = Locator::new(Shape::rows::<4, 256>().with_seed(1));
+/// let b = Locator::new(Shape::rows::<4, 256>().with_seed(1));
+/// // The same seed gives the same positions: reproducible tests.
+/// assert_eq!(a.locate(&17u32), b.locate(&17u32));
+/// assert_eq!(a.cells(), 4 * 256);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Locator {
+    state: ahash::RandomState,
+    shape: Shape,
+    hashes: u8,
+    /// Rows: counters per row. Blocked: number of cache lines.
+    span: u64,
+    cells: usize,
+}
+
+impl Locator {
+    /// A locator for `shape`: its seed if it has one, a random one otherwise.
+    pub fn new(shape: Shape) -> Self {
+        let state = match shape.seed {
+            // Spread one seed over ahash's four keys with distinct odd constants.
+            Some(seed) => ahash::RandomState::with_seeds(
+                seed,
+                seed ^ 0x9e37_79b9_7f4a_7c15,
+                seed.rotate_left(21) ^ 0xbf58_476d_1ce4_e5b9,
+                seed.rotate_left(42) ^ 0x94d0_49bb_1331_11eb,
+            ),
+            None => ahash::RandomState::new(),
+        };
+        let cells = shape.cells();
+        let span = match shape.layout {
+            Layout::Blocked => cells / LANES,
+            Layout::Rows => shape.slots,
+        };
+        Self {
             state,
-            layout,
-            hashes: hashes as u8,
+            shape,
+            hashes: shape.hashes,
             span: span as u64,
-            cells: cells as usize,
-        })
+            cells,
+        }
+    }
+
+    /// The shape this locator was made for.
+    #[inline]
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     /// The 64-bit hash of `key` under this locator's seed.
@@ -248,7 +430,7 @@ impl Locator {
     /// again without hashing twice.
     #[inline]
     pub fn locate_hash(&self, hash: u64) -> Location {
-        match self.layout {
+        match self.shape.layout {
             // Lanes `start + i·step (mod 8)` with an odd step are distinct
             // for i < 8; 8 starts × 4 steps give 32 lane patterns.
             Layout::Blocked => Location {
@@ -289,7 +471,7 @@ impl Locator {
     /// The layout in use.
     #[inline]
     pub fn layout(&self) -> Layout {
-        self.layout
+        self.shape.layout
     }
 }
 
@@ -344,9 +526,9 @@ impl SplitMix64 {
 /// is cell `i·slots + ⌊(h·ROW_MULTIPLIERS[i] mod 2⁶⁴)·slots / 2⁶⁴⌋`.
 ///
 /// ```
-/// use weir_limits::sketch::{Layout, Locator, ROW_MULTIPLIERS};
+/// use weir_limits::sketch::{Locator, ROW_MULTIPLIERS, Shape};
 ///
-/// let locator = Locator::with_seed(2, 1024, Layout::Rows, 1).unwrap();
+/// let locator = Locator::new(Shape::rows::<2, 1024>().with_seed(1));
 /// let h = 0x0123_4567_89ab_cdef_u64;
 /// let row1 = (u128::from(h.wrapping_mul(ROW_MULTIPLIERS[1])) * 1024 >> 64) as usize;
 /// assert_eq!(locator.locate_hash(h).iter().nth(1), Some(1024 + row1));
@@ -377,37 +559,6 @@ fn reduce(hash: u64, n: u64) -> u64 {
     ((u128::from(hash) * u128::from(n)) >> 64) as u64
 }
 
-/// `(hashes, slots)` for a count-min sketch whose estimate exceeds the truth
-/// by more than `epsilon · N` with probability at most `delta`
-/// (N = total of all increments): `slots = ⌈e/ε⌉`, `hashes = ⌈ln(1/δ)⌉`.
-///
-/// ```
-/// use weir_limits::sketch::dimensions_for;
-///
-/// // rakelimit's target: 1% error with 1% failure probability.
-/// assert_eq!(dimensions_for(0.01, 0.01), Ok((5, 272)));
-/// ```
-pub fn dimensions_for(epsilon: f64, delta: f64) -> Result<(usize, usize), ConfigError> {
-    let valid = |x: f64| x > 0.0 && x < 1.0;
-    if !valid(epsilon) || !valid(delta) {
-        return Err(ConfigError::InvalidErrorBound { epsilon, delta });
-    }
-    let slots = (std::f64::consts::E / epsilon).ceil();
-    let hashes = (1.0 / delta).ln().ceil().max(1.0);
-    if hashes > MAX_HASHES as f64 {
-        return Err(ConfigError::TooManyHashes {
-            requested: hashes as usize,
-            max: MAX_HASHES,
-        });
-    }
-    if slots * hashes > (u64::from(u32::MAX) + 1) as f64 {
-        return Err(ConfigError::TooManyCells {
-            requested: (slots * hashes) as u128,
-        });
-    }
-    Ok((hashes as usize, slots as usize))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,38 +567,71 @@ mod tests {
     #[test]
     fn invalid_shapes_are_typed_errors() {
         assert_eq!(
-            Locator::new(0, 8, Layout::Rows).unwrap_err(),
+            Shape::try_new(0, 8, Layout::Rows).unwrap_err(),
             ConfigError::ZeroHashes
         );
         assert_eq!(
-            Locator::new(2, 0, Layout::Rows).unwrap_err(),
+            Shape::try_new(2, 0, Layout::Rows).unwrap_err(),
             ConfigError::ZeroSlots
         );
         assert_eq!(
-            Locator::new(9, 8, Layout::Blocked).unwrap_err(),
+            Shape::try_new(9, 8, Layout::Blocked).unwrap_err(),
             ConfigError::TooManyHashes {
                 requested: 9,
                 max: 8
             }
         );
+        assert_eq!(
+            Shape::try_new(17, 8, Layout::Rows).unwrap_err(),
+            ConfigError::TooManyHashes {
+                requested: 17,
+                max: 16
+            }
+        );
         assert!(matches!(
-            Locator::new(16, usize::MAX, Layout::Rows).unwrap_err(),
+            Shape::try_new(16, usize::MAX, Layout::Rows).unwrap_err(),
             ConfigError::TooManyCells { .. }
         ));
+        // Exactly 2^32 cells is the largest addressable sketch; a blocked
+        // one rounds up to whole lines, which can cross the limit.
+        assert!(Shape::try_new(1, 1 << 32, Layout::Rows).is_ok());
+        assert!(Shape::try_new(3, (1 << 32) / 3 + 1, Layout::Blocked).is_err());
+    }
+
+    #[test]
+    fn compile_time_shapes_equal_their_run_time_twins() {
+        assert_eq!(
+            Shape::rows::<4, 1024>(),
+            Shape::try_new(4, 1024, Layout::Rows).unwrap()
+        );
+        assert_eq!(
+            Shape::blocked::<3, 100>(),
+            Shape::try_new(3, 100, Layout::Blocked).unwrap()
+        );
+        assert_eq!(Shape::blocked::<3, 100>().cells(), 304);
     }
 
     #[test]
     fn error_bound_dimensions_follow_the_formula() {
-        assert_eq!(dimensions_for(0.001, 0.001), Ok((7, 2719)));
-        assert!(dimensions_for(0.0, 0.5).is_err());
-        assert!(dimensions_for(0.5, 1.0).is_err());
-        assert!(dimensions_for(f64::NAN, 0.5).is_err());
+        let shape = Shape::try_for_error(0.001, 0.001).unwrap();
+        assert_eq!((shape.hashes(), shape.slots()), (7, 2719));
+        assert!(Shape::try_for_error(0.0, 0.5).is_err());
+        assert!(Shape::try_for_error(0.5, 1.0).is_err());
+        assert!(Shape::try_for_error(f64::NAN, 0.5).is_err());
+        assert!(matches!(
+            Shape::try_for_error(1e-12, 0.5),
+            Err(ConfigError::TooManyCells { .. })
+        ));
+        assert!(matches!(
+            Shape::try_for_error(0.5, 1e-12),
+            Err(ConfigError::TooManyHashes { .. })
+        ));
     }
 
     #[test]
     fn different_seeds_give_different_positions() {
-        let a = Locator::with_seed(4, 1 << 16, Layout::Rows, 1).unwrap();
-        let b = Locator::with_seed(4, 1 << 16, Layout::Rows, 2).unwrap();
+        let a = Locator::new(Shape::rows::<4, { 1 << 16 }>().with_seed(1));
+        let b = Locator::new(Shape::rows::<4, { 1 << 16 }>().with_seed(2));
         let same = (0u32..100).filter(|k| a.locate(k) == b.locate(k)).count();
         assert!(same < 5, "{same} of 100 keys landed identically");
     }
@@ -457,7 +641,7 @@ mod tests {
         fn blocked_lanes_are_distinct_and_share_one_line(
             hashes in 1usize..=8, slots in 1usize..5000, key: u64, seed: u64,
         ) {
-            let locator = Locator::with_seed(hashes, slots, Layout::Blocked, seed).unwrap();
+            let locator = Locator::new(Shape::try_new(hashes, slots, Layout::Blocked).unwrap().with_seed(seed));
             let location = locator.locate(&key);
             let cells: Vec<usize> = location.iter().collect();
             prop_assert_eq!(cells.len(), hashes);
@@ -473,7 +657,7 @@ mod tests {
         fn rows_put_one_counter_in_each_row(
             hashes in 1usize..=16, slots in 1usize..5000, key: u64, seed: u64,
         ) {
-            let locator = Locator::with_seed(hashes, slots, Layout::Rows, seed).unwrap();
+            let locator = Locator::new(Shape::try_new(hashes, slots, Layout::Rows).unwrap().with_seed(seed));
             for (row, cell) in locator.locate(&key).iter().enumerate() {
                 prop_assert_eq!(cell / slots, row);
             }

@@ -6,22 +6,24 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::{Layout, Locator};
-use weir_limits::{Estimator, HeavyHitters, Inflight, Rate, ShardedEstimator, Update};
+use weir_limits::sketch::Locator;
+use weir_limits::{Estimator, HeavyHitters, Inflight, Rate, Shape, ShardedEstimator, Update};
+
+fn every(updates: usize) -> NonZeroUsize {
+    NonZeroUsize::new(updates).unwrap()
+}
+
+fn threshold(events: u64) -> NonZeroU64 {
+    NonZeroU64::new(events).unwrap()
+}
 
 fn estimator(update: Update) -> Estimator {
     // Two slots, two hashes: the two keys below share counters, which is
     // where races could lose counts.
-    Estimator::builder()
-        .hashes(2)
-        .slots(2)
-        .layout(Layout::Rows)
-        .update(update)
-        .seed(1)
-        .build()
-        .unwrap()
+    Estimator::with_update(Shape::rows::<2, 2>().with_seed(1), update)
 }
 
 #[test]
@@ -45,12 +47,7 @@ fn inflight_never_admits_two_racers_at_a_limit_of_one() {
     loom::model(|| {
         // Four rows, as in the audit's counterexample: each racer's
         // `fetch_add` minimum can come from a row the other had not reached.
-        let builder = Estimator::builder()
-            .hashes(4)
-            .slots(1)
-            .layout(Layout::Rows)
-            .seed(1);
-        let inflight = Inflight::with_estimator(builder).unwrap();
+        let inflight = Inflight::with_shape(Shape::rows::<4, 1>().with_seed(1));
         let other = inflight.clone();
         // The admission rule of `weir_rate::http::InflightLayer`: refused
         // when the returned estimate exceeds the limit. Guards are held
@@ -84,9 +81,9 @@ fn conservative_incr_never_loses_an_update_under_races() {
 #[test]
 fn sharded_get_never_misses_a_flushing_delta() {
     loom::model(|| {
-        let locator = Locator::with_seed(1, 1, Layout::Blocked, 1).unwrap();
+        let shape = Shape::blocked::<1, 1>().with_seed(1);
         // Flush after every update: the flush races with `get` below.
-        let s = Arc::new(ShardedEstimator::with_locator(locator, 1));
+        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(1)));
         let writer = Arc::clone(&s);
         let t = thread::spawn(move || {
             writer.incr(&1u8, 1);
@@ -103,9 +100,9 @@ fn sharded_get_never_misses_a_flushing_delta() {
 fn rate_rotation_loses_no_event() {
     loom::model(|| {
         let clock = ManualClock::new();
-        let locator = Locator::with_seed(1, 4, Layout::Rows, 1).unwrap();
+        let shape = Shape::rows::<1, 4>().with_seed(1);
         let rate =
-            Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, clock.clone()).unwrap());
         rate.observe(&1u8, 1);
         // Both threads race into window 1 and rotate.
         clock.set(Duration::from_millis(1500));
@@ -123,9 +120,9 @@ fn rate_rotation_loses_no_event() {
 fn rate_rotation_after_a_gap_loses_no_event() {
     loom::model(|| {
         let clock = ManualClock::new();
-        let locator = Locator::with_seed(1, 4, Layout::Rows, 1).unwrap();
+        let shape = Shape::rows::<1, 4>().with_seed(1);
         let rate =
-            Arc::new(Rate::with_locator(Duration::from_secs(1), locator, clock.clone()).unwrap());
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, clock.clone()).unwrap());
         rate.observe(&1u8, 5);
         clock.set(Duration::from_secs(7));
         let r = Arc::clone(&rate);
@@ -144,12 +141,12 @@ fn heavy_hitters_admission_race_loses_no_event() {
         // fresh key can both return 1 (each its minimum from the row the
         // other had not reached), so both take the admission path with
         // the same estimate.
-        let builder = Estimator::builder()
-            .hashes(2)
-            .slots(1)
-            .layout(Layout::Rows)
-            .seed(1);
-        let heavy = Arc::new(HeavyHitters::with_sketch(1, builder).unwrap());
+        let shape = Shape::rows::<2, 1>().with_seed(1);
+        let heavy = Arc::new(HeavyHitters::with_sketch(
+            threshold(1),
+            shape,
+            Update::Plain,
+        ));
         let other = Arc::clone(&heavy);
         let t = thread::spawn(move || {
             other.record(&1u8, 1);
@@ -166,14 +163,17 @@ fn sharded_threads_count_through_their_own_shards_exactly_once() {
     // One row of two slots, with the first seed that puts keys 1 and 2 in
     // different slots: quiescent counts are exact, so any lost or doubled
     // event shows.
-    let locator = (0..64)
-        .map(|seed| Locator::with_seed(1, 2, Layout::Rows, seed).unwrap())
-        .find(|l| l.locate(&1u8).iter().ne(l.locate(&2u8).iter()))
+    let shape = (0..64)
+        .map(|seed| Shape::rows::<1, 2>().with_seed(seed))
+        .find(|&shape| {
+            let l = Locator::new(shape);
+            l.locate(&1u8).iter().ne(l.locate(&2u8).iter())
+        })
         .expect("a seed that separates keys 1 and 2");
     loom::model(move || {
         // Flush every second update, so the writer's flush races the
         // reader; the writer says (release) when its first event is done.
-        let s = Arc::new(ShardedEstimator::with_locator(locator.clone(), 2));
+        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(2)));
         let done = Arc::new(AtomicUsize::new(0));
         // The reader's own shard exists before the writer starts.
         assert_eq!(s.incr(&1u8, 0), 0);
@@ -206,8 +206,8 @@ fn sharded_threads_count_through_their_own_shards_exactly_once() {
 #[test]
 fn sharded_get_never_misses_an_update_while_its_thread_syncs() {
     loom::model(|| {
-        let locator = Locator::with_seed(1, 1, Layout::Rows, 1).unwrap();
-        let s = Arc::new(ShardedEstimator::with_locator(locator, 2));
+        let shape = Shape::rows::<1, 1>().with_seed(1);
+        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(2)));
         // This thread flushes two events; the writer's first update must
         // first sync its view with them, which races `get`.
         s.incr(&1u8, 1);
@@ -226,8 +226,8 @@ fn sharded_get_never_misses_an_update_while_its_thread_syncs() {
 #[test]
 fn sharded_reset_racing_a_flush_never_loses_later_events() {
     loom::model(|| {
-        let locator = Locator::with_seed(1, 1, Layout::Rows, 1).unwrap();
-        let s = Arc::new(ShardedEstimator::with_locator(locator, 2));
+        let shape = Shape::rows::<1, 1>().with_seed(1);
+        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(2)));
         let reset_done = Arc::new(AtomicUsize::new(0));
         let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
         let writer = thread::spawn(move || {
@@ -260,8 +260,8 @@ fn sharded_reset_racing_a_flush_never_loses_later_events() {
 #[test]
 fn sharded_incr_racing_a_reset_keeps_no_count_from_before_it() {
     loom::model(|| {
-        let locator = Locator::with_seed(1, 1, Layout::Rows, 1).unwrap();
-        let s = Arc::new(ShardedEstimator::with_locator(locator, 1000));
+        let shape = Shape::rows::<1, 1>().with_seed(1);
+        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(1000)));
         {
             let w = Arc::clone(&s);
             thread::spawn(move || {
@@ -288,13 +288,8 @@ fn heavy_hitters_events_racing_an_admission_are_not_lost() {
             // plain rule two can each be first in one row and read 1
             // (light) while the third reads 2 in both rows and admits the
             // key with an estimate that misses one of them.
-            let builder = Estimator::builder()
-                .hashes(2)
-                .slots(1)
-                .layout(Layout::Rows)
-                .update(update)
-                .seed(1);
-            let heavy = Arc::new(HeavyHitters::with_sketch(2, builder).unwrap());
+            let shape = Shape::rows::<2, 1>().with_seed(1);
+            let heavy = Arc::new(HeavyHitters::with_sketch(threshold(2), shape, update));
             let racers: Vec<_> = (0..2)
                 .map(|_| {
                     let other = Arc::clone(&heavy);

@@ -213,7 +213,7 @@ fn inflight_guard_incr_is_released_with_the_guard() {
 
 fn manual_rate(interval: Duration) -> (ManualClock, Rate<ManualClock>) {
     let clock = ManualClock::new();
-    let rate = Rate::with_clock(interval, clock.clone()).unwrap();
+    let rate = Rate::try_with_clock(interval, clock.clone()).unwrap();
     (clock, rate)
 }
 

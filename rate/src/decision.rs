@@ -219,7 +219,7 @@ impl Decision {
         self.retry_after
     }
 
-    /// For a shaper ([`LeakyBucket::shaper`](crate::LeakyBucket::shaper)):
+    /// For a shaper ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper)):
     /// how long the caller must wait before proceeding. Zero otherwise.
     #[inline]
     pub fn delay(&self) -> Duration {

@@ -42,7 +42,7 @@
 //! use std::time::Duration;
 //! use weir_rate::ewma::{EwmaWindow, FixedRate};
 //!
-//! let ewma = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+//! let ewma = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 //! // 10 events, 100 ms after the last update, starting from 50 events/s:
 //! let rate = ewma.update(50.0, 100_000_000, 10.0);
 //! assert!((rate - (50.0 * 0.9 + 10.0)).abs() < 1e-9);
@@ -137,12 +137,12 @@ impl fmt::Display for FixedRate {
 /// use std::time::Duration;
 /// use weir_rate::ewma::EwmaWindow;
 ///
-/// let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+/// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 /// // Half a window of silence halves the rate.
 /// assert_eq!(w.decay(100.0, 500_000_000), 50.0);
 /// // A gap of a window or more resets it to events / elapsed.
 /// assert_eq!(w.update(100.0, 2_000_000_000, 4.0), 2.0);
-/// assert!(EwmaWindow::new(Duration::ZERO).is_err());
+/// assert!(EwmaWindow::try_new(Duration::ZERO).is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EwmaWindow {
@@ -157,7 +157,7 @@ impl EwmaWindow {
 
     /// An EWMA over `window`; zero and windows of 2⁶⁴ ns (584 years) or more
     /// are rejected.
-    pub fn new(window: Duration) -> Result<Self, ConfigError> {
+    pub fn try_new(window: Duration) -> Result<Self, ConfigError> {
         if window.is_zero() {
             return Err(ConfigError::ZeroInterval);
         }
@@ -187,7 +187,7 @@ impl EwmaWindow {
     /// use std::time::Duration;
     /// use weir_rate::ewma::EwmaWindow;
     ///
-    /// let w = EwmaWindow::new(Duration::from_millis(100)).unwrap();
+    /// let w = EwmaWindow::try_new(Duration::from_millis(100)).unwrap();
     /// // One event every 10 ms, forever, converges to 100 events/s.
     /// let mut rate = 0.0;
     /// for _ in 0..1000 {
@@ -218,7 +218,7 @@ impl EwmaWindow {
     /// use std::time::Duration;
     /// use weir_rate::ewma::{EwmaWindow, FixedRate};
     ///
-    /// let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+    /// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
     /// let r = w.update_fixed(FixedRate::ZERO, 250_000_000, 5);
     /// assert_eq!(r, FixedRate::from_per_second(5));
     /// assert_eq!(w.update_fixed(FixedRate::MAX, 0, u64::MAX), FixedRate::MAX);
@@ -245,7 +245,7 @@ impl EwmaWindow {
     /// use std::time::Duration;
     /// use weir_rate::ewma::{EwmaWindow, FixedRate};
     ///
-    /// let w = EwmaWindow::new(Duration::from_secs(2)).unwrap();
+    /// let w = EwmaWindow::try_new(Duration::from_secs(2)).unwrap();
     /// let r = FixedRate::from_per_second(8);
     /// assert_eq!(w.decay_fixed(r, 500_000_000), FixedRate::from_per_second(6));
     /// assert_eq!(w.decay_fixed(r, 2_000_000_000), FixedRate::ZERO);
@@ -262,7 +262,7 @@ impl EwmaWindow {
     /// use std::time::Duration;
     /// use weir_rate::ewma::EwmaWindow;
     ///
-    /// let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+    /// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
     /// assert_eq!(w.decay(10.0, 250_000_000), 7.5);
     /// assert_eq!(w.decay(10.0, u64::MAX), 0.0);
     /// ```
@@ -293,7 +293,7 @@ struct EwmaState {
 /// use weir_rate::ewma::Ewma;
 ///
 /// let clock = ManualClock::new();
-/// let ewma = Ewma::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+/// let ewma = Ewma::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
 /// for _ in 0..1000 {
 ///     clock.advance(Duration::from_millis(10));
 ///     ewma.record(1);
@@ -312,16 +312,16 @@ pub struct Ewma<C = MonotonicClock> {
 
 impl Ewma<MonotonicClock> {
     /// An EWMA over `window` on the monotonic clock, starting at rate zero.
-    pub fn new(window: Duration) -> Result<Self, ConfigError> {
-        Self::with_clock(window, MonotonicClock::new())
+    pub fn try_new(window: Duration) -> Result<Self, ConfigError> {
+        Self::try_with_clock(window, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> Ewma<C> {
     /// An EWMA over `window` reading time from `clock`, starting at rate
     /// zero at the clock's current time.
-    pub fn with_clock(window: Duration, clock: C) -> Result<Self, ConfigError> {
-        let window = EwmaWindow::new(window)?;
+    pub fn try_with_clock(window: Duration, clock: C) -> Result<Self, ConfigError> {
+        let window = EwmaWindow::try_new(window)?;
         let now = clock.now_nanos();
         Ok(Self {
             window,
@@ -384,7 +384,7 @@ impl<C: Clock> Ewma<C> {
 /// use std::time::Duration;
 /// use weir_rate::ewma::{EwmaWindow, FixedRate};
 ///
-/// let window = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+/// let window = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 /// let fast = window.one_event();
 /// let old = FixedRate::from_per_second(40).to_bits();
 /// let exact = window.update_fixed(FixedRate::from_bits(old), 25_000_000, 1).to_bits();
@@ -420,7 +420,7 @@ impl OneEventUpdate {
     /// use std::time::Duration;
     /// use weir_rate::ewma::EwmaWindow;
     ///
-    /// let w = EwmaWindow::new(Duration::from_nanos(1000)).unwrap().one_event();
+    /// let w = EwmaWindow::try_new(Duration::from_nanos(1000)).unwrap().one_event();
     /// assert_eq!(w.reciprocal(), u64::MAX / 1000);
     /// ```
     pub fn reciprocal(&self) -> u64 {
@@ -433,7 +433,7 @@ impl OneEventUpdate {
     /// use std::time::Duration;
     /// use weir_rate::ewma::{EwmaWindow, FixedRate};
     ///
-    /// let w = EwmaWindow::new(Duration::from_millis(100)).unwrap().one_event();
+    /// let w = EwmaWindow::try_new(Duration::from_millis(100)).unwrap().one_event();
     /// assert_eq!(w.increment(), FixedRate::from_per_second(10).to_bits());
     /// ```
     pub fn increment(&self) -> u64 {
@@ -496,23 +496,23 @@ mod tests {
     #[test]
     fn windows_are_validated() {
         assert_eq!(
-            EwmaWindow::new(Duration::ZERO),
+            EwmaWindow::try_new(Duration::ZERO),
             Err(ConfigError::ZeroInterval)
         );
         assert_eq!(
-            EwmaWindow::new(Duration::MAX),
+            EwmaWindow::try_new(Duration::MAX),
             Err(ConfigError::IntervalTooLong)
         );
-        let max = EwmaWindow::new(Duration::from_nanos(u64::MAX)).unwrap();
+        let max = EwmaWindow::try_new(Duration::from_nanos(u64::MAX)).unwrap();
         assert_eq!(max.window_nanos(), u64::MAX);
-        let one = EwmaWindow::new(Duration::from_nanos(1)).unwrap();
+        let one = EwmaWindow::try_new(Duration::from_nanos(1)).unwrap();
         assert_eq!(one.window(), Duration::from_nanos(1));
     }
 
     #[test]
     fn extremes_never_panic() {
         for w in [1, 7, 1_000_000_000, u64::MAX] {
-            let ewma = EwmaWindow::new(Duration::from_nanos(w)).unwrap();
+            let ewma = EwmaWindow::try_new(Duration::from_nanos(w)).unwrap();
             for old in [FixedRate::ZERO, FixedRate::EPSILON, FixedRate::MAX] {
                 for elapsed in [0, 1, w / 2, w.saturating_sub(1), w, u64::MAX] {
                     for events in [0, 1, u64::MAX] {
@@ -530,7 +530,7 @@ mod tests {
 
     #[test]
     fn reset_after_a_full_window() {
-        let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+        let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
         let r = w.update_fixed(FixedRate::from_per_second(1000), 4_000_000_000, 8);
         assert_eq!(r, FixedRate::from_per_second(2));
         assert_eq!(
@@ -541,7 +541,7 @@ mod tests {
 
     #[test]
     fn steady_traffic_converges_to_its_rate() {
-        let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+        let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
         let (mut f, mut x) = (0.0, FixedRate::ZERO);
         // 250 events/s in bursts of 5 every 20 ms.
         for _ in 0..2000 {
@@ -555,7 +555,7 @@ mod tests {
     #[test]
     fn stateful_ewma_treats_backwards_time_as_no_time() {
         let clock = ManualClock::new();
-        let ewma = Ewma::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+        let ewma = Ewma::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
         clock.set(Duration::from_millis(500));
         let a = ewma.record(10);
         clock.set(Duration::from_millis(100));
@@ -568,7 +568,7 @@ mod tests {
     #[test]
     fn stateful_ewma_counts_every_event_across_threads() {
         let clock = ManualClock::new();
-        let ewma = Arc::new(Ewma::with_clock(Duration::from_secs(1), clock).unwrap());
+        let ewma = Arc::new(Ewma::try_with_clock(Duration::from_secs(1), clock).unwrap());
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let ewma = Arc::clone(&ewma);
@@ -592,7 +592,7 @@ mod tests {
     /// two units (a case the proptest below found).
     #[test]
     fn a_step_of_nearly_a_window_keeps_the_old_rates_share_exact() {
-        let w = EwmaWindow::new(Duration::from_nanos(17_153_382_579_369_364_644)).unwrap();
+        let w = EwmaWindow::try_new(Duration::from_nanos(17_153_382_579_369_364_644)).unwrap();
         let old = FixedRate::from_bits(95_142_507_002_201_597);
         let (elapsed, events) = (17_152_947_659_954_996_860, 220_852_293_181);
         let fixed = w.update_fixed(old, elapsed, events).as_f64();
@@ -608,7 +608,7 @@ mod tests {
             elapsed: u64,
             events in 0u64..(1u64 << 40),
         ) {
-            let w = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
+            let w = EwmaWindow::try_new(Duration::from_nanos(window)).unwrap();
             let old = FixedRate::from_bits(old);
             let fixed = w.update_fixed(old, elapsed, events);
             let float = w.update(old.as_f64(), elapsed, events as f64);
@@ -622,7 +622,7 @@ mod tests {
         fn fixed_error_stays_bounded_over_a_sequence(
             steps in proptest::collection::vec((0u64..3_000_000_000, 0u64..1000), 1..50),
         ) {
-            let w = EwmaWindow::new(Duration::from_secs(1)).unwrap();
+            let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
             let (mut f, mut x) = (0.0f64, FixedRate::ZERO);
             for (k, &(elapsed, events)) in steps.iter().enumerate() {
                 f = w.update(f, elapsed, events as f64);
@@ -635,7 +635,7 @@ mod tests {
 
         #[test]
         fn decay_never_raises_the_rate(old: u64, elapsed: u64, window in 1u64..=u64::MAX) {
-            let w = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
+            let w = EwmaWindow::try_new(Duration::from_nanos(window)).unwrap();
             let old = FixedRate::from_bits(old);
             prop_assert!(w.decay_fixed(old, elapsed) <= old);
         }
@@ -648,7 +648,7 @@ mod tests {
             old: u64,
             elapsed in 0u64..(1u64 << 43),
         ) {
-            let ewma = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
+            let ewma = EwmaWindow::try_new(Duration::from_nanos(window)).unwrap();
             let fast = ewma.one_event().update(old, elapsed);
             let exact = ewma.update_fixed(FixedRate::from_bits(old), elapsed, 1).to_bits();
             prop_assert!(fast <= exact, "{fast} > {exact}");
@@ -662,7 +662,7 @@ mod tests {
     fn one_event_update_handles_power_of_two_windows() {
         for shift in 0..63 {
             let window = 1u64 << shift;
-            let ewma = EwmaWindow::new(Duration::from_nanos(window)).unwrap();
+            let ewma = EwmaWindow::try_new(Duration::from_nanos(window)).unwrap();
             let fast = ewma.one_event();
             for old in [0, 1 << 16, 1 << 40, u64::MAX >> 1] {
                 // No time passing keeps (almost) all of the old rate.

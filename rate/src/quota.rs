@@ -10,8 +10,8 @@ use std::time::Duration;
 /// use std::time::Duration;
 /// use weir_rate::{Quota, QuotaError};
 ///
-/// assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroRate));
-/// assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroWindow));
+/// assert_eq!(Quota::try_new(0, Duration::from_secs(1)), Err(QuotaError::ZeroRate));
+/// assert_eq!(Quota::try_new(10, Duration::ZERO), Err(QuotaError::ZeroWindow));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -66,7 +66,7 @@ impl std::error::Error for QuotaError {}
 /// let q = Quota::per_minute(NonZeroU32::new(100).unwrap())
 ///     .allow_burst(NonZeroU32::new(10).unwrap());
 /// assert_eq!((q.limit(), q.burst(), q.window()), (100, 10, Duration::from_secs(60)));
-/// assert_eq!(Quota::new(5, Duration::from_millis(250)).unwrap().limit(), 5);
+/// assert_eq!(Quota::try_new(5, Duration::from_millis(250)).unwrap().limit(), 5);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
@@ -109,7 +109,7 @@ impl Quota {
     }
 
     /// `limit` units per `window`, checked at run time.
-    pub fn new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
+    pub fn try_new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroRate)?;
         if window.is_zero() {
             return Err(QuotaError::ZeroWindow);
@@ -125,12 +125,12 @@ impl Quota {
     /// use std::time::Duration;
     /// use weir_rate::{Quota, QuotaError};
     ///
-    /// let q = Quota::with_period(Duration::from_millis(100)).unwrap();
+    /// let q = Quota::try_with_period(Duration::from_millis(100)).unwrap();
     /// assert_eq!((q.limit(), q.burst(), q.emission_interval_nanos()), (1, 1, 100_000_000));
-    /// assert_eq!(Quota::with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
+    /// assert_eq!(Quota::try_with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
     /// ```
-    pub fn with_period(period: Duration) -> Result<Self, QuotaError> {
-        Self::new(1, period)
+    pub fn try_with_period(period: Duration) -> Result<Self, QuotaError> {
+        Self::try_new(1, period)
     }
 
     /// The same rate with at most `burst` units at once.

@@ -39,8 +39,8 @@
 //!
 //! # Sizing
 //!
-//! [`SketchLimiter::sized_for`] picks the dimensions from the expected load
-//! ([`dimensions_for_load`] is the rule alone). A cell's TAT runs ahead of
+//! [`SketchLimiter::try_sized_for`] picks the shape from the expected load
+//! ([`shape_for_load`] is the rule alone). A cell's TAT runs ahead of
 //! the clock while the requests landing on it keep it "busy": with `R`
 //! requests a second spread by the hash over `slots` cells per row and a
 //! per-key rate `r`, a cell is busy a fraction `ρ ≤ R / (slots · r)` of the
@@ -67,7 +67,8 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-pub use weir_limits::sketch::{Layout, Locator};
+use weir_limits::sketch::Locator;
+pub use weir_limits::{Layout, Shape};
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -146,12 +147,12 @@ fn spin() {
 /// ```
 /// use std::num::NonZeroU32;
 /// use weir_rate::clock::ManualClock;
-/// use weir_rate::sketch::{Layout, Locator};
+/// use weir_rate::sketch::Shape;
 /// use weir_rate::{Quota, SketchLimiter};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
-/// let locator = Locator::with_seed(4, 4096, Layout::Rows, 7).unwrap();
-/// let limiter = SketchLimiter::with_locator(quota, locator, ManualClock::new());
+/// let shape = Shape::rows::<4, 4096>().with_seed(7);
+/// let limiter = SketchLimiter::with_clock(quota, shape, ManualClock::new());
 /// assert_eq!(limiter.memory_bytes(), 4 * 4096 * 8);
 /// assert!(limiter.check(&10u32).is_allowed());
 /// assert!(limiter.check(&10u32).is_allowed());
@@ -167,17 +168,15 @@ pub struct SketchLimiter<C = MonotonicClock> {
 }
 
 impl SketchLimiter<MonotonicClock> {
-    /// A sketch of `hashes × slots` cells (classic rows layout, random
-    /// seed) on the monotonic clock.
-    pub fn new(quota: Quota, hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        let locator = Locator::new(hashes, slots, Layout::Rows)?;
-        Ok(Self::with_locator(quota, locator, MonotonicClock::new()))
+    /// A limiter over a sketch of `shape`, on the monotonic clock.
+    pub fn new(quota: Quota, shape: Shape) -> Self {
+        Self::with_clock(quota, shape, MonotonicClock::new())
     }
 
     /// A sketch sized for `requests_per_second` checks across all keys so
     /// that a key within its quota is wrongly denied in at most about
     /// `wrong_denials` of its checks (see [sizing](crate::sketch#sizing)
-    /// for the rule and its assumptions).
+    /// for the rule and its assumptions), or why no sketch can be.
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroU64};
@@ -186,26 +185,26 @@ impl SketchLimiter<MonotonicClock> {
     /// // 1000 requests a second per key; 20 M a second in all; 0.1% wrong denials.
     /// let quota = Quota::per_second(NonZeroU32::new(1000).unwrap());
     /// let load = NonZeroU64::new(20_000_000).unwrap();
-    /// let limiter = SketchLimiter::sized_for(quota, load, 0.001).unwrap();
+    /// let limiter = SketchLimiter::try_sized_for(quota, load, 0.001).unwrap();
     /// assert_eq!(limiter.memory_bytes(), 4 * 112_469 * 8);
-    /// assert!(SketchLimiter::sized_for(quota, load, 1.5).is_err());
+    /// assert!(SketchLimiter::try_sized_for(quota, load, 1.5).is_err());
     /// ```
-    pub fn sized_for(
+    pub fn try_sized_for(
         quota: Quota,
         requests_per_second: NonZeroU64,
         wrong_denials: f64,
     ) -> Result<Self, ConfigError> {
-        let (hashes, slots) = dimensions_for_load(quota, requests_per_second, wrong_denials)?;
-        Self::new(quota, hashes, slots)
+        let shape = shape_for_load(quota, requests_per_second, wrong_denials)?;
+        Ok(Self::new(quota, shape))
     }
 }
 
-/// The most hashes [`dimensions_for_load`] chooses: every allowed check
+/// The most hashes [`shape_for_load`] chooses: every allowed check
 /// writes each of a key's cells, so more rows cost time on every check for
 /// a little less memory.
 pub const MAX_SIZED_HASHES: usize = 4;
 
-/// `(hashes, slots)` for a [`SketchLimiter`] enforcing `quota` under
+/// The rows-layout shape of a [`SketchLimiter`] enforcing `quota` under
 /// `requests_per_second` checks across all keys, so that a key within its
 /// quota is wrongly denied in at most about `wrong_denials` (in (0, 1)) of
 /// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤`
@@ -214,18 +213,20 @@ pub const MAX_SIZED_HASHES: usize = 4;
 ///
 /// ```
 /// use std::num::{NonZeroU32, NonZeroU64};
-/// use weir_rate::{Quota, sketch::dimensions_for_load};
+/// use weir_rate::{Quota, sketch::shape_for_load};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
 /// let load = NonZeroU64::new(10_000).unwrap();
 /// // ρ = 0.01^(1/4) ≈ 0.316 per cell, so ⌈1000 / 0.316⌉ slots per row.
-/// assert_eq!(dimensions_for_load(quota, load, 0.01), Ok((4, 3163)));
+/// let shape = shape_for_load(quota, load, 0.01)?;
+/// assert_eq!((shape.hashes(), shape.slots()), (4, 3163));
+/// # Ok::<(), weir_rate::ConfigError>(())
 /// ```
-pub fn dimensions_for_load(
+pub fn shape_for_load(
     quota: Quota,
     requests_per_second: NonZeroU64,
     wrong_denials: f64,
-) -> Result<(usize, usize), ConfigError> {
+) -> Result<Shape, ConfigError> {
     if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
         return Err(ConfigError::InvalidProbability(wrong_denials));
     }
@@ -245,12 +246,13 @@ pub fn dimensions_for_load(
             requested: (slots * hashes as f64) as u128,
         });
     }
-    Ok((hashes, slots as usize))
+    Shape::try_new(hashes, slots as usize, Layout::Rows)
 }
 
 impl<C: Clock> SketchLimiter<C> {
-    /// A limiter whose cells are placed by `locator`, reading `clock`.
-    pub fn with_locator(quota: Quota, locator: Locator, clock: C) -> Self {
+    /// A limiter over a sketch of `shape`, reading `clock`.
+    pub fn with_clock(quota: Quota, shape: Shape, clock: C) -> Self {
+        let locator = Locator::new(shape);
         let cells = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
         Self {
             locator,
@@ -349,9 +351,10 @@ impl<C: Clock> SketchLimiter<C> {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Quota, SketchLimiter};
+    /// use weir_rate::{Quota, SketchLimiter, sketch::Shape};
     ///
-    /// let limiter = SketchLimiter::new(Quota::per_second(NonZeroU32::new(1).unwrap()), 4, 4096).unwrap();
+    /// let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
+    /// let limiter = SketchLimiter::new(quota, Shape::rows::<4, 4096>());
     /// assert!(limiter.allows(&"alice"));
     /// assert!(!limiter.allows(&"alice"));
     /// ```

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::{Layout, Locator};
+use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, Receipt, SketchLimiter,
     SlidingLog, SlidingWindow, TokenBucket,
@@ -15,7 +15,7 @@ use weir_rate::{
 const MS: u64 = 1_000_000;
 
 fn quota(limit: u32, window_ms: u64, burst: u32) -> Quota {
-    Quota::new(limit, Duration::from_millis(window_ms))
+    Quota::try_new(limit, Duration::from_millis(window_ms))
         .unwrap()
         .try_burst(burst)
         .unwrap()
@@ -97,7 +97,7 @@ proptest! {
         reqs in requests(),
     ) {
         let q = quota(limit, window * 60, 1);
-        let sw = SlidingWindow::new(q, n).unwrap();
+        let sw = SlidingWindow::try_new(q, n).unwrap();
         let effective = sw.sub_window_nanos() * u64::from(n - 1);
         let allowed = run(&sw, start, &reqs);
         prop_assert!(max_in_window(&allowed, effective) <= 2 * u64::from(limit));
@@ -136,7 +136,7 @@ proptest! {
         reqs in requests(),
     ) {
         let q = quota(limit, window, 1);
-        let shaper = LeakyBucket::shaper(q, Duration::from_millis(delay)).unwrap();
+        let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(delay)).unwrap();
         let t = q.emission_interval_nanos();
         let mut state = shaper.new_state(start);
         let mut now = start;
@@ -177,9 +177,9 @@ proptest! {
         }
         both(&FixedWindow::new(q), &reqs)?;
         both(&SlidingLog::new(q), &reqs)?;
-        both(&SlidingWindow::new(q, 4).unwrap(), &reqs)?;
+        both(&SlidingWindow::try_new(q, 4).unwrap(), &reqs)?;
         both(&TokenBucket::new(q), &reqs)?;
-        both(&LeakyBucket::shaper(q, Duration::from_millis(500)).unwrap(), &reqs)?;
+        both(&LeakyBucket::try_shaper(q, Duration::from_millis(500)).unwrap(), &reqs)?;
         both(&Gcra::new(q), &reqs)?;
     }
 
@@ -187,8 +187,8 @@ proptest! {
     fn backwards_time_and_extreme_values_never_panic(
         times in proptest::collection::vec(any::<u64>(), 1..50), cost in 0u32..5,
     ) {
-        let q = Quota::new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
-        let tiny = Quota::new(3, Duration::from_nanos(1)).unwrap();
+        let q = Quota::try_new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
+        let tiny = Quota::try_new(3, Duration::from_nanos(1)).unwrap();
         fn feed<L: Limiter>(l: &L, times: &[u64], cost: u32) {
             let mut s = l.new_state(times[0]);
             let mut last = None;
@@ -209,10 +209,10 @@ proptest! {
             feed(&SlidingLog::new(q), &times, cost);
             feed(&TokenBucket::new(q), &times, cost);
             feed(&LeakyBucket::meter(q), &times, cost);
-            feed(&LeakyBucket::shaper(q, Duration::MAX).unwrap_or_else(|_| LeakyBucket::meter(q)), &times, cost);
+            feed(&LeakyBucket::try_shaper(q, Duration::MAX).unwrap_or_else(|_| LeakyBucket::meter(q)), &times, cost);
             feed(&Gcra::new(q), &times, cost);
         }
-        feed(&SlidingWindow::new(q, 60).unwrap(), &times, cost);
+        feed(&SlidingWindow::try_new(q, 60).unwrap(), &times, cost);
     }
 
     #[test]
@@ -223,8 +223,8 @@ proptest! {
         let q = quota(limit, 1000, burst);
         let clock = ManualClock::new();
         let exact = KeyedLimiter::with_clock(Gcra::new(q), clock.clone());
-        let locator = Locator::with_seed(2, slots, Layout::Rows, seed).unwrap();
-        let sketch = SketchLimiter::with_locator(q, locator, clock.clone());
+        let shape = Shape::try_new(2, slots, Layout::Rows).unwrap().with_seed(seed);
+        let sketch = SketchLimiter::with_clock(q, shape, clock.clone());
         let mut exact_allowed = [0u32; 40];
         let mut sketch_allowed = [0u32; 40];
         for &(gap, key) in &reqs {
@@ -242,7 +242,7 @@ fn costs_beyond_capacity_are_never_allowed_not_denied() {
     assert_eq!(Gcra::new(q).capacity(), 4);
     assert_eq!(TokenBucket::new(q).capacity(), 4);
     assert_eq!(FixedWindow::new(q).capacity(), 10);
-    let shaper = LeakyBucket::shaper(q, Duration::from_millis(250)).unwrap();
+    let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(250)).unwrap();
     assert_eq!(shaper.capacity(), 3);
     let gcra = Gcra::new(q);
     let mut s = gcra.new_state(0);
@@ -273,9 +273,9 @@ fn changing_the_quota_grants_no_burst() {
         90
     );
 
-    let sketch = SketchLimiter::with_locator(
+    let sketch = SketchLimiter::with_clock(
         small,
-        Locator::with_seed(2, 64, Layout::Rows, 1).unwrap(),
+        Shape::try_new(2, 64, Layout::Rows).unwrap().with_seed(1),
         clock.clone(),
     );
     assert_eq!(
@@ -334,7 +334,7 @@ fn decisions_carry_retry_and_reset_for_every_algorithm() {
     for (name, d) in [
         ("fixed", exhaust(&FixedWindow::new(q))),
         ("log", exhaust(&SlidingLog::new(q))),
-        ("sliding", exhaust(&SlidingWindow::new(q, 2).unwrap())),
+        ("sliding", exhaust(&SlidingWindow::try_new(q, 2).unwrap())),
         ("token", exhaust(&TokenBucket::new(q))),
         ("gcra", exhaust(&Gcra::new(q))),
     ] {
@@ -544,7 +544,7 @@ proptest! {
         limit in 1u32..8, window in 2u64..100, n in 2u32..6, start in 0u64..10_000 * MS,
         steps in steps(60 * MS),
     ) {
-        let sw = SlidingWindow::new(quota(limit, window, 1), n).unwrap();
+        let sw = SlidingWindow::try_new(quota(limit, window, 1), n).unwrap();
         let sub = sw.sub_window_nanos();
         let n = u64::from(n);
         let spent = play(&sw, start, &steps)?;
@@ -653,7 +653,7 @@ proptest! {
         steps in steps(30 * MS),
     ) {
         let q = quota(limit, window, 1);
-        let shaper = LeakyBucket::shaper(q, Duration::from_millis(delay)).unwrap();
+        let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(delay)).unwrap();
         let t = q.emission_interval_nanos();
         let mut releases: Vec<u64> = play(&shaper, start, &steps)?
             .iter()

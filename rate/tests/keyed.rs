@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::{Layout, Locator};
+use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, RateLimiter, SketchLimiter,
     SlidingWindow,
@@ -113,8 +113,8 @@ proptest! {
             KeyedLimiter::with_clock(window, clocks.1.clone()),
         );
         let sketch = |clock: &ManualClock| {
-            let locator = Locator::with_seed(2, 4, Layout::Rows, 3).unwrap();
-            SketchLimiter::with_locator(quota, locator, clock.clone())
+            let shape = Shape::try_new(2, 4, Layout::Rows).unwrap().with_seed(3);
+            SketchLimiter::with_clock(quota, shape, clock.clone())
         };
         let sketches = (sketch(&clocks.0), sketch(&clocks.1));
         for limiter in [&exact.0, &exact.1] { limiter.set_shadow(shadow); }
@@ -171,7 +171,7 @@ proptest! {
 #[test]
 fn sliding_window_estimate_weighs_the_oldest_sub_window() {
     let q = Quota::per_minute(NonZeroU32::new(1000).unwrap());
-    let sw = SlidingWindow::new(q, 2).unwrap();
+    let sw = SlidingWindow::try_new(q, 2).unwrap();
     let mut s = sw.new_state(0);
     let sec = 1_000_000_000;
     assert!(
@@ -197,8 +197,8 @@ fn sliding_window_estimate_weighs_the_oldest_sub_window() {
 fn sketch_racing_threads_never_exceed_a_keys_burst() {
     let clock = ManualClock::new();
     let q = per_second(1).allow_burst(NonZeroU32::new(100).unwrap());
-    let locator = Locator::with_seed(3, 64, Layout::Blocked, 9).unwrap();
-    let sketch = Arc::new(SketchLimiter::with_locator(q, locator, clock));
+    let shape = Shape::try_new(3, 64, Layout::Blocked).unwrap().with_seed(9);
+    let sketch = Arc::new(SketchLimiter::with_clock(q, shape, clock));
     let threads: Vec<_> = (0..2)
         .map(|_| {
             let sketch = Arc::clone(&sketch);
@@ -218,8 +218,8 @@ fn sketch_racing_threads_never_exceed_a_keys_burst() {
 fn checks_at_a_caller_supplied_time() {
     let q = per_second(1);
     let keyed = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
-    let locator = Locator::with_seed(2, 32, Layout::Rows, 1).unwrap();
-    let sketch = SketchLimiter::with_locator(q, locator, ManualClock::new());
+    let shape = Shape::try_new(2, 32, Layout::Rows).unwrap().with_seed(1);
+    let sketch = SketchLimiter::with_clock(q, shape, ManualClock::new());
     let sec = 1_000_000_000;
     for (t, expect) in [(0, true), (sec / 2, false), (sec, true), (sec / 2, false)] {
         assert_eq!(

@@ -8,15 +8,15 @@ use loom::thread;
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::{Layout, Locator};
 use weir_rate::ewma::{Ewma, FixedRate};
+use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{Quota, SketchLimiter};
 
 fn sketch(burst: u32, slots: usize) -> SketchLimiter<ManualClock> {
     let quota =
         Quota::per_second(NonZeroU32::new(1).unwrap()).allow_burst(NonZeroU32::new(burst).unwrap());
-    let locator = Locator::with_seed(2, slots, Layout::Rows, 3).unwrap();
-    SketchLimiter::with_locator(quota, locator, ManualClock::new())
+    let shape = Shape::try_new(2, slots, Layout::Rows).unwrap().with_seed(3);
+    SketchLimiter::with_clock(quota, shape, ManualClock::new())
 }
 
 #[test]
@@ -51,7 +51,8 @@ fn a_colliding_key_never_loosens_another() {
 #[test]
 fn ewma_records_from_two_threads_are_both_counted() {
     loom::model(|| {
-        let ewma = Arc::new(Ewma::with_clock(Duration::from_secs(1), ManualClock::new()).unwrap());
+        let ewma =
+            Arc::new(Ewma::try_with_clock(Duration::from_secs(1), ManualClock::new()).unwrap());
         let other = Arc::clone(&ewma);
         let t = thread::spawn(move || {
             other.record(3);
@@ -68,12 +69,8 @@ fn a_quota_change_is_never_seen_half_done() {
         let small = Quota::per_second(NonZeroU32::new(1).unwrap());
         let big = Quota::per_minute(NonZeroU32::new(600).unwrap())
             .allow_burst(NonZeroU32::new(3).unwrap());
-        let locator = Locator::with_seed(1, 2, Layout::Rows, 3).unwrap();
-        let limiter = Arc::new(SketchLimiter::with_locator(
-            small,
-            locator,
-            ManualClock::new(),
-        ));
+        let shape = Shape::try_new(1, 2, Layout::Rows).unwrap().with_seed(3);
+        let limiter = Arc::new(SketchLimiter::with_clock(small, shape, ManualClock::new()));
         let other = Arc::clone(&limiter);
         let t = thread::spawn(move || other.set_limit(big));
         let d = limiter.check_n(&1u32, 1).unwrap();

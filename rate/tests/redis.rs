@@ -62,7 +62,7 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
             Algorithm::Gcra => local_pattern(Gcra::new(quota), 8),
             Algorithm::FixedWindow => local_pattern(FixedWindow::new(quota), 8),
             Algorithm::SlidingWindow { counters } => {
-                local_pattern(SlidingWindow::new(quota, counters)?, 8)
+                local_pattern(SlidingWindow::try_new(quota, counters)?, 8)
             }
             other => return Err(format!("no in-process twin for {other}").into()),
         };
@@ -314,7 +314,7 @@ fn short_windows_refill_and_expire() -> TestResult {
         return Ok(());
     };
     let rt = rt()?;
-    let quota = Quota::new(3, Duration::from_millis(300))?;
+    let quota = Quota::try_new(3, Duration::from_millis(300))?;
     for alg in ALGORITHMS {
         rt.block_on(async {
             let limiter = RedisLimiter::builder(alg, quota)
@@ -647,7 +647,7 @@ fn short_windows_hold_over_every_span() -> TestResult {
     };
     let rt = rt()?;
     let (limit, window) = (20u32, Duration::from_millis(400));
-    let quota = Quota::new(limit, window)?;
+    let quota = Quota::try_new(limit, window)?;
     for alg in [
         Algorithm::Gcra,
         Algorithm::TokenBucket,
@@ -974,7 +974,7 @@ fn high_rates_and_byte_costs_decide_as_the_in_process_limiters() -> TestResult {
         (Algorithm::Gcra, per_second(3_000_000, 65_536), &bytes),
         (
             Algorithm::TokenBucket,
-            Quota::new(100_000_000, Duration::from_secs(7))?.allow_burst(nz(100_000)),
+            Quota::try_new(100_000_000, Duration::from_secs(7))?.allow_burst(nz(100_000)),
             &bytes,
         ),
     ];

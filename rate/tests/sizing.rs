@@ -1,5 +1,5 @@
 //! The sketch limiter's sizing rule, checked on a simulated clock: at the
-//! size `dimensions_for_load` picks, keys within their quota lose at most
+//! size `shape_for_load` picks, keys within their quota lose at most
 //! the target fraction of their checks to collisions (the sketch admits at
 //! most that share fewer than the exact limiter on the same requests); well
 //! below that size, far more.
@@ -7,8 +7,9 @@
 
 use std::num::{NonZeroU32, NonZeroU64};
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::{Layout, Locator, SplitMix64};
-use weir_rate::sketch::dimensions_for_load;
+use weir_limits::sketch::SplitMix64;
+use weir_rate::sketch::shape_for_load;
+use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
 
 const KEYS: u64 = 2_000;
@@ -40,8 +41,10 @@ fn arrivals(seed: u64) -> Vec<(u64, u64)> {
 /// shape does not: (exact admissions − sketch admissions) / checks.
 fn wrong_denials(quota: Quota, hashes: usize, slots: usize, events: &[(u64, u64)]) -> f64 {
     let exact = KeyedLimiter::with_clock(Gcra::new(quota), ManualClock::new());
-    let locator = Locator::with_seed(hashes, slots, Layout::Rows, 11).unwrap();
-    let sketch = SketchLimiter::with_locator(quota, locator, ManualClock::new());
+    let shape = Shape::try_new(hashes, slots, Layout::Rows)
+        .unwrap()
+        .with_seed(11);
+    let sketch = SketchLimiter::with_clock(quota, shape, ManualClock::new());
     let (mut by_exact, mut by_sketch) = (0usize, 0usize);
     for &(now, key) in events {
         by_exact += usize::from(exact.check_n_at(&key, 1, now).unwrap().is_allowed());
@@ -58,7 +61,8 @@ fn at_the_rules_size_keys_within_quota_are_rarely_wrongly_denied() {
     let load = NonZeroU64::new((KEYS as f64 * KEY_RATE) as u64).unwrap();
     let events = arrivals(5);
     for target in [0.01, 0.05] {
-        let (hashes, slots) = dimensions_for_load(quota, load, target).unwrap();
+        let shape = shape_for_load(quota, load, target).unwrap();
+        let (hashes, slots) = (shape.hashes(), shape.slots());
         let at_size = wrong_denials(quota, hashes, slots, &events);
         assert!(
             at_size <= target,
@@ -79,7 +83,7 @@ fn the_rule_rejects_impossible_targets() {
     let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
     let load = NonZeroU64::new(1000).unwrap();
     for bad in [0.0, 1.0, -0.5, f64::NAN] {
-        assert!(dimensions_for_load(quota, load, bad).is_err(), "{bad}");
+        assert!(shape_for_load(quota, load, bad).is_err(), "{bad}");
     }
-    assert!(dimensions_for_load(quota, NonZeroU64::MAX, 1e-9).is_err());
+    assert!(shape_for_load(quota, NonZeroU64::MAX, 1e-9).is_err());
 }

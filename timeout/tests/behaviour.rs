@@ -67,7 +67,7 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn ready_future_arms_no_timer_and_starts_no_thread() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     assert_eq!(block_on(m.timeout(ms(100), ready(5))), Ok(5));
     let metrics = m.metrics();
     assert_eq!(metrics.sweeper_threads_started, 0);
@@ -77,7 +77,7 @@ fn ready_future_arms_no_timer_and_starts_no_thread() {
 
 #[test]
 fn creating_a_manager_starts_no_thread() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let _sleep = m.sleep(ms(10));
     let _timeout = m.timeout(ms(10), pending::<()>());
     assert_eq!(m.metrics().sweeper_threads_started, 0);
@@ -85,7 +85,7 @@ fn creating_a_manager_starts_no_thread() {
 
 #[test]
 fn pend_once_future_completes_and_cancels_its_timer() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     assert_eq!(
         block_on(m.timeout(Duration::from_secs(5), PendOnce(false))),
         Ok(9)
@@ -98,7 +98,7 @@ fn pend_once_future_completes_and_cancels_its_timer() {
 
 #[test]
 fn timeout_elapses_after_its_deadline_never_before() {
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     let start = Instant::now();
     let r = block_on(m.timeout(ms(20), pending::<()>()));
     assert_eq!(r, Err(Elapsed::new()));
@@ -131,7 +131,7 @@ fn inner_result_wins_over_a_passed_deadline() {
 
 #[test]
 fn zero_duration_fires_at_once_without_a_timer() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let waker = Waker::noop();
     let mut s = m.sleep(Duration::ZERO);
     assert_eq!(poll_once(&mut s, waker), Poll::Ready(()));
@@ -146,7 +146,7 @@ fn zero_duration_fires_at_once_without_a_timer() {
 
 #[test]
 fn duration_max_saturates_instead_of_panicking() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let waker = Waker::noop();
     let mut s = m.sleep(Duration::MAX);
     assert_eq!(poll_once(&mut s, waker), Poll::Pending);
@@ -166,7 +166,7 @@ fn duration_max_saturates_instead_of_panicking() {
 
 #[test]
 fn waiters_of_one_tick_share_one_timer() {
-    let m = TimerManager::new(Duration::from_secs(1)).unwrap();
+    let m = TimerManager::try_new(Duration::from_secs(1)).unwrap();
     let waker = Waker::noop();
     let mut sleeps: Vec<_> = (0..100).map(|_| m.sleep(Duration::from_secs(10))).collect();
     for s in &mut sleeps {
@@ -182,7 +182,7 @@ fn waiters_of_one_tick_share_one_timer() {
 fn a_ticks_timer_is_freed_when_its_last_waiter_drops() {
     // pingora keeps a cancelled tick's timer until its deadline: memory grows
     // with cancelled timeouts. Here it is freed with its last waiter.
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let waker = Waker::noop();
     let mut sleeps: Vec<_> = (0..1000u64)
         .map(|i| m.sleep(Duration::from_secs(60) + ms(10 * i)))
@@ -202,7 +202,7 @@ fn a_ticks_timer_is_freed_when_its_last_waiter_drops() {
 
 #[test]
 fn a_timer_dropped_on_another_thread_is_released() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let waker = Waker::noop();
     let mut sleeps: Vec<_> = (0..10u64)
         .map(|i| m.sleep(Duration::from_secs(60 + i)))
@@ -219,7 +219,7 @@ fn a_timer_dropped_on_another_thread_is_released() {
 
 #[test]
 fn a_repolled_waiter_is_woken_through_its_latest_waker() {
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     let first = Arc::new(CountingWaker::default());
     let second = Arc::new(CountingWaker::default());
     let mut s = m.sleep(ms(5));
@@ -239,7 +239,7 @@ fn a_repolled_waiter_is_woken_through_its_latest_waker() {
 #[test]
 fn the_sweeper_parks_while_no_timer_is_armed() {
     // pingora's clock thread wakes every 10 ms forever once started.
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     block_on(m.sleep(ms(3)));
     block_on(m.timeout(Duration::from_secs(5), PendOnce(false))).unwrap();
     assert_eq!(m.metrics().sweeper_threads_started, 1);
@@ -271,7 +271,7 @@ fn the_sweeper_parks_while_no_timer_is_armed() {
 #[test]
 fn timers_armed_during_a_fork_pause_do_not_fire_early() {
     // pingora hands out an already-fired timer while paused.
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     block_on(m.sleep(ms(2))); // the sweeper is running
     assert!(m.pause_for_fork());
     // Taken before the unpauser starts its 40 ms, so `took` below is at
@@ -302,7 +302,7 @@ fn many_tasks_on_a_multi_thread_runtime() {
         .enable_time()
         .build()
         .unwrap();
-    let m = TimerManager::new(ms(5)).unwrap();
+    let m = TimerManager::try_new(ms(5)).unwrap();
     rt.block_on(async {
         let mut handles = Vec::new();
         for i in 0..400u64 {
@@ -342,11 +342,11 @@ fn elapsed_converts_to_io_timed_out() {
 
 #[test]
 fn bad_resolutions_are_rejected() {
-    let e = TimerManager::new(Duration::ZERO).unwrap_err();
+    let e = TimerManager::try_new(Duration::ZERO).unwrap_err();
     assert_eq!(e.requested(), Duration::ZERO);
-    assert!(TimerManager::new(Duration::from_nanos(10)).is_err());
-    assert!(TimerManager::new(Duration::from_secs(7200)).is_err());
-    assert!(TimerManager::new(Duration::MAX).is_err());
+    assert!(TimerManager::try_new(Duration::from_nanos(10)).is_err());
+    assert!(TimerManager::try_new(Duration::from_secs(7200)).is_err());
+    assert!(TimerManager::try_new(Duration::MAX).is_err());
 }
 
 #[test]
@@ -361,7 +361,7 @@ fn timers_armed_across_many_ticks_never_fire_early() {
     // Arms a timer every ~100 µs for ~30 ticks, so the per-thread cache
     // window opens and closes many times; each timer must fire no earlier
     // than its duration after it was armed.
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     let d = ms(7);
     block_on(async {
         let mut tasks = Vec::new();
@@ -395,7 +395,7 @@ fn timers_armed_across_many_ticks_never_fire_early() {
 fn alternating_durations_share_the_cache_and_free_everything() {
     // Read and write timeouts in turn; the two durations often land on the
     // same tick, so one bucket can be cached under both.
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let waker = Waker::noop();
     for i in 0..2_000u64 {
         let d = Duration::from_secs(5) + ms(i % 2);
@@ -423,7 +423,7 @@ impl Wake for PanickingWaker {
 
 #[test]
 fn a_panicking_waker_does_not_stop_the_sweeper() {
-    let m = TimerManager::new(ms(1)).unwrap();
+    let m = TimerManager::try_new(ms(1)).unwrap();
     let mut bad = m.sleep(ms(2));
     assert_eq!(
         poll_once(&mut bad, &Waker::from(Arc::new(PanickingWaker))),
@@ -460,7 +460,7 @@ impl Wake for TaskOwningATimer {
 /// unlinks it under the table lock, which the cancel must not hold either.
 #[test]
 fn dropping_the_last_waker_on_cancel_does_not_deadlock() {
-    let m = TimerManager::new(ms(10)).unwrap();
+    let m = TimerManager::try_new(ms(10)).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let m2 = m.clone();
     std::thread::spawn(move || {
@@ -531,7 +531,7 @@ fn drop_counting_waker() -> (Waker, Arc<AtomicUsize>, Arc<AtomicUsize>) {
 /// stay pinned by the waker left in the free slot until the tick fired.
 #[test]
 fn a_cancelled_timer_releases_its_waker_at_once() {
-    let m = TimerManager::new(ms(20)).unwrap();
+    let m = TimerManager::try_new(ms(20)).unwrap();
     // Two waiters in one tick, so the bucket outlives the cancelled one.
     let (cancelled, mut kept, drops, wakes, kept_drops) = (0..100)
         .find_map(|_| {

@@ -41,7 +41,7 @@ fn timeout_at_fires_at_its_instant_and_lets_ready_futures_through() {
         assert!(timeout_at(at, pending::<()>()).await.is_err());
         assert!(Instant::now() >= at);
         assert_eq!(timeout_at(at, async { 7 }).await, Ok(7));
-        let manager = TimerManager::new(ms(5)).unwrap();
+        let manager = TimerManager::try_new(ms(5)).unwrap();
         let at = Instant::now() + ms(15);
         assert!(manager.timeout_at(at, pending::<()>()).await.is_err());
         assert!(Instant::now() >= at);

@@ -39,7 +39,7 @@ fn child_sleeps_work(manager: &weir_timeout::TimerManager) -> i32 {
 
 #[test]
 fn a_forked_child_fires_timers_without_a_gap() {
-    let manager = weir_timeout::TimerManager::new(Duration::from_millis(5)).unwrap();
+    let manager = weir_timeout::TimerManager::try_new(Duration::from_millis(5)).unwrap();
     // Start the sweeper in the parent and leave a timer armed.
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

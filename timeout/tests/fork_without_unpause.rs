@@ -90,7 +90,7 @@ fn fork_and_sleep_in_child(manager: &TimerManager, d: Duration) -> i32 {
 fn a_child_that_never_unpauses_fires_its_timers() {
     // Half-second ticks: a 20 ms sleep armed now belongs to tick 1, and the
     // thread's cache keeps answering "tick 1" for almost half a second.
-    let manager = TimerManager::new(Duration::from_millis(500)).unwrap();
+    let manager = TimerManager::try_new(Duration::from_millis(500)).unwrap();
     let d = Duration::from_millis(20);
     let noop = Waker::noop();
     let mut cx = Context::from_waker(noop);

@@ -63,7 +63,7 @@ fn sleep_and_timeout_work_without_a_time_driver() {
 #[test]
 fn a_paused_runtime_then_one_without_timers_on_the_same_thread() {
     // Hour-long ticks: both runtimes run in tick 0.
-    let m = TimerManager::new(Duration::from_secs(3600)).unwrap();
+    let m = TimerManager::try_new(Duration::from_secs(3600)).unwrap();
     let r = on_runtime_without_timers(move |rt| {
         let paused = tokio::runtime::Builder::new_current_thread()
             .enable_time()

@@ -20,7 +20,7 @@ fn on_new_thread(f: impl FnOnce() + Send + 'static) {
 fn a_new_thread_inherits_neither_the_paused_check_nor_the_cache() {
     // One tick is an hour: every arm below falls in the same tick, so a
     // memo or cache entry left by a previous thread would still be "valid".
-    let m = TimerManager::new(MAX_RESOLUTION).unwrap();
+    let m = TimerManager::try_new(MAX_RESOLUTION).unwrap();
 
     // 1. A paused test arms a timer (and records "paused" for this tick).
     let m1 = m.clone();

@@ -14,10 +14,13 @@
 //! * `api`   — compare each published crate's public API (rendered from
 //!   rustdoc's JSON) with its snapshot in `api/`; `--bless` rewrites the
 //!   snapshots. `test` runs the comparison, so an API change is a visible
-//!   diff in review.
+//!   diff in review. It also checks the constructor rule of
+//!   ARCHITECTURE.md on each listing and its crate's sources.
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.
+
+mod constructors;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -287,6 +290,17 @@ fn api(args: &[String]) -> Result<(), String> {
             .build()
             .map_err(|e| format!("reading {}: {e}", json.display()))?;
         let listing: String = api.items().map(|item| format!("{item}\n")).collect();
+        let crate_dir = package.trim_start_matches("weir-");
+        let mut broken = constructors::listing_violations(&listing);
+        broken.extend(constructors::panicking_constructors(
+            &workspace_root().join(crate_dir).join("src"),
+        ));
+        if !broken.is_empty() {
+            return Err(format!(
+                "{package} breaks the constructor rule (ARCHITECTURE.md, \"Constructors\"):\n  {}",
+                broken.join("\n  ")
+            ));
+        }
         let snapshot = snapshots.join(format!("{package}.txt"));
         let committed = std::fs::read_to_string(&snapshot).unwrap_or_default();
         if listing == committed {

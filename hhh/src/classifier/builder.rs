@@ -11,7 +11,7 @@ use crate::sync::AtomicU64;
 use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::clock::{Clock, MonotonicClock};
-use weir_limits::sketch::{Layout, Locator};
+use weir_limits::sketch::{Locator, Shape};
 use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 
 /// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
@@ -23,12 +23,6 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
 /// averages over `DEFAULT_WINDOW · 2^l` (100 ms at level 0, 1.6 s at level 4).
 pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
 
-/// Default number of cells per key in each sketch.
-pub const DEFAULT_CLASSIFIER_HASHES: usize = 2;
-
-/// Default number of slots per hash in each sketch (cells = hashes × slots).
-pub const DEFAULT_CLASSIFIER_SLOTS: usize = 1024;
-
 /// Configures and builds a [`Classifier`].
 ///
 /// ```
@@ -36,13 +30,12 @@ pub const DEFAULT_CLASSIFIER_SLOTS: usize = 1024;
 /// use weir_hhh::{Classifier, Prefixes};
 /// use weir_hhh::random::SeededRandom;
 /// use weir_hhh::clock::ManualClock;
-/// use weir_hhh::sketch::Layout;
+/// use weir_hhh::sketch::Shape;
 ///
 /// let clock = ManualClock::new();
 /// let rake = Classifier::builder(1_000)
 ///     .window(Duration::from_millis(200))
-///     .sketch(4, 4096)
-///     .layout(Layout::Rows)
+///     .shape(Shape::rows::<4, 4096>())
 ///     .prefixes(Prefixes { v6_exact: 64, ..Prefixes::default() })
 ///     .seed(42)
 ///     .clock(clock.clone())
@@ -57,11 +50,8 @@ pub struct ClassifierBuilder<C = MonotonicClock, R = ThreadRandom> {
     limit: u64,
     window: Duration,
     window_growth: u32,
-    hashes: usize,
-    slots: usize,
-    layout: Layout,
+    shape: Shape,
     prefixes: Prefixes,
-    seed: Option<u64>,
     clock: C,
     random: R,
 }
@@ -74,11 +64,8 @@ impl ClassifierBuilder {
             limit: limit_pps,
             window: DEFAULT_WINDOW,
             window_growth: DEFAULT_WINDOW_GROWTH,
-            hashes: DEFAULT_CLASSIFIER_HASHES,
-            slots: DEFAULT_CLASSIFIER_SLOTS,
-            layout: Layout::Rows,
+            shape: Classifier::DEFAULT_SHAPE,
             prefixes: Prefixes::default(),
-            seed: None,
             clock: MonotonicClock::new(),
             random: ThreadRandom,
         }
@@ -101,17 +88,15 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
         self
     }
 
-    /// Cells per key and slots per hash of every sketch (default
-    /// [`DEFAULT_CLASSIFIER_HASHES`] × [`DEFAULT_CLASSIFIER_SLOTS`]).
-    pub fn sketch(mut self, hashes: usize, slots: usize) -> Self {
-        self.hashes = hashes;
-        self.slots = slots;
-        self
-    }
-
-    /// The sketch layout (default [`Layout::Rows`]).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
+    /// The shape of every generalisation's sketch (default
+    /// [`Classifier::DEFAULT_SHAPE`]). Its seed, if it has one, seeds the
+    /// classifier as [`seed`](Self::seed) does; without one, a seed set
+    /// before is kept.
+    pub fn shape(mut self, shape: Shape) -> Self {
+        self.shape = match (shape.seed(), self.shape.seed()) {
+            (None, Some(seed)) => shape.with_seed(seed),
+            _ => shape,
+        };
         self
     }
 
@@ -124,7 +109,7 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// Fix the hash seed (reproducible runs). By default it is random, so
     /// nobody can aim collisions at a known hash function.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
+        self.shape = self.shape.with_seed(seed);
         self
     }
 
@@ -134,11 +119,8 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
             limit: self.limit,
             window: self.window,
             window_growth: self.window_growth,
-            hashes: self.hashes,
-            slots: self.slots,
-            layout: self.layout,
+            shape: self.shape,
             prefixes: self.prefixes,
-            seed: self.seed,
             clock,
             random: self.random,
         }
@@ -151,11 +133,8 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
             limit: self.limit,
             window: self.window,
             window_growth: self.window_growth,
-            hashes: self.hashes,
-            slots: self.slots,
-            layout: self.layout,
+            shape: self.shape,
             prefixes: self.prefixes,
-            seed: self.seed,
             clock: self.clock,
             random,
         }
@@ -195,16 +174,18 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
         if self.window_growth == 0 {
             return Err(ClassifierConfigError::ZeroWindowGrowth);
         }
-        let mut windows = [EwmaWindow::new(self.window)?.one_event(); LEVELS];
+        let mut windows = [EwmaWindow::try_new(self.window)?.one_event(); LEVELS];
         let mut window = self.window;
         for w in windows.iter_mut().skip(1) {
             window = window
                 .checked_mul(self.window_growth)
                 .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
-            *w = EwmaWindow::new(window)?.one_event();
+            *w = EwmaWindow::try_new(window)?.one_event();
         }
-        let seed = self.seed.unwrap_or_else(random_seed);
-        let locator = Locator::with_seed(self.hashes, self.slots, self.layout, seed)?;
+        // One seed for the generalisations' hash keys and the cells'
+        // positions, so a fixed seed reproduces both.
+        let seed = self.shape.seed().unwrap_or_else(random_seed);
+        let locator = Locator::new(self.shape.with_seed(seed));
         let p = self.prefixes;
         Ok(Params {
             limit: FixedRate::from_per_second(self.limit),

@@ -96,10 +96,7 @@ mod verdict;
 
 #[cfg(feature = "bpf")]
 pub(crate) use builder::Params;
-pub use builder::{
-    ClassifierBuilder, DEFAULT_CLASSIFIER_HASHES, DEFAULT_CLASSIFIER_SLOTS, DEFAULT_WINDOW,
-    DEFAULT_WINDOW_GROWTH,
-};
+pub use builder::{ClassifierBuilder, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH};
 pub use verdict::{LevelStats, Limited, Stats, Verdict};
 
 use hashing::{Digest, Keys, digest, generalised_hash, generalised_hash_dyn};
@@ -113,7 +110,7 @@ use crate::tuple::{FourTuple, ParseError};
 use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::clock::{Clock, MonotonicClock};
-use weir_limits::sketch::Locator;
+use weir_limits::sketch::{Locator, Shape};
 use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
 /// Cells per block (one block = the cells a blocked key can use).
@@ -140,7 +137,7 @@ struct Block([Cell; BLOCK_CELLS]);
 /// ```
 /// use weir_hhh::{Classifier, FourTuple};
 ///
-/// let rake = Classifier::new(1_000).unwrap(); // 1000 packets/s per generalisation
+/// let rake = Classifier::try_new(1_000).unwrap(); // 1000 packets/s per generalisation
 /// let tuple = FourTuple::from_socket_addrs(
 ///     "192.0.2.10:5353".parse().unwrap(),
 ///     "198.51.100.1:53".parse().unwrap(),
@@ -167,9 +164,14 @@ pub struct Classifier<C = MonotonicClock, R = ThreadRandom> {
 }
 
 impl Classifier {
+    /// The shape of each generalisation's sketch unless
+    /// [`ClassifierBuilder::shape`] says otherwise: 2 × 1024, rows layout.
+    pub const DEFAULT_SHAPE: Shape = Shape::rows::<2, 1024>();
+
     /// A classifier with the default configuration and a limit of
-    /// `limit_pps` packets per second for every generalisation.
-    pub fn new(limit_pps: u64) -> Result<Self, ClassifierConfigError> {
+    /// `limit_pps` packets per second for every generalisation, or
+    /// [`ClassifierConfigError::ZeroLimit`].
+    pub fn try_new(limit_pps: u64) -> Result<Self, ClassifierConfigError> {
         Self::builder(limit_pps).build()
     }
 
@@ -406,7 +408,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// use weir_hhh::Classifier;
     ///
     /// // 12 sketches × 2 × 1024 cells × 16 bytes.
-    /// assert!(Classifier::new(1).unwrap().memory_bytes() >= 12 * 2048 * 16);
+    /// assert!(Classifier::try_new(1).unwrap().memory_bytes() >= 12 * 2048 * 16);
     /// ```
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.blocks) + std::mem::size_of::<Self>()
@@ -489,7 +491,7 @@ mod tests {
             packets in proptest::collection::vec((0u8..4, 0u16..3, 0u8..2, -2_000_000i64..20_000_000), 1..300),
         ) {
             let rake = Classifier::builder(limit)
-                .sketch(hashes, 16)
+                .shape(Shape::try_new(hashes, 16, weir_limits::Layout::Rows).unwrap())
                 .seed(5)
                 .random(SeededRandom::new(5))
                 .build()
@@ -547,7 +549,7 @@ mod tests {
     #[test]
     fn bad_configurations_are_typed_errors() {
         assert_eq!(
-            Classifier::new(0).unwrap_err(),
+            Classifier::try_new(0).unwrap_err(),
             ClassifierConfigError::ZeroLimit
         );
         assert_eq!(
@@ -557,9 +559,13 @@ mod tests {
                 .unwrap_err(),
             ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
         );
+        // A shape without a seed keeps the one set before it.
+        let shape = Shape::rows::<2, 64>();
+        let seeded = |b: ClassifierBuilder| b.build().unwrap().locator().shape().seed();
+        assert_eq!(seeded(Classifier::builder(1).seed(3).shape(shape)), Some(3));
         assert_eq!(
-            Classifier::builder(1).sketch(0, 8).build().unwrap_err(),
-            ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroHashes)
+            seeded(Classifier::builder(1).seed(3).shape(shape.with_seed(4))),
+            Some(4)
         );
         assert!(matches!(
             Classifier::builder(1)
@@ -571,7 +577,7 @@ mod tests {
                 .build(),
             Err(ClassifierConfigError::InvalidPrefix { family: "IPv6", .. })
         ));
-        let rake = Classifier::new(5).unwrap();
+        let rake = Classifier::try_new(5).unwrap();
         assert_eq!(rake.set_limit(0), Err(ClassifierConfigError::ZeroLimit));
         assert_eq!(rake.limit(), FixedRate::from_per_second(5));
     }

@@ -113,7 +113,7 @@ pub struct LevelStats {
 /// ```
 /// use weir_hhh::Classifier;
 ///
-/// let rake = Classifier::new(100).unwrap();
+/// let rake = Classifier::try_new(100).unwrap();
 /// let s = rake.stats();
 /// assert_eq!((s.total(), s.passed(), s.dropped()), (0, 0, 0));
 /// ```

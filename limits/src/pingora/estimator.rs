@@ -48,7 +48,10 @@ impl Estimator {
     /// let _ = Estimator::new(4, 0); // "invalid Estimator dimensions: ..."
     /// ```
     pub fn new(hashes: usize, slots: usize) -> Self {
-        Self(crate::Estimator::new(hashes, slots))
+        match crate::Estimator::try_new(hashes, slots) {
+            Ok(estimator) => Self(estimator),
+            Err(e) => panic!("invalid Estimator dimensions: {e}"),
+        }
     }
 
     /// Add `value` to `key`; returns the key's new estimate.

@@ -40,7 +40,7 @@
 //!   what [`Guard::incr`](inflight::Guard::incr) added.
 //!
 //! Beyond pingora's surface the types implement `Debug`, and
-//! [`Rate::with_clock`](rate::Rate::with_clock) takes an injectable clock
+//! [`Rate::try_with_clock`](rate::Rate::try_with_clock) takes an injectable clock
 //! for tests.
 
 pub mod estimator;

@@ -45,7 +45,7 @@ impl From<crate::RateComponents> for RateComponents {
 /// use weir_limits::pingora::rate::{Rate, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 ///
 /// let clock = ManualClock::new();
-/// let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+/// let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
 /// rate.observe(&"k", 10);
 /// clock.advance(Duration::from_millis(1250));
 /// rate.observe(&"k", 4);
@@ -86,7 +86,7 @@ fn proportional(c: RateComponents) -> f64 {
 ///   (pingora subtracts timestamps read by different threads).
 /// * A zero interval, or one over 2⁶⁴ ns, panics in the constructor.
 /// * It is generic over a [`Clock`], defaulting to weir's monotonic clock,
-///   so that tests can drive time by hand ([`with_clock`](Self::with_clock));
+///   so that tests can drive time by hand ([`try_with_clock`](Self::try_with_clock));
 ///   `Rate` alone names the default.
 pub struct Rate<C: Clock = MonotonicClock>(crate::Rate<C>);
 
@@ -97,7 +97,10 @@ impl Rate<MonotonicClock> {
     ///
     /// If `interval` is zero or longer than 2⁶⁴ ns.
     pub fn new(interval: Duration) -> Self {
-        Self(crate::Rate::new(interval))
+        match crate::Rate::try_new(interval) {
+            Ok(rate) => Self(rate),
+            Err(e) => panic!("invalid Rate interval: {e}"),
+        }
     }
 
     /// A rate over `interval` whose sketches have `hashes` rows of `slots`
@@ -116,13 +119,10 @@ impl Rate<MonotonicClock> {
     /// On a bad `interval` as [`new`](Self::new), and on bad dimensions as
     /// [`Estimator::new`](super::estimator::Estimator::new).
     pub fn new_with_estimator_config(interval: Duration, hashes: usize, slots: usize) -> Self {
-        let built = crate::Estimator::builder()
-            .hashes(hashes)
-            .slots(slots)
-            .locator()
+        let built = crate::Shape::try_new(hashes, slots, crate::Layout::Rows)
             .map_err(|e| format!("invalid Estimator dimensions: {e}"))
-            .and_then(|locator| {
-                crate::Rate::with_locator(interval, locator, MonotonicClock::new())
+            .and_then(|shape| {
+                crate::Rate::try_with_shape(interval, shape, MonotonicClock::new())
                     .map_err(|e| format!("invalid Rate interval: {e}"))
             });
         match built {
@@ -141,13 +141,13 @@ impl<C: Clock> Rate<C> {
     /// use weir_limits::pingora::rate::Rate;
     ///
     /// let clock = ManualClock::new();
-    /// let rate = Rate::with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+    /// let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
     /// rate.observe(&"k", 5);
     /// clock.advance(Duration::from_secs(1));
     /// assert_eq!(rate.rate(&"k"), 5.0);
     /// ```
-    pub fn with_clock(interval: Duration, clock: C) -> Result<Self, crate::ConfigError> {
-        crate::Rate::with_clock(interval, clock).map(Self)
+    pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, crate::ConfigError> {
+        crate::Rate::try_with_clock(interval, clock).map(Self)
     }
 
     /// Events per second of `key` in the latest complete interval; 0 when

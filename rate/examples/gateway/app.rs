@@ -51,7 +51,8 @@ fn client_ip<B>(request: &Request<B>) -> Option<IpAddr> {
 
 /// The quota the per-IP limit enforces.
 pub fn quota(config: &GatewayConfig) -> Quota {
-    Quota::new(config.limit.get(), config.window).expect("a non-zero limit over a non-zero window")
+    Quota::try_new(config.limit.get(), config.window)
+        .expect("a non-zero limit over a non-zero window")
 }
 
 /// The router with an in-process per-IP limit.

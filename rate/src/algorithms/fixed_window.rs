@@ -137,7 +137,7 @@ mod tests {
     /// second 10 frees their place.
     #[test]
     fn a_refund_returns_only_to_the_window_it_was_charged_to() {
-        let fw = FixedWindow::new(Quota::new(10, Duration::from_secs(1)).unwrap());
+        let fw = FixedWindow::new(Quota::try_new(10, Duration::from_secs(1)).unwrap());
         let mut s = fw.new_state(0);
         let first = fw.check(&mut s, 999 * MS, 10, Mode::Consume).unwrap();
         let second = fw.check(&mut s, 1000 * MS, 10, Mode::Consume).unwrap();

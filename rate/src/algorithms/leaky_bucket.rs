@@ -12,7 +12,7 @@ use std::time::Duration;
 ///   overflow it is denied. This is the token bucket seen from the other
 ///   side (the water level is the tokens spent) and allows exactly the same
 ///   requests; weir keeps one implementation of the arithmetic.
-/// * [`LeakyBucket::shaper`]: a queue drained at a constant rate. Every
+/// * [`LeakyBucket::try_shaper`]: a queue drained at a constant rate. Every
 ///   admitted request is given a [`Decision::delay`] to wait so that units
 ///   leave exactly `T = window / limit` apart; a request whose last unit
 ///   would wait longer than `max_delay` is denied (the queue is full). The
@@ -30,7 +30,7 @@ use std::time::Duration;
 /// use weir_rate::{LeakyBucket, Limiter, Mode, Quota};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
-/// let shaper = LeakyBucket::shaper(quota, Duration::from_millis(250)).unwrap();
+/// let shaper = LeakyBucket::try_shaper(quota, Duration::from_millis(250)).unwrap();
 /// let mut s = shaper.new_state(0);
 /// let delays: Vec<_> = (0..3)
 ///     .map(|_| shaper.check(&mut s, 0, 1, Mode::Consume).unwrap().delay())
@@ -68,7 +68,7 @@ impl LeakyBucket {
 
     /// A shaper releasing one unit every `window / limit` (rounded up to
     /// whole nanoseconds) and queueing at most `max_delay` of waiting.
-    pub fn shaper(quota: Quota, max_delay: Duration) -> Result<Self, QuotaError> {
+    pub fn try_shaper(quota: Quota, max_delay: Duration) -> Result<Self, QuotaError> {
         let max_delay =
             u64::try_from(max_delay.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;
         Ok(Self {
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn a_refund_never_hands_out_a_departure_already_promised() {
         let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
-        let shaper = LeakyBucket::shaper(quota, Duration::from_millis(250)).unwrap();
+        let shaper = LeakyBucket::try_shaper(quota, Duration::from_millis(250)).unwrap();
         let mut s = shaper.new_state(0);
         let admit = |s: &mut LeakyState| shaper.check(s, 0, 1, Mode::Consume).unwrap();
         let a = admit(&mut s);

@@ -171,7 +171,7 @@ mod tests {
     const SEC: u64 = 1_000_000_000;
 
     fn two_per_ten_seconds() -> (SlidingLog, SlidingLogState) {
-        let log = SlidingLog::new(Quota::new(2, Duration::from_secs(10)).unwrap());
+        let log = SlidingLog::new(Quota::try_new(2, Duration::from_secs(10)).unwrap());
         let s = log.new_state(0);
         (log, s)
     }

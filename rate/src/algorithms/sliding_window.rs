@@ -31,7 +31,7 @@ use crate::quota::{Quota, QuotaError};
 /// use weir_rate::{Limiter, Mode, Quota, SlidingWindow};
 ///
 /// let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
-/// let sw = SlidingWindow::new(quota, 2).unwrap(); // Cloudflare's approximation
+/// let sw = SlidingWindow::try_new(quota, 2).unwrap(); // Cloudflare's approximation
 /// let mut s = sw.new_state(0);
 /// let sec = 1_000_000_000u64;
 /// assert!(sw.check(&mut s, 30 * sec, 90, Mode::Consume).unwrap().is_allowed());
@@ -59,7 +59,7 @@ pub struct SlidingWindowState {
 
 impl SlidingWindow {
     /// A sliding-window counter over `counters ≥ 2` sub-window counters.
-    pub fn new(quota: Quota, counters: u32) -> Result<Self, QuotaError> {
+    pub fn try_new(quota: Quota, counters: u32) -> Result<Self, QuotaError> {
         if counters < 2 {
             return Err(QuotaError::BadSubWindows { counters });
         }
@@ -311,7 +311,8 @@ mod tests {
     /// refund for B, whose sub-window still counts, frees its weight.
     #[test]
     fn a_refund_returns_only_to_a_sub_window_that_still_counts() {
-        let sw = SlidingWindow::new(Quota::new(2, Duration::from_secs(10)).unwrap(), 2).unwrap();
+        let sw =
+            SlidingWindow::try_new(Quota::try_new(2, Duration::from_secs(10)).unwrap(), 2).unwrap();
         let mut s = sw.new_state(0);
         let at = |t: u64, s: &mut SlidingWindowState| sw.check(s, t, 1, Mode::Consume).unwrap();
         let a = at(0, &mut s);
@@ -328,8 +329,8 @@ mod tests {
     }
 
     fn sliding(counters: u32) -> SlidingWindow {
-        let quota = Quota::new(100, Duration::from_secs(60)).unwrap();
-        SlidingWindow::new(quota, counters).unwrap()
+        let quota = Quota::try_new(100, Duration::from_secs(60)).unwrap();
+        SlidingWindow::try_new(quota, counters).unwrap()
     }
 
     /// A state built under one N and read by a limiter with another (a

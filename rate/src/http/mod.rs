@@ -35,4 +35,4 @@ pub use key::{
 pub use ratelimit::{KeyedCheck, RateLimitFuture, RateLimitLayer, RateLimitService};
 /// The in-flight counter [`InflightLayer::with_inflight`] shares and its
 /// guard, re-exported so depending on weir-rate is enough.
-pub use weir_limits::{EstimatorBuilder, Inflight, InflightGuard};
+pub use weir_limits::{Inflight, InflightGuard, Shape};

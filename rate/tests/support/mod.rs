@@ -79,7 +79,7 @@ impl Spec {
     }
 
     pub fn quota(&self) -> Result<Quota, Box<dyn Error>> {
-        Ok(Quota::new(self.limit, self.window)?)
+        Ok(Quota::try_new(self.limit, self.window)?)
     }
 
     fn encode(&self) -> String {

@@ -101,7 +101,7 @@ impl Drop for Inner {
 /// use std::time::Duration;
 /// use weir_timeout::TimerManager;
 ///
-/// let manager = TimerManager::new(Duration::from_millis(1)).unwrap();
+/// let manager = TimerManager::try_new(Duration::from_millis(1)).unwrap();
 /// assert_eq!(manager.metrics().sweeper_threads_started, 0);
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// manager.sleep(Duration::from_millis(2)).await;
@@ -166,7 +166,7 @@ impl std::error::Error for InvalidResolution {}
 /// use std::time::Duration;
 /// use weir_timeout::TimerManager;
 ///
-/// let fine = TimerManager::new(Duration::from_millis(1)).unwrap();
+/// let fine = TimerManager::try_new(Duration::from_millis(1)).unwrap();
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let slept = std::time::Instant::now();
 /// fine.sleep(Duration::from_millis(3)).await;
@@ -192,10 +192,10 @@ impl TimerManager {
     /// use std::time::Duration;
     /// use weir_timeout::TimerManager;
     ///
-    /// assert!(TimerManager::new(Duration::from_millis(5)).is_ok());
-    /// assert!(TimerManager::new(Duration::ZERO).is_err());
+    /// assert!(TimerManager::try_new(Duration::from_millis(5)).is_ok());
+    /// assert!(TimerManager::try_new(Duration::ZERO).is_err());
     /// ```
-    pub fn new(resolution: Duration) -> Result<Self, InvalidResolution> {
+    pub fn try_new(resolution: Duration) -> Result<Self, InvalidResolution> {
         if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&resolution) {
             return Err(InvalidResolution {
                 requested: resolution,
@@ -227,7 +227,7 @@ impl TimerManager {
     /// assert_eq!(TimerManager::global().resolution(), DEFAULT_RESOLUTION);
     /// ```
     pub fn global() -> &'static TimerManager {
-        GLOBAL.get_or_init(|| TimerManager::new(DEFAULT_RESOLUTION).expect("valid default"))
+        GLOBAL.get_or_init(|| TimerManager::try_new(DEFAULT_RESOLUTION).expect("valid default"))
     }
 
     /// The tick length.

@@ -29,7 +29,7 @@ pub struct TimerManager(crate::TimerManager);
 
 impl Default for TimerManager {
     fn default() -> Self {
-        match crate::TimerManager::new(crate::DEFAULT_RESOLUTION) {
+        match crate::TimerManager::try_new(crate::DEFAULT_RESOLUTION) {
             Ok(manager) => Self(manager),
             Err(e) => unreachable!("the default resolution is valid: {e}"),
         }
