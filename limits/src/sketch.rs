@@ -373,11 +373,14 @@ const MAX_CELLS: u128 = 1 << 32;
 #[derive(Debug, Clone)]
 pub struct Locator {
     state: ahash::RandomState,
-    shape: Shape,
+    // The hot path's fields (state, layout, hashes, span) stay together;
+    // the shape is kept only to be handed back.
+    layout: Layout,
     hashes: u8,
     /// Rows: counters per row. Blocked: number of cache lines.
     span: u64,
     cells: usize,
+    shape: Shape,
 }
 
 impl Locator {
@@ -400,10 +403,11 @@ impl Locator {
         };
         Self {
             state,
-            shape,
+            layout: shape.layout,
             hashes: shape.hashes,
             span: span as u64,
             cells,
+            shape,
         }
     }
 
@@ -430,7 +434,7 @@ impl Locator {
     /// again without hashing twice.
     #[inline]
     pub fn locate_hash(&self, hash: u64) -> Location {
-        match self.shape.layout {
+        match self.layout {
             // Lanes `start + i·step (mod 8)` with an odd step are distinct
             // for i < 8; 8 starts × 4 steps give 32 lane patterns.
             Layout::Blocked => Location {
@@ -471,7 +475,7 @@ impl Locator {
     /// The layout in use.
     #[inline]
     pub fn layout(&self) -> Layout {
-        self.shape.layout
+        self.layout
     }
 }
 
