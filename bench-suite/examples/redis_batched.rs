@@ -9,8 +9,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_bench_suite::redis::load;
+use weir_rate::Gcra;
 use weir_rate::Quota;
-use weir_rate::redis::{Algorithm, Batching, FailurePolicy, RedisLimiter, Target};
+use weir_rate::redis::{Batching, FailurePolicy, RedisLimiter, Target};
 use weir_test_support::redis_server::RedisServer;
 
 fn main() {
@@ -49,7 +50,7 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let quota = Quota::per_second(NonZeroU32::new(1_000_000).unwrap_or(NonZeroU32::MIN));
-    let mut builder = RedisLimiter::builder(Algorithm::Gcra, quota)
+    let mut builder = RedisLimiter::builder(Gcra::new(quota))
         .timeout(Duration::from_secs(1))
         .on_failure(FailurePolicy::Closed);
     if batched {

@@ -29,10 +29,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_rate::Quota;
 use weir_rate::redis::{
-    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimiter, Source, Target,
+    Batching, FailurePolicy, PreAggregation, RedisLimiter, RedisLimiterBuilder, Source, Target,
 };
+use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// A minimal token bucket, the baseline for "one script per decision".
@@ -49,12 +49,50 @@ redis.call('HSET', KEYS[1], 'n', n, 'ts', now) \
 redis.call('PEXPIRE', KEYS[1], 60000) \
 return ok";
 
+/// The scripts the report measures, each run over the section's quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// [`TokenBucket`].
+    TokenBucket,
+    /// [`Gcra`].
+    Gcra,
+    /// [`FixedWindow`].
+    FixedWindow,
+    /// [`SlidingWindow`] over two counters (Cloudflare's).
+    SlidingWindow2,
+}
+
+impl Algorithm {
+    /// A limiter builder running this algorithm over `quota`.
+    pub fn over(self, quota: Quota) -> RedisLimiterBuilder {
+        match self {
+            Self::TokenBucket => RedisLimiter::builder(TokenBucket::new(quota)),
+            Self::Gcra => RedisLimiter::builder(Gcra::new(quota)),
+            Self::FixedWindow => RedisLimiter::builder(FixedWindow::new(quota)),
+            Self::SlidingWindow2 => RedisLimiter::builder(
+                SlidingWindow::try_new(quota, 2).expect("two counters fit any quota"),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::TokenBucket => "token bucket",
+            Self::Gcra => "GCRA",
+            Self::FixedWindow => "fixed window",
+            Self::SlidingWindow2 => "sliding-window counter (2 counters)",
+        })
+    }
+}
+
 /// The algorithms the report measures.
 pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::TokenBucket,
     Algorithm::Gcra,
     Algorithm::FixedWindow,
-    Algorithm::SlidingWindow { counters: 2 },
+    Algorithm::SlidingWindow2,
 ];
 
 /// What one load run measured.
@@ -335,7 +373,8 @@ pub fn run(report: &mut Report) {
     let dur = scale.pick(Duration::from_millis(900), Duration::from_secs(3));
     let target = Target::server(server.url());
     let connect = |alg: Algorithm, quota: Quota, batched: bool, hot: Option<PreAggregation>| {
-        let mut b = RedisLimiter::builder(alg, quota)
+        let mut b = alg
+            .over(quota)
             .prefix(format!("bench{}", if batched { "b" } else { "" }))
             .timeout(Duration::from_secs(1))
             .on_failure(FailurePolicy::Closed);
@@ -484,7 +523,8 @@ pub fn run(report: &mut Report) {
         // each run on a fresh prefix so the bucket starts full.
         let mut ls = Vec::new();
         for i in 0..2 {
-            let mut b = RedisLimiter::builder(Algorithm::Gcra, tight)
+            let mut b = Algorithm::Gcra
+                .over(tight)
                 .prefix(format!("adm{}{}", u8::from(pre), i / 2))
                 .timeout(Duration::from_secs(1))
                 .on_failure(FailurePolicy::Closed);

@@ -20,13 +20,14 @@
 //!   Redis with batched calls of bare scripts and of weir's GCRA script: the
 //!   most decisions a second this Redis can make, whatever the client.
 
+use crate::redis::Algorithm;
 use crate::redis::kps;
 use crate::report::{Scale, Table};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use weir_rate::Quota;
-use weir_rate::redis::{Algorithm, FailurePolicy, RedisLimiter, Target};
+use weir_rate::redis::{FailurePolicy, RedisLimiter, Target};
 use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// A script call as a limiter sends it, for replaying: its script's SHA1
@@ -293,7 +294,7 @@ pub fn instructions(
     for &alg in algorithms {
         let limiter = rt
             .block_on(
-                RedisLimiter::builder(alg, quota)
+                alg.over(quota)
                     .prefix("cg")
                     .timeout(Duration::from_secs(30))
                     .on_failure(FailurePolicy::Closed)

@@ -14,6 +14,9 @@
 //!   memory, never looser than exact). All offer peek, cost-weighted checks,
 //!   run-time quota changes without a burst and a shadow (dry-run) mode;
 //!   time comes from an injectable [`Clock`](clock::Clock).
+//! * One way to ask any keyed limiter, in process or on Redis, for a key:
+//!   [`CheckKey`] (answers at once) and [`CheckKeyAsync`] (answers with a
+//!   future); the tower layer and the Redis fallback take these.
 //!
 //! The algorithms' error bounds are listed in [`algorithms`].
 //!
@@ -30,6 +33,7 @@
 //! ```
 
 pub mod algorithms;
+mod check;
 pub mod decision;
 pub mod ewma;
 #[cfg(feature = "tower")]
@@ -49,6 +53,7 @@ pub mod clock {
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+pub use check::{CheckKey, CheckKeyAsync};
 pub use decision::{Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};

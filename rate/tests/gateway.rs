@@ -32,8 +32,9 @@ async fn start(config: app::GatewayConfig) -> SocketAddr {
 /// Serve a gateway whose per-IP limit lives in the Redis server at `url`
 /// under `prefix`, on a free loopback port until the test's runtime ends.
 async fn start_on_redis(config: &app::GatewayConfig, url: String, prefix: &str) -> SocketAddr {
-    use weir_rate::redis::{Algorithm, RedisLimiter, Target};
-    let limiter = RedisLimiter::builder(Algorithm::Gcra, app::quota(config))
+    use weir_rate::Gcra;
+    use weir_rate::redis::{RedisLimiter, Target};
+    let limiter = RedisLimiter::builder(Gcra::new(app::quota(config)))
         .prefix(prefix)
         .connect(Target::server(url))
         .await

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 use weir_rate::redis::{
-    Algorithm, Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, Source,
-    Target,
+    Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, Source, Target,
 };
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
@@ -64,11 +63,11 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
             Algorithm::SlidingWindow { counters } => {
                 local_pattern(SlidingWindow::try_new(quota, counters)?, 8)
             }
-            other => return Err(format!("no in-process twin for {other}").into()),
         };
         let prefix = unique_prefix("match");
         let (got, last_reset): (Vec<(bool, u32)>, Duration) = rt.block_on(async {
-            let limiter = RedisLimiter::builder(alg, quota)
+            let limiter = alg
+                .builder(quota)
                 .prefix(prefix.clone())
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url()))
@@ -143,7 +142,8 @@ fn batches_mixing_keys_decide_each_key_once_and_in_order() -> TestResult {
     for alg in ALGORITHMS {
         server.cli(&["CONFIG", "RESETSTAT"])?;
         let per_key: Vec<Vec<u32>> = rt.block_on(async {
-            let limiter = RedisLimiter::builder(alg, quota)
+            let limiter = alg
+                .builder(quota)
                 .prefix(unique_prefix("mixed"))
                 .on_failure(FailurePolicy::Closed)
                 .batching(Batching::default())
@@ -196,7 +196,8 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
     let quota = Quota::per_hour(nz(10));
     for alg in ALGORITHMS {
         let (remaining, calls, last) = rt.block_on(async {
-            let limiter = RedisLimiter::builder(alg, quota)
+            let limiter = alg
+                .builder(quota)
                 .prefix(unique_prefix("costs"))
                 .on_failure(FailurePolicy::Closed)
                 .batching(Batching::default())
@@ -246,11 +247,10 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
     let state_bytes = |alg: Algorithm| match alg {
         Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::FixedWindow => 16,
         Algorithm::SlidingWindow { counters } => 16 * counters as usize,
-        _ => 0,
     };
     let connect = |alg: Algorithm, prefix: &str| {
         rt.block_on(
-            RedisLimiter::builder(alg, quota)
+            alg.builder(quota)
                 .prefix(prefix)
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url())),
@@ -317,7 +317,8 @@ fn short_windows_refill_and_expire() -> TestResult {
     let quota = Quota::try_new(3, Duration::from_millis(300))?;
     for alg in ALGORITHMS {
         rt.block_on(async {
-            let limiter = RedisLimiter::builder(alg, quota)
+            let limiter = alg
+                .builder(quota)
                 .prefix(unique_prefix("refill"))
                 .connect(Target::server(server.url()))
                 .await?;
@@ -406,7 +407,7 @@ fn hot_key_leases_never_exceed_the_limit() -> TestResult {
         for _ in 0..3 {
             // Three "instances", each with its own leases.
             limiters.push(
-                RedisLimiter::builder(Algorithm::Gcra, quota)
+                RedisLimiter::builder(Gcra::new(quota))
                     .prefix(prefix.clone())
                     .pre_aggregate(hot)
                     .connect(Target::server(server.url()))
@@ -458,7 +459,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
     let rt = rt()?;
     rt.block_on(async {
         let timeout = Duration::from_millis(200);
-        let mut b = RedisLimiter::builder(Algorithm::TokenBucket, Quota::per_second(nz(1_000_000)))
+        let mut b = RedisLimiter::builder(TokenBucket::new(Quota::per_second(nz(1_000_000))))
             .prefix(unique_prefix("kill"))
             .timeout(timeout)
             .backoff(Duration::from_millis(50))
@@ -533,7 +534,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
         );
         assert!(total.get(&expect).copied().unwrap_or(0) > 0, "{total:?}");
         // And correct decisions afterwards: exactly the quota on a fresh key.
-        let fresh = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(7)))
+        let fresh = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(7))))
             .prefix(unique_prefix("after"))
             .on_failure(FailurePolicy::Closed)
             .connect(Target::server(server.url()))
@@ -622,13 +623,13 @@ fn unreachable_at_start_is_an_error_not_a_hang() -> TestResult {
             .local_addr()?
             .port();
         let start = Instant::now();
-        let r = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(NonZeroU32::MIN))
+        let r = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
             .timeout(Duration::from_millis(100))
             .connect(Target::server(format!("redis://127.0.0.1:{port}/")))
             .await;
         assert!(r.is_err());
         assert!(start.elapsed() < Duration::from_secs(10));
-        let bad = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(NonZeroU32::MIN))
+        let bad = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
             .prefix("a{b")
             .connect(Target::server("redis://127.0.0.1:1/"))
             .await;
@@ -658,7 +659,8 @@ fn short_windows_hold_over_every_span() -> TestResult {
             // Two "instances" with their own connections, 4 tasks each.
             let mut limiters = Vec::new();
             for batched in [false, true] {
-                let mut b = RedisLimiter::builder(alg, quota)
+                let mut b = alg
+                    .builder(quota)
                     .prefix(prefix.clone())
                     .timeout(Duration::from_secs(2));
                 if batched {
@@ -767,7 +769,7 @@ fn stalled_server_is_answered_by_the_deadline() -> TestResult {
     rt.block_on(async {
         let timeout = Duration::from_millis(100);
         for batched in [false, true] {
-            let mut b = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(nz(1_000_000)))
+            let mut b = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1_000_000))))
                 .prefix(unique_prefix("stall"))
                 .timeout(timeout)
                 .backoff(Duration::from_millis(20))
@@ -852,7 +854,7 @@ fn a_late_caller_does_not_time_out_its_batch() -> TestResult {
     let rt = rt()?;
     rt.block_on(async {
         let timeout = Duration::from_millis(600);
-        let limiter = RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(nz(1_000_000)))
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1_000_000))))
             .prefix(unique_prefix("late"))
             .timeout(timeout)
             .on_failure(FailurePolicy::Closed)
@@ -984,7 +986,8 @@ fn high_rates_and_byte_costs_decide_as_the_in_process_limiters() -> TestResult {
             _ => local_costs(TokenBucket::new(quota), costs)?,
         };
         let (got, calls) = rt.block_on(async {
-            let limiter = RedisLimiter::builder(alg, quota)
+            let limiter = alg
+                .builder(quota)
                 .prefix(unique_prefix("exact"))
                 .timeout(Duration::from_secs(5))
                 .on_failure(FailurePolicy::Closed)
@@ -1059,7 +1062,7 @@ fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
         for alg in [Algorithm::TokenBucket, Algorithm::Gcra] {
             let prefix = unique_prefix("requota");
             let connect = |quota: Quota| {
-                RedisLimiter::builder(alg, quota)
+                alg.builder(quota)
                     .prefix(prefix.clone())
                     .on_failure(FailurePolicy::Closed)
                     .connect(Target::server(server.url()))
@@ -1133,7 +1136,7 @@ fn a_dropped_lease_fetch_does_not_stall_its_key() -> TestResult {
     rt.block_on(async {
         let timeout = Duration::from_secs(2);
         for batched in [false, true] {
-            let mut b = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(10_000)))
+            let mut b = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(10_000))))
                 .prefix(unique_prefix("dropped"))
                 .timeout(timeout)
                 .on_failure(FailurePolicy::Closed)
@@ -1219,7 +1222,7 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
     ];
     for (what, batching, timeout) in cases {
         rt.block_on(async {
-            let limiter = RedisLimiter::builder(Algorithm::Gcra, Quota::per_hour(nz(1_000_000)))
+            let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1_000_000))))
                 .prefix(unique_prefix("shed"))
                 .timeout(timeout)
                 .backoff(Duration::from_secs(1))
@@ -1312,7 +1315,7 @@ fn former_state_format_is_read_not_reset() -> TestResult {
         (Algorithm::TokenBucket, -3 * unit_us), // empty three units ago
     ] {
         let limiter = rt.block_on(
-            RedisLimiter::builder(alg, quota)
+            alg.builder(quota)
                 .prefix(unique_prefix("former"))
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url())),

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use support::*;
-use weir_rate::Quota;
-use weir_rate::redis::{
-    Algorithm, Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot,
-};
+use weir_rate::redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot};
+use weir_rate::{Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::redis_server::RedisCluster;
 
 /// Entry point of the worker processes (does nothing when run normally).
@@ -99,7 +97,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
     let victim = cluster.master_of(victim_slot)?;
     let timeout = Duration::from_millis(300);
     let limiter = rt.block_on(
-        RedisLimiter::builder(Algorithm::TokenBucket, Quota::per_second(nz(1_000_000)))
+        RedisLimiter::builder(TokenBucket::new(Quota::per_second(nz(1_000_000))))
             .prefix(unique_prefix("fo"))
             .timeout(timeout)
             .backoff(Duration::from_millis(50))
@@ -108,7 +106,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
             .connect(Target::cluster(urls.clone())),
     )?;
     let plain = rt.block_on(
-        RedisLimiter::builder(Algorithm::Gcra, Quota::per_second(nz(1_000_000)))
+        RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1_000_000))))
             .prefix(unique_prefix("fo"))
             .timeout(timeout)
             .backoff(Duration::from_millis(50))
@@ -223,15 +221,12 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
     // quota for a fresh key in the same slot.
     assert_eq!(cluster.master_of(victim_slot)?, promoted);
     rt.block_on(async {
-        let fresh = RedisLimiter::builder(
-            Algorithm::SlidingWindow { counters: 2 },
-            Quota::per_hour(nz(7)),
-        )
-        .prefix(unique_prefix("after"))
-        .on_failure(FailurePolicy::Closed)
-        .timeout(Duration::from_secs(2))
-        .connect(Target::cluster(urls))
-        .await?;
+        let fresh = RedisLimiter::builder(SlidingWindow::try_new(Quota::per_hour(nz(7)), 2)?)
+            .prefix(unique_prefix("after"))
+            .on_failure(FailurePolicy::Closed)
+            .timeout(Duration::from_secs(2))
+            .connect(Target::cluster(urls))
+            .await?;
         let mut allowed = 0;
         for _ in 0..20 {
             let v = fresh.check_verbose("victim", 1).await?;

@@ -10,7 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_rate::http::{InflightLayer, KeyFn, KeyedCheck, PeerIp, RateLimitLayer};
+use weir_rate::CheckKeyAsync;
+use weir_rate::http::{InflightLayer, KeyFn, PeerIp, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// What the gateway enforces.
@@ -70,7 +71,7 @@ pub fn router_on_redis(config: &GatewayConfig, limiter: weir_rate::redis::RedisL
 /// The router with its limits: per-IP rate limit outside (429), per-route
 /// in-flight limit inside (503), so a slow origin sheds load before it
 /// piles up, and a refused request is not charged to the in-flight count.
-fn router_with<Ch: KeyedCheck<IpAddr>>(config: &GatewayConfig, per_ip: Arc<Ch>) -> Router {
+fn router_with<Ch: CheckKeyAsync<IpAddr>>(config: &GatewayConfig, per_ip: Arc<Ch>) -> Router {
     let rate = RateLimitLayer::shared(per_ip, KeyFn::new(client_ip))
         .policy_name("per-ip")
         .cost_fn(|req: &Request<axum::body::Body>| if req.uri().path() == "/heavy" { 5 } else { 1 })

@@ -59,14 +59,12 @@ async fn main() -> std::io::Result<()> {
     let router = match redis {
         None => app::router(&config),
         Some(url) => {
-            let limiter = weir_rate::redis::RedisLimiter::builder(
-                weir_rate::redis::Algorithm::Gcra,
-                app::quota(&config),
-            )
-            .prefix("gateway")
-            .connect(weir_rate::redis::Target::server(url))
-            .await
-            .map_err(std::io::Error::other)?;
+            let limiter =
+                weir_rate::redis::RedisLimiter::builder(weir_rate::Gcra::new(app::quota(&config)))
+                    .prefix("gateway")
+                    .connect(weir_rate::redis::Target::server(url))
+                    .await
+                    .map_err(std::io::Error::other)?;
             println!("per-IP limit shared through Redis");
             app::router_on_redis(&config, limiter)
         }

@@ -32,7 +32,7 @@ pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightService,
 pub use key::{
     ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
 };
-pub use ratelimit::{KeyedCheck, RateLimitFuture, RateLimitLayer, RateLimitService};
+pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
 /// The in-flight counter [`InflightLayer::with_inflight`] shares and its
 /// guard, re-exported so depending on weir-rate is enough.
 pub use weir_limits::{Inflight, InflightGuard, Shape};

@@ -3,75 +3,20 @@
 //! `RateLimit` fields on every response.
 //!
 //! The limiter is anything that can decide for a key: an exact
-//! [`KeyedLimiter`], a bounded-memory [`SketchLimiter`], or a distributed
-//! backend. That is the [`KeyedCheck`] trait; its check returns a future so
-//! that a network-backed limiter fits, while in-process limiters return an
-//! already-completed one.
+//! [`KeyedLimiter`](crate::KeyedLimiter), a bounded-memory
+//! [`SketchLimiter`](crate::SketchLimiter), or the Redis limiter. That is
+//! [`CheckKeyAsync`]; in-process limiters answer it with an
+//! already-completed future, which the service polls once and never boxes.
 
 use super::key::KeyExtractor;
 use super::response::{Rejection, reject};
-use crate::{
-    Decision, KeyedLimiter, Limiter, NeverAllowed, PolicyName, SketchLimiter, clock::Clock,
-};
+use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
-use std::future::{Future, Ready, ready};
-use std::hash::Hash;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
-
-/// A per-key rate decision, possibly asynchronous.
-pub trait KeyedCheck<K>: Send + Sync + 'static {
-    /// The future of one decision (`Unpin`: a boxed future or an
-    /// already-completed one).
-    type Future: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static;
-
-    /// Decide (and spend when allowed) `cost` units for `key`.
-    fn check_key(&self, key: K, cost: u32) -> Self::Future;
-}
-
-impl<K, L, C> KeyedCheck<K> for KeyedLimiter<K, L, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    L: Limiter + Clone + 'static,
-    L::State: 'static,
-    C: Clock + 'static,
-{
-    type Future = Ready<Result<Decision, NeverAllowed>>;
-
-    fn check_key(&self, key: K, cost: u32) -> Self::Future {
-        ready(self.check_n(&key, cost))
-    }
-}
-
-impl<K, C> KeyedCheck<K> for SketchLimiter<C>
-where
-    K: Hash + Send + 'static,
-    C: Clock + 'static,
-{
-    type Future = Ready<Result<Decision, NeverAllowed>>;
-
-    fn check_key(&self, key: K, cost: u32) -> Self::Future {
-        ready(self.check_n(&key, cost))
-    }
-}
-
-/// A Redis-backed limiter decides for any key it can name: the key's
-/// `Display` form becomes the Redis key (inside the limiter's hash tag).
-#[cfg(feature = "redis")]
-impl<K> KeyedCheck<K> for crate::redis::RedisLimiter
-where
-    K: std::fmt::Display + Send + 'static,
-{
-    type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
-
-    fn check_key(&self, key: K, cost: u32) -> Self::Future {
-        let limiter = self.clone();
-        let key = key.to_string();
-        Box::pin(async move { limiter.check_n(&key, cost).await })
-    }
-}
 
 /// A quota's `(limit, window)` and its rendered `RateLimit-Policy` value.
 type PolicyHeader = ((u32, std::time::Duration), HeaderValue);
@@ -336,7 +281,7 @@ where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    Ch: KeyedCheck<X::Key>,
+    Ch: CheckKeyAsync<X::Key>,
     X: KeyExtractor<B>,
     B: Send + 'static,
     ResBody: Default + Send + 'static,
@@ -354,7 +299,7 @@ where
             return answered(reject(Rejection::NoKey));
         };
         let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
-        let mut check = self.layer.checker.check_key(key, cost);
+        let mut check = self.layer.checker.check_key_async(&key, cost);
         // In-process limiters are ready at once; only a limiter that must
         // wait (a network round trip) needs the boxed path.
         let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -397,7 +342,7 @@ where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    Ch: KeyedCheck<X::Key>,
+    Ch: CheckKeyAsync<X::Key>,
     X: KeyExtractor<B>,
     B: Send + 'static,
     ResBody: Default + Send + 'static,
@@ -469,7 +414,7 @@ fn never_allowed<B: Default>(never: NeverAllowed, status: StatusCode) -> Respons
 mod tests {
     use super::*;
     use crate::http::{GlobalKey, KeyFn};
-    use crate::{FixedWindow, Quota};
+    use crate::{FixedWindow, KeyedLimiter, Quota};
     use std::convert::Infallible;
     use std::num::NonZeroU32;
     use std::time::Duration;
@@ -578,11 +523,11 @@ mod tests {
     /// A checker that answers only after a real wait, like a network backend.
     struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
 
-    impl KeyedCheck<()> for Slow {
+    impl CheckKeyAsync<()> for Slow {
         type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
-        fn check_key(&self, key: (), cost: u32) -> Self::Future {
-            let outcome = self.0.check_n(&key, cost);
+        fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+            let outcome = self.0.check_n(key, cost);
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 outcome

@@ -17,7 +17,7 @@
 //!
 //! # Design
 //!
-//! * **Atomicity.** Each algorithm ([`Algorithm`]: token bucket, GCRA, fixed
+//! * **Atomicity.** Each algorithm ([`RedisAlgorithm`]: token bucket, GCRA, fixed
 //!   window, sliding-window counter) is one Lua script that reads the key,
 //!   decides and writes it back. Redis runs a script to completion before
 //!   serving anyone else, so two instances can never both spend the last
@@ -63,7 +63,7 @@
 //! * **Failure policy.** Every call has a deadline ([`RedisLimiterBuilder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
-//!   ask an in-process [`Fallback`] limiter — and never waits longer than
+//!   ask an in-process limiter ([`CheckKey`](crate::CheckKey)) — and never waits longer than
 //!   the deadline, never sees a panic. After a failure, Redis is skipped
 //!   for a short back-off ([`RedisLimiterBuilder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
@@ -106,12 +106,12 @@
 //! ```no_run
 //! use std::num::NonZeroU32;
 //! use std::time::Duration;
-//! use weir_rate::Quota;
-//! use weir_rate::redis::{Algorithm, FailurePolicy, RedisLimiter, Target};
+//! use weir_rate::{Gcra, Quota};
+//! use weir_rate::redis::{FailurePolicy, RedisLimiter, Target};
 //!
 //! # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
 //! let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
-//! let limiter = RedisLimiter::builder(Algorithm::Gcra, quota)
+//! let limiter = RedisLimiter::builder(Gcra::new(quota))
 //!     .prefix("api")
 //!     .timeout(Duration::from_millis(50))
 //!     .on_failure(FailurePolicy::Open)
@@ -135,12 +135,13 @@ mod failure;
 mod hot;
 mod scripts;
 
-pub use algorithm::Algorithm;
+use algorithm::Algorithm;
+pub use algorithm::RedisAlgorithm;
 pub use batch::Batching;
 pub use builder::RedisLimiterBuilder;
 pub use conn::Target;
 pub use error::RedisLimitError;
-pub use failure::{FailurePolicy, Fallback};
+pub use failure::FailurePolicy;
 pub use hot::PreAggregation;
 
 use crate::decision::{Decision, NeverAllowed};
@@ -148,6 +149,8 @@ use crate::quota::Quota;
 use call::Core;
 use scripts::Raw;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -198,7 +201,7 @@ pub enum Source {
     Lease,
     /// [`FailurePolicy::Open`].
     FailOpen,
-    /// [`FailurePolicy::Closed`] (also a [`Fallback`] that had no answer).
+    /// [`FailurePolicy::Closed`] (also a local limiter that can never allow the cost).
     FailClosed,
     /// [`FailurePolicy::Local`].
     Local,
@@ -270,24 +273,24 @@ impl fmt::Debug for RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// Start configuring a limiter running `algorithm` over `quota`.
+    /// Start configuring a limiter running `algorithm` (with its quota),
+    /// the same value an in-process limiter would take.
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::Quota;
-    /// use weir_rate::redis::{Algorithm, RedisLimiter};
+    /// use weir_rate::redis::RedisLimiter;
+    /// use weir_rate::{Gcra, Quota};
     ///
     /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
-    /// let builder = RedisLimiter::builder(Algorithm::SlidingWindow { counters: 2 }, quota)
-    ///     .prefix("login");
+    /// let builder = RedisLimiter::builder(Gcra::new(quota)).prefix("login");
     /// # let _ = builder;
     /// ```
-    pub fn builder(algorithm: Algorithm, quota: Quota) -> RedisLimiterBuilder {
+    pub fn builder(algorithm: impl RedisAlgorithm) -> RedisLimiterBuilder {
+        let (algorithm, quota) = algorithm::script_of(&algorithm);
         RedisLimiterBuilder::new(algorithm, quota)
     }
 
-    /// The algorithm.
-    pub fn algorithm(&self) -> Algorithm {
+    pub(crate) fn algorithm(&self) -> Algorithm {
         self.inner.algorithm
     }
 
@@ -450,5 +453,18 @@ impl RedisLimiter {
         };
         let down = cells[i].load(Ordering::Relaxed);
         down != 0 && self.inner.now_nanos() < down
+    }
+}
+
+/// The Redis limiter decides for any key it can name: the key's `Display`
+/// form becomes the Redis key (inside the limiter's hash tag), so the
+/// tower layer can limit by IP address, user id or any other key.
+impl<Q: fmt::Display + ?Sized> crate::CheckKeyAsync<Q> for RedisLimiter {
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
+        let limiter = self.clone();
+        let key = key.to_string();
+        Box::pin(async move { limiter.check_n(&key, cost).await })
     }
 }

@@ -9,8 +9,8 @@ use std::error::Error;
 use std::num::NonZeroU32;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use weir_rate::Quota;
-use weir_rate::redis::{Algorithm, RedisLimiter, Source, Target};
+use weir_rate::redis::{RedisLimiter, RedisLimiterBuilder, Source, Target};
+use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 
 pub type TestResult = Result<(), Box<dyn Error>>;
 
@@ -23,6 +23,40 @@ pub fn unique_prefix(name: &str) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("t-{name}-{}-{nanos}", std::process::id())
+}
+
+/// The Redis scripts by kind, for tests that run each over the same quota
+/// (the limiter itself takes the algorithm value, quota included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    TokenBucket,
+    Gcra,
+    FixedWindow,
+    SlidingWindow { counters: u32 },
+}
+
+impl Algorithm {
+    /// A limiter builder running this algorithm over `quota`.
+    ///
+    /// # Panics
+    ///
+    /// If a sliding window's counters do not fit `quota`.
+    pub fn builder(self, quota: Quota) -> RedisLimiterBuilder {
+        match self {
+            Self::TokenBucket => RedisLimiter::builder(TokenBucket::new(quota)),
+            Self::Gcra => RedisLimiter::builder(Gcra::new(quota)),
+            Self::FixedWindow => RedisLimiter::builder(FixedWindow::new(quota)),
+            Self::SlidingWindow { counters } => RedisLimiter::builder(
+                SlidingWindow::try_new(quota, counters).expect("counters that fit the quota"),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&alg_name(*self))
+    }
 }
 
 pub const ALGORITHMS: [Algorithm; 4] = [
@@ -38,7 +72,6 @@ pub fn alg_name(a: Algorithm) -> String {
         Algorithm::Gcra => "gcra".into(),
         Algorithm::FixedWindow => "fw".into(),
         Algorithm::SlidingWindow { counters } => format!("sw{counters}"),
-        _ => "?".into(),
     }
 }
 
@@ -118,7 +151,9 @@ impl Spec {
     }
 
     pub async fn limiter(&self) -> Result<RedisLimiter, Box<dyn Error>> {
-        let mut b = RedisLimiter::builder(self.algorithm, self.quota()?)
+        let mut b = self
+            .algorithm
+            .builder(self.quota()?)
             .prefix(self.prefix.clone())
             .timeout(Duration::from_secs(2));
         if self.batched {
