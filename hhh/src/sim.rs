@@ -166,12 +166,12 @@ impl StreamOutcome {
 
 /// What happened to every stream of a scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct ScenarioOutcome {
     /// One entry per stream, in the scenario's order.
     pub streams: Vec<StreamOutcome>,
 }
 
-impl Outcome {
+impl ScenarioOutcome {
     /// The outcome of the stream called `name`.
     pub fn stream(&self, name: &str) -> Option<&StreamOutcome> {
         self.streams.iter().find(|s| s.name == name)
@@ -244,7 +244,7 @@ fn arrival(stream: &Stream, k: u64) -> u64 {
 pub fn run<C: Clock, R: RandomSource>(
     scenario: &Scenario,
     classifier: &Classifier<C, R>,
-) -> Outcome {
+) -> ScenarioOutcome {
     run_with(
         scenario,
         |tuple, now| classifier.classify_at(tuple, now),
@@ -259,7 +259,7 @@ pub fn run_with(
     scenario: &Scenario,
     mut classify: impl FnMut(&FourTuple, u64) -> Verdict,
     epoch: Duration,
-) -> Outcome {
+) -> ScenarioOutcome {
     let end = u64::try_from(scenario.duration.as_nanos()).unwrap_or(u64::MAX);
     let epoch = u64::try_from(epoch.as_nanos()).unwrap_or(u64::MAX);
     let seconds = scenario.duration.as_secs_f64().ceil() as usize;
@@ -308,7 +308,7 @@ pub fn run_with(
             _ => out.forwarded[second] += 1,
         }
     }
-    Outcome { streams: outcomes }
+    ScenarioOutcome { streams: outcomes }
 }
 
 /// The rakelimit paper's scenarios (and rakelimit's own attack-propagation

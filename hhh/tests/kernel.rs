@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use weir_hhh::kernel::{KernelFilter, KernelStats, ethernet_frame};
 use weir_hhh::random::{RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, Outcome, Port, Scenario, Stream};
+use weir_hhh::sim::{self, Addr, ScenarioOutcome, Port, Scenario, Stream};
 use weir_hhh::sketch::{Layout, Shape};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{
@@ -138,8 +138,8 @@ fn replay_both(
 
 /// Both sides of a replay.
 struct Replayed {
-    user: Outcome,
-    kernel: Outcome,
+    user: ScenarioOutcome,
+    kernel: ScenarioOutcome,
     stats: KernelStats,
     rake: Classifier<weir_hhh::clock::MonotonicClock, SharedCoin>,
     filter: KernelFilter,
@@ -212,7 +212,7 @@ fn v6_scenario_1() -> Scenario {
 }
 
 /// Per stream: packets sent, passed and dropped at each level.
-fn summary(o: &Outcome) -> Vec<(String, u64, u64, [u64; 5])> {
+fn summary(o: &ScenarioOutcome) -> Vec<(String, u64, u64, [u64; 5])> {
     o.streams
         .iter()
         .map(|s| {
@@ -324,7 +324,7 @@ fn kernel_random_coin_holds_the_same_rates_as_the_classifier() {
     // with probability ~limit/100 = 1/4, a binomial over ~5 900 packets
     // (sd ~0.6 pps; seven 30-second runs of the kernel spread with sd 1.3
     // pps, so ~0.9 here). 4 pps is over 4 sd from the limit.
-    let rate = |o: &Outcome, s: &str| o.stream(s).unwrap().forwarded_rate_after(1);
+    let rate = |o: &ScenarioOutcome, s: &str| o.stream(s).unwrap().forwarded_rate_after(1);
     let (k, u) = (rate(&kernel, "flood"), rate(&user, "flood"));
     assert!(
         (k - u).abs() < 5.0,
