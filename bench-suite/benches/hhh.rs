@@ -8,6 +8,7 @@ use std::hint::black_box;
 use weir_bench_suite::hhh::{tuples, unlimited};
 use weir_hhh::FourTuple;
 use weir_hhh::tuple::udp_packet;
+use weir_limits::clock::Timestamp;
 use weir_limits::sketch::Layout;
 
 fn classify(c: &mut Criterion) {
@@ -22,7 +23,7 @@ fn classify(c: &mut Criterion) {
                 b.iter(|| {
                     for t in &input {
                         now += 100;
-                        let _ = black_box(rake.classify_at(t, now));
+                        let _ = black_box(rake.classify_at(t, Timestamp::from_nanos(now)));
                     }
                 })
             });
@@ -38,7 +39,7 @@ fn classify(c: &mut Criterion) {
             for p in &packets {
                 now += 100;
                 if let Ok(t) = FourTuple::parse(p) {
-                    let _ = black_box(rake.classify_at(&t, now));
+                    let _ = black_box(rake.classify_at(&t, Timestamp::from_nanos(now)));
                 }
             }
         })

@@ -16,6 +16,7 @@ use weir_hhh::sim::{self, Scenario};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
+use weir_limits::clock::Timestamp;
 use weir_limits::sketch::{Layout, Shape};
 
 /// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
@@ -115,7 +116,7 @@ pub fn time_classify<R: RandomSource>(
     rounds: usize,
 ) -> Timing {
     time_packets(tuples, rounds, |t, now| {
-        let _ = black_box(rake.classify_at(t, now));
+        let _ = black_box(rake.classify_at(t, Timestamp::from_nanos(now)));
     })
 }
 
@@ -127,7 +128,7 @@ pub fn time_parse_classify<R: RandomSource>(
 ) -> Timing {
     time_packets(packets, rounds, |p, now| {
         if let Ok(t) = FourTuple::parse(p) {
-            let _ = black_box(rake.classify_at(&t, now));
+            let _ = black_box(rake.classify_at(&t, Timestamp::from_nanos(now)));
         }
     })
 }

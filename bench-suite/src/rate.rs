@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
-use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock};
+use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, SketchLimiter, SlidingLog,
     SlidingWindow, TokenBucket,
@@ -716,8 +716,16 @@ fn allowed_on_a_timed_stream(keys: &[u32]) -> (u64, u64) {
     let (mut by_exact, mut by_sketch) = (0, 0);
     for (i, key) in keys.iter().enumerate() {
         let now = i as u64 * step;
-        by_exact += u64::from(exact.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
-        by_sketch += u64::from(sketch.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
+        by_exact += u64::from(
+            exact
+                .check_n_at(key, 1, Timestamp::from_nanos(now))
+                .is_ok_and(|d| d.is_allowed()),
+        );
+        by_sketch += u64::from(
+            sketch
+                .check_n_at(key, 1, Timestamp::from_nanos(now))
+                .is_ok_and(|d| d.is_allowed()),
+        );
     }
     (by_exact, by_sketch)
 }

@@ -51,7 +51,7 @@ pub mod udp;
 /// The clocks a [`Classifier`] reads ([`ClassifierBuilder::clock`]), re-exported so
 /// depending on weir-hhh is enough to drive one by hand.
 pub mod clock {
-    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock};
+    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 }
 
 /// Sketch shapes ([`ClassifierBuilder::shape`]) and the locator a [`Classifier`]

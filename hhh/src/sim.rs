@@ -42,7 +42,7 @@ use crate::random::RandomSource;
 use crate::tuple::FourTuple;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-use weir_limits::clock::Clock;
+use weir_limits::clock::{Clock, Timestamp};
 
 /// Where a stream's addresses come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +247,7 @@ pub fn run<C: Clock, R: RandomSource>(
 ) -> ScenarioOutcome {
     run_with(
         scenario,
-        |tuple, now| classifier.classify_at(tuple, now),
+        |tuple, now| classifier.classify_at(tuple, Timestamp::from_nanos(now)),
         classifier.window(),
     )
 }

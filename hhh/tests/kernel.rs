@@ -14,9 +14,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use weir_hhh::clock::Timestamp;
 use weir_hhh::kernel::{KernelFilter, KernelStats, ethernet_frame};
 use weir_hhh::random::{RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, ScenarioOutcome, Port, Scenario, Stream};
+use weir_hhh::sim::{self, Addr, Port, Scenario, ScenarioOutcome, Stream};
 use weir_hhh::sketch::{Layout, Shape};
 use weir_hhh::tuple::udp_packet;
 use weir_hhh::{
@@ -104,7 +105,7 @@ fn replay_both(
         |tuple, now| {
             coin.0
                 .store((coins.next_u64() >> 32) as u32, Ordering::Relaxed);
-            rake.classify_at(tuple, now)
+            rake.classify_at(tuple, Timestamp::from_nanos(now))
         },
         epoch,
     );
@@ -296,7 +297,11 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         for tuple in representatives(&scenario) {
             for g in Generalisation::ALL {
                 let k = filter.estimate_at(&tuple, g, end).unwrap();
-                assert_eq!(k, rake.estimate_at(&tuple, g, end), "{name}: {tuple} {g}");
+                assert_eq!(
+                    k,
+                    rake.estimate_at(&tuple, g, Timestamp::from_nanos(end)),
+                    "{name}: {tuple} {g}"
+                );
             }
         }
         // The scenario must exercise the limiter, or agreement is trivial.
@@ -792,8 +797,11 @@ fn reflection_flood_on_ipv4_loopback() {
         );
         let now = 1_000_000_000 + (k as f64 / rate * 1e9) as u64;
         expect += u64::from(
-            rake.classify_at(&FourTuple::from_socket_addrs(src, dst), now)
-                .is_pass(),
+            rake.classify_at(
+                &FourTuple::from_socket_addrs(src, dst),
+                Timestamp::from_nanos(now),
+            )
+            .is_pass(),
         );
     }
     let (got, expect) = (flood_got as f64, expect as f64);

@@ -10,6 +10,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use std::sync::atomic::{AtomicBool, Ordering};
+use weir_hhh::clock::Timestamp;
 use weir_hhh::random::ConstantRandom;
 use weir_hhh::{Classifier, FixedRate, FourTuple, Generalisation};
 
@@ -37,11 +38,11 @@ fn racing_updates_lose_at_most_an_event() {
         let other = Arc::clone(&rake);
         let now = 1_000;
         let h = thread::spawn(move || {
-            let v = other.classify_at(&tuple(), now);
+            let v = other.classify_at(&tuple(), Timestamp::from_nanos(now));
             assert_eq!(v.limited().map(|l| l.level), Some(0), "{v}");
             assert!(v.is_pass(), "{v}");
         });
-        let v = rake.classify_at(&tuple(), now);
+        let v = rake.classify_at(&tuple(), Timestamp::from_nanos(now));
         assert_eq!(v.limited().map(|l| l.level), Some(0), "{v}");
         h.join().unwrap();
         // One event adds 1/window = 10 pps at level 0 (100 ms window).
@@ -49,7 +50,7 @@ fn racing_updates_lose_at_most_an_event() {
         // update's error bound.)
         let near = |rate: FixedRate, pps: f64| (rate.as_f64() - pps).abs() < 1e-3;
         for g in Generalisation::at_level(0) {
-            let rate = rake.estimate_at(&tuple(), *g, now);
+            let rate = rake.estimate_at(&tuple(), *g, Timestamp::from_nanos(now));
             assert!(near(rate, 10.0) || near(rate, 20.0), "{g}: {rate}");
             if near(rate, 10.0) {
                 LOST.store(true, Ordering::Relaxed);

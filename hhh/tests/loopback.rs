@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 use weir_hhh::clock::ManualClock;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, ScenarioOutcome, Port, Scenario, Stream};
+use weir_hhh::sim::{self, Addr, Port, Scenario, ScenarioOutcome, Stream};
 use weir_hhh::udp::GuardedUdpSocket;
 use weir_hhh::{Classifier, Verdict};
 

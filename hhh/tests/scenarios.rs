@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 use weir_hhh::clock::ManualClock;
+use weir_hhh::clock::Timestamp;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Port, Scenario, Stream, paper};
 use weir_hhh::{AddrScope, Classifier, Generalisation, PortScope, Verdict};
@@ -270,7 +271,10 @@ fn classify_reads_the_injected_clock() {
     for i in 0..200u64 {
         clock.set(Duration::from_millis(100 + i * 20));
         let now = 100_000_000 + i * 20_000_000;
-        assert_eq!(a.classify(&t), b.classify_at(&t, now));
+        assert_eq!(
+            a.classify(&t),
+            b.classify_at(&t, Timestamp::from_nanos(now))
+        );
     }
     assert_eq!(a.stats(), b.stats());
     assert!(matches!(a.classify(&t), Verdict::Drop(_)));

@@ -4,11 +4,16 @@
 //! Every time-dependent structure in weir takes its clock as a value instead
 //! of calling `Instant::now()` itself, so tests drive time by hand with a
 //! [`ManualClock`] and production code gets the [`MonotonicClock`] by default.
-//! Time is a plain `u64` of nanoseconds (good for 584 years) because that is
-//! what fits in one atomic word; consumers compute with saturating arithmetic
-//! so that a clock stepped backwards (possible with a manual clock) reads as
-//! "no time passed" instead of wrapping.
+//! Inside, time is a plain `u64` of nanoseconds (good for 584 years) because
+//! that is what fits in one atomic word; consumers compute with saturating
+//! arithmetic so that a clock stepped backwards (possible with a manual
+//! clock) reads as "no time passed" instead of wrapping. Where a caller
+//! hands a time to a structure (to judge a batch of requests at one
+//! reading, or to replay a trace), it passes a [`Timestamp`] of that
+//! structure's own clock type, so a reading of one clock cannot be given
+//! to a structure running on another.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +34,98 @@ use std::time::{Duration, Instant};
 pub trait Clock: Send + Sync {
     /// Nanoseconds elapsed since this clock's epoch.
     fn now_nanos(&self) -> u64;
+
+    /// The current time as a [`Timestamp`] of this clock.
+    fn now(&self) -> Timestamp<Self>
+    where
+        Self: Sized,
+    {
+        Timestamp::from_nanos(self.now_nanos())
+    }
+}
+
+/// A reading of a clock of type `C`: nanoseconds since that clock's epoch.
+/// Structures that take a time from their caller take it as a
+/// `Timestamp` of their own clock type, so the compiler rejects a reading
+/// of a different clock.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_limits::clock::{Clock, ManualClock, Timestamp};
+///
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_millis(5));
+/// let now = clock.now();
+/// assert_eq!(now.as_nanos(), 5_000_000);
+/// assert_eq!(now + Duration::from_millis(1), Timestamp::from_nanos(6_000_000));
+/// ```
+pub struct Timestamp<C> {
+    nanos: u64,
+    clock: PhantomData<fn() -> C>,
+}
+
+impl<C> Timestamp<C> {
+    /// The time `nanos` nanoseconds after the clock's epoch (for replaying
+    /// recorded times; live code reads [`Clock::now`]).
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self {
+            nanos,
+            clock: PhantomData,
+        }
+    }
+
+    /// Nanoseconds since the clock's epoch.
+    pub const fn as_nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// Time from `earlier` to this one; zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Self) -> Duration {
+        Duration::from_nanos(self.nanos.saturating_sub(earlier.nanos))
+    }
+}
+
+/// Saturates at the end of the clock's range (584 years after its epoch).
+impl<C> std::ops::Add<Duration> for Timestamp<C> {
+    type Output = Self;
+
+    fn add(self, rhs: Duration) -> Self {
+        Self::from_nanos(self.nanos.saturating_add(duration_to_nanos(rhs)))
+    }
+}
+
+// By hand: derives would demand the same traits of the clock type.
+impl<C> Clone for Timestamp<C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C> Copy for Timestamp<C> {}
+impl<C> PartialEq for Timestamp<C> {
+    fn eq(&self, other: &Self) -> bool {
+        self.nanos == other.nanos
+    }
+}
+impl<C> Eq for Timestamp<C> {}
+impl<C> PartialOrd for Timestamp<C> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<C> Ord for Timestamp<C> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.nanos.cmp(&other.nanos)
+    }
+}
+impl<C> std::hash::Hash for Timestamp<C> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.nanos.hash(state);
+    }
+}
+impl<C> std::fmt::Debug for Timestamp<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Timestamp({} ns)", self.nanos)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {

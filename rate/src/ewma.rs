@@ -54,7 +54,7 @@ use crate::sync::Mutex;
 use std::fmt;
 use std::time::Duration;
 use weir_limits::ConfigError;
-use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
@@ -341,13 +341,13 @@ impl<C: Clock> Ewma<C> {
     /// Record `events` events now; returns the new rate.
     #[inline]
     pub fn record(&self, events: u64) -> FixedRate {
-        self.record_at(self.clock.now_nanos(), events)
+        self.record_at(self.clock.now(), events)
     }
 
-    /// Record `events` events at `now_ns` on this estimator's clock.
-    pub fn record_at(&self, now_ns: u64, events: u64) -> FixedRate {
+    /// Record `events` events at `now` on this estimator's clock.
+    pub fn record_at(&self, now: Timestamp<C>, events: u64) -> FixedRate {
         let mut state = self.state.lock();
-        let now = now_ns.max(state.last_ns);
+        let now = now.as_nanos().max(state.last_ns);
         let rate = self
             .window
             .update_fixed(state.rate, now - state.last_ns, events);
@@ -358,14 +358,15 @@ impl<C: Clock> Ewma<C> {
     /// The rate now, decayed since the last event (nothing is stored).
     #[inline]
     pub fn rate(&self) -> FixedRate {
-        self.rate_at(self.clock.now_nanos())
+        self.rate_at(self.clock.now())
     }
 
-    /// The rate at `now_ns`, decayed since the last event.
-    pub fn rate_at(&self, now_ns: u64) -> FixedRate {
+    /// The rate at `now` on this estimator's clock, decayed since the last
+    /// event.
+    pub fn rate_at(&self, now: Timestamp<C>) -> FixedRate {
         let state = *self.state.lock();
         self.window
-            .decay_fixed(state.rate, now_ns.saturating_sub(state.last_ns))
+            .decay_fixed(state.rate, now.as_nanos().saturating_sub(state.last_ns))
     }
 }
 

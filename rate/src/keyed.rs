@@ -10,7 +10,7 @@
 //! sweeping is amortised O(1) per insert. Decisions are exact; compare
 //! [`SketchLimiter`](crate::SketchLimiter), which bounds memory instead.
 
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::Mutex;
@@ -148,14 +148,45 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         self.run(key, cost, Mode::Peek)
     }
 
-    /// [`check_n`](Self::check_n) at a time the caller read from this
-    /// limiter's clock (e.g. once for a batch of requests).
-    pub fn check_n_at<Q>(&self, key: &Q, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed>
+    /// The time on this limiter's clock, for [`check_n_at`](Self::check_n_at).
+    pub fn now(&self) -> Timestamp<C> {
+        self.clock.now()
+    }
+
+    /// [`check_n`](Self::check_n) at a time read from this limiter's clock
+    /// (e.g. once for a batch of requests, or replayed from a trace).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_user = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+    /// let now = per_user.now();
+    /// let batch = ["alice", "bob", "alice"].map(|user| per_user.check_n_at(&user, 1, now).unwrap());
+    /// assert_eq!(batch.map(|d| d.is_allowed()), [true, true, false]);
+    /// ```
+    ///
+    /// A reading of another clock is a type error:
+    ///
+    /// ```compile_fail
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::{Clock, ManualClock, StdClock};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_user = KeyedLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::MIN)), ManualClock::new());
+    /// let _ = per_user.check_n_at(&"alice", 1, StdClock::new().now());
+    /// ```
+    pub fn check_n_at<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        now: Timestamp<C>,
+    ) -> Result<Decision, NeverAllowed>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.run_at(key, cost, Mode::Consume, now_ns)
+        self.run_at(key, cost, Mode::Consume, now.as_nanos())
     }
 
     /// Give back what `decision` (a check of `key` on this limiter)

@@ -49,7 +49,9 @@ mod sync;
 
 /// The injectable clock, shared with `weir-limits`.
 pub mod clock {
-    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, duration_to_nanos};
+    pub use weir_limits::clock::{
+        Clock, ManualClock, MonotonicClock, StdClock, Timestamp, duration_to_nanos,
+    };
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};

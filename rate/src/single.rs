@@ -1,6 +1,6 @@
 //! One limit shared by every caller (a whole service, one upstream, ...).
 
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::Mutex;
@@ -77,10 +77,15 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         self.run(cost, Mode::Consume)
     }
 
-    /// [`check_n`](Self::check_n) at a time the caller read from this
-    /// limiter's clock (e.g. once for a batch of requests).
-    pub fn check_n_at(&self, cost: u32, now_ns: u64) -> Result<Decision, NeverAllowed> {
-        self.run_at(cost, Mode::Consume, now_ns)
+    /// The time on this limiter's clock, for [`check_n_at`](Self::check_n_at).
+    pub fn now(&self) -> Timestamp<C> {
+        self.clock.now()
+    }
+
+    /// [`check_n`](Self::check_n) at a time read from this limiter's clock
+    /// (e.g. once for a batch of requests, or replayed from a trace).
+    pub fn check_n_at(&self, cost: u32, now: Timestamp<C>) -> Result<Decision, NeverAllowed> {
+        self.run_at(cost, Mode::Consume, now.as_nanos())
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.

@@ -58,7 +58,7 @@
 //! about a tenth of the target, and an eighth of that size loses 18–27%.
 
 use crate::algorithms::{Gcra, Step, gcra_step};
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::Mode;
 use crate::quota::Quota;
@@ -285,18 +285,22 @@ impl<C: Clock> SketchLimiter<C> {
         self.run(key, cost, Mode::Peek)
     }
 
-    /// [`check_n`](Self::check_n) at a time the caller read from this
-    /// limiter's clock (e.g. once for a batch of requests). GCRA keeps no
-    /// time of a key's last check: a time earlier than the key's recent
-    /// requests is simply judged more strictly (their arrivals are still
-    /// ahead of it).
+    /// The time on this limiter's clock, for [`check_n_at`](Self::check_n_at).
+    pub fn now(&self) -> Timestamp<C> {
+        self.clock.now()
+    }
+
+    /// [`check_n`](Self::check_n) at a time read from this limiter's clock
+    /// (e.g. once for a batch of requests). GCRA keeps no time of a key's
+    /// last check: a time earlier than the key's recent requests is simply
+    /// judged more strictly (their arrivals are still ahead of it).
     pub fn check_n_at<K: Hash + ?Sized>(
         &self,
         key: &K,
         cost: u32,
-        now_ns: u64,
+        now: Timestamp<C>,
     ) -> Result<Decision, NeverAllowed> {
-        self.run_at(key, cost, Mode::Consume, now_ns)
+        self.run_at(key, cost, Mode::Consume, now.as_nanos())
     }
 
     /// Change the quota for every key. Stored TATs are kept: what was spent

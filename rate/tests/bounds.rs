@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
+use weir_rate::clock::Timestamp;
 use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, Receipt, SketchLimiter,
@@ -382,14 +383,23 @@ fn eviction_never_lets_an_earlier_stamped_check_through() {
     let evicting = KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone());
     let keeping = KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone());
     for limiter in [&evicting, &keeping] {
-        assert!(limiter.check_n_at(&"k", 2, 500 * MS).unwrap().is_allowed());
+        assert!(
+            limiter
+                .check_n_at(&"k", 2, Timestamp::from_nanos(500 * MS))
+                .unwrap()
+                .is_allowed()
+        );
     }
     clock.set(Duration::from_millis(1600));
     evicting.evict_idle();
     assert_eq!(evicting.len(), 0);
     // The window [0, 1 s) is full; a check stamped 0.9 s must not find room in it.
-    let late = evicting.check_n_at(&"k", 1, 900 * MS).unwrap();
-    let reference = keeping.check_n_at(&"k", 1, 1600 * MS).unwrap();
+    let late = evicting
+        .check_n_at(&"k", 1, Timestamp::from_nanos(900 * MS))
+        .unwrap();
+    let reference = keeping
+        .check_n_at(&"k", 1, Timestamp::from_nanos(1600 * MS))
+        .unwrap();
     assert_eq!(late, reference);
 }
 

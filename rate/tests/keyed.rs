@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
+use weir_rate::clock::Timestamp;
 use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, RateLimiter, SketchLimiter,
@@ -74,20 +75,40 @@ fn a_refund_reaches_every_limit_of_a_check_stamped_earlier() {
     let limits = (Gcra::new(q), weir_rate::TokenBucket::new(q));
     let single = RateLimiter::with_clock(limits.clone(), ManualClock::new());
     let keyed = KeyedLimiter::with_clock(limits, ManualClock::new());
-    assert!(single.check_n_at(1, 100 * MS).unwrap().is_allowed());
-    assert!(keyed.check_n_at(&"k", 1, 100 * MS).unwrap().is_allowed());
-    let late = single.check_n_at(1, 50 * MS).unwrap();
-    let keyed_late = keyed.check_n_at(&"k", 1, 50 * MS).unwrap();
+    assert!(
+        single
+            .check_n_at(1, Timestamp::from_nanos(100 * MS))
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        keyed
+            .check_n_at(&"k", 1, Timestamp::from_nanos(100 * MS))
+            .unwrap()
+            .is_allowed()
+    );
+    let late = single
+        .check_n_at(1, Timestamp::from_nanos(50 * MS))
+        .unwrap();
+    let keyed_late = keyed
+        .check_n_at(&"k", 1, Timestamp::from_nanos(50 * MS))
+        .unwrap();
     assert!(late.is_allowed() && keyed_late.is_allowed());
     single.refund(&late);
     keyed.refund(&"k", &keyed_late);
     // One unit is left of three; the refund makes it two.
     assert!(
-        single.check_n_at(2, 100 * MS).unwrap().is_allowed(),
+        single
+            .check_n_at(2, Timestamp::from_nanos(100 * MS))
+            .unwrap()
+            .is_allowed(),
         "the refund returned nothing"
     );
     assert!(
-        keyed.check_n_at(&"k", 2, 100 * MS).unwrap().is_allowed(),
+        keyed
+            .check_n_at(&"k", 2, Timestamp::from_nanos(100 * MS))
+            .unwrap()
+            .is_allowed(),
         "the keyed refund returned nothing"
     );
 }
@@ -223,12 +244,18 @@ fn checks_at_a_caller_supplied_time() {
     let sec = 1_000_000_000;
     for (t, expect) in [(0, true), (sec / 2, false), (sec, true), (sec / 2, false)] {
         assert_eq!(
-            keyed.check_n_at(&3u32, 1, t).unwrap().is_allowed(),
+            keyed
+                .check_n_at(&3u32, 1, Timestamp::from_nanos(t))
+                .unwrap()
+                .is_allowed(),
             expect,
             "keyed at {t}"
         );
         assert_eq!(
-            sketch.check_n_at(&3u32, 1, t).unwrap().is_allowed(),
+            sketch
+                .check_n_at(&3u32, 1, Timestamp::from_nanos(t))
+                .unwrap()
+                .is_allowed(),
             expect,
             "sketch at {t}"
         );

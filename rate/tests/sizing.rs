@@ -8,6 +8,7 @@
 use std::num::{NonZeroU32, NonZeroU64};
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::SplitMix64;
+use weir_rate::clock::Timestamp;
 use weir_rate::sketch::shape_for_load;
 use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
@@ -47,8 +48,18 @@ fn wrong_denials(quota: Quota, hashes: usize, slots: usize, events: &[(u64, u64)
     let sketch = SketchLimiter::with_clock(quota, shape, ManualClock::new());
     let (mut by_exact, mut by_sketch) = (0usize, 0usize);
     for &(now, key) in events {
-        by_exact += usize::from(exact.check_n_at(&key, 1, now).unwrap().is_allowed());
-        by_sketch += usize::from(sketch.check_n_at(&key, 1, now).unwrap().is_allowed());
+        by_exact += usize::from(
+            exact
+                .check_n_at(&key, 1, Timestamp::from_nanos(now))
+                .unwrap()
+                .is_allowed(),
+        );
+        by_sketch += usize::from(
+            sketch
+                .check_n_at(&key, 1, Timestamp::from_nanos(now))
+                .unwrap()
+                .is_allowed(),
+        );
     }
     assert!(by_sketch <= by_exact, "the sketch is never looser in total");
     (by_exact - by_sketch) as f64 / events.len() as f64

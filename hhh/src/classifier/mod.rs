@@ -109,7 +109,7 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::{FourTuple, ParseError};
 use std::time::Duration;
 use thread_local::ThreadLocal;
-use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
 use weir_limits::sketch::{Locator, Shape};
 use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
@@ -185,7 +185,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// Judge one packet now (reads the clock once).
     #[inline]
     pub fn classify(&self, tuple: &FourTuple) -> Verdict {
-        self.classify_at(tuple, self.clock.now_nanos())
+        self.classify_at(tuple, self.clock.now())
     }
 
     /// Judge a raw IP packet now; malformed packets are an error (the caller
@@ -194,11 +194,12 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
         Ok(self.classify(&FourTuple::parse(packet)?))
     }
 
-    /// Judge one packet that arrived at `now_nanos` on the classifier's
-    /// clock (pass the time when the caller already has it, e.g. once per
-    /// batch of packets).
+    /// Judge one packet that arrived at `now` on the classifier's clock
+    /// (pass the time when the caller already has it, e.g. once per batch
+    /// of packets: [`now`](Self::now)).
     #[inline]
-    pub fn classify_at(&self, tuple: &FourTuple, now_nanos: u64) -> Verdict {
+    pub fn classify_at(&self, tuple: &FourTuple, now: Timestamp<C>) -> Verdict {
+        let now_nanos = now.as_nanos();
         // Specialise the hot loop for the usual numbers of cells per key,
         // so that it unrolls; anything else takes the general path.
         match self.locator.hashes() {
@@ -303,27 +304,30 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
         cell_at(&self.blocks, index)
     }
 
-    /// The estimated rate of `tuple` under one generalisation at
-    /// `now_nanos`, decayed since the last update; changes nothing.
+    /// The estimated rate of `tuple` under one generalisation at `now` on
+    /// the classifier's clock, decayed since the last update; changes
+    /// nothing.
     ///
     /// ```
     /// use weir_hhh::{Classifier, FourTuple, Generalisation};
+    /// use weir_hhh::clock::Timestamp;
     ///
     /// let rake = Classifier::builder(1000).seed(1).build().unwrap();
     /// let t = FourTuple::from_socket_addrs("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap());
     /// for i in 0..1000 {
-    ///     rake.classify_at(&t, i * 1_000_000); // 1000 pps for a second
+    ///     rake.classify_at(&t, Timestamp::from_nanos(i * 1_000_000)); // 1000 pps for a second
     /// }
     /// let exact = Generalisation::ALL[0];
-    /// let rate = rake.estimate_at(&t, exact, 999_000_000).as_f64();
+    /// let rate = rake.estimate_at(&t, exact, Timestamp::from_nanos(999_000_000)).as_f64();
     /// assert!((rate - 1000.0).abs() < 100.0, "{rate}");
     /// ```
     pub fn estimate_at(
         &self,
         tuple: &FourTuple,
         generalisation: Generalisation,
-        now_nanos: u64,
+        now: Timestamp<C>,
     ) -> FixedRate {
+        let now_nanos = now.as_nanos();
         let g = generalisation.index();
         let (digest, keys) = self.digest(tuple);
         let hash = generalised_hash_dyn(g, &digest, keys[g]);
@@ -399,6 +403,11 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// The clock the classifier reads.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The time on the classifier's clock, for [`classify_at`](Self::classify_at).
+    pub fn now(&self) -> Timestamp<C> {
+        self.clock.now()
     }
 
     /// Heap and inline memory of the classifier in bytes (the sketches are
@@ -507,7 +516,7 @@ mod tests {
                         "[2001:db8:ffff::1]:53".parse().unwrap(),
                     )
                 };
-                if let Some(why) = rake.classify_at(&tuple, now).limited() {
+                if let Some(why) = rake.classify_at(&tuple, Timestamp::from_nanos(now)).limited() {
                     proptest::prop_assert_eq!(why.generalisation.level(), why.level);
                     proptest::prop_assert!(why.rate > why.limit);
                     proptest::prop_assert_eq!(why.limit, FixedRate::from_per_second(limit));
@@ -527,7 +536,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let t = t4([10, 0, 0, i as u8], 1, [10, 0, 0, 200], 2);
                     for k in 0..1000 {
-                        let _ = rake.classify_at(&t, k * 10_000_000);
+                        let _ = rake.classify_at(&t, Timestamp::from_nanos(k * 10_000_000));
                     }
                 })
             })
@@ -586,13 +595,17 @@ mod tests {
     fn time_going_backwards_is_no_time() {
         let rake = Classifier::builder(1_000_000).seed(3).build().unwrap();
         let t = t4([10, 0, 0, 1], 1, [10, 0, 0, 2], 2);
-        let _ = rake.classify_at(&t, 50_000_000);
+        let _ = rake.classify_at(&t, Timestamp::from_nanos(50_000_000));
         // Earlier timestamps: rates only grow by 1/window, never wrap.
         for _ in 0..10 {
-            assert!(rake.classify_at(&t, 1_000).is_pass());
+            assert!(rake.classify_at(&t, Timestamp::from_nanos(1_000)).is_pass());
         }
         let r = rake
-            .estimate_at(&t, Generalisation::ALL[0], 50_000_000)
+            .estimate_at(
+                &t,
+                Generalisation::ALL[0],
+                Timestamp::from_nanos(50_000_000),
+            )
             .as_f64();
         assert!((r - 110.0).abs() < 1.0, "{r}");
     }
@@ -606,7 +619,9 @@ mod tests {
                 .random(ConstantRandom(coin))
                 .build()
                 .unwrap();
-            let v: Vec<Verdict> = (0..50).map(|i| rake.classify_at(&t, i * 1000)).collect();
+            let v: Vec<Verdict> = (0..50)
+                .map(|i| rake.classify_at(&t, Timestamp::from_nanos(i * 1000)))
+                .collect();
             // The first packet makes 10 pps: at, not over, the limit.
             assert_eq!(v[0], Verdict::Pass);
             assert!(v[1..].iter().all(|v| v.is_pass() == expect_pass), "{v:?}");
@@ -626,7 +641,7 @@ mod tests {
         let t = t4([10, 0, 0, 1], 53, [10, 0, 0, 2], 53);
         let mut last = Verdict::Pass;
         for i in 0..5 {
-            last = rake.classify_at(&t, i * 1000);
+            last = rake.classify_at(&t, Timestamp::from_nanos(i * 1000));
         }
         let why = *last.limited().unwrap();
         assert_eq!(why.level, 0);

@@ -48,12 +48,13 @@ impl fmt::Display for Limited {
 ///
 /// ```
 /// use weir_hhh::{Classifier, FourTuple, Verdict};
+/// use weir_hhh::clock::Timestamp;
 /// use weir_hhh::random::ConstantRandom;
 ///
 /// let rake = Classifier::builder(10).random(ConstantRandom(u32::MAX)).build().unwrap();
 /// let t = FourTuple::from_socket_addrs("10.0.0.1:53".parse().unwrap(), "10.0.0.2:53".parse().unwrap());
 /// // 100 packets within 1 ms: far over 10 pps.
-/// let verdicts: Vec<Verdict> = (0..100).map(|i| rake.classify_at(&t, i * 10_000)).collect();
+/// let verdicts: Vec<Verdict> = (0..100).map(|i| rake.classify_at(&t, Timestamp::from_nanos(i * 10_000))).collect();
 /// assert!(verdicts[0].is_pass());
 /// let Verdict::Drop(why) = verdicts[99] else { panic!() };
 /// assert_eq!(why.level, 0);
