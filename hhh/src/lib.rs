@@ -14,9 +14,9 @@
 //!   randomness for deterministic tests.
 //! * [`FourTuple`] — the input, from socket addresses or parsed from raw
 //!   IPv4/IPv6 UDP packets ([`mod@tuple`]).
-//! * [`udp`] (feature `tokio`, on by default) — a guarded tokio UDP socket
+//! * `udp` (feature `tokio`, on by default) — a guarded tokio UDP socket
 //!   that drops flood packets before the application sees them.
-//! * [`kernel`] (feature `bpf`) — the same filter as a BPF socket filter,
+//! * `kernel` (feature `bpf`) — the same filter as a BPF socket filter,
 //!   dropping floods in the kernel.
 //! * [`sim`] — replay the paper's scenarios (floods beside legitimate
 //!   streams) on a simulated clock.
