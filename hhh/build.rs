@@ -1,5 +1,6 @@
 //! Compiles the BPF filter (`bpf/filter.c`) with clang when the `bpf`
-//! feature is on; the crate embeds the object with `include_bytes!`.
+//! feature is on; the crate embeds the object with `include_bytes!`. The
+//! unit tests also embed `bpf/rejected.c`, a program the verifier refuses.
 
 use std::env;
 use std::path::PathBuf;
@@ -8,15 +9,12 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=bpf/filter.c");
+    println!("cargo:rerun-if-changed=bpf/rejected.c");
     println!("cargo:rerun-if-env-changed=CLANG");
     if env::var_os("CARGO_FEATURE_BPF").is_none() {
         return;
     }
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("filter.o");
-    let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-        .join("bpf")
-        .join("filter.c");
     // <linux/bpf.h> includes <asm/types.h>, which Debian keeps under the
     // host's multiarch directory; `-target bpf` does not look there.
     let multiarch = Command::new(&clang)
@@ -24,7 +22,19 @@ fn main() {
         .output()
         .unwrap_or_else(|e| missing_clang(&clang, &e.to_string()));
     let multiarch = String::from_utf8_lossy(&multiarch.stdout).trim().to_owned();
-    let mut cmd = Command::new(&clang);
+    for name in ["filter", "rejected"] {
+        compile(&clang, &multiarch, name);
+    }
+}
+
+/// `bpf/<name>.c` to `$OUT_DIR/<name>.o`.
+fn compile(clang: &str, multiarch: &str, name: &str) {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join(format!("{name}.o"));
+    let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+        .join("bpf")
+        .join(format!("{name}.c"));
+    let mut cmd = Command::new(clang);
     cmd.args([
         "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-c",
     ]);
@@ -34,7 +44,7 @@ fn main() {
     cmd.arg(&src).arg("-o").arg(&out);
     let result = cmd
         .output()
-        .unwrap_or_else(|e| missing_clang(&clang, &e.to_string()));
+        .unwrap_or_else(|e| missing_clang(clang, &e.to_string()));
     if !result.status.success() {
         let stderr = String::from_utf8_lossy(&result.stderr);
         let hint = if stderr.contains("bpf/bpf_helpers.h") || stderr.contains("linux/bpf.h") {
@@ -43,7 +53,7 @@ fn main() {
             ""
         };
         panic!(
-            "weir-hhh (feature `bpf`): compiling bpf/filter.c with `{clang}` failed:\n{stderr}{hint}"
+            "weir-hhh (feature `bpf`): compiling bpf/{name}.c with `{clang}` failed:\n{stderr}{hint}"
         );
     }
 }

@@ -706,3 +706,60 @@ pub fn ethernet_frame(packet: &[u8]) -> Vec<u8> {
     frame.extend_from_slice(packet);
     frame
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket filter that reads a map value without a NULL check
+    /// (`bpf/rejected.c`), which every kernel's verifier refuses.
+    static REJECTED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rejected.o"));
+
+    /// `Err(skip reason)` when the kernel refuses for lack of privilege and
+    /// `CI` is not `true` (under CI that is a failure, as in the
+    /// integration tests).
+    fn or_skip<T>(test: &str, result: Result<T, KernelError>) -> Result<T, KernelError> {
+        if let Err(e) = &result
+            && e.is_permission_denied()
+        {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{test}: CI=true and BPF programs cannot be loaded: {e}"
+            );
+            eprintln!("\n*** SKIPPED {test}: no permission to load BPF programs ({e}) ***\n");
+        }
+        result
+    }
+
+    #[test]
+    fn a_program_the_verifier_refuses_is_a_verifier_error_with_its_log() {
+        let test = "a_program_the_verifier_refuses_is_a_verifier_error_with_its_log";
+        let loaded = EbpfLoader::new()
+            .load(REJECTED)
+            .map_err(|e| KernelError::ebpf("loading the maps", e));
+        let Ok(mut ebpf) = or_skip(test, loaded) else {
+            return;
+        };
+        let program: &mut SocketFilter = ebpf
+            .program_mut("rejected")
+            .expect("the object has its program")
+            .try_into()
+            .expect("a socket filter");
+        let refused = program
+            .load()
+            .map_err(|e| KernelError::program("loading the filter", e));
+        match or_skip(test, refused) {
+            Err(e @ KernelError::Verifier { .. }) => {
+                // The log names the fault, and the message a caller prints
+                // carries the log.
+                let KernelError::Verifier { log, .. } = &e else {
+                    unreachable!()
+                };
+                assert!(log.contains("map_value_or_null"), "verifier log: {log}");
+                assert!(e.to_string().contains(log.as_str()), "{e}");
+            }
+            Err(e) if e.is_permission_denied() => {}
+            other => panic!("expected a verifier error, got {other:?}"),
+        }
+    }
+}

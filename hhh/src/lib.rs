@@ -65,8 +65,8 @@ pub use classifier::{
     Stats, Verdict,
 };
 pub use error::ClassifierConfigError;
-/// The sketch and window errors a [`ClassifierConfigError::Limits`] carries.
-pub use weir_limits::ConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
 pub use tuple::{FourTuple, ParseError};
+/// The sketch and window errors a [`ClassifierConfigError::Limits`] carries.
+pub use weir_limits::ConfigError;
 pub use weir_rate::ewma::FixedRate;

@@ -10,7 +10,7 @@
 #![cfg(all(feature = "bpf", not(loom)))]
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -718,19 +718,53 @@ fn single_flood_on_ipv6_loopback() {
     );
 }
 
-/// A reflection-style flood: 32 source addresses in distinct /24s of
-/// 127.0.0.0/8, all from one source port (the port-53 stand-in), each under
-/// the limit, beside legitimate senders on their own addresses and ports.
-#[test]
-fn reflection_flood_on_ipv4_loopback() {
+/// Where a reflection test's packets come from: 32 flood sources sharing
+/// one source port (the port-53 stand-in), each in its own subnet (a /24
+/// of 127.0.0.0/8, or a /48 of fd00::/8), and 8 legitimate sources.
+struct ReflectionAddresses {
+    server: SocketAddr,
+    flood: fn(u8) -> IpAddr,
+    legit: fn(u8) -> IpAddr,
+}
+
+const REFLECTION_V4: ReflectionAddresses = ReflectionAddresses {
+    server: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+    flood: |i| IpAddr::V4(Ipv4Addr::new(127, i, 0, 1)),
+    legit: |i| IpAddr::V4(Ipv4Addr::new(127, 200 + i, 0, 1)),
+};
+
+// The host has only ::1 on loopback; the sources bind with IPV6_FREEBIND
+// and their packets still travel over loopback to ::1.
+const REFLECTION_V6: ReflectionAddresses = ReflectionAddresses {
+    server: SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0),
+    flood: |i| IpAddr::V6(Ipv6Addr::new(0xfd00, 0, u16::from(i), 0, 0, 0, 0, 1)),
+    legit: |i| IpAddr::V6(Ipv6Addr::new(0xfd00, 1, u16::from(i), 0, 0, 0, 0, 1)),
+};
+
+/// A UDP socket bound to `addr`, which need not be one of the host's.
+fn bind_anywhere(addr: SocketAddr) -> UdpSocket {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, None).unwrap();
+    if addr.is_ipv6() {
+        socket.set_freebind_v6(true).unwrap();
+    }
+    socket
+        .bind(&addr.into())
+        .unwrap_or_else(|e| panic!("binding {addr}: {e}"));
+    socket.into()
+}
+
+/// A reflection-style flood: 32 sources, each under the limit, all from
+/// one source port, beside legitimate senders on their own addresses and
+/// ports. It is caught where the sources aggregate.
+fn reflection_flood_on(test: &str, addrs: &ReflectionAddresses) {
     const LIMIT: u64 = 200;
-    let test = "reflection_flood_on_ipv4_loopback";
     let Some(filter) = load_or_skip(test, Classifier::builder(LIMIT)) else {
         return;
     };
-    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let server = UdpSocket::bind(addrs.server).unwrap();
     filter.attach(&server).unwrap();
-    let first = UdpSocket::bind("127.1.0.1:0").unwrap();
+    let first = bind_anywhere(SocketAddr::new((addrs.flood)(1), 0));
     let port = first.local_addr().unwrap().port();
     let mut senders = vec![Sender {
         socket: first,
@@ -739,13 +773,8 @@ fn reflection_flood_on_ipv4_loopback() {
         label: "flood",
     }];
     for i in 2..=32u8 {
-        let socket = UdpSocket::bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, i, 0, 1)),
-            port,
-        ))
-        .unwrap_or_else(|e| panic!("binding 127.{i}.0.1:{port}: {e}"));
         senders.push(Sender {
-            socket,
+            socket: bind_anywhere(SocketAddr::new((addrs.flood)(i), port)),
             per_tick: 1,
             every: 2,
             label: "flood",
@@ -753,13 +782,8 @@ fn reflection_flood_on_ipv4_loopback() {
     }
     // 32 sources x 1 packet per 10 ms = 3200 pps in all, 100 pps each.
     for i in 0..8u8 {
-        let socket = UdpSocket::bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 200 + i, 0, 1)),
-            0,
-        ))
-        .unwrap();
         senders.push(Sender {
-            socket,
+            socket: bind_anywhere(SocketAddr::new((addrs.legit)(i), 0)),
             per_tick: 1,
             every: 40,
             label: "legit",
@@ -769,6 +793,7 @@ fn reflection_flood_on_ipv4_loopback() {
     let (counts, elapsed) = over_a_socket(&server, &senders, Duration::from_millis(2000));
     let stats = filter.stats().unwrap();
     eprintln!("{test}: {counts:?} in {elapsed:?}; {stats:?}");
+    assert!(!counts.contains_key("unknown"), "{counts:?}");
     let (flood_sent, flood_got) = counts["flood"];
     let (legit_sent, legit_got) = counts["legit"];
     assert_eq!(stats.unparsed, 0);
@@ -791,10 +816,7 @@ fn reflection_flood_on_ipv4_loopback() {
     let dst: SocketAddr = server.local_addr().unwrap();
     let mut expect = 0u64;
     for k in 0..flood_sent {
-        let src = SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, (k % 32) as u8 + 1, 0, 1)),
-            port,
-        );
+        let src = SocketAddr::new((addrs.flood)((k % 32) as u8 + 1), port);
         let now = 1_000_000_000 + (k as f64 / rate * 1e9) as u64;
         expect += u64::from(
             rake.classify_at(
@@ -813,6 +835,16 @@ fn reflection_flood_on_ipv4_loopback() {
         got < 0.5 * flood_sent as f64,
         "flood not held: {got} of {flood_sent}"
     );
+}
+
+#[test]
+fn reflection_flood_on_ipv4_loopback() {
+    reflection_flood_on("reflection_flood_on_ipv4_loopback", &REFLECTION_V4);
+}
+
+#[test]
+fn reflection_flood_on_ipv6_loopback() {
+    reflection_flood_on("reflection_flood_on_ipv6_loopback", &REFLECTION_V6);
 }
 
 /// The filter attaches to a tokio socket as well (any `AsFd`), counts what
