@@ -346,7 +346,7 @@ pub fn run(report: &mut Report) {
                     crate::plot::Series::line("received", points(&st.received)),
                     crate::plot::Series::dashed("forwarded", points(&st.forwarded)),
                 ],
-                reference: None,
+                ..crate::plot::LinePlot::default()
             };
             report.plot(&format!("{stem}-{}", st.name.replace(' ', "-")), &plot);
         }

@@ -337,6 +337,7 @@ fn plot_counts(report: &mut Report, times: &[u64]) {
             crate::plot::Series::dashed(label, estimate),
         ],
         reference: reference.clone(),
+        y_max: None,
     };
     report.plot(
         "criteo-fixed-window",
