@@ -7,6 +7,7 @@
 
 use crate::alloc;
 use crate::machine;
+use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -182,15 +183,22 @@ pub fn run(report: &mut Report) {
         ("rows 5 x 256 (rakelimit's shape)", Layout::Rows, 5, 256),
         ("rows 4 x 4096", Layout::Rows, 4, 4096),
     ];
+    // Wall ns per packet for the chart: (configuration, [IPv4, IPv6]).
+    let mut chart: Vec<(String, [Option<f64>; 2])> = Vec::new();
     for (name, layout, hashes, slots) in configs {
         report.progress(name);
         let rake = unlimited(layout, hashes, slots);
-        for (family, input, base) in [
+        let mut bars = [None; 2];
+        for (f, (family, input, base)) in [
             ("IPv4", &v4, RAKELIMIT_TEST_RUN_NS_HERE.0),
             ("IPv6", &v6, RAKELIMIT_TEST_RUN_NS_HERE.1),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             time_classify(&rake, input, 1); // warm up
             let t = time_classify(&rake, input, rounds);
+            bars[f] = Some(t.wall);
             table.row([
                 name.to_string(),
                 family.to_string(),
@@ -201,6 +209,7 @@ pub fn run(report: &mut Report) {
                 format!("{} KiB", rake.memory_bytes() / 1024),
             ]);
         }
+        chart.push((name.to_string(), bars));
     }
     // Two threads sharing one classifier (racy cell updates, per-thread
     // counters), each on its own tuples: ns per packet per thread.
@@ -240,6 +249,10 @@ pub fn run(report: &mut Report) {
         format!("{:.2}× its speed", RAKELIMIT_TEST_RUN_NS_HERE.0 / ns),
         format!("{} KiB", shared.memory_bytes() / 1024),
     ]);
+    chart.push((
+        "rows 2 x 1024, 2 threads sharing one classifier (per thread)".to_string(),
+        [Some(ns), None],
+    ));
     let rake = unlimited(Layout::Rows, 2, 1024);
     time_parse_classify(&rake, &packets, 1);
     let t = time_parse_classify(&rake, &packets, rounds);
@@ -252,7 +265,31 @@ pub fn run(report: &mut Report) {
         format!("{:.2}× its speed", RAKELIMIT_TEST_RUN_NS_HERE.0 / t.wall),
         format!("{} KiB", rake.memory_bytes() / 1024),
     ]);
+    chart.push((
+        "rows 2 x 1024, parse raw packet + classify".to_string(),
+        [Some(t.wall), None],
+    ));
     report.table(&table);
+    report.plot(
+        "hhh-classify-cost",
+        &BarPlot {
+            title: "weir-hhh: user-space classify cost by configuration, beside rakelimit's BPF program on this machine".into(),
+            x_label: "configuration".into(),
+            y_label: "ns/packet (wall)".into(),
+            groups: chart.iter().map(|(name, _)| name.clone()).collect(),
+            series: ["IPv4", "IPv6"]
+                .iter()
+                .enumerate()
+                .map(|(f, family)| BarSeries::new(*family, chart.iter().map(|(_, bars)| bars[f])))
+                .collect(),
+            references: vec![
+                (RAKELIMIT_TEST_RUN_NS_HERE.0, "rakelimit's BPF program, IPv4".into()),
+                (RAKELIMIT_TEST_RUN_NS_HERE.1, "rakelimit's BPF program, IPv6".into()),
+            ],
+            values: true,
+            ..BarPlot::default()
+        },
+    );
 
     let (built, stats) = alloc::measure(|| Classifier::try_new(1000));
     let default_bytes = built.as_ref().map(|c| c.memory_bytes()).unwrap_or(0);
@@ -346,7 +383,7 @@ pub fn run(report: &mut Report) {
                     crate::plot::Series::line("received", points(&st.received)),
                     crate::plot::Series::dashed("forwarded", points(&st.forwarded)),
                 ],
-                reference: None,
+                ..crate::plot::LinePlot::default()
             };
             report.plot(&format!("{stem}-{}", st.name.replace(' ', "-")), &plot);
         }
@@ -439,17 +476,24 @@ pub fn run_kernel(report: &mut Report) {
             "user-space parse + classify ns/packet",
             "rakelimit BPF here ns/packet",
         ]);
-        for (family, v6, rakelimit) in [
+        let families = [
             ("IPv4", false, RAKELIMIT_TEST_RUN_NS_HERE.0),
             ("IPv6", true, RAKELIMIT_TEST_RUN_NS_HERE.1),
-        ] {
+        ];
+        // [kernel filter, user space, rakelimit] per family, for the chart.
+        let mut chart: [Vec<Option<f64>>; 3] = Default::default();
+        for (family, v6, rakelimit) in families {
             report.progress(family);
             let frame = test_run_frame(v6);
-            let kernel = match time_kernel(&frame, repeat, best_of) {
+            let kernel_ns = time_kernel(&frame, repeat, best_of);
+            let kernel = match &kernel_ns {
                 Ok(ns) => format!("{ns:.0}"),
                 Err(e) => format!("not measured: {e}"),
             };
             let user = time_user_same_packet(&frame, repeat, best_of);
+            chart[0].push(kernel_ns.ok());
+            chart[1].push(Some(user));
+            chart[2].push(Some(rakelimit));
             table.row([
                 family.to_string(),
                 frame.len().to_string(),
@@ -459,5 +503,22 @@ pub fn run_kernel(report: &mut Report) {
             ]);
         }
         report.table(&table);
+        let [kernel, user, rakelimit] = chart;
+        report.plot(
+            "hhh-kernel-cost",
+            &BarPlot {
+                title: "weir-hhh: the kernel filter's cost per packet beside user space and rakelimit's BPF program".into(),
+                x_label: "address family".into(),
+                y_label: "ns/packet (best call)".into(),
+                groups: families.iter().map(|f| f.0.to_string()).collect(),
+                series: vec![
+                    BarSeries::new("weir kernel filter (BPF_PROG_TEST_RUN)", kernel),
+                    BarSeries::new("weir user space: parse + classify", user),
+                    BarSeries::new("rakelimit's BPF program (issue 18's measurement)", rakelimit),
+                ],
+                values: true,
+                ..BarPlot::default()
+            },
+        );
     }
 }

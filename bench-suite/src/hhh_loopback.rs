@@ -292,7 +292,7 @@ pub fn run(report: &mut Report) {
                     Series::line("sent (received by the kernel)", points(|p| p.0)),
                     Series::dashed("delivered to the server", points(|p| p.1)),
                 ],
-                reference: None,
+                ..LinePlot::default()
             },
         );
     }

@@ -7,6 +7,7 @@
 //! the blog left out.
 
 use crate::alloc::{self, AllocStats};
+use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Scale, Spread, Table, thousands};
 use crate::workload;
 use dashmap::DashMap;
@@ -290,6 +291,35 @@ pub fn run(report: &mut Report) {
         ]);
     }
     report.table(&table);
+    report.plot(
+        "limits-ns-per-event",
+        &BarPlot {
+            title:
+                "weir-limits: ns per event by counter and thread count (median, min–max; log scale)"
+                    .into(),
+            x_label: "threads counting at once".into(),
+            y_label: "ns/event per thread".into(),
+            groups: THREADS
+                .iter()
+                .map(|&t| format!("{t} thread{}", if t == 1 { "" } else { "s" }))
+                .collect(),
+            series: contenders
+                .iter()
+                .enumerate()
+                .map(|(c, contender)| {
+                    BarSeries::new(
+                        contender.name,
+                        (0..THREADS.len())
+                            .map(|t| Some(Spread::of(&timings.per_event_ns(c, t, total)))),
+                    )
+                })
+                .collect(),
+            // On a linear axis the locked maps' bars would flatten the
+            // sketches' into slivers.
+            log_y: true,
+            ..BarPlot::default()
+        },
+    );
     let contention = Spread::of(&timings.scaling(pingora));
     report.text(&format!(
         "pingora-limits' own 2-thread/1-thread throughput this run: **{}** ({}). \

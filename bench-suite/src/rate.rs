@@ -4,6 +4,7 @@
 //! speed).
 
 use crate::alloc::{self, AllocStats};
+use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Spread, Table, thousands};
 use crate::workload;
 use rand::rngs::SmallRng;
@@ -337,6 +338,7 @@ fn plot_counts(report: &mut Report, times: &[u64]) {
             crate::plot::Series::dashed(label, estimate),
         ],
         reference: reference.clone(),
+        y_max: None,
     };
     report.plot(
         "criteo-fixed-window",
@@ -562,6 +564,9 @@ pub fn benchmark(report: &mut Report) {
         "allowed (1 thread)",
     ]);
     let mut goals = Table::new(["goal", "keys", "this run: median (min–max)", "verdict"]);
+    // ns per check for the chart: [contender][distribution × threads].
+    let mut chart: Vec<Vec<Option<Spread>>> = vec![Vec::new(); n];
+    let mut groups = Vec::new();
     for (d, distribution) in DISTRIBUTIONS.iter().enumerate() {
         let streams: Vec<Vec<Vec<u32>>> = [1usize, 2]
             .iter()
@@ -612,6 +617,16 @@ pub fn benchmark(report: &mut Report) {
                 .map(|(g, w)| g / w)
                 .collect()
         };
+        for t in 0..2 {
+            groups.push(format!(
+                "{distribution}, {} thread{}",
+                t + 1,
+                if t == 0 { "" } else { "s" }
+            ));
+            for (c, bars) in chart.iter_mut().enumerate() {
+                bars.push(Some(Spread::of(&per_check(c, t))));
+            }
+        }
         for (c, contender) in contenders.iter().enumerate() {
             let (memory, allowed) = first[c];
             table.row([
@@ -674,6 +689,21 @@ pub fn benchmark(report: &mut Report) {
         ]);
     }
     report.table(&table);
+    report.plot(
+        "rate-keyed-ns-per-check",
+        &BarPlot {
+            title: "weir-rate: ns per check by key distribution and thread count, keyed limiters against governor (median, min–max)".into(),
+            x_label: "keys, threads checking at once".into(),
+            y_label: "ns/check per thread".into(),
+            groups,
+            series: contenders
+                .iter()
+                .zip(chart)
+                .map(|(c, bars)| BarSeries::new(c.name, bars))
+                .collect(),
+            ..BarPlot::default()
+        },
+    );
     report.text("Goals (issue 14), judged on this run:");
     report.table(&goals);
     let reads = scale.pick(2_000_000u32, 10_000_000);

@@ -23,6 +23,7 @@
 //! `redis-benchmark` is not installed.
 
 use crate::machine;
+use crate::plot::{BarPlot, BarSeries};
 use crate::redis_cost::{self, redis_benchmark};
 use crate::report::{Report, Table, thousands};
 use std::num::NonZeroU32;
@@ -487,6 +488,40 @@ pub fn run(report: &mut Report) {
         t.row(cells);
     }
     report.table(&t);
+    let paths = [("plain", 1), ("plain", 50), ("batched", 50)];
+    report.plot(
+        "redis-decisions-by-path",
+        &BarPlot {
+            title: "Redis: decisions per second by algorithm, path and callers (best round)".into(),
+            x_label: "algorithm".into(),
+            y_label: "thousand decisions/s".into(),
+            groups: ALGORITHMS.iter().map(ToString::to_string).collect(),
+            series: paths
+                .iter()
+                .map(|&(path, callers)| {
+                    let rate = |alg: &Algorithm| {
+                        configs.iter().find_map(|(a, p, _, c, _, best)| {
+                            let found = a == alg && *p == path && *c == callers;
+                            best.as_ref().filter(|_| found).map(|r| r.rate() / 1e3)
+                        })
+                    };
+                    BarSeries::new(
+                        format!(
+                            "{path}, {callers} caller{}",
+                            if callers == 1 { "" } else { "s" }
+                        ),
+                        ALGORITHMS.iter().map(rate),
+                    )
+                })
+                .collect(),
+            references: incr50
+                .map(|i| (i / 1e3, "redis-benchmark INCR, 50 clients".to_owned()))
+                .into_iter()
+                .collect(),
+            values: true,
+            ..BarPlot::default()
+        },
+    );
 
     // 2b. What a batch carries, by the number of callers.
     report.progress("GCRA by callers: decisions per script call");
@@ -499,6 +534,24 @@ pub fn run(report: &mut Report) {
          the batch, since a caller waits for its answer before asking again.",
     );
     report.table(&by_callers);
+    report.plot(
+        "redis-gcra-by-callers",
+        &BarPlot {
+            title: "Redis: GCRA decisions per second by callers, plain against batched".into(),
+            x_label: "concurrent callers".into(),
+            y_label: "thousand decisions/s".into(),
+            groups: by_callers_rates
+                .iter()
+                .map(|(callers, _, _)| format!("{callers} callers"))
+                .collect(),
+            series: vec![
+                BarSeries::new("plain", by_callers_rates.iter().map(|r| Some(r.1 / 1e3))),
+                BarSeries::new("batched", by_callers_rates.iter().map(|r| Some(r.2 / 1e3))),
+            ],
+            values: true,
+            ..BarPlot::default()
+        },
+    );
 
     // 3. One hot key: plain against pre-aggregation, far from the limit.
     report.progress("hot key: plain and pre-aggregated");

@@ -150,13 +150,14 @@ impl Report {
         let _ = writeln!(self.markdown, "{}", table.markdown());
     }
 
-    /// Save a plot as `<file>.svg` in the report folder and show it in the report.
-    pub fn plot(&mut self, file: &str, plot: &crate::plot::LinePlot) {
+    /// Save a chart as `<file>.svg` in the report folder and show it in the
+    /// report, its title as the image's alt text.
+    pub fn plot(&mut self, file: &str, plot: &dyn crate::plot::Chart) {
         let name = format!("{file}.svg");
         match plot.save(&self.dir.join(&name)) {
             Ok(()) => {
                 println!("(plot written: {})", self.dir.join(&name).display());
-                let _ = write!(self.markdown, "![{}]({name})\n\n", plot.title);
+                let _ = write!(self.markdown, "![{}]({name})\n\n", plot.title());
             }
             Err(e) => self.text(&format!("(could not write plot {name}: {e})")),
         }

@@ -15,6 +15,7 @@
 //! the heap per live waiter, and lateness percentiles for sleeps of 3–99 ms.
 
 use crate::alloc;
+use crate::plot::{BarPlot, BarSeries, LinePlot, Series};
 use crate::report::{Report, Table};
 use std::future::Future;
 use std::hint::black_box;
@@ -410,11 +411,35 @@ pub fn run(report: &mut Report) {
             },
         ]);
     };
-    row(&mut t, "1. ready", ready);
-    row(&mut t, "2. pend once", pend);
-    row(&mut t, "2b. pend once, spawned task", pend_spawned);
-    row(&mut t, "3. contended (64 tasks, ns per op)", cont);
+    let shapes = [
+        ("1. ready", ready),
+        ("2. pend once", pend),
+        ("2b. pend once, spawned task", pend_spawned),
+        ("3. contended (64 tasks, ns per op)", cont),
+    ];
+    for (name, v) in shapes {
+        row(&mut t, name, v);
+    }
     report.table(&t);
+    report.plot(
+        "timeout-overhead",
+        &BarPlot {
+            title: "weir-timeout: overhead over the bare future by shape (best round)".into(),
+            x_label: "shape".into(),
+            y_label: "ns/op over the bare future".into(),
+            groups: shapes.iter().map(|(name, _)| name.to_string()).collect(),
+            series: Contender::ALL
+                .into_iter()
+                .enumerate()
+                .skip(1)
+                .map(|(i, c)| {
+                    BarSeries::new(c.name(), shapes.iter().map(|(_, v)| Some(v[i] - v[0])))
+                })
+                .collect(),
+            values: true,
+            ..BarPlot::default()
+        },
+    );
 
     let mut t = Table::new(["contended throughput", "M ops/s", "× tokio"]);
     for (i, c) in Contender::ALL.into_iter().enumerate() {
@@ -485,9 +510,11 @@ pub fn run(report: &mut Report) {
         "max ms",
         "min ms",
     ]);
+    let mut distributions = Vec::new();
     for c in [Contender::Weir, Contender::Pingora, Contender::Tokio] {
         report.progress(&format!("lateness of {}", c.name()));
         let l = lateness(&rt, c, tasks, rounds_per_task);
+        distributions.push(Series::line(c.name(), cumulative_ms(&l)));
         t.row([
             c.name().to_string(),
             l.len().to_string(),
@@ -503,4 +530,51 @@ pub fn run(report: &mut Report) {
          fired early. weir and pingora round deadlines up to a 10 ms tick; tokio's wheel has \
          1 ms resolution.",
     );
+    report.plot(
+        "timeout-lateness",
+        &LinePlot {
+            title: "weir-timeout: lateness of 3–99 ms sleeps (cumulative distribution)".into(),
+            x_label: "lateness (ms): actual minus requested sleep".into(),
+            y_label: "% of sleeps at most this late".into(),
+            series: distributions,
+            y_max: Some(100.0),
+            reference: None,
+        },
+    );
+}
+
+/// The cumulative distribution of `sorted` (µs) as points (ms, % at or
+/// below), one per permille: enough for the curve at a fraction of the file.
+fn cumulative_ms(sorted: &[i64]) -> Vec<(f64, f64)> {
+    if sorted.is_empty() {
+        return Vec::new();
+    }
+    (0..=1000)
+        .map(|k| {
+            let i = ((sorted.len() - 1) * k).div_ceil(1000);
+            (
+                sorted[i] as f64 / 1000.0,
+                (i + 1) as f64 * 100.0 / sorted.len() as f64,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cumulative_ms;
+
+    #[test]
+    fn cumulative_distribution_runs_from_the_first_sample_to_all_of_them() {
+        let sorted: Vec<i64> = (1..=10).map(|i| i * 1000).collect();
+        let points = cumulative_ms(&sorted);
+        assert_eq!(points.first(), Some(&(1.0, 10.0)));
+        assert_eq!(points.last(), Some(&(10.0, 100.0)));
+        assert!(
+            points
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1)
+        );
+        assert!(cumulative_ms(&[]).is_empty());
+    }
 }
