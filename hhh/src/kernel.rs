@@ -313,7 +313,11 @@ impl KernelError {
                 io_error,
                 verifier_log,
             } => {
-                if io_error.kind() == io::ErrorKind::PermissionDenied {
+                // The verifier refuses a program with EACCES, the errno a
+                // missing capability may also give: a refusal comes with a
+                // log, a missing privilege without one.
+                let log = verifier_log.to_string();
+                if io_error.kind() == io::ErrorKind::PermissionDenied && log.trim().is_empty() {
                     Self::PermissionDenied {
                         during,
                         source: io_error,
@@ -321,7 +325,7 @@ impl KernelError {
                 } else {
                     Self::Verifier {
                         source: io_error,
-                        log: verifier_log.to_string(),
+                        log,
                     }
                 }
             }
