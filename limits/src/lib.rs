@@ -12,8 +12,11 @@
 //!   previous and current window and the proportional sliding estimate.
 //! * [`HeavyHitters`] — the sketch as a first-stage filter in front of an
 //!   exact table, so heavy keys are counted exactly in little memory.
-//! * [`sketch`] — hashing and layout shared by every sketch in weir;
-//!   [`clock`] — the injectable clock.
+//! * [`Shape`] — a sketch's dimensions, layout and seed, valid by
+//!   construction (checked at compile time with [`Shape::rows`]); every
+//!   sketch in weir is built from one. [`sketch`] holds the hashing and
+//!   layout they share; [`clock`] the injectable clock and its
+//!   [`Timestamp`](clock::Timestamp).
 //!
 //! ```
 //! use weir_limits::{Estimator, Shape};
