@@ -390,19 +390,19 @@ fn count_all_sliding(times: &[u64], n: u32) -> CountingError {
 }
 
 /// A keyed limiter checked by `u32` key in the benchmark.
-pub trait KeyedCheck: Sync {
+pub trait KeyedContender: Sync {
     /// Check one unit for `key`; true when allowed.
     fn check(&self, key: u32) -> bool;
 }
 
-impl<C: Clock> KeyedCheck for KeyedLimiter<u32, Gcra, C> {
+impl<C: Clock> KeyedContender for KeyedLimiter<u32, Gcra, C> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         KeyedLimiter::check(self, &key).is_allowed()
     }
 }
 
-impl<C: Clock> KeyedCheck for SketchLimiter<C> {
+impl<C: Clock> KeyedContender for SketchLimiter<C> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         SketchLimiter::check(self, &key).is_allowed()
@@ -413,21 +413,21 @@ impl<C: Clock> KeyedCheck for SketchLimiter<C> {
 /// `Decision`): the job governor's `check_key` does.
 pub struct Lean<L>(pub L);
 
-impl<C: Clock> KeyedCheck for Lean<KeyedLimiter<u32, Gcra, C>> {
+impl<C: Clock> KeyedContender for Lean<KeyedLimiter<u32, Gcra, C>> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         self.0.allows(&key)
     }
 }
 
-impl<C: Clock> KeyedCheck for Lean<SketchLimiter<C>> {
+impl<C: Clock> KeyedContender for Lean<SketchLimiter<C>> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         self.0.allows(&key)
     }
 }
 
-impl KeyedCheck for governor::DefaultKeyedRateLimiter<u32> {
+impl KeyedContender for governor::DefaultKeyedRateLimiter<u32> {
     #[inline]
     fn check(&self, key: u32) -> bool {
         self.check_key(&key).is_ok()
@@ -456,7 +456,7 @@ pub struct Contender {
     /// slowest thread's time and the number allowed.
     pub time: fn(&[Vec<u32>]) -> (Duration, u64),
     /// Builds a fresh limiter.
-    pub build: fn() -> Box<dyn KeyedCheck>,
+    pub build: fn() -> Box<dyn KeyedContender>,
 }
 
 macro_rules! contender {
@@ -469,7 +469,7 @@ macro_rules! contender {
     };
 }
 
-fn time_limiter<L: KeyedCheck>(limiter: L, streams: &[Vec<u32>]) -> (Duration, u64) {
+fn time_limiter<L: KeyedContender>(limiter: L, streams: &[Vec<u32>]) -> (Duration, u64) {
     let limiter = std::hint::black_box(limiter);
     workload::run_streams(streams, |key| limiter.check(key))
 }
