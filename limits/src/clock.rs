@@ -294,6 +294,23 @@ pub fn duration_to_nanos(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A timestamp is its nanoseconds: it orders, adds (saturating) and
+        /// subtracts (saturating at zero) as they do.
+        #[test]
+        fn timestamps_behave_as_their_nanoseconds(a: u64, b: u64, d: u64) {
+            let (ta, tb) = (Timestamp::<ManualClock>::from_nanos(a), Timestamp::from_nanos(b));
+            prop_assert_eq!(ta.cmp(&tb), a.cmp(&b));
+            prop_assert_eq!(ta == tb, a == b);
+            prop_assert_eq!((ta + Duration::from_nanos(d)).as_nanos(), a.saturating_add(d));
+            prop_assert_eq!(
+                ta.saturating_duration_since(tb),
+                Duration::from_nanos(a.saturating_sub(b))
+            );
+        }
+    }
 
     #[test]
     fn manual_clock_saturates_instead_of_wrapping() {

@@ -641,6 +641,33 @@ mod tests {
     }
 
     proptest! {
+        /// A shape exists exactly when its dimensions are addressable, and
+        /// a locator made from it places every key inside its cells.
+        #[test]
+        fn a_shape_is_valid_exactly_when_its_sketch_can_exist(
+            hashes in 0usize..20,
+            slots in prop_oneof![0usize..5000, 0usize..(1 << 34)],
+            blocked: bool,
+            key: u64,
+        ) {
+            let layout = if blocked { Layout::Blocked } else { Layout::Rows };
+            let max = if blocked { LANES } else { MAX_HASHES };
+            let lines = (hashes as u128 * slots as u128).div_ceil(LANES as u128);
+            let cells = if blocked { lines * LANES as u128 } else { hashes as u128 * slots as u128 };
+            let valid = (1..=max).contains(&hashes) && slots >= 1 && cells <= 1 << 32;
+            match Shape::try_new(hashes, slots, layout) {
+                Ok(shape) => {
+                    prop_assert!(valid);
+                    prop_assert_eq!(shape.cells() as u128, cells);
+                    let locator = Locator::new(shape.with_seed(key));
+                    prop_assert_eq!(locator.cells(), shape.cells());
+                    prop_assert_eq!(locator.hashes(), hashes);
+                    prop_assert!(locator.locate(&key).iter().all(|c| c < locator.cells()));
+                }
+                Err(_) => prop_assert!(!valid),
+            }
+        }
+
         #[test]
         fn blocked_lanes_are_distinct_and_share_one_line(
             hashes in 1usize..=8, slots in 1usize..5000, key: u64, seed: u64,
