@@ -20,3 +20,10 @@ pub mod redis_cost;
 pub mod report;
 pub mod timeout;
 pub mod workload;
+
+/// The README's quick-start snippets, compiled and run as doc tests so the
+/// product page cannot drift from the API (this crate depends on every
+/// published one).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
