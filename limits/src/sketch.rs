@@ -188,23 +188,7 @@ impl Shape {
     /// let _ = weir_limits::sketch::Shape::rows::<0, 4096>();
     /// ```
     pub const fn rows<const HASHES: usize, const SLOTS: usize>() -> Self {
-        const {
-            assert!(
-                HASHES >= 1 && HASHES <= MAX_HASHES,
-                "a rows sketch has 1 to 16 hashes"
-            );
-            assert!(SLOTS >= 1, "a sketch needs at least one slot per hash");
-            assert!(
-                (HASHES as u128) * (SLOTS as u128) <= MAX_CELLS,
-                "at most 2^32 counters are addressable"
-            );
-        }
-        Self {
-            hashes: HASHES as u8,
-            slots: SLOTS,
-            layout: Layout::Rows,
-            seed: None,
-        }
+        const { checked(Self::try_new(HASHES, SLOTS, Layout::Rows)) }
     }
 
     /// A blocked-layout shape (each key's counters in one cache line),
@@ -217,24 +201,7 @@ impl Shape {
     /// assert_eq!(Shape::blocked::<4, 1024>().layout(), Layout::Blocked);
     /// ```
     pub const fn blocked<const HASHES: usize, const SLOTS: usize>() -> Self {
-        const {
-            assert!(
-                HASHES >= 1 && HASHES <= LANES,
-                "a blocked sketch has 1 to 8 hashes"
-            );
-            assert!(SLOTS >= 1, "a sketch needs at least one slot per hash");
-            assert!(
-                ((HASHES as u128) * (SLOTS as u128)).div_ceil(LANES as u128) * (LANES as u128)
-                    <= MAX_CELLS,
-                "at most 2^32 counters are addressable"
-            );
-        }
-        Self {
-            hashes: HASHES as u8,
-            slots: SLOTS,
-            layout: Layout::Blocked,
-            seed: None,
-        }
+        const { checked(Self::try_new(HASHES, SLOTS, Layout::Blocked)) }
     }
 
     /// A shape from dimensions known only at run time, or the reason it
@@ -245,7 +212,7 @@ impl Shape {
     ///
     /// assert_eq!(Shape::try_new(3, 0, Layout::Rows), Err(ConfigError::ZeroSlots));
     /// ```
-    pub fn try_new(hashes: usize, slots: usize, layout: Layout) -> Result<Self, ConfigError> {
+    pub const fn try_new(hashes: usize, slots: usize, layout: Layout) -> Result<Self, ConfigError> {
         if hashes == 0 {
             return Err(ConfigError::ZeroHashes);
         }
@@ -358,6 +325,22 @@ impl Shape {
 
 /// The most counters a sketch can address: cell indices are 32-bit.
 const MAX_CELLS: u128 = 1 << 32;
+
+/// The shape `try_new` built, for [`Shape::rows`] and [`Shape::blocked`]:
+/// evaluated in a `const` block, so an invalid shape stops compilation
+/// with the reason (a constant's panic message cannot be formatted, hence
+/// one fixed message per error).
+const fn checked(shape: Result<Shape, ConfigError>) -> Shape {
+    match shape {
+        Ok(shape) => shape,
+        Err(ConfigError::ZeroHashes) => panic!("a sketch needs at least one hash"),
+        Err(ConfigError::TooManyHashes { .. }) => {
+            panic!("too many hashes: at most 16 in rows, 8 when blocked")
+        }
+        Err(ConfigError::ZeroSlots) => panic!("a sketch needs at least one slot per hash"),
+        Err(_) => panic!("at most 2^32 counters are addressable"),
+    }
+}
 
 /// Maps keys to counter positions for a sketch of a given [`Shape`].
 ///
