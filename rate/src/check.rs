@@ -81,18 +81,17 @@ where
     }
 }
 
+/// In-process limiters answer the async form with a completed future.
 impl<K, Q, L, C> CheckKeyAsync<Q> for KeyedLimiter<K, L, C>
 where
-    K: Hash + Eq + Clone + Send + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    L: Limiter + Clone,
-    C: Clock,
-    Self: Send + Sync + 'static,
+    Q: ?Sized,
+    L: Limiter,
+    Self: CheckKey<Q> + 'static,
 {
     type Future = Ready<Result<Decision, NeverAllowed>>;
 
     fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
-        ready(self.check_n(key, cost))
+        ready(self.check_key(key, cost))
     }
 }
 
@@ -102,11 +101,14 @@ impl<Q: Hash + ?Sized, C: Clock> CheckKey<Q> for SketchLimiter<C> {
     }
 }
 
-impl<Q: Hash + ?Sized, C: Clock + 'static> CheckKeyAsync<Q> for SketchLimiter<C> {
+impl<Q: ?Sized, C> CheckKeyAsync<Q> for SketchLimiter<C>
+where
+    Self: CheckKey<Q> + 'static,
+{
     type Future = Ready<Result<Decision, NeverAllowed>>;
 
     fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
-        ready(self.check_n(key, cost))
+        ready(self.check_key(key, cost))
     }
 }
 
