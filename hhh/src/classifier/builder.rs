@@ -47,13 +47,20 @@ pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ClassifierBuilder<C = MonotonicClock, R = ThreadRandom> {
+    settings: Settings,
+    clock: C,
+    random: R,
+}
+
+/// Everything a builder holds besides its clock and random source, which
+/// change its type.
+#[derive(Debug, Clone)]
+struct Settings {
     limit: u64,
     window: Duration,
     window_growth: u32,
     shape: Shape,
     prefixes: Prefixes,
-    clock: C,
-    random: R,
 }
 
 impl ClassifierBuilder {
@@ -61,11 +68,13 @@ impl ClassifierBuilder {
     /// second ([`Classifier::builder`]).
     pub(super) fn with_defaults(limit_pps: u64) -> Self {
         ClassifierBuilder {
-            limit: limit_pps,
-            window: DEFAULT_WINDOW,
-            window_growth: DEFAULT_WINDOW_GROWTH,
-            shape: Classifier::DEFAULT_SHAPE,
-            prefixes: Prefixes::default(),
+            settings: Settings {
+                limit: limit_pps,
+                window: DEFAULT_WINDOW,
+                window_growth: DEFAULT_WINDOW_GROWTH,
+                shape: Classifier::DEFAULT_SHAPE,
+                prefixes: Prefixes::default(),
+            },
             clock: MonotonicClock::new(),
             random: ThreadRandom,
         }
@@ -75,7 +84,7 @@ impl ClassifierBuilder {
 impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// The EWMA window of level 0 (default [`DEFAULT_WINDOW`]).
     pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
+        self.settings.window = window;
         self
     }
 
@@ -84,7 +93,7 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// window). See the module documentation for why aggregates remember
     /// longer.
     pub fn window_growth(mut self, factor: u32) -> Self {
-        self.window_growth = factor;
+        self.settings.window_growth = factor;
         self
     }
 
@@ -93,7 +102,7 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// classifier as [`seed`](Self::seed) does; without one, a seed set
     /// before is kept.
     pub fn shape(mut self, shape: Shape) -> Self {
-        self.shape = match (shape.seed(), self.shape.seed()) {
+        self.settings.shape = match (shape.seed(), self.settings.shape.seed()) {
             (None, Some(seed)) => shape.with_seed(seed),
             _ => shape,
         };
@@ -102,25 +111,21 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
 
     /// Source prefix lengths (default /32, /24, /128, /48).
     pub fn prefixes(mut self, prefixes: Prefixes) -> Self {
-        self.prefixes = prefixes;
+        self.settings.prefixes = prefixes;
         self
     }
 
     /// Fix the hash seed (reproducible runs). By default it is random, so
     /// nobody can aim collisions at a known hash function.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.shape = self.shape.with_seed(seed);
+        self.settings.shape = self.settings.shape.with_seed(seed);
         self
     }
 
     /// Read time from `clock` (default [`MonotonicClock`]).
     pub fn clock<C2: Clock>(self, clock: C2) -> ClassifierBuilder<C2, R> {
         ClassifierBuilder {
-            limit: self.limit,
-            window: self.window,
-            window_growth: self.window_growth,
-            shape: self.shape,
-            prefixes: self.prefixes,
+            settings: self.settings,
             clock,
             random: self.random,
         }
@@ -130,11 +135,7 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// [`ThreadRandom`]).
     pub fn random<R2: RandomSource>(self, random: R2) -> ClassifierBuilder<C, R2> {
         ClassifierBuilder {
-            limit: self.limit,
-            window: self.window,
-            window_growth: self.window_growth,
-            shape: self.shape,
-            prefixes: self.prefixes,
+            settings: self.settings,
             clock: self.clock,
             random,
         }
@@ -167,28 +168,28 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// constants per level, cell locator, hash keys, masks): what the
     /// user-space classifier and the kernel filter are both built from.
     pub(crate) fn params(&self) -> Result<Params, ClassifierConfigError> {
-        if self.limit == 0 {
+        if self.settings.limit == 0 {
             return Err(ClassifierConfigError::ZeroLimit);
         }
-        self.prefixes.validate()?;
-        if self.window_growth == 0 {
+        self.settings.prefixes.validate()?;
+        if self.settings.window_growth == 0 {
             return Err(ClassifierConfigError::ZeroWindowGrowth);
         }
-        let mut windows = [EwmaWindow::try_new(self.window)?.one_event(); LEVELS];
-        let mut window = self.window;
+        let mut windows = [EwmaWindow::try_new(self.settings.window)?.one_event(); LEVELS];
+        let mut window = self.settings.window;
         for w in windows.iter_mut().skip(1) {
             window = window
-                .checked_mul(self.window_growth)
+                .checked_mul(self.settings.window_growth)
                 .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
             *w = EwmaWindow::try_new(window)?.one_event();
         }
         // One seed for the generalisations' hash keys and the cells'
         // positions, so a fixed seed reproduces both.
-        let seed = self.shape.seed().unwrap_or_else(random_seed);
-        let locator = Locator::new(self.shape.with_seed(seed));
-        let p = self.prefixes;
+        let seed = self.settings.shape.seed().unwrap_or_else(random_seed);
+        let locator = Locator::new(self.settings.shape.with_seed(seed));
+        let p = self.settings.prefixes;
         Ok(Params {
-            limit: FixedRate::from_per_second(self.limit),
+            limit: FixedRate::from_per_second(self.settings.limit),
             windows,
             locator,
             keys: Keys::new(seed),
