@@ -133,6 +133,12 @@ fn sweep(table: &Table, due: u64) -> usize {
     n
 }
 
+/// [`sweep`] on a thread of its own, racing the caller.
+fn spawn_sweep(table: &std::sync::Arc<Table>, due: u64) -> thread::JoinHandle<usize> {
+    let table = std::sync::Arc::clone(table);
+    thread::spawn(move || sweep(&table, due))
+}
+
 /// Everything released: no bucket left, no clone of the task's waker held.
 fn all_released(table: &Table, task: &std::sync::Arc<Task>) {
     table.clear_cache();
@@ -151,10 +157,7 @@ fn a_cache_hold_released_while_the_sweeper_fires() {
         let (task, waker) = task();
         let r = table.arm(1, &waker).unwrap();
         drop(waker);
-        let sweeper = {
-            let table = table.clone();
-            thread::spawn(move || sweep(&table, 1))
-        };
+        let sweeper = spawn_sweep(&table, 1);
         r.cancel();
         table.clear_cache();
         let woke = sweeper.join().unwrap();
@@ -175,10 +178,7 @@ fn the_cache_moves_on_and_unlink_races_the_fire() {
         let (task, waker) = task();
         let r1 = table.arm(1, &waker).unwrap();
         drop(waker);
-        let sweeper = {
-            let table = table.clone();
-            thread::spawn(move || sweep(&table, 1))
-        };
+        let sweeper = spawn_sweep(&table, 1);
         let r2 = table.arm(2, Waker::noop()).unwrap();
         r1.cancel();
         let woke = sweeper.join().unwrap();
@@ -201,10 +201,7 @@ fn cancel_racing_the_fire_wakes_or_releases_once() {
         let (task, waker) = task();
         let r = table.arm(1, &waker).unwrap();
         drop(waker);
-        let sweeper = {
-            let table = table.clone();
-            thread::spawn(move || sweep(&table, 1))
-        };
+        let sweeper = spawn_sweep(&table, 1);
         let canceller = thread::spawn(move || r.cancel());
         table.clear_cache();
         canceller.join().unwrap();
@@ -227,10 +224,7 @@ fn arming_through_the_cache_races_the_fire() {
         let r0 = table.arm(1, Waker::noop()).unwrap();
         r0.cancel();
         let (task, waker) = task();
-        let sweeper = {
-            let table = table.clone();
-            thread::spawn(move || sweep(&table, 1))
-        };
+        let sweeper = spawn_sweep(&table, 1);
         let r = table.arm(1, &waker);
         drop(waker);
         let woke = sweeper.join().unwrap();
