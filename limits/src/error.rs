@@ -23,7 +23,8 @@ pub enum ConfigError {
     },
     /// A sketch needs at least one slot (column) per hash.
     ZeroSlots,
-    /// `hashes × slots` counters would not be addressable (over 2³² cells).
+    /// `hashes × slots` counters would not be addressable (over 2³² cells,
+    /// or over `usize::MAX` on a 32-bit target).
     TooManyCells {
         /// Counters requested.
         requested: u128,

@@ -236,7 +236,8 @@ impl Shape {
             seed: None,
         };
         let cells = shape.cells_wide();
-        if cells > MAX_CELLS {
+        // Also within usize: a 32-bit target cannot index 2^32 counters.
+        if cells > MAX_CELLS || cells > usize::MAX as u128 {
             return Err(ConfigError::TooManyCells { requested: cells });
         }
         Ok(shape)
@@ -302,14 +303,8 @@ impl Shape {
 
     /// Total counters a sketch of this shape holds.
     pub const fn cells(&self) -> usize {
-        // A Shape never exceeds 2^32 cells, so this fits a 64-bit usize;
-        // on 32-bit targets 2^32 itself does not, and saturates.
-        let cells = self.cells_wide();
-        if cells > usize::MAX as u128 {
-            usize::MAX
-        } else {
-            cells as usize
-        }
+        // try_new admitted no shape whose cells exceed usize.
+        self.cells_wide() as usize
     }
 
     const fn cells_wide(&self) -> u128 {
