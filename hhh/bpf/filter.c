@@ -33,7 +33,7 @@
 #define FLAG_REPLAY_CLOCK 1 // time from `weir_state.now`, not bpf_ktime_get_ns
 #define FLAG_REPLAY_COIN 2  // coin from `weir_state.coin`, not bpf_get_prandom_u32
 
-// Flags of `weir_generalisation.flags`.
+// Flags of `lattice_node.flags`.
 #define KEEP_SPORT 1
 #define KEEP_DPORT 2
 #define LAST_IN_LEVEL 4
@@ -42,13 +42,6 @@ struct weir_level {
 	__u64 window; // EWMA window, ns
 	__u64 recip;  // floor((2^64 - 1) / window)
 	__u64 inc;    // what one event adds (FixedRate bits)
-};
-
-struct weir_generalisation {
-	__u32 src;   // source digest: 0 exact prefix, 1 subnet, 2 any
-	__u32 flags; // KEEP_SPORT | KEEP_DPORT | LAST_IN_LEVEL
-	__u32 level;
-	__u32 pad;
 };
 
 // Written once at load; mirrored by `Config` in hhh/src/kernel.rs.
@@ -67,7 +60,6 @@ struct weir_config {
 	__u64 keys_v4[GENERALISATIONS][2];
 	__u64 keys_v6[GENERALISATIONS][2];
 	struct weir_level levels[LEVELS];
-	struct weir_generalisation gens[GENERALISATIONS];
 };
 
 // Changed at run time; mirrored by `State`.
@@ -86,7 +78,7 @@ struct weir_stats {
 	__u64 unparsed;
 };
 
-_Static_assert(sizeof(struct weir_config) == 896, "mirror of Config in hhh/src/kernel.rs");
+_Static_assert(sizeof(struct weir_config) == 704, "mirror of Config in hhh/src/kernel.rs");
 _Static_assert(sizeof(struct weir_state) == 32, "mirror of State");
 _Static_assert(sizeof(struct weir_stats) == 96, "mirror of RawStats");
 
@@ -157,23 +149,31 @@ static __always_inline __u64 mix(__u64 a, __u64 b)
 	return h ^ (h >> 32);
 }
 
+// Big-endian loads from the parse buffers. Every call site reads at an
+// offset aligned to the width from a buffer aligned to 8 (`ALIGNED`), so
+// each is one load and one byte swap (clang would otherwise assemble the
+// value a byte at a time).
+#define ALIGNED __attribute__((aligned(8)))
+
 static __always_inline __u64 load_be64(const __u8 *p)
 {
-	__u64 v = 0;
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-		v = (v << 8) | p[i];
-	return v;
+	__u64 v;
+	__builtin_memcpy(&v, __builtin_assume_aligned(p, 8), 8);
+	return bpf_be64_to_cpu(v);
 }
 
 static __always_inline __u32 load_be32(const __u8 *p)
 {
-	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+	__u32 v;
+	__builtin_memcpy(&v, __builtin_assume_aligned(p, 4), 4);
+	return bpf_ntohl(v);
 }
 
 static __always_inline __u16 load_be16(const __u8 *p)
 {
-	return ((__u16)p[0] << 8) | p[1];
+	__u16 v;
+	__builtin_memcpy(&v, __builtin_assume_aligned(p, 2), 2);
+	return bpf_ntohs(v);
 }
 
 static __always_inline int load(struct __sk_buff *skb, __u32 at, void *to, __u32 len)
@@ -189,7 +189,7 @@ static __always_inline int load(struct __sk_buff *skb, __u32 at, void *to, __u32
 static __always_inline int parse(struct __sk_buff *skb, const volatile struct weir_config *cfg,
 				 struct tuple *t)
 {
-	__u8 buf[48];
+	__u8 buf[48] ALIGNED;
 	__u32 have;
 
 	// One helper call in the common case: the socket's protocol says how
@@ -216,11 +216,12 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 			return -1;
 		if (header + 8 > total)
 			return -1;
-		__u8 udp[8];
-		if (header == 20) {
-			__builtin_memcpy(udp, buf + 20, 8);
-		} else if (load(skb, header, udp, 8)) {
-			return -1;
+		__u8 options_udp[8] ALIGNED;
+		const __u8 *udp = buf + 20; // 4-aligned: the loads below are 2 wide
+		if (header != 20) {
+			if (load(skb, header, options_udp, 8))
+				return -1;
+			udp = options_udp;
 		}
 		__u32 udp_len = load_be16(udp + 4);
 		if (udp_len < 8)
@@ -245,7 +246,7 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 	__u8 next = buf[6];
 	__u32 at = 40;
 	int whole = 1;
-	__u8 ext[8];
+	__u8 ext[8] ALIGNED;
 	__builtin_memcpy(ext, buf + 40, 8);
 	// Walk at most MAX_EXTENSION_HEADERS, like the user-space parser; the
 	// bound also lets the verifier see the loop end.
@@ -289,11 +290,13 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 		return -1;
 	if (at + 8 > end)
 		return -1;
-	__u8 udp[8];
-	if (at == 40)
-		__builtin_memcpy(udp, buf + 40, 8);
-	else if (load(skb, at, udp, 8))
-		return -1;
+	__u8 after_ext[8] ALIGNED;
+	const __u8 *udp = buf + 40;
+	if (at != 40) {
+		if (load(skb, at, after_ext, 8))
+			return -1;
+		udp = after_ext;
+	}
 	__u32 udp_len = load_be16(udp + 4);
 	if (udp_len < 8)
 		return -1;
@@ -312,32 +315,40 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 	return 0;
 }
 
+// weir-rate's `within_window` update: the old rate kept for `keep` of the
+// window (a 32-bit fraction of it, from the reciprocal), plus one event,
+// saturating.
+static __always_inline __u64 decay_add(__u64 old, __u64 keep, __u64 recip, __u64 inc)
+{
+	__u64 frac = (keep * recip) >> 32;
+	__u64 kept = (old >> 32) * frac + (((old & 0xffffffffULL) * frac) >> 32);
+	__u64 rate = kept + inc;
+	return rate < kept ? ~0ULL : rate;
+}
+
 // The classifier's `touch_cell`: one event now; returns the new rate.
 // The level's constants arrive as values, read once per generalisation.
 static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 one_per_ns,
 				   struct weir_cell *cell, __u64 now)
 {
 	__u64 old = cell->rate, stamp = cell->stamp;
+	// One unsigned comparison catches both rare cases: a cell idle for a
+	// window or more, and time behind the cell's (the difference wraps).
 	__u64 elapsed = now - stamp;
 	__u64 rate;
-	if (elapsed < window || now < stamp) {
+	if (__builtin_expect(elapsed < window, 1)) {
+		rate = decay_add(old, window - elapsed, recip, inc);
+		cell->stamp = now;
+	} else if (now < stamp) {
 		// Time behind the cell's counts as no time passing.
-		__u64 keep = elapsed < window ? window - elapsed : window;
-		__u64 frac = (keep * recip) >> 32;
-		__u64 kept = (old >> 32) * frac + (((old & 0xffffffffULL) * frac) >> 32);
-		rate = kept + inc;
-		if (rate < kept)
-			rate = ~0ULL;
-		if (elapsed < window)
-			stamp = now;
+		rate = decay_add(old, window, recip, inc);
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
 		// elapsed time (weir-rate's exact update).
 		rate = one_per_ns / elapsed;
-		stamp = now;
+		cell->stamp = now;
 	}
 	cell->rate = rate;
-	cell->stamp = stamp;
 	return rate;
 }
 
@@ -349,56 +360,87 @@ static __always_inline __u64 reduce(const volatile struct weir_config *cfg, __u6
 	return mulhi(probe, cfg->slots);
 }
 
+// The lattice: `Generalisation::ALL` (hhh/src/lattice.rs), in its order.
+// It is part of the algorithm, not of the configuration, so it is compiled
+// in: once the loops below are unrolled, each generalisation's choice of
+// address scope and ports folds away.
+struct lattice_node {
+	__u8 src;   // source digest: 0 exact prefix, 1 subnet, 2 any
+	__u8 flags; // KEEP_SPORT | KEEP_DPORT | LAST_IN_LEVEL
+	__u8 level;
+};
+
+#define SRC_EXACT 0
+#define SRC_SUBNET 1
+#define SRC_ANY 2
+#define PORTS (KEEP_SPORT | KEEP_DPORT)
+
+static const struct lattice_node LATTICE[GENERALISATIONS] = {
+	{SRC_EXACT, PORTS | LAST_IN_LEVEL, 0},
+	{SRC_SUBNET, PORTS, 1},
+	{SRC_EXACT, KEEP_DPORT, 1},
+	{SRC_EXACT, KEEP_SPORT | LAST_IN_LEVEL, 1},
+	{SRC_ANY, PORTS, 2},
+	{SRC_SUBNET, KEEP_DPORT, 2},
+	{SRC_SUBNET, KEEP_SPORT, 2},
+	{SRC_EXACT, LAST_IN_LEVEL, 2},
+	{SRC_ANY, KEEP_DPORT, 3},
+	{SRC_ANY, KEEP_SPORT, 3},
+	{SRC_SUBNET, LAST_IN_LEVEL, 3},
+	{SRC_ANY, LAST_IN_LEVEL, 4},
+};
+
+// The sketch's layout as the program sees it. A specialised program has
+// every field a compile-time constant (see FILTER below); the general one
+// reads them from the configuration.
+struct layout {
+	__u64 hashes;
+	int blocked;
+	int power_of_two; // reduce by `slots_shift` alone
+};
+
 // One generalisation of the packet: its hash, one event in each of its
 // cells, and the count-min estimate (the smallest cell).
 static __always_inline __u64 weir_generalisation(const volatile struct weir_config *cfg,
-						    const struct tuple *t, __u32 g, __u64 now)
+						    const struct layout layout,
+						    const volatile __u64 (*keys)[2],
+						    const struct tuple *t, const __u32 g,
+						    __u64 now)
 {
-	if (g >= GENERALISATIONS)
-		return 0;
-	const volatile struct weir_generalisation *gen = &cfg->gens[g];
-	__u32 level = gen->level;
-	if (level >= LEVELS)
-		return 0;
-	const volatile struct weir_level *l = &cfg->levels[level];
-	__u32 scope = gen->src;
-	if (scope > 2)
-		scope = 2;
-	__u64 sport = (gen->flags & KEEP_SPORT) ? t->sport : 0;
-	__u64 dport = (gen->flags & KEEP_DPORT) ? t->dport : 0;
-	const volatile __u64 *key = t->v6 ? cfg->keys_v6[g] : cfg->keys_v4[g];
-	__u64 hash = mix(t->src[scope] ^ key[0], (t->dst ^ (sport << 48) ^ (dport << 32)) ^ key[1]);
+	const struct lattice_node node = LATTICE[g];
+	const volatile struct weir_level *l = &cfg->levels[node.level];
+	__u64 sport = (node.flags & KEEP_SPORT) ? t->sport : 0;
+	__u64 dport = (node.flags & KEEP_DPORT) ? t->dport : 0;
+	__u64 hash = mix(t->src[node.src] ^ keys[g][0],
+			 (t->dst ^ (sport << 48) ^ (dport << 32)) ^ keys[g][1]);
 	__u64 base = (__u64)g * cfg->cells_per_sketch;
-	__u64 hashes = cfg->hashes;
-	if (hashes == 0)
-		return 0;
-	__u64 window = l->window, recip = l->recip, inc = l->inc, one_per_ns = cfg->one_per_ns;
-	__u64 blocked = cfg->blocked;
+	__u64 window = l->window, recip = l->recip, inc = l->inc;
 	__u64 rate = ~0ULL;
 #pragma unroll
 	for (__u32 i = 0; i < MAX_HASHES; i++) {
-		if (i >= hashes)
+		if (i >= layout.hashes)
 			break;
+		__u64 probe = layout.blocked ? hash : hash * cfg->row_mult[i];
+		__u64 slot = layout.power_of_two ? probe >> cfg->slots_shift : reduce(cfg, probe);
 		__u32 index;
-		if (blocked) {
+		if (layout.blocked) {
 			// Distinct lanes start + i·step (mod 8) of one block (step odd).
 			__u64 lane = ((hash & 7) + i * (((hash >> 3) & 3) * 2 + 1)) & 7;
-			index = base + reduce(cfg, hash) * 8 + lane;
+			index = base + slot * 8 + lane;
 		} else {
-			index = base + i * cfg->slots + reduce(cfg, hash * cfg->row_mult[i]);
+			index = base + i * cfg->slots + slot;
 		}
 		struct weir_cell *cell = bpf_map_lookup_elem(&weir_cells, &index);
 		if (!cell)
 			return 0;
-		__u64 r = touch(window, recip, inc, one_per_ns, cell, now);
+		__u64 r = touch(window, recip, inc, cfg->one_per_ns, cell, now);
 		if (r < rate)
 			rate = r;
 	}
 	return rate;
 }
 
-SEC("socket")
-int weir_filter(struct __sk_buff *skb)
+static __always_inline int weir_filter(struct __sk_buff *skb, const struct layout layout)
 {
 	__u32 zero = 0;
 	const volatile struct weir_config *cfg = &weir_cfg;
@@ -411,19 +453,19 @@ int weir_filter(struct __sk_buff *skb)
 		stats->unparsed++;
 		return skb->len;
 	}
+	if (layout.hashes == 0 || layout.hashes > MAX_HASHES)
+		return skb->len;
+	const volatile __u64(*keys)[2] = t.v6 ? cfg->keys_v6 : cfg->keys_v4;
 	__u64 now = (st->flags & FLAG_REPLAY_CLOCK) ? st->now : bpf_ktime_get_ns();
 	__u64 limit = st->limit;
 	__u64 max = 0;
 #pragma unroll
 	for (__u32 g = 0; g < GENERALISATIONS; g++) {
-		__u32 flags = cfg->gens[g].flags;
-		__u32 level = cfg->gens[g].level;
-		if (level >= LEVELS)
-			return skb->len;
-		__u64 rate = weir_generalisation(cfg, &t, g, now);
+		const struct lattice_node node = LATTICE[g];
+		__u64 rate = weir_generalisation(cfg, layout, keys, &t, g, now);
 		if (rate > max)
 			max = rate;
-		if (!(flags & LAST_IN_LEVEL))
+		if (!(node.flags & LAST_IN_LEVEL))
 			continue;
 		if (max > limit) {
 			__u32 coin = (st->flags & FLAG_REPLAY_COIN) ? (__u32)st->coin
@@ -434,10 +476,10 @@ int weir_filter(struct __sk_buff *skb)
 			__u64 lo = (__u64)coin * (max & 0xffffffffULL);
 			__u64 hi = (__u64)coin * (max >> 32) + (lo >> 32);
 			if (hi < limit) {
-				stats->passed[level]++;
+				stats->passed[node.level]++;
 				return skb->len;
 			}
-			stats->dropped[level]++;
+			stats->dropped[node.level]++;
 			return 0;
 		}
 		max = 0;
@@ -445,5 +487,38 @@ int weir_filter(struct __sk_buff *skb)
 	stats->unlimited++;
 	return skb->len;
 }
+
+// The general program: any supported layout, read from the configuration.
+SEC("socket")
+int weir_filter_any(struct __sk_buff *skb)
+{
+	const struct layout layout = {
+		.hashes = weir_cfg.hashes,
+		.blocked = weir_cfg.blocked != 0,
+		.power_of_two = 0,
+	};
+	return weir_filter(skb, layout);
+}
+
+// Programs specialised for the common layouts (1–4 cells per key, rows or
+// blocked, a power-of-two width; three cells per key never make a power of
+// two of blocks): with the layout a constant, the cell loop
+// unrolls to straight-line code and the per-cell branches go. The loader
+// picks one by name (`weir_filter_rows_2`, …) when the configuration fits.
+#define FILTER(name, h, b)                                                          \
+	SEC("socket")                                                               \
+	int name(struct __sk_buff *skb)                                             \
+	{                                                                           \
+		const struct layout layout = {.hashes = h, .blocked = b, .power_of_two = 1}; \
+		return weir_filter(skb, layout);                                    \
+	}
+
+FILTER(weir_filter_rows_1, 1, 0)
+FILTER(weir_filter_rows_2, 2, 0)
+FILTER(weir_filter_rows_3, 3, 0)
+FILTER(weir_filter_rows_4, 4, 0)
+FILTER(weir_filter_blocked_1, 1, 1)
+FILTER(weir_filter_blocked_2, 2, 1)
+FILTER(weir_filter_blocked_4, 4, 1)
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

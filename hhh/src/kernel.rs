@@ -17,7 +17,12 @@
 //! fixed-point EWMA with the same window per level, the same coin rule
 //! (`coin·rate < limit·2³²`). Every constant that must match comes from user
 //! space in the program's read-only data, set before it is verified; the C
-//! file holds only the arithmetic. With the time and the coin pinned ([`test_run_at`](KernelFilter::test_run_at)),
+//! file holds only the arithmetic and the lattice (which is part of the
+//! algorithm, not of the configuration). The object holds one program for
+//! any layout and programs compiled for the common ones (1, 2, 3 or 4 cells
+//! per key in rows, 1, 2 or 4 in blocks, a power-of-two width, the default
+//! among them), in which the cell loop unrolls to straight-line code; the
+//! loader picks the one that fits. With the time and the coin pinned ([`test_run_at`](KernelFilter::test_run_at)),
 //! the kernel's verdicts equal the classifier's packet for packet; the tests
 //! in `tests/kernel.rs` check it.
 //!
@@ -52,7 +57,7 @@
 #[cfg(doc)]
 use crate::Classifier;
 use crate::classifier::{ClassifierBuilder, Params};
-use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, LEVELS, PortScope};
+use crate::lattice::{GENERALISATIONS, Generalisation, LEVELS};
 use crate::random::RandomSource;
 use crate::{ClassifierConfigError, FixedRate, LevelStats, Stats};
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
@@ -72,12 +77,10 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));
 /// `bpf/filter.c`).
 pub const MAX_KERNEL_HASHES: usize = 8;
 
-const PROGRAM: &str = "weir_filter";
+/// The general program, for any layout the kernel supports.
+const GENERAL_PROGRAM: &str = "weir_filter_any";
 const FLAG_REPLAY_CLOCK: u64 = 1;
 const FLAG_REPLAY_COIN: u64 = 2;
-const KEEP_SPORT: u32 = 1;
-const KEEP_DPORT: u32 = 2;
-const LAST_IN_LEVEL: u32 = 4;
 
 /// `struct weir_level` in `bpf/filter.c`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,16 +89,6 @@ struct Level {
     window: u64,
     recip: u64,
     inc: u64,
-}
-
-/// `struct weir_generalisation`.
-#[derive(Debug, Clone, Copy, Default)]
-#[repr(C)]
-struct Gen {
-    src: u32,
-    flags: u32,
-    level: u32,
-    pad: u32,
 }
 
 /// `struct weir_config`: the program's read-only global `weir_cfg`, set at
@@ -117,7 +110,6 @@ struct Config {
     keys_v4: [[u64; 2]; GENERALISATIONS],
     keys_v6: [[u64; 2]; GENERALISATIONS],
     levels: [Level; LEVELS],
-    gens: [Gen; GENERALISATIONS],
 }
 
 /// `struct weir_state`: what changes at run time.
@@ -150,7 +142,7 @@ struct RawCell {
 
 // The C structs have the same sizes (aya also checks each map's value size
 // against these when the maps are opened).
-const _: () = assert!(size_of::<Config>() == 896);
+const _: () = assert!(size_of::<Config>() == 704);
 const _: () = assert!(size_of::<State>() == 32);
 const _: () = assert!(size_of::<RawStats>() == 96);
 const _: () = assert!(size_of::<RawCell>() == 16);
@@ -195,29 +187,6 @@ impl Config {
         let mut row_mult = [0; MAX_KERNEL_HASHES];
         row_mult.copy_from_slice(&ROW_MULTIPLIERS[..MAX_KERNEL_HASHES]);
         let key = |k: &(u64, u64)| [k.0, k.1];
-        let mut gens = [Gen::default(); GENERALISATIONS];
-        for (i, (g, out)) in Generalisation::ALL.iter().zip(&mut gens).enumerate() {
-            let last = Generalisation::ALL
-                .get(i + 1)
-                .is_none_or(|next| next.level() != g.level());
-            *out = Gen {
-                src: match g.src {
-                    AddrScope::Exact => 0,
-                    AddrScope::Subnet => 1,
-                    AddrScope::Any => 2,
-                },
-                flags: [
-                    (g.src_port == PortScope::Exact, KEEP_SPORT),
-                    (g.dst_port == PortScope::Exact, KEEP_DPORT),
-                    (last, LAST_IN_LEVEL),
-                ]
-                .iter()
-                .filter(|(on, _)| *on)
-                .fold(0, |flags, (_, bit)| flags | bit),
-                level: u32::from(g.level()),
-                pad: 0,
-            };
-        }
         Ok(Self {
             hashes: hashes as u64,
             slots,
@@ -237,8 +206,32 @@ impl Config {
                 recip: w.reciprocal(),
                 inc: w.increment(),
             }),
-            gens,
         })
+    }
+}
+
+impl Config {
+    /// The program to run: one compiled for this layout when there is one
+    /// (1–4 cells per key, a power-of-two width), else the general one.
+    fn program(&self) -> &'static str {
+        const ROWS: [&str; 4] = [
+            "weir_filter_rows_1",
+            "weir_filter_rows_2",
+            "weir_filter_rows_3",
+            "weir_filter_rows_4",
+        ];
+        // (Three cells per key never make a power-of-two number of blocks.)
+        const BLOCKED: [&str; 4] = [
+            "weir_filter_blocked_1",
+            "weir_filter_blocked_2",
+            GENERAL_PROGRAM,
+            "weir_filter_blocked_4",
+        ];
+        let specialised = if self.blocked != 0 { &BLOCKED } else { &ROWS };
+        match self.hashes {
+            1..=4 if self.slots_shift != 0 => specialised[self.hashes as usize - 1],
+            _ => GENERAL_PROGRAM,
+        }
     }
 }
 
@@ -485,10 +478,10 @@ impl KernelFilter {
             .set(0, state, 0)
             .map_err(|e| KernelError::map("writing the limit", e))?;
         let program: &mut SocketFilter = ebpf
-            .program_mut(PROGRAM)
+            .program_mut(config.program())
             .ok_or_else(|| KernelError::Other {
                 during: "loading the filter",
-                message: format!("the object has no program `{PROGRAM}`"),
+                message: format!("the object has no program `{}`", config.program()),
             })?
             .try_into()
             .map_err(|e| KernelError::program("loading the filter", e))?;
@@ -508,10 +501,10 @@ impl KernelFilter {
 
     fn program(&self) -> Result<&SocketFilter, KernelError> {
         self.ebpf
-            .program(PROGRAM)
+            .program(self.config.program())
             .ok_or_else(|| KernelError::Other {
                 during: "finding the filter",
-                message: format!("the object has no program `{PROGRAM}`"),
+                message: format!("the object has no program `{}`", self.config.program()),
             })?
             .try_into()
             .map_err(|e| KernelError::program("finding the filter", e))
@@ -714,6 +707,8 @@ pub fn ethernet_frame(packet: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Classifier;
+    use weir_limits::sketch::Shape;
 
     /// A socket filter that reads a map value without a NULL check
     /// (`bpf/rejected.c`), which every kernel's verifier refuses.
@@ -767,6 +762,52 @@ mod tests {
             }
             Err(e) if e.is_permission_denied() => {}
             other => panic!("expected a verifier error, got {other:?}"),
+        }
+    }
+
+    fn program_for(shape: Shape) -> &'static str {
+        let params = Classifier::builder(1_000)
+            .seed(1)
+            .shape(shape)
+            .params()
+            .expect("a valid configuration");
+        Config::new(&params).expect("supported").program()
+    }
+
+    #[test]
+    fn common_layouts_run_a_program_compiled_for_them() {
+        assert_eq!(program_for(Classifier::DEFAULT_SHAPE), "weir_filter_rows_2");
+        assert_eq!(program_for(Shape::rows::<4, 4096>()), "weir_filter_rows_4");
+        assert_eq!(program_for(Shape::rows::<1, 2>()), "weir_filter_rows_1");
+        assert_eq!(
+            program_for(Shape::blocked::<4, 1024>()),
+            "weir_filter_blocked_4"
+        );
+        // Anything else runs the general program.
+        assert_eq!(program_for(Shape::rows::<3, 1000>()), GENERAL_PROGRAM);
+        assert_eq!(program_for(Shape::blocked::<2, 1000>()), GENERAL_PROGRAM);
+        // 3 × 1024 cells are 384 blocks, no power of two.
+        assert_eq!(program_for(Shape::blocked::<3, 1024>()), GENERAL_PROGRAM);
+        assert_eq!(program_for(Shape::rows::<5, 1024>()), GENERAL_PROGRAM);
+        assert_eq!(program_for(Shape::rows::<2, 1>()), GENERAL_PROGRAM);
+        // Every name the loader can pick is a symbol of the object (the
+        // integration tests load them).
+        for shape in [
+            Shape::rows::<1, 1024>(),
+            Shape::rows::<2, 1024>(),
+            Shape::rows::<3, 1024>(),
+            Shape::rows::<4, 1024>(),
+            Shape::blocked::<1, 1024>(),
+            Shape::blocked::<2, 1024>(),
+            Shape::blocked::<4, 1024>(),
+            Shape::rows::<3, 1000>(),
+        ] {
+            let name = program_for(shape);
+            let symbol = [b"\0", name.as_bytes(), b"\0"].concat();
+            assert!(
+                OBJECT.windows(symbol.len()).any(|w| w == symbol),
+                "{name} is not in the object"
+            );
         }
     }
 }

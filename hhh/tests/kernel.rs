@@ -262,6 +262,16 @@ fn kernel_and_classifier_agree_packet_for_packet() {
             }),
         ),
         (
+            "paper scenario 1 (IPv4), blocked layout 2 x 1024 (a program compiled for it)",
+            limit1,
+            shorten(sim::paper::all().remove(0).3, 10),
+            Box::new(|limit| {
+                Classifier::builder(limit)
+                    .seed(5)
+                    .shape(Shape::blocked::<2, 1024>())
+            }),
+        ),
+        (
             "scenario 1 in IPv6 with random /32 neighbours, /64 as one host",
             25,
             v6_scenario_1(),
