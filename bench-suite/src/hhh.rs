@@ -403,51 +403,30 @@ pub fn test_run_frame(v6: bool) -> Vec<u8> {
 
 /// User-space parse + `classify` (monotonic clock read per packet, like
 /// the kernel's `bpf_ktime_get_ns`) of the IP packet in `frame`, `repeat`
-/// times; best mean ns per packet of `best_of` runs. Same unreachable limit
-/// as the kernel measurement.
-pub fn time_user_same_packet(frame: &[u8], repeat: u32, best_of: usize) -> f64 {
-    let rake = Classifier::builder(u64::MAX >> 20)
-        .seed(1)
-        .build()
-        .expect("valid benchmark configuration");
+/// times; the mean ns per packet. Same unreachable limit as the kernel
+/// measurement.
+pub fn time_user_same_packet(rake: &Classifier, frame: &[u8], repeat: u32) -> f64 {
     let packet = &frame[14..];
-    (0..best_of)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..repeat {
-                if let Ok(t) = FourTuple::parse(black_box(packet)) {
-                    let _ = black_box(rake.classify(&t));
-                }
-            }
-            started.elapsed().as_nanos() as f64 / f64::from(repeat.max(1))
-        })
-        .fold(f64::INFINITY, f64::min)
+    let started = Instant::now();
+    for _ in 0..repeat {
+        if let Ok(t) = FourTuple::parse(black_box(packet)) {
+            let _ = black_box(rake.classify(&t));
+        }
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(repeat.max(1))
 }
 
-/// The kernel filter under `BPF_PROG_TEST_RUN`, `repeat` runs of `frame`
-/// per call, best mean ns per packet of `best_of` calls. The limit is
-/// unreachable, so every packet updates all twelve generalisations (as
-/// rakelimit measures its program).
+/// The classifier both measurements use: the default configuration with an
+/// unreachable limit, so every packet updates all twelve generalisations
+/// (as rakelimit measures its program).
 #[cfg(feature = "bpf")]
-pub fn time_kernel(
-    frame: &[u8],
-    repeat: u32,
-    best_of: usize,
-) -> Result<f64, weir_hhh::kernel::KernelError> {
-    let filter = weir_hhh::kernel::KernelFilter::load(Classifier::builder(u64::MAX >> 20).seed(1))?;
-    filter.test_run(frame, 1000)?; // warm up
-    let mut best = f64::INFINITY;
-    for _ in 0..best_of {
-        let run = filter.test_run(frame, repeat)?;
-        assert!(run.passed(), "the kernel filter dropped a benchmark packet");
-        best = best.min(run.duration.as_nanos() as f64);
-    }
-    Ok(best)
+fn unreachable_limit() -> weir_hhh::ClassifierBuilder {
+    Classifier::builder(u64::MAX >> 20).seed(1)
 }
 
 /// The kernel-filter section (`--only hhh-kernel`): its cost per packet
 /// under `BPF_PROG_TEST_RUN` beside user-space parse + classify of the
-/// same packet.
+/// same packet, interleaved call by call.
 pub fn run_kernel(report: &mut Report) {
     report.section("weir-hhh in the kernel: the BPF socket filter under BPF_PROG_TEST_RUN");
     #[cfg(not(feature = "bpf"))]
@@ -455,14 +434,16 @@ pub fn run_kernel(report: &mut Report) {
     #[cfg(feature = "bpf")]
     {
         let repeat = 1_000_000;
-        let best_of = 5;
+        let calls = 11;
         report.text(&format!(
-            "One packet run {} times per `BPF_PROG_TEST_RUN` call (the kernel reports the mean), best of \
-             {best_of} calls; Ethernet-framed UDP with 4 bytes of payload (46 bytes IPv4, 66 bytes IPv6); \
-             unreachable limit, so all twelve generalisations are updated per packet; kernel clock read per \
-             packet. User space: `FourTuple::parse` + `classify` (clock read per packet) of the same IP \
-             packet, {} times, best of {best_of}. For comparison, in the same harness on the development VM: \
-             rakelimit's program {} / {} ns (IPv4 / IPv6), an empty socket filter {} ns.",
+            "One packet run {} times per `BPF_PROG_TEST_RUN` call (the kernel reports the mean), {calls} calls, \
+             each followed by the same number of user-space packets: `FourTuple::parse` + `classify` (clock read \
+             per packet) of the same IP packet. Ethernet-framed UDP with 4 bytes of payload (46 bytes IPv4, 66 \
+             bytes IPv6); default configuration (the program compiled for 2 × 1024 rows); unreachable limit, so \
+             all twelve generalisations are updated per packet; kernel clock read per packet. Best call, then \
+             median (min–max) over the calls. For comparison, rakelimit's program measured the way rakelimit \
+             measures it (best of 5 calls of {}) on the development VM: {} / {} ns (IPv4 / IPv6); an empty socket \
+             filter {} ns.",
             thousands(u64::from(repeat)),
             thousands(u64::from(repeat)),
             RAKELIMIT_TEST_RUN_NS_HERE.0,
@@ -472,9 +453,11 @@ pub fn run_kernel(report: &mut Report) {
         let mut table = Table::new([
             "family",
             "frame bytes",
-            "kernel filter ns/packet",
-            "user-space parse + classify ns/packet",
+            "kernel filter best ns/packet",
+            "kernel filter median (min–max)",
+            "user-space parse + classify median (min–max)",
             "rakelimit BPF here ns/packet",
+            "kernel best ÷ rakelimit",
         ]);
         let families = [
             ("IPv4", false, RAKELIMIT_TEST_RUN_NS_HERE.0),
@@ -485,21 +468,47 @@ pub fn run_kernel(report: &mut Report) {
         for (family, v6, rakelimit) in families {
             report.progress(family);
             let frame = test_run_frame(v6);
-            let kernel_ns = time_kernel(&frame, repeat, best_of);
-            let kernel = match &kernel_ns {
-                Ok(ns) => format!("{ns:.0}"),
-                Err(e) => format!("not measured: {e}"),
+            let rake = unreachable_limit().build().expect("valid benchmark configuration");
+            let kernel = weir_hhh::kernel::KernelFilter::load(unreachable_limit()).and_then(|f| {
+                f.test_run(&frame, 1000)?; // warm up
+                Ok(f)
+            });
+            let (mut kernel_ns, mut user_ns) = (Vec::new(), Vec::new());
+            let mut failed = None;
+            for _ in 0..calls {
+                if let Ok(filter) = &kernel {
+                    match filter.test_run(&frame, repeat) {
+                        Ok(run) => {
+                            assert!(run.passed(), "the kernel filter dropped a benchmark packet");
+                            kernel_ns.push(run.duration.as_nanos() as f64);
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                user_ns.push(time_user_same_packet(&rake, &frame, repeat));
+            }
+            let user = crate::report::Spread::of(&user_ns);
+            let (best, spread, ratio) = match (&kernel, &failed) {
+                (Err(e), _) | (Ok(_), Some(e)) => {
+                    chart[0].push(None);
+                    (format!("not measured: {e}"), String::new(), String::new())
+                }
+                (Ok(_), None) => {
+                    let k = crate::report::Spread::of(&kernel_ns);
+                    chart[0].push(Some(k.min));
+                    (format!("{:.0}", k.min), k.show(0), format!("{:.2}", k.min / rakelimit))
+                }
             };
-            let user = time_user_same_packet(&frame, repeat, best_of);
-            chart[0].push(kernel_ns.ok());
-            chart[1].push(Some(user));
+            chart[1].push(Some(user.median));
             chart[2].push(Some(rakelimit));
             table.row([
                 family.to_string(),
                 frame.len().to_string(),
-                kernel,
-                format!("{user:.1}"),
+                best,
+                spread,
+                user.show(1),
                 format!("{rakelimit:.0}"),
+                ratio,
             ]);
         }
         report.table(&table);
@@ -509,7 +518,7 @@ pub fn run_kernel(report: &mut Report) {
             &BarPlot {
                 title: "weir-hhh: the kernel filter's cost per packet beside user space and rakelimit's BPF program".into(),
                 x_label: "address family".into(),
-                y_label: "ns/packet (best call)".into(),
+                y_label: "ns/packet (kernel: best call; user space: median)".into(),
                 groups: families.iter().map(|f| f.0.to_string()).collect(),
                 series: vec![
                     BarSeries::new("weir kernel filter (BPF_PROG_TEST_RUN)", kernel),
