@@ -468,7 +468,9 @@ pub fn run_kernel(report: &mut Report) {
         for (family, v6, rakelimit) in families {
             report.progress(family);
             let frame = test_run_frame(v6);
-            let rake = unreachable_limit().build().expect("valid benchmark configuration");
+            let rake = unreachable_limit()
+                .build()
+                .expect("valid benchmark configuration");
             let kernel = weir_hhh::kernel::KernelFilter::load(unreachable_limit()).and_then(|f| {
                 f.test_run(&frame, 1000)?; // warm up
                 Ok(f)
@@ -496,7 +498,11 @@ pub fn run_kernel(report: &mut Report) {
                 (Ok(_), None) => {
                     let k = crate::report::Spread::of(&kernel_ns);
                     chart[0].push(Some(k.min));
-                    (format!("{:.0}", k.min), k.show(0), format!("{:.2}", k.min / rakelimit))
+                    (
+                        format!("{:.0}", k.min),
+                        k.show(0),
+                        format!("{:.2}", k.min / rakelimit),
+                    )
                 }
             };
             chart[1].push(Some(user.median));
