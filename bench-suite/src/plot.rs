@@ -13,6 +13,7 @@
 //! placed here with room to spare instead of by plotters' own layout.
 
 use crate::report::Spread;
+use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -205,6 +206,31 @@ fn bar_colour(i: usize) -> RGBColor {
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// The grid, fonts, axis titles and y labels every chart shares.
+fn house_mesh<'m, 'a, 'b, X, Y, DB>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+    x_label: &str,
+    y_label: &str,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged,
+    Y: Ranged<ValueType = f64>,
+    DB: DrawingBackend,
+{
+    mesh.max_light_lines(0)
+        .bold_line_style(GRID)
+        .y_label_formatter(&short_label)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .x_desc(x_label)
+        .y_desc(y_label)
+}
+
+/// [`short`] as a label formatter.
+fn short_label(v: &f64) -> String {
+    short(*v)
+}
 type Drawn = Result<(), Box<dyn Error>>;
 
 fn text_style(size: u32, pos: Pos) -> TextStyle<'static> {
@@ -399,18 +425,10 @@ impl Chart for LinePlot {
                 .x_label_area_size(48)
                 .y_label_area_size(LEFT_AREA)
                 .build_cartesian_2d(xs.clone(), ys.clone())?;
-            chart
-                .configure_mesh()
-                .max_light_lines(0)
-                .bold_line_style(GRID)
+            house_mesh(&mut chart.configure_mesh(), &self.x_label, &self.y_label)
                 .x_labels(6)
                 .y_labels(6)
-                .x_label_formatter(&|v| short(*v))
-                .y_label_formatter(&|v| short(*v))
-                .label_style((FONT, 12))
-                .axis_desc_style((FONT, 13))
-                .x_desc(self.x_label.as_str())
-                .y_desc(self.y_label.as_str())
+                .x_label_formatter(&short_label)
                 .draw()?;
             if let Some((y, label)) = &self.reference {
                 draw_reference(&mut chart, (xs.start, xs.end), *y, REFERENCES[0])?;
@@ -542,17 +560,9 @@ impl BarPlot {
             .x_label_area_size(14 + LINE_HEIGHT * lines + 20)
             .y_label_area_size(LEFT_AREA)
             .build_cartesian_2d(Groups(n), y)?;
-        chart
-            .configure_mesh()
+        house_mesh(&mut chart.configure_mesh(), &self.x_label, &self.y_label)
             .disable_x_mesh()
-            .max_light_lines(0)
-            .bold_line_style(GRID)
             .y_labels(8)
-            .y_label_formatter(&|v| short(*v))
-            .label_style((FONT, 12))
-            .axis_desc_style((FONT, 13))
-            .x_desc(self.x_label.as_str())
-            .y_desc(self.y_label.as_str())
             .draw()?;
         for (g, label) in labels.iter().enumerate() {
             for (i, line) in label.iter().enumerate() {
