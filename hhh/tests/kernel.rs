@@ -148,6 +148,27 @@ struct Replayed {
     end: u64,
 }
 
+/// The kernel's sketches and the classifier's hold the same rates, bit for
+/// bit, for every stream of `scenario` at `end`.
+fn assert_same_rates<R: RandomSource>(
+    name: &str,
+    scenario: &Scenario,
+    filter: &KernelFilter,
+    rake: &Classifier<weir_hhh::clock::MonotonicClock, R>,
+    end: u64,
+) {
+    for tuple in representatives(scenario) {
+        for g in Generalisation::ALL {
+            let k = filter.estimate_at(&tuple, g, end).unwrap();
+            assert_eq!(
+                k,
+                rake.estimate_at(&tuple, g, Timestamp::from_nanos(end)),
+                "{name}: {tuple} {g}"
+            );
+        }
+    }
+}
+
 /// One tuple per stream: its fixed fields, and fixed stand-ins for random ones.
 fn representatives(scenario: &Scenario) -> Vec<FourTuple> {
     let addr = |a: Addr| match a {
@@ -303,23 +324,52 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         assert_eq!(summary(&kernel), summary(&user), "{name}");
         assert_eq!(stats.levels, rake.stats(), "{name}");
         assert_eq!(stats.unparsed, 0, "{name}");
-        // The sketches hold the same rates, bit for bit.
-        for tuple in representatives(&scenario) {
-            for g in Generalisation::ALL {
-                let k = filter.estimate_at(&tuple, g, end).unwrap();
-                assert_eq!(
-                    k,
-                    rake.estimate_at(&tuple, g, Timestamp::from_nanos(end)),
-                    "{name}: {tuple} {g}"
-                );
-            }
-        }
+        assert_same_rates(name, &scenario, &filter, &rake, end);
         // The scenario must exercise the limiter, or agreement is trivial.
         assert!(rake.stats().dropped() > 100, "{name}: {:?}", rake.stats());
         eprintln!(
             "{name}: identical verdicts for {} packets",
             stats.levels.total()
         );
+    }
+}
+
+/// Every program the object holds for a common layout loads (the verifier
+/// accepts it) and agrees with the classifier; the agreement test above runs
+/// only the default's and one blocked layout's.
+#[test]
+fn every_compiled_program_loads_and_agrees_with_the_classifier() {
+    let (_, _, limit, s1) = sim::paper::all().remove(0);
+    let scenario = shorten(s1, 6);
+    let shapes = [
+        Shape::rows::<1, 1024>(),
+        Shape::rows::<3, 1024>(),
+        Shape::rows::<4, 512>(),
+        Shape::blocked::<1, 1024>(),
+        Shape::blocked::<4, 512>(),
+    ];
+    for shape in shapes {
+        let Some(Replayed {
+            user,
+            kernel,
+            stats,
+            rake,
+            filter,
+            end,
+        }) = replay_both(
+            "every_compiled_program_loads_and_agrees_with_the_classifier",
+            || Classifier::builder(limit).seed(6).shape(shape),
+            &scenario,
+            true,
+        )
+        else {
+            return;
+        };
+        let name = format!("{shape:?}");
+        assert_eq!(summary(&kernel), summary(&user), "{name}");
+        assert_eq!(stats.levels, rake.stats(), "{name}");
+        assert_same_rates(&name, &scenario, &filter, &rake, end);
+        assert!(rake.stats().dropped() > 0, "{name}: {:?}", rake.stats());
     }
 }
 
