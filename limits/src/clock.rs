@@ -11,11 +11,14 @@
 //! hands a time to a structure (to judge a batch of requests at one
 //! reading, or to replay a trace), it passes a [`Timestamp`] of that
 //! structure's own clock type, so a reading of one clock cannot be given
-//! to a structure running on another.
+//! to a structure running on another. Every [`MonotonicClock`] in a process
+//! counts from one epoch, and so does every [`StdClock`], so a reading of
+//! one instance means the same instant to every other instance of its type;
+//! [`ManualClock`]s share a time only with their clones.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A source of monotonic time, in nanoseconds since the clock's own epoch.
@@ -47,7 +50,8 @@ pub trait Clock: Send + Sync {
 /// A reading of a clock of type `C`: nanoseconds since that clock's epoch.
 /// Structures that take a time from their caller take it as a
 /// `Timestamp` of their own clock type, so the compiler rejects a reading
-/// of a different clock.
+/// of a different type of clock (instances of one type share an epoch: see
+/// the [module docs](self)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -141,7 +145,8 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The default clock: monotonic time from the CPU's time-stamp counter,
-/// calibrated against the OS clock, with its epoch at creation.
+/// calibrated against the OS clock, with its epoch at the first
+/// `MonotonicClock` the process created (all instances read the same time).
 ///
 /// Reading it is a `rdtsc` and a multiply, about half what `Instant::now()`
 /// costs on this project's VM (both are measured in `cargo xtask bench
@@ -164,11 +169,16 @@ pub struct MonotonicClock {
 }
 
 impl MonotonicClock {
-    /// A clock whose epoch is now.
+    /// The process's monotonic clock (calibrated once, on first use).
     pub fn new() -> Self {
-        let clock = quanta::Clock::new();
-        let origin = clock.raw();
-        Self { clock, origin }
+        static SHARED: OnceLock<MonotonicClock> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let clock = quanta::Clock::new();
+                let origin = clock.raw();
+                Self { clock, origin }
+            })
+            .clone()
     }
 }
 
@@ -185,9 +195,10 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// The OS monotonic clock (`std::time::Instant`), with its epoch at
-/// creation: for platforms or deployments where the time-stamp counter is
-/// not wanted.
+/// The OS monotonic clock (`std::time::Instant`), with its epoch at the
+/// first `StdClock` the process created (all instances read the same
+/// time): for platforms or deployments where the time-stamp counter is not
+/// wanted.
 ///
 /// ```
 /// use weir_limits::clock::{Clock, StdClock};
@@ -202,10 +213,11 @@ pub struct StdClock {
 }
 
 impl StdClock {
-    /// A clock whose epoch is now.
+    /// The process's OS monotonic clock.
     pub fn new() -> Self {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
         Self {
-            origin: Instant::now(),
+            origin: *ORIGIN.get_or_init(Instant::now),
         }
     }
 
@@ -295,6 +307,22 @@ pub fn duration_to_nanos(duration: Duration) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A reading of one instance is a reading of every instance of its
+    /// type: a clock created later does not restart time.
+    #[test]
+    fn instances_of_one_clock_type_share_an_epoch() {
+        fn check<C: Clock>(make: impl Fn() -> C) {
+            let first = make();
+            std::thread::sleep(Duration::from_millis(20));
+            let seen = first.now_nanos();
+            let later = make();
+            let read = later.now_nanos();
+            assert!(read >= seen, "a later instance read {read} after {seen}");
+        }
+        check(MonotonicClock::new);
+        check(StdClock::new);
+    }
 
     proptest! {
         /// A timestamp is its nanoseconds: it orders, adds (saturating) and

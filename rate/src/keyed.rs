@@ -166,9 +166,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// assert_eq!(batch.map(|d| d.is_allowed()), [true, true, false]);
     /// ```
     ///
-    /// A reading of another clock is a type error:
+    /// A reading of another type of clock is a type error:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0308
     /// use std::num::NonZeroU32;
     /// use weir_rate::clock::{Clock, ManualClock, StdClock};
     /// use weir_rate::{Gcra, KeyedLimiter, Quota};
