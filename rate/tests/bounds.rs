@@ -350,6 +350,46 @@ fn decisions_carry_retry_and_reset_for_every_algorithm() {
     }
 }
 
+/// At the end of the clock's range (a far-future or hostile timestamp) an
+/// algorithm whose bookkeeping would pass `u64::MAX` denies: it never
+/// forgets a cost and lets everything through.
+#[test]
+fn the_end_of_time_never_disables_a_limit() {
+    let q = quota(4, 1000, 4);
+    fn allowed_at_once<L: Limiter>(l: &L, now: u64) -> u32 {
+        let mut s = l.new_state(now);
+        (0..100)
+            .filter(|_| l.check(&mut s, now, 1, Mode::Consume).unwrap().is_allowed())
+            .count() as u32
+    }
+    let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(500)).unwrap();
+    for now in [
+        u64::MAX,
+        u64::MAX - 1,
+        u64::MAX - 300 * MS,
+        u64::MAX - 3000 * MS,
+    ] {
+        for (name, allowed, capacity) in [
+            ("fixed", allowed_at_once(&FixedWindow::new(q), now), 4),
+            ("log", allowed_at_once(&SlidingLog::new(q), now), 4),
+            (
+                "sliding",
+                allowed_at_once(&SlidingWindow::try_new(q, 2).unwrap(), now),
+                4,
+            ),
+            ("token", allowed_at_once(&TokenBucket::new(q), now), 4),
+            ("gcra", allowed_at_once(&Gcra::new(q), now), 4),
+            ("leaky", allowed_at_once(&LeakyBucket::meter(q), now), 4),
+            ("shaper", allowed_at_once(&shaper, now), shaper.capacity()),
+        ] {
+            assert!(
+                allowed <= capacity,
+                "{name} at {now}: allowed {allowed} of 100 at one instant (capacity {capacity})"
+            );
+        }
+    }
+}
+
 /// Shrinking a quota at run time below what a key has already spent leaves
 /// it with nothing remaining: a denial, never an arithmetic panic.
 #[test]

@@ -63,10 +63,11 @@ fn unelapsed(receipt: Receipt, now: u64, interval: u64) -> u64 {
 pub(crate) fn gcra_step(tat: u64, now: u64, cost: u32, interval: u64, tolerance: u64) -> Step {
     let start = tat.max(now);
     let new = u128::from(start) + u128::from(cost) * u128::from(interval);
-    if new <= u128::from(now) + u128::from(tolerance) {
-        Step::Allow(u64::try_from(new).unwrap_or(u64::MAX))
-    } else {
-        Step::Deny(start)
+    // A TAT past the clock's range cannot be kept: saturating it would
+    // forget the cost, so at the end of time the limiter denies instead.
+    match u64::try_from(new) {
+        Ok(new) if u128::from(new) <= u128::from(now) + u128::from(tolerance) => Step::Allow(new),
+        _ => Step::Deny(start),
     }
 }
 

@@ -132,17 +132,20 @@ impl Limiter for LeakyBucket {
                 clamp_u32((u128::from(max_delay) - backlog) / t + 1)
             }
         };
-        if last_wait <= u128::from(max_delay) {
-            let end = u128::from(start) + u128::from(cost) * t;
+        let end = u128::from(start) + u128::from(cost) * t;
+        // A queue draining past the clock's range cannot be kept:
+        // saturating `drains_at` would forget the cost, so at the end of
+        // time the shaper denies instead.
+        if last_wait <= u128::from(max_delay) && end <= u128::from(u64::MAX) {
             if mode == Mode::Consume {
-                s.drains_at = clamp_ns(end);
+                s.drains_at = end as u64;
             }
             let backlog = end - u128::from(now_ns);
             let mut d = Decision::allow(limit, window, room(backlog), clamp_ns(backlog));
             d.delay = nanos(clamp_ns(wait));
             Ok(d.charged(mode, now_ns, cost))
         } else {
-            let retry = clamp_ns(last_wait - u128::from(max_delay));
+            let retry = clamp_ns(last_wait.saturating_sub(u128::from(max_delay)));
             Ok(Decision::deny(
                 limit,
                 window,

@@ -63,7 +63,9 @@ impl SlidingLog {
         let w = self.quota.window_nanos();
         let now = s.entries.back().map_or(now, |&(t, _)| now.max(t));
         while let Some(&(t, c)) = s.entries.front() {
-            if t.saturating_add(w) > now {
+            // Elapsed time, not a deadline: `t + w` would saturate at the
+            // end of the clock's range and expire every entry at once.
+            if now - t < w {
                 break;
             }
             s.total -= u64::from(c);
@@ -74,8 +76,9 @@ impl SlidingLog {
 
     fn reset_in(&self, s: &SlidingLogState, now: u64) -> u64 {
         s.entries.back().map_or(0, |&(t, _)| {
-            t.saturating_add(self.quota.window_nanos())
-                .saturating_sub(now)
+            self.quota
+                .window_nanos()
+                .saturating_sub(now.saturating_sub(t))
         })
     }
 }
@@ -123,7 +126,7 @@ impl Limiter for SlidingLog {
             for &(t, c) in &s.entries {
                 left -= u64::from(c);
                 if left + cost64 <= limit64 {
-                    retry = t.saturating_add(w) - now;
+                    retry = w - (now - t);
                     break;
                 }
             }
