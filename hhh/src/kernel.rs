@@ -172,12 +172,8 @@ impl Config {
         } else {
             p.locator.slots() as u64
         };
+        // `params()` bounds the twelve sketches to u32::MAX cells.
         let cells_per_sketch = p.cells_per_sketch() as u64;
-        if cells_per_sketch * GENERALISATIONS as u64 > u64::from(u32::MAX) {
-            return Err(KernelError::Unsupported(
-                "more cells than a BPF array holds",
-            ));
-        }
         // reduce(h, 2^k) = h >> (64 - k): one shift instead of a 128-bit product.
         let slots_shift = if slots >= 2 && slots.is_power_of_two() {
             64 - u64::from(slots.trailing_zeros())
@@ -461,7 +457,7 @@ impl KernelFilter {
         let params = builder.params()?;
         let config = Config::new(&params)?;
         let cells = u32::try_from(config.cells_per_sketch * GENERALISATIONS as u64)
-            .map_err(|_| KernelError::Unsupported("more cells than a BPF array holds"))?;
+            .expect("params() bounds the cells to u32::MAX");
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("weir_cells", cells)
             .override_global("weir_cfg", &config, true)

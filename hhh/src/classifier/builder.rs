@@ -98,7 +98,9 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     }
 
     /// The shape of every generalisation's sketch (default
-    /// [`Classifier::DEFAULT_SHAPE`]). Its seed, if it has one, seeds the
+    /// [`Classifier::DEFAULT_SHAPE`]): twelve sketches of 16 bytes a cell,
+    /// at most 2³² cells in all ([`build`](Self::build) says
+    /// `TooManyCells` otherwise). Its seed, if it has one, seeds the
     /// classifier as [`seed`](Self::seed) does; without one, a seed set
     /// before is kept.
     pub fn shape(mut self, shape: Shape) -> Self {
@@ -187,6 +189,14 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
         // positions, so a fixed seed reproduces both.
         let seed = self.settings.shape.seed().unwrap_or_else(random_seed);
         let locator = Locator::new(self.settings.shape.with_seed(seed));
+        // The twelve sketches share one table of cells, which must be
+        // addressable as a whole (by a u32 index in the kernel's array):
+        // a shape weir-limits accepts for one sketch may be too big for
+        // twelve.
+        let cells = GENERALISATIONS as u128 * padded_cells(&locator) as u128;
+        if cells > u128::from(u32::MAX) {
+            return Err(weir_limits::ConfigError::TooManyCells { requested: cells }.into());
+        }
         let p = self.settings.prefixes;
         Ok(Params {
             limit: FixedRate::from_per_second(self.settings.limit),
@@ -225,6 +235,12 @@ impl Params {
 
     /// Cells per generalisation's sketch, rounded up to whole blocks.
     pub(crate) fn cells_per_sketch(&self) -> usize {
-        self.locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
+        padded_cells(&self.locator)
     }
+}
+
+/// A sketch's cells rounded up to whole blocks: what the classifier
+/// allocates per generalisation.
+fn padded_cells(locator: &Locator) -> usize {
+    locator.cells().div_ceil(BLOCK_CELLS) * BLOCK_CELLS
 }

@@ -568,6 +568,27 @@ mod tests {
                 .unwrap_err(),
             ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
         );
+        assert_eq!(
+            Classifier::builder(1).window_growth(0).build().unwrap_err(),
+            ClassifierConfigError::ZeroWindowGrowth
+        );
+        assert_eq!(
+            Classifier::builder(1)
+                .window(Duration::from_secs(1 << 40))
+                .window_growth(1 << 20)
+                .build()
+                .unwrap_err(),
+            ClassifierConfigError::Limits(weir_limits::ConfigError::IntervalTooLong)
+        );
+        // One sketch of 2³⁰ cells is valid; twelve are more than the
+        // classifier's table addresses: an error, not an allocation abort.
+        let huge = Shape::try_new(1, 1 << 30, weir_limits::sketch::Layout::Rows).unwrap();
+        assert!(matches!(
+            Classifier::builder(1).shape(huge).build(),
+            Err(ClassifierConfigError::Limits(
+                weir_limits::ConfigError::TooManyCells { .. }
+            ))
+        ));
         // A shape without a seed keeps the one set before it.
         let shape = Shape::rows::<2, 64>();
         let seeded = |b: ClassifierBuilder| b.build().unwrap().locator().shape().seed();
