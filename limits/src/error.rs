@@ -24,7 +24,7 @@ pub enum ConfigError {
     /// A sketch needs at least one slot (column) per hash.
     ZeroSlots,
     /// `hashes × slots` counters would not be addressable (over 2³² cells,
-    /// or over `usize::MAX` on a 32-bit target).
+    /// or more 8-byte counters than one allocation holds on a 32-bit target).
     TooManyCells {
         /// Counters requested.
         requested: u128,

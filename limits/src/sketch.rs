@@ -236,8 +236,9 @@ impl Shape {
             seed: None,
         };
         let cells = shape.cells_wide();
-        // Also within usize: a 32-bit target cannot index 2^32 counters.
-        if cells > MAX_CELLS || cells > usize::MAX as u128 {
+        // Also within what the target can allocate: 8-byte counters, and
+        // no allocation over isize::MAX bytes (on a 32-bit target, 2^28).
+        if cells > MAX_CELLS || cells > isize::MAX as u128 / 8 {
             return Err(ConfigError::TooManyCells { requested: cells });
         }
         Ok(shape)
