@@ -59,12 +59,18 @@ async fn main() -> std::io::Result<()> {
     let router = match redis {
         None => app::router(&config),
         Some(url) => {
-            let limiter =
-                weir_rate::redis::RedisLimiter::builder(weir_rate::Gcra::new(app::quota(&config)))
-                    .prefix("gateway")
-                    .connect(weir_rate::redis::Target::server(url))
-                    .await
-                    .map_err(std::io::Error::other)?;
+            let quota = app::quota(&config);
+            // While Redis is unreachable, each instance limits on its own
+            // instead of letting every request through.
+            let local = weir_rate::KeyedLimiter::<String, _>::new(weir_rate::Gcra::new(quota));
+            let limiter = weir_rate::redis::RedisLimiter::builder(weir_rate::Gcra::new(quota))
+                .prefix("gateway")
+                .on_failure(weir_rate::redis::FailurePolicy::Local(std::sync::Arc::new(
+                    local,
+                )))
+                .connect(weir_rate::redis::Target::server(url))
+                .await
+                .map_err(std::io::Error::other)?;
             println!("per-IP limit shared through Redis");
             app::router_on_redis(&config, limiter)
         }
