@@ -567,6 +567,53 @@ fn server_killed_and_restarted_local_fallback() -> TestResult {
     kill_and_restart(FailurePolicy::Local(Arc::new(local)), Source::Local, false)
 }
 
+/// During an outage the local fallback's own limit holds: its decisions are
+/// the answer (denials included), and a cost it can never allow is denied
+/// as fail-closed, not let through.
+#[test]
+fn local_fallback_enforces_its_own_limit_during_an_outage() -> TestResult {
+    let name = "local_fallback_enforces_its_own_limit_during_an_outage";
+    let Some(mut server) = RedisServer::start_or_skip(name)? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let local: KeyedLimiter<String, Gcra> =
+            KeyedLimiter::new(Gcra::new(Quota::per_hour(nz(2))));
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("local"))
+            .timeout(Duration::from_millis(200))
+            .on_failure(FailurePolicy::Local(Arc::new(local)))
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(
+            limiter.check_verbose("warm", 1).await?.source,
+            Source::Redis
+        );
+        server.kill();
+        let mut outage = false;
+        for _ in 0..50 {
+            if limiter.check_verbose("probe", 1).await?.source != Source::Redis {
+                outage = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(outage, "the outage was never noticed");
+        let mut allowed = 0;
+        for _ in 0..10 {
+            let v = limiter.check_verbose("victim", 1).await?;
+            assert_eq!(v.source, Source::Local);
+            allowed += u32::from(v.decision.is_allowed());
+        }
+        assert_eq!(allowed, 2, "the local quota (2 per hour) must hold");
+        let v = limiter.check_verbose("other", 5).await?;
+        assert_eq!(v.source, Source::FailClosed);
+        assert!(!v.decision.is_allowed());
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
 #[test]
 fn script_flush_under_load_is_invisible() -> TestResult {
     let Some(server) = RedisServer::start_or_skip("script_flush_under_load_is_invisible")? else {
