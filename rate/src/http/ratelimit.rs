@@ -40,6 +40,13 @@ pub struct RateLimitLayer<Ch, X, B = ()> {
     checker: Arc<Ch>,
     extractor: X,
     cost: Option<CostFn<B>>,
+    answering: Answering,
+}
+
+/// How the layer turns a limiter's answer into a response: everything the
+/// ready path and the waiting path share.
+#[derive(Debug, Clone)]
+struct Answering {
     policy: Arc<str>,
     /// The policy name quoted once, for the per-response `RateLimit` field.
     quoted: Arc<PolicyName>,
@@ -50,17 +57,63 @@ pub struct RateLimitLayer<Ch, X, B = ()> {
     shadow: bool,
 }
 
+/// What to do with a request once the limiter has answered.
+enum Next<B> {
+    /// Answer it without calling the inner service.
+    Answer(Response<B>),
+    /// Call the inner service and put these headers on its response.
+    Forward(DecisionHeaders),
+}
+
+impl Answering {
+    /// The `RateLimit-Policy` value for this decision's quota, formatted
+    /// once per quota rather than per request.
+    fn policy_header(&self, decision: &Decision) -> Option<HeaderValue> {
+        let quota = (decision.limit(), decision.window());
+        // Read-only after the first request, so cores share the line
+        // without bouncing it; a quota changed at run time is formatted
+        // per request (correct, just slower).
+        if let Some((cached, value)) = self.policy_header.get() {
+            if *cached == quota {
+                return Some(value.clone());
+            }
+        }
+        let value = HeaderValue::from_str(&decision.ratelimit_policy(&self.policy)).ok()?;
+        let _ = self.policy_header.set((quota, value.clone()));
+        Some(value)
+    }
+
+    fn next<B: Default>(&self, outcome: Result<Decision, NeverAllowed>) -> Next<B> {
+        match outcome {
+            Err(_) if self.shadow => Next::Forward(DecisionHeaders {
+                policy: None,
+                ratelimit: None,
+                retry_after: None,
+                shadow_denied: true,
+            }),
+            Err(never) => Next::Answer(never_allowed(never, self.denied_status)),
+            Ok(decision) => {
+                let policy = self.policy_header(&decision);
+                let headers = DecisionHeaders::new(&decision, &self.quoted, policy, self.shadow);
+                if !decision.is_allowed() && !self.shadow {
+                    let mut response = Response::new(B::default());
+                    *response.status_mut() = self.denied_status;
+                    headers.apply(&mut response);
+                    return Next::Answer(response);
+                }
+                Next::Forward(headers)
+            }
+        }
+    }
+}
+
 impl<Ch, X: Clone, B> Clone for RateLimitLayer<Ch, X, B> {
     fn clone(&self) -> Self {
         Self {
             checker: Arc::clone(&self.checker),
             extractor: self.extractor.clone(),
             cost: self.cost.clone(),
-            policy: Arc::clone(&self.policy),
-            quoted: Arc::clone(&self.quoted),
-            policy_header: Arc::clone(&self.policy_header),
-            denied_status: self.denied_status,
-            shadow: self.shadow,
+            answering: self.answering.clone(),
         }
     }
 }
@@ -69,9 +122,9 @@ impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("extractor", &self.extractor)
-            .field("policy", &self.policy)
-            .field("denied_status", &self.denied_status)
-            .field("shadow", &self.shadow)
+            .field("policy", &self.answering.policy)
+            .field("denied_status", &self.answering.denied_status)
+            .field("shadow", &self.answering.shadow)
             .finish_non_exhaustive()
     }
 }
@@ -90,19 +143,21 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
             checker,
             extractor,
             cost: None,
-            policy: Arc::from("default"),
-            quoted: Arc::new(PolicyName::new("default")),
-            policy_header: Arc::new(OnceLock::new()),
-            denied_status: StatusCode::TOO_MANY_REQUESTS,
-            shadow: false,
+            answering: Answering {
+                policy: Arc::from("default"),
+                quoted: Arc::new(PolicyName::new("default")),
+                policy_header: Arc::new(OnceLock::new()),
+                denied_status: StatusCode::TOO_MANY_REQUESTS,
+                shadow: false,
+            },
         }
     }
 
     /// The name of the policy in the `RateLimit` header fields.
     pub fn policy_name(mut self, name: &str) -> Self {
-        self.policy = Arc::from(name);
-        self.quoted = Arc::new(PolicyName::new(name));
-        self.policy_header = Arc::new(OnceLock::new());
+        self.answering.policy = Arc::from(name);
+        self.answering.quoted = Arc::new(PolicyName::new(name));
+        self.answering.policy_header = Arc::new(OnceLock::new());
         self
     }
 
@@ -116,7 +171,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// Answer denials with 503 instead of 429, for limits that protect the
     /// server's capacity rather than police a client.
     pub fn overload_status(mut self) -> Self {
-        self.denied_status = StatusCode::SERVICE_UNAVAILABLE;
+        self.answering.denied_status = StatusCode::SERVICE_UNAVAILABLE;
         self
     }
 
@@ -126,7 +181,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// `x-ratelimit-shadow`; only an admission a shadowed limiter marks
     /// non-conforming ([`Decision::is_conforming`]) is labelled there.
     pub fn shadow(mut self, shadow: bool) -> Self {
-        self.shadow = shadow;
+        self.answering.shadow = shadow;
         self
     }
 }
@@ -166,25 +221,6 @@ impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug
             .field("inner", &self.inner)
             .field("layer", &self.layer)
             .finish()
-    }
-}
-
-impl<S, Ch, X, B> RateLimitService<S, Ch, X, B> {
-    /// The `RateLimit-Policy` value for this decision's quota, formatted
-    /// once per quota rather than per request.
-    fn policy_header(&self, decision: &Decision) -> Option<HeaderValue> {
-        let quota = (decision.limit(), decision.window());
-        // Read-only after the first request, so cores share the line
-        // without bouncing it; a quota changed at run time is formatted
-        // per request (correct, just slower).
-        if let Some((cached, value)) = self.layer.policy_header.get() {
-            if *cached == quota {
-                return Some(value.clone());
-            }
-        }
-        let value = HeaderValue::from_str(&decision.ratelimit_policy(&self.layer.policy)).ok()?;
-        let _ = self.layer.policy_header.set((quota, value.clone()));
-        Some(value)
     }
 }
 
@@ -307,32 +343,12 @@ where
             Poll::Ready(outcome) => outcome,
             Poll::Pending => return self.wait_for(check, request),
         };
-        let shadow = self.layer.shadow;
-        match outcome {
-            Err(_) if shadow => RateLimitFuture::Calling {
+        match self.layer.answering.next(outcome) {
+            Next::Answer(response) => answered(response),
+            Next::Forward(headers) => RateLimitFuture::Calling {
                 future: self.inner.call(request),
-                headers: Some(DecisionHeaders {
-                    policy: None,
-                    ratelimit: None,
-                    retry_after: None,
-                    shadow_denied: true,
-                }),
+                headers: Some(headers),
             },
-            Err(never) => answered(never_allowed(never, self.layer.denied_status)),
-            Ok(decision) => {
-                let policy = self.policy_header(&decision);
-                let headers = DecisionHeaders::new(&decision, &self.layer.quoted, policy, shadow);
-                if !decision.is_allowed() && !shadow {
-                    let mut response = Response::new(ResBody::default());
-                    *response.status_mut() = self.layer.denied_status;
-                    headers.apply(&mut response);
-                    return answered(response);
-                }
-                RateLimitFuture::Calling {
-                    future: self.inner.call(request),
-                    headers: Some(headers),
-                }
-            }
         }
     }
 }
@@ -356,32 +372,17 @@ where
         // The ready clone serves this request; a fresh clone waits for the next.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let policy = Arc::clone(&self.layer.policy);
-        let quoted = Arc::clone(&self.layer.quoted);
-        let denied_status = self.layer.denied_status;
-        let shadow = self.layer.shadow;
+        let answering = self.layer.answering.clone();
         RateLimitFuture::Waiting {
             future: Box::pin(async move {
-                let decision = match check.await {
-                    Ok(decision) => decision,
-                    Err(_) if shadow => {
+                match answering.next(check.await) {
+                    Next::Answer(response) => Ok(response),
+                    Next::Forward(headers) => {
                         let mut response = inner.call(request).await?;
-                        mark_shadow(&mut response);
-                        return Ok(response);
+                        headers.apply(&mut response);
+                        Ok(response)
                     }
-                    Err(never) => return Ok(never_allowed(never, denied_status)),
-                };
-                let policy_value = HeaderValue::from_str(&decision.ratelimit_policy(&policy)).ok();
-                let headers = DecisionHeaders::new(&decision, &quoted, policy_value, shadow);
-                if !decision.is_allowed() && !shadow {
-                    let mut response = Response::new(ResBody::default());
-                    *response.status_mut() = denied_status;
-                    headers.apply(&mut response);
-                    return Ok(response);
                 }
-                let mut response = inner.call(request).await?;
-                headers.apply(&mut response);
-                Ok(response)
             }),
         }
     }
