@@ -42,7 +42,7 @@ use crate::random::RandomSource;
 use crate::tuple::FourTuple;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-use weir_limits::clock::{Clock, Timestamp};
+use weir_limits::clock::{Clock, Timestamp, duration_to_nanos};
 
 /// Where a stream's addresses come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +234,7 @@ impl Fields {
 /// Arrival time (ns into the scenario) of packet `k` of `stream`.
 fn arrival(stream: &Stream, k: u64) -> u64 {
     let offset = u128::from(k) * 1_000_000_000 / u128::from(stream.rate.max(1));
-    let start = u64::try_from(stream.start.as_nanos()).unwrap_or(u64::MAX);
+    let start = duration_to_nanos(stream.start);
     start.saturating_add(u64::try_from(offset).unwrap_or(u64::MAX))
 }
 
@@ -260,8 +260,8 @@ pub fn run_with(
     mut classify: impl FnMut(&FourTuple, u64) -> Verdict,
     epoch: Duration,
 ) -> ScenarioOutcome {
-    let end = u64::try_from(scenario.duration.as_nanos()).unwrap_or(u64::MAX);
-    let epoch = u64::try_from(epoch.as_nanos()).unwrap_or(u64::MAX);
+    let end = duration_to_nanos(scenario.duration);
+    let epoch = duration_to_nanos(epoch);
     let seconds = scenario.duration.as_secs_f64().ceil() as usize;
     let mut outcomes: Vec<StreamOutcome> = scenario
         .streams
