@@ -25,31 +25,34 @@ pub fn listing_violations(listing: &str) -> Vec<String> {
             let constructs = !f.has_receiver && f.returns.contains("Result<Self");
             let named = f.name.starts_with("try_") || IO_VERBS.contains(&f.name.as_str());
             (constructs && !named)
-                .then(|| format!("a fallible constructor is named `try_*`: {line}"))
+                .then(|| format!("a fallible constructor must be named `try_*`: {line}"))
         })
         .collect()
 }
 
 /// Constructors in the crate sources at `src` whose docs announce a panic
 /// (`# Panics`): a constructor returns a `Result` instead. Reports
-/// `file:line: name`.
-pub fn panicking_constructors(src: &Path) -> Vec<String> {
+/// `file:line: name`. A source tree that cannot be read, or holds no Rust
+/// file, is an error: the check must not pass by reading nothing.
+pub fn panicking_constructors(src: &Path) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
     let mut files = Vec::new();
-    collect_sources(src, &mut files);
+    collect_sources(src, &mut files)?;
+    if files.is_empty() {
+        return Err(format!("no Rust sources under {}", src.display()));
+    }
     files.sort();
     for file in files {
         if file.components().any(|c| c.as_os_str() == "pingora") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("reading {}: {e}", file.display()))?;
         for (line, name) in panicking_in(&text) {
             found.push(format!("{}:{line}: {name}", file.display()));
         }
     }
-    found
+    Ok(found)
 }
 
 /// `(line number, name)` of each receiver-less `pub fn` returning `Self`
@@ -91,18 +94,19 @@ fn panicking_in(text: &str) -> Vec<(usize, String)> {
     found
 }
 
-fn collect_sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
+fn collect_sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?
+            .path();
         if path.is_dir() {
-            collect_sources(&path, out);
+            collect_sources(&path, out)?;
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
         }
     }
+    Ok(())
 }
 
 struct FnSignature {
@@ -236,8 +240,31 @@ impl Thing {
     ) -> Self {
         Self(n)
     }
+
+    /// # Panics
+    ///
+    /// If `n` is zero.
+    pub fn spread(
+        n: usize,
+    ) -> Self {
+        Self(n)
+    }
 }
 ";
-        assert_eq!(panicking_in(source), vec![(9, "new".to_string())]);
+        assert_eq!(
+            panicking_in(source),
+            vec![(9, "new".to_string()), (30, "spread".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_source_tree_that_cannot_be_read_or_is_empty_is_an_error() {
+        let missing = std::env::temp_dir().join("weir-xtask-no-such-crate/src");
+        assert!(panicking_constructors(&missing).is_err());
+        let empty = std::env::temp_dir().join(format!("weir-xtask-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let result = panicking_constructors(&empty);
+        std::fs::remove_dir_all(&empty).unwrap();
+        assert!(result.unwrap_err().contains("no Rust sources"));
     }
 }
