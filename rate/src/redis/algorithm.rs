@@ -1,8 +1,11 @@
 //! The algorithms a limiter's script can run: weir-rate's own algorithm
 //! values ([`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindow`]),
-//! each carrying its [`Quota`], and what each makes of it: the key tag it
-//! is stored under and the largest cost it can ever allow.
+//! each carrying its [`Quota`], and what the script takes from it: the
+//! value's own step (GCRA's emission interval, the sliding window's
+//! sub-window) and capacity, so Redis and in-process limiting cannot drift
+//! apart.
 
+use crate::Limiter;
 use crate::algorithms::{FixedWindow, Gcra, SlidingWindow, TokenBucket};
 use crate::quota::Quota;
 use std::fmt;
@@ -30,16 +33,20 @@ mod sealed {
     /// What the builder needs from an algorithm value; sealed so that only
     /// algorithms with a script implement [`RedisAlgorithm`](super::RedisAlgorithm).
     pub trait Sealed {
-        fn script(&self) -> (super::Algorithm, super::Quota);
+        fn script(&self) -> super::Script;
     }
 }
 
 macro_rules! runs_on_redis {
     ($($ty:ident => |$value:ident| $kind:expr),* $(,)?) => {$(
         impl sealed::Sealed for $ty {
-            fn script(&self) -> (Algorithm, Quota) {
+            fn script(&self) -> Script {
                 let $value = self;
-                ($kind, $value.quota())
+                Script {
+                    algorithm: $kind,
+                    quota: $value.quota(),
+                    capacity: Limiter::capacity($value),
+                }
             }
         }
         impl RedisAlgorithm for $ty {}
@@ -48,13 +55,25 @@ macro_rules! runs_on_redis {
 
 runs_on_redis! {
     TokenBucket => |_a| Algorithm::TokenBucket,
-    Gcra => |_a| Algorithm::Gcra,
+    Gcra => |a| Algorithm::Gcra { interval_nanos: a.interval_nanos() },
     FixedWindow => |_a| Algorithm::FixedWindow,
-    SlidingWindow => |a| Algorithm::SlidingWindow { counters: a.counters() },
+    SlidingWindow => |a| Algorithm::SlidingWindow {
+        counters: a.counters(),
+        sub_window_nanos: a.sub_window_nanos(),
+    },
 }
 
-/// The script `algorithm` runs, and its quota.
-pub(crate) fn script_of(algorithm: &impl RedisAlgorithm) -> (Algorithm, Quota) {
+/// What a limiter's script is built from: taken from the algorithm value.
+#[derive(Debug, Clone, Copy)]
+pub struct Script {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) quota: Quota,
+    /// The largest cost the algorithm can ever allow at once.
+    pub(crate) capacity: u32,
+}
+
+/// The script `algorithm` runs.
+pub(crate) fn script_of(algorithm: &impl RedisAlgorithm) -> Script {
     sealed::Sealed::script(algorithm)
 }
 
@@ -66,7 +85,10 @@ pub enum Algorithm {
     TokenBucket,
     /// The generic cell rate algorithm: one theoretical arrival time per
     /// key, as redis-cell and governor keep.
-    Gcra,
+    Gcra {
+        /// [`Gcra::interval_nanos`].
+        interval_nanos: u64,
+    },
     /// `limit` units per window of the server clock; up to 2× at a window
     /// boundary.
     FixedWindow,
@@ -75,6 +97,8 @@ pub enum Algorithm {
     SlidingWindow {
         /// Number of counters, at least 2.
         counters: u32,
+        /// [`SlidingWindow::sub_window_nanos`].
+        sub_window_nanos: u64,
     },
 }
 
@@ -82,17 +106,9 @@ impl Algorithm {
     pub(crate) fn tag(self) -> &'static str {
         match self {
             Self::TokenBucket => "tb",
-            Self::Gcra => "gcra",
+            Self::Gcra { .. } => "gcra",
             Self::FixedWindow => "fw",
             Self::SlidingWindow { .. } => "sw",
-        }
-    }
-
-    /// The largest cost that can ever be allowed at once.
-    pub(crate) fn capacity(self, quota: &Quota) -> u32 {
-        match self {
-            Self::TokenBucket | Self::Gcra => quota.burst(),
-            Self::FixedWindow | Self::SlidingWindow { .. } => quota.limit(),
         }
     }
 }
@@ -101,9 +117,9 @@ impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::TokenBucket => f.write_str("token bucket"),
-            Self::Gcra => f.write_str("GCRA"),
+            Self::Gcra { .. } => f.write_str("GCRA"),
             Self::FixedWindow => f.write_str("fixed window"),
-            Self::SlidingWindow { counters } => {
+            Self::SlidingWindow { counters, .. } => {
                 write!(f, "sliding-window counter ({counters} counters)")
             }
         }

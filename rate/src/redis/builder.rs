@@ -2,6 +2,7 @@
 //! turned into a [`RedisLimiter`] once, at [`connect`](RedisLimiterBuilder::connect),
 //! so that nothing on the check path has to validate or compute them.
 
+use super::algorithm::Script;
 use super::call::Core;
 use super::conn::Conn;
 use super::{
@@ -18,6 +19,7 @@ use std::time::Duration;
 pub struct RedisLimiterBuilder {
     algorithm: Algorithm,
     quota: Quota,
+    capacity: u32,
     prefix: String,
     timeout: Duration,
     backoff: Duration,
@@ -29,10 +31,11 @@ pub struct RedisLimiterBuilder {
 impl RedisLimiterBuilder {
     /// A builder for `algorithm` over `quota`, with every other setting at
     /// its default ([`RedisLimiter::builder`]).
-    pub(crate) fn new(algorithm: Algorithm, quota: Quota) -> Self {
+    pub(crate) fn new(script: Script) -> Self {
         Self {
-            algorithm,
-            quota,
+            algorithm: script.algorithm,
+            quota: script.quota,
+            capacity: script.capacity,
             prefix: "weir".to_owned(),
             timeout: Duration::from_millis(100),
             backoff: Duration::from_millis(100),
@@ -95,7 +98,7 @@ impl RedisLimiterBuilder {
         if self.timeout.is_zero() {
             return Err(RedisLimitError::Config("a zero timeout"));
         }
-        if let Algorithm::SlidingWindow { counters } = self.algorithm {
+        if let Algorithm::SlidingWindow { counters, .. } = self.algorithm {
             if !(2..=1024).contains(&counters) {
                 return Err(RedisLimitError::Config(
                     "a sliding-window counter needs 2 to 1024 counters",
@@ -127,23 +130,19 @@ impl RedisLimiterBuilder {
                     burst,
                 ],
             ),
-            // Emission interval rounded up to a whole ns, as `Gcra` does.
-            Algorithm::Gcra => (
-                scripts::gcra(),
-                vec![q.emission_interval_nanos().to_string(), burst],
-            ),
-            Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
-            Algorithm::SlidingWindow { counters } => {
-                // Whole-ns sub-windows, as `SlidingWindow` computes them.
-                let sub = q.window_nanos() / u64::from(counters - 1);
-                if sub == 0 {
-                    return Err(RedisLimitError::Config("sub-windows shorter than 1 ns"));
-                }
-                (
-                    scripts::sliding_window(),
-                    vec![us(sub as f64), limit, counters.to_string()],
-                )
+            // The value's own emission interval (whole ns).
+            Algorithm::Gcra { interval_nanos } => {
+                (scripts::gcra(), vec![interval_nanos.to_string(), burst])
             }
+            Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
+            // The value's own whole-ns sub-windows.
+            Algorithm::SlidingWindow {
+                counters,
+                sub_window_nanos,
+            } => (
+                scripts::sliding_window(),
+                vec![us(sub_window_nanos as f64), limit, counters.to_string()],
+            ),
         };
         let connect_timeout = self.timeout.max(Duration::from_secs(1));
         let conn = match tokio::time::timeout(connect_timeout, Conn::connect(&target, self.timeout))
@@ -173,6 +172,7 @@ impl RedisLimiterBuilder {
                 core,
                 algorithm: self.algorithm,
                 quota: self.quota,
+                capacity: self.capacity,
                 prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
                 policy: self.policy,
                 backoff: self.backoff,

@@ -135,11 +135,7 @@ impl Hot {
     /// plain path.
     pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Outcome> {
         let max_age = self.cfg.max_age.as_nanos() as u64;
-        let lease = self
-            .cfg
-            .lease
-            .min(lim.algorithm().capacity(&lim.quota()))
-            .max(cost);
+        let lease = self.cfg.lease.min(lim.capacity()).max(cost);
         // At most: find the lease empty with a fetch in flight, wait for
         // it, answer from the new lease.
         for round in 0..2 {

@@ -230,6 +230,8 @@ struct Inner {
     core: Arc<Core>,
     algorithm: Algorithm,
     quota: Quota,
+    /// The largest cost the algorithm can ever allow at once.
+    capacity: u32,
     prefix: String,
     policy: FailurePolicy,
     backoff: Duration,
@@ -286,12 +288,12 @@ impl RedisLimiter {
     /// # let _ = builder;
     /// ```
     pub fn builder(algorithm: impl RedisAlgorithm) -> RedisLimiterBuilder {
-        let (algorithm, quota) = algorithm::script_of(&algorithm);
-        RedisLimiterBuilder::new(algorithm, quota)
+        RedisLimiterBuilder::new(algorithm::script_of(&algorithm))
     }
 
-    pub(crate) fn algorithm(&self) -> Algorithm {
-        self.inner.algorithm
+    /// The largest cost the algorithm can ever allow at once.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.inner.capacity
     }
 
     /// The quota.
@@ -335,7 +337,7 @@ impl RedisLimiter {
     /// Like [`check_n`](Self::check_n), also telling who decided and why
     /// the failure policy did, if it did.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Outcome, NeverAllowed> {
-        let capacity = self.inner.algorithm.capacity(&self.inner.quota);
+        let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity)?;
         if let Some(hot) = &self.inner.hot {
             if let Some(v) = hot.check(self, key, cost).await {
@@ -362,7 +364,7 @@ impl RedisLimiter {
     /// Ask Redis only: no lease, no failure policy (the back-off after a
     /// failure still applies). For callers that handle errors themselves.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
-        let capacity = self.inner.algorithm.capacity(&self.inner.quota);
+        let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity).map_err(RedisLimitError::NeverAllowed)?;
         let raw = self.raw(key, cost).await?;
         Ok(self.decision(raw))
