@@ -575,9 +575,11 @@ mod tests {
             Shape::try_new(16, usize::MAX, Layout::Rows).unwrap_err(),
             ConfigError::TooManyCells { .. }
         ));
-        // Exactly 2^32 cells is the largest addressable sketch; a blocked
-        // one rounds up to whole lines, which can cross the limit.
+        // Exactly 2^32 cells is the largest addressable sketch in either
+        // layout (2^32 is a whole number of lines, so a blocked sketch's
+        // rounding up never crosses it); one cell more is refused.
         assert!(Shape::try_new(1, 1 << 32, Layout::Rows).is_ok());
+        assert!(Shape::try_new(8, 1 << 29, Layout::Blocked).is_ok());
         assert!(Shape::try_new(3, (1 << 32) / 3 + 1, Layout::Blocked).is_err());
     }
 
