@@ -25,6 +25,24 @@ impl Counters {
         &self.lines[index / LANES].0[index % LANES]
     }
 
+    /// [`cell`](Self::cell) without the bounds check, for the hot path.
+    ///
+    /// # Safety
+    ///
+    /// `index` must be below the `cells` this table was made with.
+    #[inline]
+    pub(crate) unsafe fn cell_unchecked(&self, index: usize) -> &AtomicIsize {
+        debug_assert!(index / LANES < self.lines.len());
+        // SAFETY: `index < cells` and `new` made `cells.div_ceil(LANES)`
+        // lines, so `index / LANES` is in bounds; `index % LANES` always is.
+        unsafe {
+            self.lines
+                .get_unchecked(index / LANES)
+                .0
+                .get_unchecked(index % LANES)
+        }
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &AtomicIsize> {
         self.lines.iter().flat_map(|line| line.0.iter())
     }

@@ -15,10 +15,12 @@
 //! (`view − base`, where *base* is the cold copy of the shared table the view
 //! was synced from) to the shared table in one pass, then re-syncs its view.
 //!
-//! Each flush bumps a shared flush count. A thread compares it with the
-//! count its view reflects on every `incr` (one load of a line that changes
-//! once per flush), and re-syncs its view when another thread has flushed
-//! since: view and base move by the same amount, so what is unflushed stays.
+//! Each flush and each reset bumps a shared change count. A thread compares
+//! it with the count its view reflects on every `incr` (one load of a line
+//! that changes once per flush), and catches up when another thread has
+//! flushed since (re-syncing its view: view and base move by the same
+//! amount, so what is unflushed stays) or the sketch was reset (restarting
+//! its tables empty first).
 //!
 //! ## What an estimate includes
 //!
@@ -65,19 +67,22 @@ struct Shard {
     base: Counters,
     /// Odd while a flush or sync rewrites `view` and `base` together.
     rewriting: AtomicUsize,
-    /// Updates since the last flush.
-    pending: AtomicUsize,
-    /// The flush count the view reflects.
+    /// Updates left before the next flush.
+    until_flush: AtomicUsize,
+    /// The change count (flushes and resets) the view reflects.
     synced: AtomicU64,
     /// The reset the tables belong to; older ones are stale.
     generation: AtomicU64,
 }
 
-/// The shared counts every `incr` reads and only flushes and resets write,
-/// on their own cache line.
+/// The shared counts only flushes and resets write, on their own cache
+/// line. `incr` reads `changes` alone: a reset bumps it too (after
+/// `resets`), so one compare tells a thread that its view may be behind
+/// for either reason.
 #[repr(align(128))]
 struct Counts {
-    flushes: AtomicU64,
+    /// Flushes plus resets.
+    changes: AtomicU64,
     resets: AtomicU64,
 }
 
@@ -141,7 +146,7 @@ impl ShardedEstimator {
         Self {
             shared: Estimator::from_parts(locator, crate::Update::Plain),
             counts: Counts {
-                flushes: AtomicU64::new(0),
+                changes: AtomicU64::new(0),
                 resets: AtomicU64::new(0),
             },
             shards: ThreadLocal::new(),
@@ -173,22 +178,25 @@ impl ShardedEstimator {
 
     #[inline]
     fn incr_at(&self, location: &Location, value: isize) -> isize {
-        let shard = self.current_shard();
-        if self.counts.flushes.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
-            self.sync(shard);
+        let shard = self.shard();
+        if self.counts.changes.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
+            self.catch_up(shard);
         }
         let estimate = location.min_over(|cell| {
-            let counter = shard.view.cell(cell);
+            // SAFETY: every cell a location yields is below its
+            // locator's `cells()` (the sketch proptests check it), the size
+            // `shard` made the view with.
+            let counter = unsafe { shard.view.cell_unchecked(cell) };
             // Only the owning thread writes its view: load + store, no lock prefix.
             let updated = counter.load(Ordering::Relaxed).wrapping_add(value);
             counter.store(updated, Ordering::Relaxed);
             updated
         });
-        let pending = shard.pending.load(Ordering::Relaxed) + 1;
-        if pending >= self.flush_every {
+        let until_flush = shard.until_flush.load(Ordering::Relaxed).wrapping_sub(1);
+        if until_flush == 0 {
             self.flush_shard(shard);
         } else {
-            shard.pending.store(pending, Ordering::Relaxed);
+            shard.until_flush.store(until_flush, Ordering::Relaxed);
         }
         estimate
     }
@@ -240,20 +248,22 @@ impl ShardedEstimator {
     /// Fold the calling thread's unflushed updates into the shared table now.
     pub fn flush(&self) {
         if self.shards.get().is_some() {
-            self.flush_shard(self.current_shard());
+            let shard = self.shard();
+            self.restart_if_reset(shard);
+            self.flush_shard(shard);
         }
     }
 
     #[cold]
     #[inline(never)]
     fn flush_shard(&self, shard: &Shard) {
-        let before = self.counts.flushes.load(Ordering::Acquire);
+        let before = self.counts.changes.load(Ordering::Acquire);
         self.rewrite(shard, Rewrite::Flush);
-        shard.pending.store(0, Ordering::Relaxed);
+        shard.until_flush.store(self.flush_every, Ordering::Relaxed);
         // Release: whoever sees the new count sees the additions above.
-        let previous = self.counts.flushes.fetch_add(1, Ordering::AcqRel);
-        // With no other flush in between, the view reflects every flush up
-        // to this one; otherwise the next `incr` syncs again.
+        let previous = self.counts.changes.fetch_add(1, Ordering::AcqRel);
+        // With no other flush or reset in between, the view reflects every
+        // change up to this one; otherwise the next `incr` catches up.
         let synced = if previous == before {
             before + 1
         } else {
@@ -262,25 +272,24 @@ impl ShardedEstimator {
         shard.synced.store(synced, Ordering::Relaxed);
     }
 
-    /// Bring the view up to the shared table, keeping what is unflushed.
+    /// Bring the view up to the shared table, keeping what is unflushed,
+    /// after restarting it if a reset came since it was last used.
     #[cold]
     #[inline(never)]
-    fn sync(&self, shard: &Shard) {
-        let flushes = self.counts.flushes.load(Ordering::Acquire);
+    fn catch_up(&self, shard: &Shard) {
+        self.restart_if_reset(shard);
+        let changes = self.counts.changes.load(Ordering::Acquire);
         self.rewrite(shard, Rewrite::Sync);
-        shard.synced.store(flushes, Ordering::Relaxed);
+        shard.synced.store(changes, Ordering::Relaxed);
     }
 
-    /// The calling thread's shard, restarted empty if a reset came since
-    /// it was last used.
-    #[inline]
-    fn current_shard(&self) -> &Shard {
-        let shard = self.shard();
+    /// Restart the calling thread's shard empty if a reset came since it
+    /// was last used.
+    fn restart_if_reset(&self, shard: &Shard) {
         let resets = self.counts.resets.load(Ordering::Acquire);
         if shard.generation.load(Ordering::Relaxed) != resets {
             self.restart(shard, resets);
         }
-        shard
     }
 
     /// Empty the calling thread's tables for reset `resets`; its next use
@@ -289,8 +298,8 @@ impl ShardedEstimator {
     #[inline(never)]
     fn restart(&self, shard: &Shard, resets: u64) {
         self.rewrite(shard, Rewrite::Restart(resets));
-        shard.pending.store(0, Ordering::Relaxed);
-        // No flush count is u64::MAX: the next `incr` syncs.
+        shard.until_flush.store(self.flush_every, Ordering::Relaxed);
+        // No change count is u64::MAX: the next `incr` syncs.
         shard.synced.store(u64::MAX, Ordering::Relaxed);
     }
 
@@ -341,6 +350,8 @@ impl ShardedEstimator {
         // The other order let a thread copy pre-reset counts into its view.
         self.shared.reset();
         self.counts.resets.fetch_add(1, Ordering::AcqRel);
+        // After `resets`: a thread that sees this change sees the reset.
+        self.counts.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     #[inline]
@@ -354,7 +365,7 @@ impl ShardedEstimator {
                 view: Counters::new(cells),
                 base: Counters::new(cells),
                 rewriting: AtomicUsize::new(0),
-                pending: AtomicUsize::new(0),
+                until_flush: AtomicUsize::new(self.flush_every),
                 synced: AtomicU64::new(0),
                 generation: AtomicU64::new(self.counts.resets.load(Ordering::Acquire)),
             }
@@ -417,6 +428,24 @@ mod tests {
     fn sketch(flush_every: usize) -> ShardedEstimator {
         let every = NonZeroUsize::new(flush_every).unwrap();
         ShardedEstimator::with_flush_every(Shape::blocked::<3, 256>().with_seed(5), every)
+    }
+
+    #[test]
+    fn one_thread_keeps_each_sketchs_tables_apart() {
+        let (a, b) = (sketch(1000), sketch(1000));
+        for _ in 0..10 {
+            a.incr(&1u8, 1);
+            b.incr(&1u8, 2);
+        }
+        assert_eq!((a.get(&1u8), b.get(&1u8)), (10, 20));
+        // Each round's sketch likely reuses the last one's memory: the
+        // thread's cached table must not outlive the sketch it came from.
+        for _ in 0..3 {
+            let c = sketch(1000);
+            assert_eq!(c.incr(&1u8, 1), 1);
+            assert_eq!(c.get(&1u8), 1);
+        }
+        assert_eq!((a.incr(&1u8, 1), b.incr(&1u8, 1)), (11, 21));
     }
 
     #[test]
@@ -489,5 +518,11 @@ mod tests {
         }
         s.reset();
         assert_eq!(s.get(&"k"), 0);
+        // The resetting thread's own view forgets too, buffered or not.
+        assert_eq!(s.incr(&"k", 1), 1);
+        let other = std::thread::scope(|scope| scope.spawn(|| s.incr(&"k", 1)).join().unwrap());
+        assert_eq!(other, 1, "another thread's view after the reset");
+        s.reset();
+        assert_eq!(s.incr(&"k", 1), 1);
     }
 }

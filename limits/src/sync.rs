@@ -35,7 +35,72 @@ impl<T> RwLock<T> {
 }
 
 #[cfg(not(loom))]
-pub(crate) use thread_local::ThreadLocal;
+pub(crate) use fast_thread_local::ThreadLocal;
+
+/// `thread_local::ThreadLocal` with a one-entry cache per OS thread of the
+/// value it last handed out, so a thread that keeps using one table finds
+/// it with a compare of a `#[thread_local]` word, not the crate's lookup
+/// (a lazily-initialised thread id, a bucket load and a presence check).
+#[cfg(not(loom))]
+mod fast_thread_local {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Ids of live and dead `ThreadLocal`s; never reused, so a cache entry
+    /// of a dropped one matches nothing. Zero marks an empty cache.
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+    std::thread_local! {
+        static LAST: Cell<(u64, *const ())> = const { Cell::new((0, std::ptr::null())) };
+    }
+
+    pub(crate) struct ThreadLocal<T: Send> {
+        values: thread_local::ThreadLocal<T>,
+        id: u64,
+    }
+
+    impl<T: Send> ThreadLocal<T> {
+        pub(crate) fn new() -> Self {
+            Self {
+                values: thread_local::ThreadLocal::new(),
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            }
+        }
+
+        pub(crate) fn get(&self) -> Option<&T> {
+            self.values.get()
+        }
+
+        #[inline]
+        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> &T {
+            let (id, value) = LAST.get();
+            if id == self.id {
+                // SAFETY: the entry was stored below by this thread from
+                // `self.values.get_or`, whose values live in boxes that stay
+                // put until `self` is dropped (nothing here takes `&mut`
+                // of `values`), and `self` is borrowed for the result's
+                // lifetime. Ids are unique, so no other instance matches.
+                return unsafe { &*value.cast::<T>() };
+            }
+            self.get_or_slow(create)
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn get_or_slow<F: FnOnce() -> T>(&self, create: F) -> &T {
+            let value = self.values.get_or(create);
+            LAST.set((self.id, std::ptr::from_ref(value).cast()));
+            value
+        }
+
+        pub(crate) fn iter(&self) -> thread_local::Iter<'_, T>
+        where
+            T: Sync,
+        {
+            self.values.iter()
+        }
+    }
+}
 
 #[cfg(loom)]
 pub(crate) use loom_thread_local::ThreadLocal;
