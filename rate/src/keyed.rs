@@ -13,7 +13,7 @@
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
-use crate::sync::Mutex;
+use crate::sync::SpinLock;
 use hashbrown::HashTable;
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -25,7 +25,7 @@ const MIN_SWEEP: usize = 64;
 #[repr(align(128))]
 struct Padded<T>(T);
 
-type LockedShard<K, L> = Padded<Mutex<Shard<K, L>>>;
+type LockedShard<K, L> = Padded<SpinLock<Shard<K, L>>>;
 
 struct Shard<K, L: Limiter> {
     limiter: L,
@@ -93,7 +93,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let hasher = ahash::RandomState::new();
         let shards = (0..shards)
             .map(|_| {
-                Padded(Mutex::new(Shard {
+                Padded(SpinLock::new(Shard {
                     limiter: limiter.clone(),
                     map: HashTable::new(),
                     sweep_at: MIN_SWEEP,
@@ -111,7 +111,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// `key`'s hash and its shard.
     #[inline]
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Mutex<Shard<K, L>>) {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &SpinLock<Shard<K, L>>) {
         let hash = self.hasher.hash_one(key);
         // The map uses the low bits and the top seven; take the shard from
         // bits in between.

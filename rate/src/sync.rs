@@ -40,3 +40,139 @@ impl<T> Mutex<T> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+/// A lock for critical sections of a few dozen nanoseconds: waiters spin,
+/// then yield (they never park). Releasing it is a plain store, where
+/// `parking_lot`'s mutex, which must wake parked waiters, pays a second
+/// locked instruction; on the keyed limiter's path that was one of the two
+/// atomic read-modify-writes of a check. Under loom its flag and cell are
+/// loom's, so the models check the lock itself.
+pub(crate) struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+#[cfg(not(loom))]
+use std::{cell::UnsafeCell, sync::atomic::AtomicBool};
+
+#[cfg(loom)]
+use loom::{cell::UnsafeCell, sync::atomic::AtomicBool};
+
+// SAFETY: the lock hands the value to one thread at a time.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinGuard {
+            lock: self,
+            #[cfg(loom)]
+            value: Some(self.value.get_mut()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut round = 0u32;
+        loop {
+            // Wait on plain loads, so the line stays shared until it frees.
+            while self.locked.load(Ordering::Relaxed) {
+                spin_wait(&mut round);
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Back off while another thread holds a lock for a moment: spin a few
+/// growing rounds, then yield. Under loom, yield at once so the model
+/// checker schedules the holder.
+#[inline]
+fn spin_wait(round: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if *round < 6 {
+            for _ in 0..(1u32 << *round) {
+                std::hint::spin_loop();
+            }
+            *round += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Holds a [`SpinLock`]; releases it when dropped.
+pub(crate) struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+    /// Loom's record of this access, checked against every other one;
+    /// ended before the release.
+    #[cfg(loom)]
+    value: Option<loom::cell::MutPtr<T>>,
+}
+
+impl<T> std::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        #[cfg(not(loom))]
+        // SAFETY: the guard holds the lock, so no other reference exists.
+        return unsafe { &*self.lock.value.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.loom_access().deref() };
+    }
+}
+
+#[cfg(loom)]
+impl<T> SpinGuard<'_, T> {
+    fn loom_access(&self) -> &loom::cell::MutPtr<T> {
+        self.value.as_ref().expect("a live guard holds its access")
+    }
+}
+
+impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        #[cfg(not(loom))]
+        // SAFETY: the guard holds the lock, so no other reference exists.
+        return unsafe { &mut *self.lock.value.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.loom_access().deref() };
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        drop(self.value.take());
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}

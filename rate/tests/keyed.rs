@@ -236,6 +236,28 @@ fn sketch_racing_threads_never_exceed_a_keys_burst() {
 }
 
 #[test]
+fn exact_racing_threads_spend_each_keys_burst_exactly() {
+    // Time stands still and four shards serve 16 keys, so two threads keep
+    // meeting on the same shard locks; together they must be allowed
+    // exactly each key's burst, no more (a lost lock) and no less.
+    let keyed = Arc::new(KeyedLimiter::with_shards(
+        Gcra::new(per_second(1000)),
+        ManualClock::new(),
+        4,
+    ));
+    let allowed: usize = (0..2)
+        .map(|_| {
+            let keyed = Arc::clone(&keyed);
+            std::thread::spawn(move || (0..40_000u32).filter(|i| keyed.allows(&(i % 16))).count())
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .sum();
+    assert_eq!(allowed, 16 * 1000);
+}
+
+#[test]
 fn checks_at_a_caller_supplied_time() {
     let q = per_second(1);
     let keyed = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::ewma::{Ewma, FixedRate};
 use weir_rate::sketch::{Layout, Shape};
-use weir_rate::{Quota, SketchLimiter};
+use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
 
 fn sketch(burst: u32, slots: usize) -> SketchLimiter<ManualClock> {
     let quota =
@@ -29,6 +29,27 @@ fn racing_checks_of_one_key_never_exceed_its_burst() {
         let theirs = t.join().unwrap();
         // Burst 1 and no time passing: exactly one of the two may pass.
         assert!(mine ^ theirs, "mine {mine}, theirs {theirs}");
+    });
+}
+
+#[test]
+fn racing_exact_checks_of_one_key_never_exceed_its_burst() {
+    loom::model(|| {
+        // One shard: the two keys' checks also race for one lock, and loom
+        // checks every access to the shard's map against the other's.
+        let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
+        let limiter = Arc::new(KeyedLimiter::with_shards(
+            Gcra::new(quota),
+            ManualClock::new(),
+            1,
+        ));
+        let other = Arc::clone(&limiter);
+        let t = thread::spawn(move || [other.allows(&7u32), other.allows(&8u32)]);
+        let mine = limiter.allows(&7u32);
+        let [theirs, eight] = t.join().unwrap();
+        assert!(mine ^ theirs, "mine {mine}, theirs {theirs}");
+        assert!(eight, "another key's first check");
+        assert_eq!(limiter.len(), 2);
     });
 }
 
