@@ -434,6 +434,21 @@ impl KeyedContender for governor::DefaultKeyedRateLimiter<u32> {
     }
 }
 
+/// governor's keyed limiter on its upkeep clock (quanta's `recent()`).
+pub type GovernorUpkeep = governor::RateLimiter<
+    u32,
+    governor::state::keyed::DefaultKeyedStateStore<u32>,
+    governor::clock::QuantaUpkeepClock,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+>;
+
+impl KeyedContender for GovernorUpkeep {
+    #[inline]
+    fn check(&self, key: u32) -> bool {
+        self.check_key(&key).is_ok()
+    }
+}
+
 /// The per-key quota of the benchmark: GCRA at 1000 per second with the
 /// default burst (the limit), as a new user of either crate would write it.
 pub fn bench_quota() -> Quota {
@@ -474,11 +489,23 @@ fn time_limiter<L: KeyedContender>(limiter: L, streams: &[Vec<u32>]) -> (Duratio
     workload::run_streams(streams, |key| limiter.check(key))
 }
 
-fn governor_keyed() -> governor::DefaultKeyedRateLimiter<u32> {
+fn governor_quota() -> governor::Quota {
     let q = bench_quota();
-    let gq = governor::Quota::per_second(NonZeroU32::new(q.limit()).expect("non-zero"))
-        .allow_burst(NonZeroU32::new(q.burst()).expect("non-zero"));
-    governor::RateLimiter::keyed(gq)
+    governor::Quota::per_second(NonZeroU32::new(q.limit()).expect("non-zero"))
+        .allow_burst(NonZeroU32::new(q.burst()).expect("non-zero"))
+}
+
+fn governor_keyed() -> governor::DefaultKeyedRateLimiter<u32> {
+    governor::RateLimiter::keyed(governor_quota())
+}
+
+/// governor on an upkeep clock refreshed as often as weir's
+/// [`RecentClock`](weir_rate::clock::RecentClock).
+fn governor_upkeep() -> GovernorUpkeep {
+    let clock =
+        governor::clock::QuantaUpkeepClock::from_interval(weir_rate::clock::RecentClock::INTERVAL)
+            .expect("an upkeep thread");
+    governor::RateLimiter::dashmap_with_clock(governor_quota(), clock)
 }
 
 /// The sketch as its own sizing rule sizes it for [`SIZED_FOR`] checks a
@@ -500,8 +527,18 @@ pub fn contenders() -> Vec<Contender> {
         contender!(SKETCH, || Lean(sized_sketch())),
         contender!("weir KeyedLimiter, check (full Decision)", exact),
         contender!("weir SketchLimiter, check (full Decision)", sized_sketch),
+        contender!(GOVERNOR_UPKEEP, governor_upkeep),
+        contender!(EXACT_RECENT, || Lean(KeyedLimiter::with_clock(
+            Gcra::new(bench_quota()),
+            weir_rate::clock::RecentClock::new()
+        ))),
     ]
 }
+
+/// governor on the cheaper clock it offers, against weir on its own.
+const GOVERNOR_UPKEEP: &str = "governor keyed on QuantaUpkeepClock (1 ms)";
+/// weir's exact limiter on its cheaper clock.
+const EXACT_RECENT: &str = "weir KeyedLimiter<Gcra> on RecentClock, allows";
 
 /// The anchor every ratio is taken against.
 const GOVERNOR: &str = "governor keyed (DashMap, GCRA)";
@@ -564,6 +601,12 @@ pub fn benchmark(report: &mut Report) {
         "allowed (1 thread)",
     ]);
     let mut goals = Table::new(["goal", "keys", "this run: median (min–max)", "verdict"]);
+    let mut recent = Table::new([
+        "keys",
+        "threads",
+        "weir exact on RecentClock × governor on QuantaUpkeepClock",
+        "weir exact on RecentClock × governor on its default clock",
+    ]);
     // ns per check for the chart: [contender][distribution × threads].
     let mut chart: Vec<Vec<Option<Spread>>> = vec![Vec::new(); n];
     let mut groups = Vec::new();
@@ -644,6 +687,22 @@ pub fn benchmark(report: &mut Report) {
                 ),
             ]);
         }
+        let position = |name: &str| {
+            contenders
+                .iter()
+                .position(|c| c.name == name)
+                .expect("a contender of this benchmark")
+        };
+        let (upkeep, exact_recent) = (position(GOVERNOR_UPKEEP), position(EXACT_RECENT));
+        for (t, (governor, weir)) in times[upkeep].iter().zip(&times[exact_recent]).enumerate() {
+            let paired: Vec<f64> = governor.iter().zip(weir).map(|(g, w)| g / w).collect();
+            recent.row([
+                distribution.to_string(),
+                (t + 1).to_string(),
+                Spread::of(&paired).show(2),
+                Spread::of(&speedup(exact_recent, t)).show(2),
+            ]);
+        }
         let exact = contenders
             .iter()
             .position(|c| c.name == EXACT)
@@ -706,6 +765,12 @@ pub fn benchmark(report: &mut Report) {
     );
     report.text("Goals (issue 14), judged on this run:");
     report.table(&goals);
+    report.text(
+        "Both crates also offer a clock that reads a time a background thread refreshes (here every millisecond) \
+         instead of the time-stamp counter: weir's `RecentClock` (opt-in, at most about a millisecond stale) and governor's \
+         `QuantaUpkeepClock`. The goals above are judged on the default clocks; on the cheaper clocks, paired per repetition:",
+    );
+    report.table(&recent);
     let reads = scale.pick(2_000_000u32, 10_000_000);
     let per_read = |clock: &dyn Clock| {
         let start = Instant::now();
@@ -718,9 +783,10 @@ pub fn benchmark(report: &mut Report) {
     };
     let monotonic = per_read(&MonotonicClock::new());
     let std_clock = per_read(&StdClock::new());
+    let recent_clock = per_read(&weir_rate::clock::RecentClock::new());
     report.text(&format!(
         "One clock read on this machine: weir's default `MonotonicClock` (time-stamp counter, as governor's quanta clock) {monotonic:.1} ns, \
-         `StdClock` (`Instant::now()`) {std_clock:.1} ns."
+         `StdClock` (`Instant::now()`) {std_clock:.1} ns, `RecentClock` {recent_clock:.1} ns."
     ));
     report.text(
         "The exact KeyedLimiter forgets keys whose state has expired (after burst/rate); governor keeps every key until \

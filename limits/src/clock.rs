@@ -14,7 +14,9 @@
 //! to a structure running on another. Every [`MonotonicClock`] in a process
 //! counts from one epoch, and so does every [`StdClock`], so a reading of
 //! one instance means the same instant to every other instance of its type;
-//! [`ManualClock`]s share a time only with their clones.
+//! [`ManualClock`]s share a time only with their clones. A [`RecentClock`]
+//! trades up to a millisecond of staleness for a cheaper read of the
+//! monotonic clock's time.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,6 +243,100 @@ impl Clock for StdClock {
     }
 }
 
+/// The [`MonotonicClock`]'s time as of at most about
+/// [`INTERVAL`](Self::INTERVAL) ago: a check reads one shared word that a
+/// background thread refreshes, instead of the time-stamp counter (whose
+/// read was a fifth of an exact keyed check's time on this project's VM).
+///
+/// One upkeep thread per process (`weir-recent-clock`), started by the
+/// first `new`, wakes every `INTERVAL` for the life of the process. Its
+/// readings are [`MonotonicClock`] readings, so both count from one epoch.
+///
+/// # Staleness
+///
+/// A reading is never ahead of the monotonic clock and lags it by at most
+/// `INTERVAL` plus however long the OS delays the upkeep thread (an
+/// overloaded machine delays it more). A limiter deciding on a lagging time
+/// sees less time pass, so it is stricter, never looser, while the lag
+/// lasts; when a long lag ends it sees that time at once, as a limiter that
+/// was idle would. Over any stretch of real time it allows at most what the
+/// exact clock allows over that stretch plus the largest lag.
+///
+/// After `fork`, the child has no upkeep thread until it calls
+/// [`RecentClock::new`] (which starts one); until then every `RecentClock`
+/// in the child stands still, and its limiters only deny more.
+///
+/// ```
+/// use weir_limits::clock::{Clock, MonotonicClock, RecentClock};
+///
+/// let recent = RecentClock::new();
+/// let a = recent.now_nanos();
+/// assert!(a <= MonotonicClock::new().now_nanos());
+/// std::thread::sleep(RecentClock::INTERVAL * 20);
+/// assert!(recent.now_nanos() > a);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RecentClock {
+    /// Set when the upkeep thread could not be started: read the
+    /// monotonic clock itself, slower but never wrong.
+    direct: Option<MonotonicClock>,
+}
+
+/// The upkeep thread's latest reading of the monotonic clock.
+static RECENT: AtomicU64 = AtomicU64::new(0);
+
+impl RecentClock {
+    /// How often the upkeep thread refreshes the shared reading.
+    pub const INTERVAL: Duration = Duration::from_millis(1);
+
+    /// A handle on the process's recent time, starting its upkeep thread
+    /// if this process has none yet. If the thread cannot be started, the
+    /// clock reads the monotonic clock directly instead.
+    pub fn new() -> Self {
+        /// The process whose upkeep thread runs, if any (after `fork` the
+        /// child's differs, and it starts its own).
+        static UPKEEP: std::sync::Mutex<Option<u32>> = std::sync::Mutex::new(None);
+        let mut upkeep = UPKEEP.lock().unwrap_or_else(|e| e.into_inner());
+        let monotonic = MonotonicClock::new();
+        let me = std::process::id();
+        if *upkeep != Some(me) {
+            RECENT.store(monotonic.now_nanos(), Ordering::Relaxed);
+            let upkept = monotonic.clone();
+            let spawned = std::thread::Builder::new()
+                .name("weir-recent-clock".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(Self::INTERVAL);
+                        RECENT.store(upkept.now_nanos(), Ordering::Relaxed);
+                    }
+                });
+            if spawned.is_err() {
+                return Self {
+                    direct: Some(monotonic),
+                };
+            }
+            *upkeep = Some(me);
+        }
+        Self { direct: None }
+    }
+}
+
+impl Default for RecentClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for RecentClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        match &self.direct {
+            None => RECENT.load(Ordering::Relaxed),
+            Some(monotonic) => monotonic.now_nanos(),
+        }
+    }
+}
+
 /// A clock that moves only when told to; clones share the same time.
 ///
 /// ```
@@ -322,6 +418,40 @@ mod tests {
         }
         check(MonotonicClock::new);
         check(StdClock::new);
+        check(RecentClock::new);
+    }
+
+    /// The recent clock is the monotonic clock's time, late but never
+    /// early, and it keeps moving. How late depends on the scheduler, so
+    /// the bound checked is loose (a dead upkeep thread still fails it).
+    #[test]
+    fn the_recent_clock_trails_the_monotonic_clock_and_keeps_up() {
+        let (recent, monotonic) = (RecentClock::new(), MonotonicClock::new());
+        let mut lags = Vec::new();
+        for _ in 0..100 {
+            let r = recent.now_nanos();
+            let m = monotonic.now_nanos();
+            assert!(r <= m, "recent {r} ahead of monotonic {m}");
+            lags.push(m - r);
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        lags.sort_unstable();
+        let median = Duration::from_nanos(lags[lags.len() / 2]);
+        assert!(median < Duration::from_millis(100), "median lag {median:?}");
+        // Never more than one upkeep thread, however many clocks.
+        let clones: Vec<RecentClock> = (0..8).map(|_| RecentClock::new()).collect();
+        assert!(clones.iter().all(|c| c.direct.is_none()));
+    }
+
+    /// Without its upkeep thread the clock reads the monotonic time itself.
+    #[test]
+    fn a_recent_clock_without_upkeep_reads_the_monotonic_clock() {
+        let direct = RecentClock {
+            direct: Some(MonotonicClock::new()),
+        };
+        let before = MonotonicClock::new().now_nanos();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(direct.now_nanos() >= before + 5_000_000);
     }
 
     proptest! {
@@ -352,8 +482,11 @@ mod tests {
     fn the_default_clock_tracks_the_os_clock() {
         let fast = MonotonicClock::new();
         let os = StdClock::new();
+        // Compare elapsed times: the two epochs are set by whichever test
+        // made each clock type first, not together.
+        let (a0, b0) = (fast.now_nanos(), os.now_nanos());
         std::thread::sleep(Duration::from_millis(20));
-        let (a, b) = (fast.now_nanos(), os.now_nanos());
+        let (a, b) = (fast.now_nanos() - a0, os.now_nanos() - b0);
         // Both saw at least the 20 ms slept; they agree to within a few ms.
         assert!(a >= 20_000_000 && b >= 20_000_000, "{a} {b}");
         assert!(a.abs_diff(b) < 5_000_000, "tsc {a} ns vs os {b} ns");

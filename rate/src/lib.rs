@@ -50,7 +50,7 @@ mod sync;
 /// The injectable clock, shared with `weir-limits`.
 pub mod clock {
     pub use weir_limits::clock::{
-        Clock, ManualClock, MonotonicClock, StdClock, Timestamp, duration_to_nanos,
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
     };
 }
 

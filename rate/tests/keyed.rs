@@ -258,6 +258,24 @@ fn exact_racing_threads_spend_each_keys_burst_exactly() {
 }
 
 #[test]
+fn a_limiter_on_the_recent_clock_limits_and_refills() {
+    use weir_rate::clock::RecentClock;
+    let keyed = KeyedLimiter::with_clock(
+        Gcra::new(Quota::try_new(1, Duration::from_millis(50)).unwrap()),
+        RecentClock::new(),
+    );
+    assert!(keyed.allows("a"));
+    assert!(!keyed.allows("a"), "the clock cannot have moved 50 ms");
+    // Refilled once the upkeep thread's time passes 50 ms (bounded wait:
+    // an overloaded machine delays the upkeep, which only delays this).
+    let start = std::time::Instant::now();
+    while !keyed.allows("a") {
+        assert!(start.elapsed() < Duration::from_secs(5), "never refilled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
 fn checks_at_a_caller_supplied_time() {
     let q = per_second(1);
     let keyed = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
