@@ -36,7 +36,7 @@ pub mod pingora;
 mod rate;
 mod sharded;
 pub mod sketch;
-mod sync;
+pub mod sync;
 
 pub use error::ConfigError;
 pub use estimator::{Estimator, Update};

@@ -35,7 +35,7 @@ use crate::ConfigError;
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
 use crate::sketch::{Locator, Shape};
-use crate::sync::{AtomicU64, Ordering, spin_wait};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -271,7 +271,7 @@ impl<C: Clock> Rate<C> {
     /// Make sure `window` (or a later one) is the published window and
     /// return the window to count into.
     fn enter(&self, window: u64) -> u64 {
-        let mut round = 0;
+        let mut backoff = Backoff::new();
         loop {
             let state = self.state.load(Ordering::Acquire);
             let published = state >> 1;
@@ -279,7 +279,7 @@ impl<C: Clock> Rate<C> {
                 return published;
             }
             if state & ROTATING != 0 {
-                spin_wait(&mut round);
+                backoff.wait();
                 continue;
             }
             if self

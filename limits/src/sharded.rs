@@ -54,7 +54,7 @@ use crate::ConfigError;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
 use crate::sketch::{self, Layout, Location, Locator, Shape};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering, ThreadLocal, fence, spin_wait};
+use crate::sync::{AtomicU64, AtomicUsize, Backoff, Ordering, ThreadLocal, fence};
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 
@@ -210,7 +210,7 @@ impl ShardedEstimator {
         let mut totals = [0isize; sketch::MAX_HASHES];
         let generation = self.counts.resets.load(Ordering::Acquire);
         for shard in self.shards.iter() {
-            let mut round = 0;
+            let mut backoff = Backoff::new();
             loop {
                 let before = shard.rewriting.load(Ordering::Acquire);
                 if before & 1 == 0 {
@@ -232,7 +232,7 @@ impl ShardedEstimator {
                         break;
                     }
                 }
-                spin_wait(&mut round);
+                backoff.wait();
             }
         }
         // After every thread's pair: a delta flushed since was added to the

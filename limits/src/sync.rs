@@ -1,6 +1,7 @@
 //! The concurrency primitives weir-limits uses, in one place so that the loom
 //! models (`cargo xtask loom`, built with `--cfg loom`) can swap in loom's
-//! checked versions without touching the data structures.
+//! checked versions without touching the data structures. Only [`Backoff`]
+//! is public: the other weir crates wait through it too.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering, fence};
@@ -169,23 +170,51 @@ mod loom_thread_local {
     }
 }
 
-/// Back off while another thread finishes a short critical step (a window
-/// rotation). Under loom this yields so the model checker can schedule the
-/// thread we are waiting for.
-#[inline]
-pub(crate) fn spin_wait(round: &mut u32) {
-    #[cfg(loom)]
-    {
-        let _ = round;
-        loom::thread::yield_now();
+/// Waiting for another thread to finish a short step (a window rotation,
+/// a flush, a lock held for a few dozen nanoseconds): spin a few growing
+/// rounds, then yield the core, in case the other thread was preempted.
+/// Under `--cfg loom` every wait yields at once, so the model checker
+/// schedules the thread being waited for. Public so that every weir crate
+/// built on weir-limits waits the same way.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use weir_limits::sync::Backoff;
+///
+/// let ready = AtomicBool::new(true);
+/// let mut backoff = Backoff::new();
+/// while !ready.load(Ordering::Acquire) {
+///     backoff.wait();
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct Backoff {
+    // Under loom every wait yields; the rounds count nothing.
+    #[cfg_attr(loom, allow(dead_code))]
+    round: u32,
+}
+
+impl Backoff {
+    /// Rounds of growing spins before waiting yields instead.
+    #[cfg_attr(loom, allow(dead_code))]
+    const SPIN_ROUNDS: u32 = 6;
+
+    /// A fresh wait: the next [`wait`](Self::wait) spins briefly.
+    pub fn new() -> Self {
+        Self::default()
     }
-    #[cfg(not(loom))]
-    {
-        if *round < 6 {
-            for _ in 0..(1u32 << *round) {
+
+    /// Wait a little longer than last time.
+    #[inline]
+    pub fn wait(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        if self.round < Self::SPIN_ROUNDS {
+            for _ in 0..(1u32 << self.round) {
                 std::hint::spin_loop();
             }
-            *round += 1;
+            self.round += 1;
         } else {
             std::thread::yield_now();
         }

@@ -68,6 +68,7 @@ use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
 use weir_limits::sketch::Locator;
+use weir_limits::sync::Backoff;
 pub use weir_limits::{Layout, Shape};
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
@@ -98,6 +99,7 @@ impl Params {
 
     #[inline]
     fn read(&self) -> Gcra {
+        let mut backoff = Backoff::new();
         loop {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
@@ -113,7 +115,7 @@ impl Params {
                     return Gcra::from_parts(quota, interval, tolerance);
                 }
             }
-            spin();
+            backoff.wait();
         }
     }
 
@@ -131,14 +133,6 @@ impl Params {
             .store(gcra.tolerance_nanos(), Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
-}
-
-#[inline]
-fn spin() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::hint::spin_loop();
 }
 
 /// A per-key GCRA limiter in fixed memory; see the [module docs](crate::sketch) for
@@ -382,6 +376,7 @@ impl<C: Clock> SketchLimiter<C> {
         now: u64,
     ) -> Step {
         let location = self.locator.locate(key);
+        let mut backoff = Backoff::new();
         loop {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);
@@ -420,7 +415,7 @@ impl<C: Clock> SketchLimiter<C> {
             {
                 return step;
             }
-            spin();
+            backoff.wait();
         }
     }
 }

@@ -88,11 +88,11 @@ impl<T> SpinLock<T> {
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
-        let mut round = 0u32;
+        let mut backoff = weir_limits::sync::Backoff::new();
         loop {
             // Wait on plain loads, so the line stays shared until it frees.
             while self.locked.load(Ordering::Relaxed) {
-                spin_wait(&mut round);
+                backoff.wait();
             }
             if self
                 .locked
@@ -101,29 +101,6 @@ impl<T> SpinLock<T> {
             {
                 return;
             }
-        }
-    }
-}
-
-/// Back off while another thread holds a lock for a moment: spin a few
-/// growing rounds, then yield. Under loom, yield at once so the model
-/// checker schedules the holder.
-#[inline]
-fn spin_wait(round: &mut u32) {
-    #[cfg(loom)]
-    {
-        let _ = round;
-        loom::thread::yield_now();
-    }
-    #[cfg(not(loom))]
-    {
-        if *round < 6 {
-            for _ in 0..(1u32 << *round) {
-                std::hint::spin_loop();
-            }
-            *round += 1;
-        } else {
-            std::thread::yield_now();
         }
     }
 }
