@@ -282,7 +282,12 @@ pub struct RecentClock {
     direct: Option<MonotonicClock>,
 }
 
-/// The upkeep thread's latest reading of the monotonic clock.
+/// The upkeep thread's latest reading of the monotonic clock. weir keeps
+/// its own rather than quanta's `Upkeep` and `recent()`: quanta runs one
+/// upkeep thread per process and stops it when whoever started it drops
+/// its handle (governor's `QuantaUpkeepClock` does, with its last clone),
+/// which would freeze every other reader's time; and a forked child could
+/// never start it again.
 static RECENT: AtomicU64 = AtomicU64::new(0);
 
 impl RecentClock {
@@ -423,18 +428,23 @@ mod tests {
 
     /// The recent clock is the monotonic clock's time, late but never
     /// early, and it keeps moving. How late depends on the scheduler, so
-    /// the bound checked is loose (a dead upkeep thread still fails it).
+    /// the bounds checked are loose, but a stopped upkeep thread fails
+    /// both: over 300 ms its lag would pass 100 ms and it would not move.
     #[test]
     fn the_recent_clock_trails_the_monotonic_clock_and_keeps_up() {
         let (recent, monotonic) = (RecentClock::new(), MonotonicClock::new());
+        let (first_recent, first_monotonic) = (recent.now_nanos(), monotonic.now_nanos());
         let mut lags = Vec::new();
         for _ in 0..100 {
             let r = recent.now_nanos();
             let m = monotonic.now_nanos();
             assert!(r <= m, "recent {r} ahead of monotonic {m}");
             lags.push(m - r);
-            std::thread::sleep(Duration::from_micros(300));
+            std::thread::sleep(Duration::from_millis(3));
         }
+        let moved = recent.now_nanos() - first_recent;
+        let elapsed = monotonic.now_nanos() - first_monotonic;
+        assert!(moved >= elapsed / 2, "moved {moved} ns in {elapsed} ns");
         lags.sort_unstable();
         let median = Duration::from_nanos(lags[lags.len() / 2]);
         assert!(median < Duration::from_millis(100), "median lag {median:?}");
