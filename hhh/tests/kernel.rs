@@ -148,6 +148,16 @@ struct Replayed {
     end: u64,
 }
 
+impl Replayed {
+    /// The two sides agree: the same verdict for every packet, the same
+    /// per-level counts, and the same rates (`assert_same_rates`).
+    fn assert_agrees(&self, name: &str, scenario: &Scenario) {
+        assert_eq!(summary(&self.kernel), summary(&self.user), "{name}");
+        assert_eq!(self.stats.levels, self.rake.stats(), "{name}");
+        assert_same_rates(name, scenario, &self.filter, &self.rake, self.end);
+    }
+}
+
 /// The kernel's sketches and the classifier's hold the same rates, bit for
 /// bit, for every stream of `scenario` at `end`.
 fn assert_same_rates<R: RandomSource>(
@@ -305,31 +315,22 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         ),
     ];
     for (name, limit, scenario, builder) in cases {
-        let Some(Replayed {
-            user,
-            kernel,
-            stats,
-            rake,
-            filter,
-            end,
-        }) = replay_both(
+        let Some(replayed) = replay_both(
             "kernel_and_classifier_agree_packet_for_packet",
             || builder(limit),
             &scenario,
             true,
-        )
-        else {
+        ) else {
             return;
         };
-        assert_eq!(summary(&kernel), summary(&user), "{name}");
-        assert_eq!(stats.levels, rake.stats(), "{name}");
-        assert_eq!(stats.unparsed, 0, "{name}");
-        assert_same_rates(name, &scenario, &filter, &rake, end);
+        replayed.assert_agrees(name, &scenario);
+        assert_eq!(replayed.stats.unparsed, 0, "{name}");
         // The scenario must exercise the limiter, or agreement is trivial.
-        assert!(rake.stats().dropped() > 100, "{name}: {:?}", rake.stats());
+        let dropped = replayed.rake.stats().dropped();
+        assert!(dropped > 100, "{name}: {:?}", replayed.rake.stats());
         eprintln!(
             "{name}: identical verdicts for {} packets",
-            stats.levels.total()
+            replayed.stats.levels.total()
         );
     }
 }
@@ -349,27 +350,18 @@ fn every_compiled_program_loads_and_agrees_with_the_classifier() {
         Shape::blocked::<4, 512>(),
     ];
     for shape in shapes {
-        let Some(Replayed {
-            user,
-            kernel,
-            stats,
-            rake,
-            filter,
-            end,
-        }) = replay_both(
+        let Some(replayed) = replay_both(
             "every_compiled_program_loads_and_agrees_with_the_classifier",
             || Classifier::builder(limit).seed(6).shape(shape),
             &scenario,
             true,
-        )
-        else {
+        ) else {
             return;
         };
         let name = format!("{shape:?}");
-        assert_eq!(summary(&kernel), summary(&user), "{name}");
-        assert_eq!(stats.levels, rake.stats(), "{name}");
-        assert_same_rates(&name, &scenario, &filter, &rake, end);
-        assert!(rake.stats().dropped() > 0, "{name}: {:?}", rake.stats());
+        replayed.assert_agrees(&name, &scenario);
+        let dropped = replayed.rake.stats().dropped();
+        assert!(dropped > 0, "{name}: {:?}", replayed.rake.stats());
     }
 }
 
