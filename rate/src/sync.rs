@@ -80,6 +80,7 @@ impl<T> SpinLock<T> {
         }
         SpinGuard {
             lock: self,
+            _not_auto: std::marker::PhantomData,
             #[cfg(loom)]
             value: Some(self.value.get_mut()),
         }
@@ -106,13 +107,22 @@ impl<T> SpinLock<T> {
 }
 
 /// Holds a [`SpinLock`]; releases it when dropped.
+///
+/// Not automatically `Send` or `Sync`: from `&SpinLock<T>` alone it would
+/// be `Sync` whenever `T: Send`, and a shared guard hands out `&T`, which
+/// other threads may hold only if `T: Sync` (as with `std`'s guards).
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    _not_auto: std::marker::PhantomData<*const ()>,
     /// Loom's record of this access, checked against every other one;
     /// ended before the release.
     #[cfg(loom)]
     value: Option<loom::cell::MutPtr<T>>,
 }
+
+// SAFETY: a shared guard only hands out `&T`, so sharing it between threads
+// is sound exactly when `T: Sync`.
+unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
 
 impl<T> std::ops::Deref for SpinGuard<'_, T> {
     type Target = T;
