@@ -68,7 +68,6 @@ use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
 use weir_limits::sketch::Locator;
-use weir_limits::sync::Backoff;
 pub use weir_limits::{Layout, Shape};
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
@@ -99,7 +98,6 @@ impl Params {
 
     #[inline]
     fn read(&self) -> Gcra {
-        let mut backoff = Backoff::new();
         loop {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
@@ -115,7 +113,7 @@ impl Params {
                     return Gcra::from_parts(quota, interval, tolerance);
                 }
             }
-            backoff.wait();
+            spin();
         }
     }
 
@@ -133,6 +131,14 @@ impl Params {
             .store(gcra.tolerance_nanos(), Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
+}
+
+#[inline]
+fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
 }
 
 /// A per-key GCRA limiter in fixed memory; see the [module docs](crate::sketch) for
@@ -376,7 +382,6 @@ impl<C: Clock> SketchLimiter<C> {
         now: u64,
     ) -> Step {
         let location = self.locator.locate(key);
-        let mut backoff = Backoff::new();
         loop {
             let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
             let (mut min, mut at) = (u64::MAX, 0);
@@ -415,7 +420,7 @@ impl<C: Clock> SketchLimiter<C> {
             {
                 return step;
             }
-            backoff.wait();
+            spin();
         }
     }
 }
