@@ -614,6 +614,64 @@ fn local_fallback_enforces_its_own_limit_during_an_outage() -> TestResult {
     })
 }
 
+/// The one caller allowed to probe Redis after a back-off may be cancelled
+/// (a client gone, a layer's own timeout): the probe is then handed to the
+/// next caller at once, rather than Redis being skipped, and the failure
+/// policy answering for it, for one more back-off.
+#[test]
+fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
+    let name = "a_dropped_probe_hands_the_probe_to_the_next_caller";
+    let Some(server) = RedisServer::start_or_skip(name)? else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("no server process")?.to_string();
+    let signal = |sig: &str| -> TestResult {
+        let status = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()?;
+        assert!(status.success(), "kill {sig} {pid}");
+        Ok(())
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let backoff = Duration::from_millis(500);
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("probe"))
+            .timeout(Duration::from_millis(100))
+            .backoff(backoff)
+            .on_failure(FailurePolicy::Open)
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(
+            limiter.check_verbose("warm", 1).await?.source,
+            Source::Redis
+        );
+        // A stalled server: the call times out and the back-off starts.
+        signal("-STOP")?;
+        let stalled = limiter.check_verbose("stalled", 1).await?;
+        signal("-CONT")?;
+        assert_eq!(stalled.source, Source::FailOpen);
+        assert!(limiter.is_backing_off("any"));
+        tokio::time::sleep(backoff + Duration::from_millis(100)).await;
+        // The back-off is over: the next caller probes, and is cancelled
+        // while its call is in flight.
+        let mut probe = Box::pin(limiter.check_verbose("probe", 1));
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(probe.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "the probe finished on its first poll");
+        drop(probe);
+        let next = limiter.check_verbose("next", 1).await?;
+        assert_eq!(
+            next.source,
+            Source::Redis,
+            "the caller after a dropped probe was answered by {:?} ({:?})",
+            next.source,
+            next.error
+        );
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
 #[test]
 fn script_flush_under_load_is_invisible() -> TestResult {
     let Some(server) = RedisServer::start_or_skip("script_flush_under_load_is_invisible")? else {

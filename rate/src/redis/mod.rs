@@ -67,7 +67,10 @@
 //!   the deadline, never sees a panic. After a failure, Redis is skipped
 //!   for a short back-off ([`RedisLimiterBuilder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
-//!   probe succeeds, decisions come from Redis again.
+//!   probe succeeds, decisions come from Redis again. A probe that ends
+//!   without an answer (its caller dropped the future mid-call) is handed
+//!   to the next caller at once, so a cancelled probe never keeps Redis,
+//!   and its limit, out of the way for another back-off.
 //! * **Local overload** is not a Redis failure. A caller that finds the
 //!   batching queue full, or whose deadline passes while it waits in the
 //!   queue behind this instance's own load (no call to Redis failed
@@ -254,6 +257,39 @@ impl Inner {
     }
 }
 
+/// The claim of the one caller that probes Redis once a back-off is over.
+/// A probe that ends without an answer from Redis (its caller's future
+/// dropped mid-call, or this instance too busy to send it) is handed on:
+/// the cell goes back to its expired back-off, so the next caller probes at
+/// once instead of Redis being skipped, and the failure policy answering,
+/// for one more back-off.
+struct Probe<'a> {
+    cell: &'a AtomicU64,
+    /// What the claim stored: skip Redis until then.
+    claimed: u64,
+    /// The back-off the claim replaced (over, and never 0).
+    expired: u64,
+}
+
+impl Probe<'_> {
+    /// Redis answered (or failed): the caller has recorded it.
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        // Only if nothing has been recorded since the claim.
+        let _ = self.cell.compare_exchange(
+            self.claimed,
+            self.expired,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
 /// A rate limiter whose state lives in Redis. Cheap to clone; clones share
 /// the connection, the batching task and the leases.
 ///
@@ -385,20 +421,22 @@ impl RedisLimiter {
         let asked = Instant::now();
         let now = inner.core.nanos_at(asked);
         let down = cell.load(Ordering::Relaxed);
+        let mut probe = None;
         if down != 0 {
             // One caller per back-off period probes; the rest skip Redis.
+            let claimed = now.saturating_add(inner.backoff_nanos());
             if now < down
                 || cell
-                    .compare_exchange(
-                        down,
-                        now.saturating_add(inner.backoff_nanos()),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
+                    .compare_exchange(down, claimed, Ordering::Relaxed, Ordering::Relaxed)
                     .is_err()
             {
                 return Err(RedisLimitError::BackingOff);
             }
+            probe = Some(Probe {
+                cell,
+                claimed,
+                expired: down,
+            });
         }
         let deadline = inner.core.deadline(asked);
         let result = match &inner.batcher {
@@ -418,12 +456,16 @@ impl RedisLimiter {
                     cell.store(0, Ordering::Relaxed);
                 }
             }
-            // This instance's own saturation says nothing about Redis.
-            Err(RedisLimitError::Overloaded) => {}
+            // This instance's own saturation says nothing about Redis: a
+            // probe that met it is handed on (by dropping it below).
+            Err(RedisLimitError::Overloaded) => return result,
             Err(_) => {
                 let until = inner.now_nanos().saturating_add(inner.backoff_nanos());
                 cell.store(until.max(1), Ordering::Relaxed);
             }
+        }
+        if let Some(probe) = probe {
+            probe.answered();
         }
         result
     }
