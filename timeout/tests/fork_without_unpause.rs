@@ -1,6 +1,8 @@
 //! A forked child that never calls `unpause` still gets working timers,
 //! even when its first timer lands in a bucket inherited from the parent
-//! (found through the thread's still-valid cache, so no new tick is armed).
+//! (found through the thread's still-valid cache, so no new tick is armed),
+//! and when it arms none at all but goes on waiting for one the forking
+//! thread armed before the fork.
 //!
 //! One test in its own binary: no other test thread runs (and holds locks)
 //! when it forks.
@@ -49,15 +51,19 @@ fn child_sleeps(manager: &TimerManager, d: Duration) -> i32 {
 /// Fork (after `pause_for_fork`, as documented); the child never calls
 /// `unpause` and sleeps `d`. Returns the child's exit code.
 fn fork_and_sleep_in_child(manager: &TimerManager, d: Duration) -> i32 {
+    fork_and_run_in_child(manager, || child_sleeps(manager, d))
+}
+
+/// Fork (after `pause_for_fork`); the child runs `child`, never calling
+/// `unpause`, and exits with what it returns. Returns the child's exit code.
+fn fork_and_run_in_child(manager: &TimerManager, child: impl FnOnce() -> i32) -> i32 {
     assert!(manager.pause_for_fork(), "the sweeper stopped");
     // SAFETY: the child runs only Rust code that allocates and may spawn a
     // thread (safe with glibc's fork handlers), then leaves with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let code =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| child_sleeps(manager, d)))
-                .unwrap_or(6);
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(6);
         // SAFETY: ends the child without running the parent's atexit hooks.
         unsafe { libc::_exit(code) };
     }
@@ -113,6 +119,23 @@ fn a_child_that_never_unpauses_fires_its_timers() {
         fork_and_sleep_in_child(&manager, Duration::from_millis(1_700)),
         0,
         "child: 2 = never fired, 3 = early, 6 = panicked"
+    );
+    // A sleep the forking thread armed before the fork: the child arms
+    // nothing new (so no arm adopts the table), it only goes on polling it.
+    let before = Duration::from_millis(300);
+    let start = Instant::now();
+    let mut armed = Box::pin(manager.sleep(before));
+    assert!(armed.as_mut().poll(&mut cx).is_pending());
+    let code = fork_and_run_in_child(&manager, move || {
+        match block_on_for(armed, Duration::from_secs(5)) {
+            None => 2,
+            Some(()) if start.elapsed() < before => 3,
+            Some(()) => 0,
+        }
+    });
+    assert_eq!(
+        code, 0,
+        "child, armed before the fork: 2 = never fired, 3 = early, 6 = panicked"
     );
     // The parent's timers still work.
     let start = Instant::now();

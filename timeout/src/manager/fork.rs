@@ -6,7 +6,11 @@
 //! thread a stranger to its own tables, so that arm takes the cold adoption
 //! path) or [`TimerManager::unpause`](crate::TimerManager::unpause) marks every other thread's table
 //! abandoned, so nothing ever waits on a lock a vanished thread held, and
-//! starts a fresh sweeper at once. The pause belongs to the parent's
+//! starts a fresh sweeper at once. A child that arms nothing but goes on
+//! waiting for a timer armed before the fork starts its sweeper on that
+//! timer's next poll: the same `pthread_atfork` hook counts forks, and a
+//! poll that finds its manager's sweeper started before the latest one
+//! starts this process's (see [`forks`]). The pause belongs to the parent's
 //! sweeper: the child's never honours it, so the child need not unpause.
 //! pingora's child instead waits for a 2 s watchdog. Timers armed during
 //! the pause are kept and fire when due after `unpause`, never early.
@@ -30,6 +34,18 @@ std::thread_local! {
     /// without `Drop`: readable even from TLS destructors and from the
     /// fork handler.
     static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Forks this process descends through (as seen by [`watch_forks`]'s
+/// hook): it changes only in a child, at the fork, so a manager whose
+/// sweeper was started at another count than the current one has no
+/// sweeper in this process.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// See [`FORKS`].
+#[inline]
+pub(super) fn forks() -> u64 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// A number unique to the current thread (0: never). Unlike
@@ -67,13 +83,15 @@ pub(super) fn watch_forks() {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             extern "C" fn in_child() {
-                // Async-signal-safe: one store to this thread's own TLS.
+                // Async-signal-safe: one store to this thread's own TLS and
+                // one lock-free atomic add.
                 let _ = SERIAL.try_with(|s| s.set(0));
+                FORKS.fetch_add(1, Ordering::Relaxed);
             }
             // SAFETY: registers a handler that only stores to a `Cell` of
-            // the calling thread. It fails only without memory (ENOMEM);
-            // then a child still starts its sweeper when it calls `unpause`
-            // or arms a new tick.
+            // the calling thread and adds to an atomic. It fails only
+            // without memory (ENOMEM); then a child still starts its
+            // sweeper when it calls `unpause` or arms a new tick.
             let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
         });
     }

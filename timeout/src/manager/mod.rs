@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     pause: PauseGate,
     /// Process id the sweeper was started in (0: none yet).
     sweeper_pid: AtomicU32,
+    /// [`fork::forks`] when the sweeper was started.
+    sweeper_forks: AtomicU64,
     wakeups: AtomicU64,
     threads_started: AtomicU64,
     buckets: Buckets,
@@ -211,6 +213,7 @@ impl TimerManager {
                 sweeper: Mutex::new(SweeperHandle::default()),
                 pause: PauseGate::new(),
                 sweeper_pid: AtomicU32::new(0),
+                sweeper_forks: AtomicU64::new(0),
                 wakeups: AtomicU64::new(0),
                 threads_started: AtomicU64::new(0),
                 buckets: Buckets::default(),
@@ -397,8 +400,16 @@ impl Inner {
 
     /// Re-poll an armed registration: `true` once its tick has fired.
     #[inline]
-    pub(crate) fn poll_armed(&self, armed: &Armed, waker: &Waker) -> bool {
-        armed.poll(waker)
+    pub(crate) fn poll_armed(self: &Arc<Self>, armed: &Armed, waker: &Waker) -> bool {
+        if armed.poll(waker) {
+            return true;
+        }
+        // A timer armed before a fork, waited for in the child: nothing
+        // else may start the child's sweeper (see `fork.rs`).
+        if self.sweeper_forks.load(Ordering::Relaxed) != fork::forks() {
+            self.ensure_sweeper();
+        }
+        false
     }
 
     /// Whether an armed registration's tick has fired, without the lock.

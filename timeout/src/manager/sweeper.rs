@@ -62,6 +62,8 @@ impl Inner {
                 handle.thread = Some(join.thread().clone());
                 self.pause.started();
                 self.threads_started.fetch_add(1, Ordering::Relaxed);
+                self.sweeper_forks
+                    .store(super::fork::forks(), Ordering::Relaxed);
                 self.sweeper_pid.store(pid, Ordering::Release);
             }
             Err(e) => panic!("weir-timeout: cannot start the sweeper thread: {e}"),
