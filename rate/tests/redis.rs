@@ -672,6 +672,74 @@ fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
     })
 }
 
+/// Callers queued for the batching task behind a call that then fails,
+/// with less than half a timeout left, are answered with the failure, not
+/// sent to the failing server one by one as slots free up: a stalled Redis
+/// receives the call that found it stalled and at most one more per slot,
+/// not a stream of scripts whose callers have already been answered (and
+/// whose units it would still charge when it wakes).
+#[test]
+fn callers_queued_behind_a_failed_call_are_not_sent() -> TestResult {
+    let name = "callers_queued_behind_a_failed_call_are_not_sent";
+    let Some(server) = RedisServer::start_or_skip(name)? else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("no server process")?.to_string();
+    let signal = |sig: &str| -> TestResult {
+        let status = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()?;
+        assert!(status.success(), "kill {sig} {pid}");
+        Ok(())
+    };
+    let rt = rt()?;
+    let prefix = unique_prefix("queued");
+    rt.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(prefix.clone())
+            .timeout(Duration::from_millis(100))
+            .backoff(Duration::from_secs(10))
+            .on_failure(FailurePolicy::Open)
+            .batching(Batching {
+                max_batch: 1,
+                max_in_flight: 1,
+                queue: 64,
+            })
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(
+            limiter.check_verbose("warm", 1).await?.source,
+            Source::Redis
+        );
+        signal("-STOP")?;
+        // Twenty callers, 4 ms apart: the first call goes out, the rest
+        // queue behind it (one call in flight) until it fails at 100 ms.
+        let mut tasks = Vec::new();
+        for i in 0..20u64 {
+            let limiter = limiter.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(4 * i)).await;
+                limiter.check_verbose(&format!("k{i}"), 1).await
+            }));
+        }
+        for task in tasks {
+            let outcome = task.await??;
+            assert_eq!(outcome.source, Source::FailOpen, "{outcome:?}");
+        }
+        signal("-CONT")?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    let keys = server.cli(&["KEYS", &format!("{prefix}*")])?;
+    let sent: Vec<&str> = keys.lines().filter(|k| !k.contains("warm")).collect();
+    assert!(
+        sent.len() <= 2,
+        "the stalled server received {} calls: {sent:?}",
+        sent.len()
+    );
+    Ok(())
+}
+
 #[test]
 fn script_flush_under_load_is_invisible() -> TestResult {
     let Some(server) = RedisServer::start_or_skip("script_flush_under_load_is_invisible")? else {

@@ -22,6 +22,14 @@
 //! * callers already late when their batch is cut are answered without
 //!   being sent, and a group waiting for a slot (Cluster) answers its late
 //!   callers while it waits;
+//! * so are callers that waited in the queue while a call for their server
+//!   (or Cluster slot) failed or was slow, unless at least half a timeout
+//!   (what "slow" means) is left to them: they get that failure at once.
+//!   Otherwise a stalled server would be sent, slot by slot as calls are
+//!   given up at their callers' deadlines, a stream of scripts each sent
+//!   with moments to spare and given up at once (which it would still run,
+//!   and charge, when it wakes). Callers asked after the failure meet the
+//!   back-off before they are queued;
 //! * a queued caller waits behind calls holding older callers only (the
 //!   queue is drained in order, a drain's groups go out by earliest
 //!   deadline), and each such call ends by its latest deadline, no later
@@ -168,12 +176,15 @@ fn earliest(batch: &[Job]) -> Instant {
         .unwrap_or_else(Instant::now)
 }
 
-/// Answer the jobs of `batch` whose deadline is not after `now`, never
-/// sent, keeping the others (see [`Core::late`] for their error).
+/// Answer the jobs of `batch` whose deadline is not after `now`, or within
+/// half a timeout of it when their cell saw a call fail since they were
+/// asked, never sent, keeping the others (see [`Core::late`] for their
+/// error).
 fn answer_late(batch: &mut Vec<Job>, now: Instant, core: &Core) {
-    let (live, late): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
-        .into_iter()
-        .partition(|job| job.deadline > now);
+    let slow = now.checked_add(core.timeout / 2).unwrap_or(now);
+    let (live, late): (Vec<Job>, Vec<Job>) = std::mem::take(batch).into_iter().partition(|job| {
+        job.deadline > now && (job.deadline >= slow || !core.failed_since(job.cell, job.asked))
+    });
     for job in late {
         let _ = job.reply.send(Err(core.late(job.cell, job.asked)));
     }

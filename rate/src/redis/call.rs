@@ -64,11 +64,16 @@ impl Core {
     /// failing Redis), otherwise [`RedisLimitError::Overloaded`] (it waited
     /// behind this instance's own load).
     pub(crate) fn late(&self, cell: usize, asked: u64) -> RedisLimitError {
-        if self.failed[cell].load(Ordering::Relaxed) >= asked.max(1) {
+        if self.failed_since(cell, asked) {
             RedisLimitError::Timeout(self.timeout)
         } else {
             RedisLimitError::Overloaded
         }
+    }
+
+    /// Whether a call for `cell` failed (or was slow) at or after `asked`.
+    pub(crate) fn failed_since(&self, cell: usize, asked: u64) -> bool {
+        self.failed[cell].load(Ordering::Relaxed) >= asked.max(1)
     }
 
     /// The deadline of a decision asked at `now`: the configured timeout
