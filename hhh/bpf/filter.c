@@ -15,6 +15,14 @@
 //
 // What cannot be parsed is passed whole: the filter only ever drops packets
 // it has classified.
+//
+// Coalesced datagrams: on a socket with UDP_GRO the kernel hands the filter
+// one buffer per run of datagrams of one flow (gso_segs of them). The
+// buffer counts as that many events at one instant (each cell decays once,
+// then gains that many events' worth; an idle cell restarts at the first of
+// them, then gains the rest), and its verdict passes or drops it whole, so
+// a flood sent in runs is measured at its true rate. The stats count
+// datagrams.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -326,10 +334,27 @@ static __always_inline __u64 decay_add(__u64 old, __u64 keep, __u64 recip, __u64
 	return rate < kept ? ~0ULL : rate;
 }
 
-// The classifier's `touch_cell`: one event now; returns the new rate.
-// The level's constants arrive as values, read once per generalisation.
+// a·b, or the largest value if that does not fit.
+static __always_inline __u64 mul_sat(__u64 a, __u64 b)
+{
+	// Not `p / b != a`: clang turns that into a 128-bit multiply, which
+	// BPF lacks.
+	return mulhi(a, b) ? ~0ULL : a * b;
+}
+
+// a + b, or the largest value if that does not fit.
+static __always_inline __u64 add_sat(__u64 a, __u64 b)
+{
+	__u64 s = a + b;
+	return s < a ? ~0ULL : s;
+}
+
+// The classifier's `touch_cell`: one event now, plus `more` events' worth
+// of rate at the same instant (0 but for a coalesced buffer's other
+// datagrams); returns the new rate. The level's constants arrive as values,
+// read once per generalisation; `inc` is what all the events add.
 static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 one_per_ns,
-				   struct weir_cell *cell, __u64 now)
+				   struct weir_cell *cell, __u64 now, __u64 more)
 {
 	__u64 old = cell->rate, stamp = cell->stamp;
 	// One unsigned comparison catches both rare cases: a cell idle for a
@@ -345,7 +370,7 @@ static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 o
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
 		// elapsed time (weir-rate's exact update).
-		rate = one_per_ns / elapsed;
+		rate = add_sat(one_per_ns / elapsed, more);
 		cell->stamp = now;
 	}
 	cell->rate = rate;
@@ -405,7 +430,7 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 						    const struct layout layout,
 						    const volatile __u64 (*keys)[2],
 						    const struct tuple *t, const __u32 g,
-						    __u64 now)
+						    __u64 now, __u64 events)
 {
 	const struct lattice_node node = LATTICE[g];
 	const volatile struct weir_level *l = &cfg->levels[node.level];
@@ -414,7 +439,11 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 	__u64 hash = mix(t->src[node.src] ^ keys[g][0],
 			 (t->dst ^ (sport << 48) ^ (dport << 32)) ^ keys[g][1]);
 	__u64 base = (__u64)g * cfg->cells_per_sketch;
-	__u64 window = l->window, recip = l->recip, inc = l->inc;
+	__u64 window = l->window, recip = l->recip, inc = l->inc, more = 0;
+	if (events != 1) {
+		more = mul_sat(inc, events - 1);
+		inc = add_sat(inc, more);
+	}
 	__u64 rate = ~0ULL;
 #pragma unroll
 	for (__u32 i = 0; i < MAX_HASHES; i++) {
@@ -433,7 +462,7 @@ static __always_inline __u64 weir_generalisation(const volatile struct weir_conf
 		struct weir_cell *cell = bpf_map_lookup_elem(&weir_cells, &index);
 		if (!cell)
 			return 0;
-		__u64 r = touch(window, recip, inc, cfg->one_per_ns, cell, now);
+		__u64 r = touch(window, recip, inc, cfg->one_per_ns, cell, now, more);
 		if (r < rate)
 			rate = r;
 	}
@@ -448,9 +477,11 @@ static __always_inline int weir_filter(struct __sk_buff *skb, const struct layou
 	struct weir_stats *stats = bpf_map_lookup_elem(&weir_stats, &zero);
 	if (!st || !stats)
 		return skb->len;
+	// Datagrams in this buffer: more than one only when coalesced (GRO).
+	__u64 events = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	struct tuple t;
 	if (parse(skb, cfg, &t)) {
-		stats->unparsed++;
+		stats->unparsed += events;
 		return skb->len;
 	}
 	if (layout.hashes == 0 || layout.hashes > MAX_HASHES)
@@ -462,7 +493,7 @@ static __always_inline int weir_filter(struct __sk_buff *skb, const struct layou
 #pragma unroll
 	for (__u32 g = 0; g < GENERALISATIONS; g++) {
 		const struct lattice_node node = LATTICE[g];
-		__u64 rate = weir_generalisation(cfg, layout, keys, &t, g, now);
+		__u64 rate = weir_generalisation(cfg, layout, keys, &t, g, now, events);
 		if (rate > max)
 			max = rate;
 		if (!(node.flags & LAST_IN_LEVEL))
@@ -476,15 +507,15 @@ static __always_inline int weir_filter(struct __sk_buff *skb, const struct layou
 			__u64 lo = (__u64)coin * (max & 0xffffffffULL);
 			__u64 hi = (__u64)coin * (max >> 32) + (lo >> 32);
 			if (hi < limit) {
-				stats->passed[node.level]++;
+				stats->passed[node.level] += events;
 				return skb->len;
 			}
-			stats->dropped[node.level]++;
+			stats->dropped[node.level] += events;
 			return 0;
 		}
 		max = 0;
 	}
-	stats->unlimited++;
+	stats->unlimited += events;
 	return skb->len;
 }
 

@@ -38,6 +38,13 @@
 //! IPv6 extension headers (hop-by-hop, routing, fragment, destination
 //! options, authentication) are parsed, not passed.
 //!
+//! On a socket with `UDP_GRO` the kernel hands the filter one buffer per run
+//! of coalesced datagrams of one flow; the filter counts each datagram in it
+//! (as that many events at one instant) and passes or drops the buffer
+//! whole, so a flood sent in runs is limited at its true rate. The
+//! user-space `GuardedUdpSocket` (feature `tokio`) sees such a buffer as one
+//! datagram: use the kernel filter on sockets with GRO on.
+//!
 //! ```no_run
 //! use weir_hhh::Classifier;
 //! use weir_hhh::kernel::KernelFilter;
@@ -400,9 +407,10 @@ impl std::error::Error for KernelError {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelStats {
-    /// Classified packets, as the user-space [`Stats`].
+    /// Classified datagrams (each of a coalesced buffer's), as the
+    /// user-space [`Stats`].
     pub levels: Stats,
-    /// Packets the filter could not parse and passed whole.
+    /// Datagrams the filter could not parse and passed whole.
     pub unparsed: u64,
 }
 
