@@ -517,6 +517,12 @@ impl KernelFilter {
     /// Attach the filter to a socket (`SO_ATTACH_BPF`): from now on the
     /// kernel drops what the filter drops before the socket sees it. It
     /// replaces any socket filter already attached.
+    ///
+    /// The socket holds the program once attached: dropping the
+    /// `KernelFilter` leaves it filtering that socket at the last limit
+    /// (a limit is never lifted by accident), with no handle left to change
+    /// the limit or read the counters. [`detach`](Self::detach) first to
+    /// stop filtering; closing the socket also releases the program.
     pub fn attach<S: AsFd>(&self, socket: &S) -> Result<(), KernelError> {
         self.program()?
             .attach(socket.as_fd())

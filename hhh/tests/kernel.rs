@@ -1021,3 +1021,41 @@ fn coalesced_datagrams_are_counted_one_by_one() {
     );
     KernelFilter::detach(&server).unwrap();
 }
+
+/// The socket holds an attached filter: dropping the `KernelFilter` (the
+/// handle) leaves the socket filtered at the last limit, as its docs say;
+/// only a detach lifts it.
+#[test]
+fn dropping_the_handle_keeps_the_socket_filtered() {
+    let test = "dropping_the_handle_keeps_the_socket_filtered";
+    let Some(filter) = load_or_skip(test, Classifier::builder(10)) else {
+        return;
+    };
+    let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let to = server.local_addr().unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    filter.attach(&server).unwrap();
+    drop(filter);
+    let flood = |n: usize| {
+        for _ in 0..n {
+            client.send_to(b"x", to).unwrap();
+        }
+        let mut buf = [0u8; 8];
+        let mut got = 0;
+        while server.recv_from(&mut buf).is_ok() {
+            got += 1;
+        }
+        got
+    };
+    // 200 packets within a few milliseconds against 10 pps.
+    let got = flood(200);
+    assert!(
+        got < 100,
+        "{got} of 200 delivered after the handle was dropped"
+    );
+    KernelFilter::detach(&server).unwrap();
+    assert_eq!(flood(50), 50);
+}
