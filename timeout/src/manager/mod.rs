@@ -382,15 +382,17 @@ impl Inner {
             // SAFETY: that was the last hold.
             unsafe { self.buckets.free(old) };
         }
+        if created {
+            // Before registering: if the thread cannot be started, the
+            // documented panic leaves no waiter (and no waker) behind.
+            self.ensure_sweeper();
+        }
         // SAFETY: the cache entry's hold, which only this thread releases,
         // keeps `bucket` alive. If the sweeper fires it first, the deadline
         // has passed and `register` says so, as on the cached path.
         let armed = unsafe { Armed::register(table, bucket, waker) };
-        if created {
-            self.ensure_sweeper();
-            if self.planned.lower(tick) {
-                self.unpark_sweeper();
-            }
+        if created && self.planned.lower(tick) {
+            self.unpark_sweeper();
         }
         match armed {
             Some(armed) => Arm::Armed(armed),

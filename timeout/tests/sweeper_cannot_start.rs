@@ -1,0 +1,91 @@
+//! When the operating system refuses the sweeper thread, the first timer's
+//! poll panics, as documented, and leaves nothing registered behind it: no
+//! waiter counted, no task's waker kept.
+//!
+//! The refusal is made real in a forked child (so the limit binds nobody
+//! else) by capping its address space just above what it uses, which no
+//! thread stack fits in (root is not exempt, unlike the process-count
+//! limit). One test in its own binary: no other test thread runs when it
+//! forks.
+#![cfg(target_os = "linux")]
+
+use std::pin::pin;
+use std::task::{Context, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+use weir_timeout::TimerManager;
+
+/// Bytes of address space this process uses now.
+fn address_space() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+/// In the child: 0 if the poll panicked and left no waiter, 2 if a waiter
+/// stayed registered, 4 if the poll did not panic, 5 if the limit failed.
+fn child() -> i32 {
+    let manager = TimerManager::try_new(Duration::from_millis(10)).unwrap();
+    let limit = address_space() + (1 << 20);
+    let cap = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: a valid rlimit for this process.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) } != 0 {
+        return 5;
+    }
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut sleep = pin!(manager.sleep(Duration::from_secs(1)));
+        let _ = sleep.as_mut().poll(&mut cx);
+    }));
+    match polled {
+        Ok(()) => 4,
+        Err(_) if manager.metrics().waiters == 0 => 0,
+        Err(_) => 2,
+    }
+}
+
+#[test]
+fn a_refused_sweeper_leaves_no_waiter_behind() {
+    // SAFETY: the child runs only Rust code in this thread, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(child).unwrap_or(6);
+        // SAFETY: ends the child without running the parent's atexit hooks.
+        unsafe { libc::_exit(code) };
+    }
+    let start = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(waited, 0, "waitpid failed");
+        if start.elapsed() > Duration::from_secs(10) {
+            // SAFETY: `pid` is our child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("the child hung");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(libc::WIFEXITED(status), "child did not exit normally");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "child: 2 = a waiter stayed registered, 4 = no panic, 5 = no limit, 6 = panicked elsewhere"
+    );
+}
