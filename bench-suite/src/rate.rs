@@ -586,10 +586,15 @@ pub fn benchmark(report: &mut Report) {
     ));
     let contenders = contenders();
     let n = contenders.len();
-    let anchor = contenders
-        .iter()
-        .position(|c| c.name == GOVERNOR)
-        .expect("governor is a contender");
+    let position = |name: &str| {
+        contenders
+            .iter()
+            .position(|c| c.name == name)
+            .expect("a contender of this benchmark")
+    };
+    let anchor = position(GOVERNOR);
+    let (exact, sketch) = (position(EXACT), position(SKETCH));
+    let (upkeep, exact_recent) = (position(GOVERNOR_UPKEEP), position(EXACT_RECENT));
     let mut table = Table::new([
         "keys",
         "limiter",
@@ -653,13 +658,15 @@ pub fn benchmark(report: &mut Report) {
             let per_thread = (total / (t + 1)) as f64;
             times[c][t].iter().map(|s| s * 1e9 / per_thread).collect()
         };
-        let speedup = |c: usize, t: usize| -> Vec<f64> {
-            times[anchor][t]
+        // Each repetition of `c` paired with the same repetition of `over`.
+        let ratio = |over: usize, c: usize, t: usize| -> Vec<f64> {
+            times[over][t]
                 .iter()
                 .zip(&times[c][t])
                 .map(|(g, w)| g / w)
                 .collect()
         };
+        let speedup = |c: usize, t: usize| ratio(anchor, c, t);
         for t in 0..2 {
             groups.push(format!(
                 "{distribution}, {} thread{}",
@@ -687,30 +694,14 @@ pub fn benchmark(report: &mut Report) {
                 ),
             ]);
         }
-        let position = |name: &str| {
-            contenders
-                .iter()
-                .position(|c| c.name == name)
-                .expect("a contender of this benchmark")
-        };
-        let (upkeep, exact_recent) = (position(GOVERNOR_UPKEEP), position(EXACT_RECENT));
-        for (t, (governor, weir)) in times[upkeep].iter().zip(&times[exact_recent]).enumerate() {
-            let paired: Vec<f64> = governor.iter().zip(weir).map(|(g, w)| g / w).collect();
+        for t in 0..2 {
             recent.row([
                 distribution.to_string(),
                 (t + 1).to_string(),
-                Spread::of(&paired).show(2),
+                Spread::of(&ratio(upkeep, exact_recent, t)).show(2),
                 Spread::of(&speedup(exact_recent, t)).show(2),
             ]);
         }
-        let exact = contenders
-            .iter()
-            .position(|c| c.name == EXACT)
-            .expect("the exact limiter is a contender");
-        let sketch = contenders
-            .iter()
-            .position(|c| c.name == SKETCH)
-            .expect("the sketch is a contender");
         for (name, c, bound) in [
             ("KeyedLimiter ≥ 3× governor", exact, 3.0),
             ("SketchLimiter ≥ 5× governor", sketch, 5.0),
