@@ -52,24 +52,13 @@ fn a_forked_child_fires_timers_without_a_gap() {
     );
 
     assert!(manager.pause_for_fork(), "the sweeper stopped");
-    // SAFETY: the child only runs Rust code that allocates and spawns a
-    // thread (safe with glibc's fork handlers), then leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| child_sleeps_work(&manager)))
-                .unwrap_or(6);
-        // SAFETY: ends the child without running the parent's atexit hooks.
-        unsafe { libc::_exit(code) };
-    }
+    let child = weir_test_support::fork::spawn(|| child_sleeps_work(&manager));
     manager.unpause();
-    let mut status = 0;
-    // SAFETY: `pid` is our child; `status` is a valid out-pointer.
-    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert_eq!(waited, pid);
-    assert!(libc::WIFEXITED(status), "child did not exit normally");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "child reported a failure");
+    assert_eq!(
+        child.wait(Duration::from_secs(30)),
+        0,
+        "child reported a failure"
+    );
 
     // The parent's timers still work after the pause.
     let start = Instant::now();

@@ -58,38 +58,10 @@ fn fork_and_sleep_in_child(manager: &TimerManager, d: Duration) -> i32 {
 /// `unpause`, and exits with what it returns. Returns the child's exit code.
 fn fork_and_run_in_child(manager: &TimerManager, child: impl FnOnce() -> i32) -> i32 {
     assert!(manager.pause_for_fork(), "the sweeper stopped");
-    // SAFETY: the child runs only Rust code that allocates and may spawn a
-    // thread (safe with glibc's fork handlers), then leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(6);
-        // SAFETY: ends the child without running the parent's atexit hooks.
-        unsafe { libc::_exit(code) };
-    }
+    let child = weir_test_support::fork::spawn(child);
     manager.unpause();
     // Bounded wait: a hung child is killed and reported.
-    let start = Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
-        let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if waited == pid {
-            break;
-        }
-        assert_eq!(waited, 0, "waitpid failed");
-        if start.elapsed() > Duration::from_secs(10) {
-            // SAFETY: `pid` is our child, not yet reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the child hung");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    assert!(libc::WIFEXITED(status), "child did not exit normally");
-    libc::WEXITSTATUS(status)
+    child.wait(Duration::from_secs(10))
 }
 
 #[test]
@@ -112,13 +84,13 @@ fn a_child_that_never_unpauses_fires_its_timers() {
     assert_eq!(
         fork_and_sleep_in_child(&manager, d),
         0,
-        "child: 2 = never fired, 3 = early, 6 = panicked"
+        "child: 2 = never fired, 3 = early, 101 = panicked"
     );
     // The child's first timer: a new tick.
     assert_eq!(
         fork_and_sleep_in_child(&manager, Duration::from_millis(1_700)),
         0,
-        "child: 2 = never fired, 3 = early, 6 = panicked"
+        "child: 2 = never fired, 3 = early, 101 = panicked"
     );
     // A sleep the forking thread armed before the fork: the child arms
     // nothing new (so no arm adopts the table), it only goes on polling it.
@@ -135,7 +107,7 @@ fn a_child_that_never_unpauses_fires_its_timers() {
     });
     assert_eq!(
         code, 0,
-        "child, armed before the fork: 2 = never fired, 3 = early, 6 = panicked"
+        "child, armed before the fork: 2 = never fired, 3 = early, 101 = panicked"
     );
     // The parent's timers still work.
     let start = Instant::now();

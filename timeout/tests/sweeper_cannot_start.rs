@@ -11,8 +11,7 @@
 
 use std::pin::pin;
 use std::task::{Context, Waker};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weir_timeout::TimerManager;
 
 /// Bytes of address space this process uses now.
@@ -55,37 +54,9 @@ fn child() -> i32 {
 
 #[test]
 fn a_refused_sweeper_leaves_no_waiter_behind() {
-    // SAFETY: the child runs only Rust code in this thread, then `_exit`s.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(child).unwrap_or(6);
-        // SAFETY: ends the child without running the parent's atexit hooks.
-        unsafe { libc::_exit(code) };
-    }
-    let start = Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
-        let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if waited == pid {
-            break;
-        }
-        assert_eq!(waited, 0, "waitpid failed");
-        if start.elapsed() > Duration::from_secs(10) {
-            // SAFETY: `pid` is our child, not yet reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the child hung");
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    assert!(libc::WIFEXITED(status), "child did not exit normally");
+    let code = weir_test_support::fork::spawn(child).wait(Duration::from_secs(10));
     assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "child: 2 = a waiter stayed registered, 4 = no panic, 5 = no limit, 6 = panicked elsewhere"
+        code, 0,
+        "child: 2 = a waiter stayed registered, 4 = no panic, 5 = no limit, 101 = panicked elsewhere"
     );
 }
