@@ -19,7 +19,7 @@
 //! monotonic clock's time.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -262,9 +262,10 @@ impl Clock for StdClock {
 /// was idle would. Over any stretch of real time it allows at most what the
 /// exact clock allows over that stretch plus the largest lag.
 ///
-/// After `fork`, the child has no upkeep thread until it calls
-/// [`RecentClock::new`] (which starts one); until then every `RecentClock`
-/// in the child stands still, and its limiters only deny more.
+/// After `fork` the child has no upkeep thread: its first reading (of any
+/// `RecentClock`, old or new) finds none and starts one, as `new` does. If
+/// the thread cannot be started, readings come from the monotonic clock
+/// itself: slower, never wrong.
 ///
 /// ```
 /// use weir_limits::clock::{Clock, MonotonicClock, RecentClock};
@@ -277,52 +278,93 @@ impl Clock for StdClock {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RecentClock {
-    /// Set when the upkeep thread could not be started: read the
-    /// monotonic clock itself, slower but never wrong.
-    direct: Option<MonotonicClock>,
+    monotonic: MonotonicClock,
 }
 
-/// The upkeep thread's latest reading of the monotonic clock. weir keeps
-/// its own rather than quanta's `Upkeep` and `recent()`: quanta runs one
-/// upkeep thread per process and stops it when whoever started it drops
-/// its handle (governor's `QuantaUpkeepClock` does, with its last clone),
-/// which would freeze every other reader's time; and a forked child could
-/// never start it again.
+/// The upkeep thread's latest reading of the monotonic clock (at least 1),
+/// or 0 while this process has no upkeep thread: none started yet, a
+/// forked child (see [`watch_forks`]), or none could be. weir keeps its own
+/// rather than quanta's `Upkeep` and `recent()`: quanta runs one upkeep
+/// thread per process and stops it when whoever started it drops its
+/// handle (governor's `QuantaUpkeepClock` does, with its last clone), which
+/// would freeze every other reader's time; and a forked child could never
+/// start it again.
 static RECENT: AtomicU64 = AtomicU64::new(0);
+
+/// Whether this process has an upkeep thread: [`NO_UPKEEP`], [`UPKEEP`]
+/// (running or starting), or [`REFUSED`] (the OS would not start one).
+static UPKEEP_STATE: AtomicU8 = AtomicU8::new(NO_UPKEEP);
+const NO_UPKEEP: u8 = 0;
+const UPKEEP: u8 = 1;
+const REFUSED: u8 = 2;
 
 impl RecentClock {
     /// How often the upkeep thread refreshes the shared reading.
     pub const INTERVAL: Duration = Duration::from_millis(1);
 
     /// A handle on the process's recent time, starting its upkeep thread
-    /// if this process has none yet. If the thread cannot be started, the
-    /// clock reads the monotonic clock directly instead.
+    /// if this process has none yet.
     pub fn new() -> Self {
-        /// The process whose upkeep thread runs, if any (after `fork` the
-        /// child's differs, and it starts its own).
-        static UPKEEP: std::sync::Mutex<Option<u32>> = std::sync::Mutex::new(None);
-        let mut upkeep = UPKEEP.lock().unwrap_or_else(|e| e.into_inner());
-        let monotonic = MonotonicClock::new();
-        let me = std::process::id();
-        if *upkeep != Some(me) {
-            RECENT.store(monotonic.now_nanos(), Ordering::Relaxed);
-            let upkept = monotonic.clone();
-            let spawned = std::thread::Builder::new()
-                .name("weir-recent-clock".into())
-                .spawn(move || {
-                    loop {
-                        std::thread::sleep(Self::INTERVAL);
-                        RECENT.store(upkept.now_nanos(), Ordering::Relaxed);
-                    }
-                });
-            if spawned.is_err() {
-                return Self {
-                    direct: Some(monotonic),
-                };
-            }
-            *upkeep = Some(me);
+        let clock = Self {
+            monotonic: MonotonicClock::new(),
+        };
+        clock.start_upkeep();
+        clock
+    }
+
+    /// Start this process's upkeep thread unless it has one, or could not
+    /// start one.
+    fn start_upkeep(&self) {
+        if UPKEEP_STATE
+            .compare_exchange(NO_UPKEEP, UPKEEP, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
         }
-        Self { direct: None }
+        watch_forks();
+        let monotonic = self.monotonic.clone();
+        RECENT.store(monotonic.now_nanos().max(1), Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("weir-recent-clock".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Self::INTERVAL);
+                    RECENT.store(monotonic.now_nanos().max(1), Ordering::Relaxed);
+                }
+            });
+        if spawned.is_err() {
+            RECENT.store(0, Ordering::Relaxed);
+            UPKEEP_STATE.store(REFUSED, Ordering::Relaxed);
+        }
+    }
+
+    /// A reading where the process has no upkeep thread: start one (in a
+    /// forked child), and read the monotonic clock this time.
+    #[cold]
+    #[inline(never)]
+    fn without_upkeep(&self) -> u64 {
+        self.start_upkeep();
+        self.monotonic.now_nanos()
+    }
+}
+
+/// Make a forked child forget its parent's upkeep thread, which did not
+/// survive the fork, so that its first reading starts its own.
+fn watch_forks() {
+    #[cfg(unix)]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            extern "C" fn in_child() {
+                // Async-signal-safe: two lock-free atomic stores.
+                RECENT.store(0, Ordering::Relaxed);
+                UPKEEP_STATE.store(NO_UPKEEP, Ordering::Relaxed);
+            }
+            // SAFETY: registers a handler that only stores to two atomics.
+            // It fails only without memory (ENOMEM); a forked child's clocks
+            // then stand still, which only makes its limiters deny more.
+            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        });
     }
 }
 
@@ -335,9 +377,9 @@ impl Default for RecentClock {
 impl Clock for RecentClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        match &self.direct {
-            None => RECENT.load(Ordering::Relaxed),
-            Some(monotonic) => monotonic.now_nanos(),
+        match RECENT.load(Ordering::Relaxed) {
+            0 => self.without_upkeep(),
+            recent => recent,
         }
     }
 }
@@ -449,19 +491,18 @@ mod tests {
         let median = Duration::from_nanos(lags[lags.len() / 2]);
         assert!(median < Duration::from_millis(100), "median lag {median:?}");
         // Never more than one upkeep thread, however many clocks.
-        let clones: Vec<RecentClock> = (0..8).map(|_| RecentClock::new()).collect();
-        assert!(clones.iter().all(|c| c.direct.is_none()));
-    }
-
-    /// Without its upkeep thread the clock reads the monotonic time itself.
-    #[test]
-    fn a_recent_clock_without_upkeep_reads_the_monotonic_clock() {
-        let direct = RecentClock {
-            direct: Some(MonotonicClock::new()),
-        };
-        let before = MonotonicClock::new().now_nanos();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(direct.now_nanos() >= before + 5_000_000);
+        let clocks: Vec<RecentClock> = (0..8).map(|_| RecentClock::new()).collect();
+        assert!(clocks.iter().all(|c| c.now_nanos() != 0));
+        #[cfg(target_os = "linux")]
+        {
+            // Thread names are cut to 15 bytes in /proc.
+            let upkeep = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                .filter(|name| name.trim_end() == "weir-recent-clo")
+                .count();
+            assert_eq!(upkeep, 1, "upkeep threads");
+        }
     }
 
     proptest! {

@@ -61,3 +61,29 @@ impl Child {
         libc::WEXITSTATUS(status)
     }
 }
+
+/// In a forked child: cap the address space just above what the process
+/// uses now (1 MiB more), so that no new thread's stack fits and the
+/// operating system refuses to start one, while small allocations still
+/// succeed. Root is not exempt, unlike the process-count limit. Never
+/// call it in the test process itself.
+pub fn refuse_new_threads() -> std::io::Result<()> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| std::io::Error::other("unreadable /proc/self/statm"))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let limit = pages * page + (1 << 20);
+    let cap = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: a valid rlimit for this process.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -14,30 +14,11 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 use weir_timeout::TimerManager;
 
-/// Bytes of address space this process uses now.
-fn address_space() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * u64::try_from(page).unwrap_or(4096)
-}
-
 /// In the child: 0 if the poll panicked and left no waiter, 2 if a waiter
 /// stayed registered, 4 if the poll did not panic, 5 if the limit failed.
 fn child() -> i32 {
     let manager = TimerManager::try_new(Duration::from_millis(10)).unwrap();
-    let limit = address_space() + (1 << 20);
-    let cap = libc::rlimit {
-        rlim_cur: limit,
-        rlim_max: limit,
-    };
-    // SAFETY: a valid rlimit for this process.
-    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) } != 0 {
+    if weir_test_support::fork::refuse_new_threads().is_err() {
         return 5;
     }
     let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
