@@ -624,14 +624,7 @@ fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
     let Some(server) = RedisServer::start_or_skip(name)? else {
         return Ok(());
     };
-    let pid = server.pid().ok_or("no server process")?.to_string();
-    let signal = |sig: &str| -> TestResult {
-        let status = std::process::Command::new("kill")
-            .args([sig, pid.as_str()])
-            .status()?;
-        assert!(status.success(), "kill {sig} {pid}");
-        Ok(())
-    };
+    let pid = server.pid().ok_or("no server process")?;
     let rt = rt()?;
     rt.block_on(async {
         let backoff = Duration::from_millis(500);
@@ -647,9 +640,9 @@ fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
             Source::Redis
         );
         // A stalled server: the call times out and the back-off starts.
-        signal("-STOP")?;
+        let frozen = Frozen::freeze(pid)?;
         let stalled = limiter.check_verbose("stalled", 1).await?;
-        signal("-CONT")?;
+        drop(frozen);
         assert_eq!(stalled.source, Source::FailOpen);
         assert!(limiter.is_backing_off("any"));
         tokio::time::sleep(backoff + Duration::from_millis(100)).await;
@@ -684,14 +677,7 @@ fn callers_queued_behind_a_failed_call_are_not_sent() -> TestResult {
     let Some(server) = RedisServer::start_or_skip(name)? else {
         return Ok(());
     };
-    let pid = server.pid().ok_or("no server process")?.to_string();
-    let signal = |sig: &str| -> TestResult {
-        let status = std::process::Command::new("kill")
-            .args([sig, pid.as_str()])
-            .status()?;
-        assert!(status.success(), "kill {sig} {pid}");
-        Ok(())
-    };
+    let pid = server.pid().ok_or("no server process")?;
     let rt = rt()?;
     let prefix = unique_prefix("queued");
     rt.block_on(async {
@@ -711,7 +697,7 @@ fn callers_queued_behind_a_failed_call_are_not_sent() -> TestResult {
             limiter.check_verbose("warm", 1).await?.source,
             Source::Redis
         );
-        signal("-STOP")?;
+        let frozen = Frozen::freeze(pid)?;
         // Twenty callers, 4 ms apart: the first call goes out, the rest
         // queue behind it (one call in flight) until it fails at 100 ms.
         let mut tasks = Vec::new();
@@ -726,7 +712,7 @@ fn callers_queued_behind_a_failed_call_are_not_sent() -> TestResult {
             let outcome = task.await??;
             assert_eq!(outcome.source, Source::FailOpen, "{outcome:?}");
         }
-        signal("-CONT")?;
+        drop(frozen);
         tokio::time::sleep(Duration::from_millis(300)).await;
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
