@@ -181,7 +181,7 @@ fn earliest(batch: &[Job]) -> Instant {
 /// asked, never sent, keeping the others (see [`Core::late`] for their
 /// error).
 fn answer_late(batch: &mut Vec<Job>, now: Instant, core: &Core) {
-    let slow = now.checked_add(core.timeout / 2).unwrap_or(now);
+    let slow = now.checked_add(core.slow()).unwrap_or(now);
     let (live, late): (Vec<Job>, Vec<Job>) = std::mem::take(batch).into_iter().partition(|job| {
         job.deadline > now && (job.deadline >= slow || !core.failed_since(job.cell, job.asked))
     });
@@ -268,7 +268,7 @@ async fn decide(core: &Core, mut batch: Vec<Job>) {
                 // Unanswered for half a timeout: Redis is slow. A caller
                 // whose deadline comes sooner than that after the call went
                 // out spent its time in the queue instead.
-                if now.saturating_duration_since(sent) >= core.timeout / 2 {
+                if now.saturating_duration_since(sent) >= core.slow() {
                     core.failed_at(cell, now);
                 }
                 while next < by_deadline.len() && deadlines[by_deadline[next]] <= now {

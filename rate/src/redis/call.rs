@@ -71,6 +71,13 @@ impl Core {
         }
     }
 
+    /// How long a call may go unanswered before it counts as slow, a
+    /// failure for the back-off: half a timeout. A queued caller with less
+    /// than that left is not sent after such a failure either.
+    pub(crate) fn slow(&self) -> Duration {
+        self.timeout / 2
+    }
+
     /// Whether a call for `cell` failed (or was slow) at or after `asked`.
     pub(crate) fn failed_since(&self, cell: usize, asked: u64) -> bool {
         self.failed[cell].load(Ordering::Relaxed) >= asked.max(1)
