@@ -774,7 +774,7 @@ fn script_flush_under_load_is_invisible() -> TestResult {
 }
 
 #[test]
-fn unreachable_at_start_is_an_error_not_a_hang() -> TestResult {
+fn unreachable_at_start_is_the_failure_policy_not_an_error_or_a_hang() -> TestResult {
     let rt = rt()?;
     rt.block_on(async {
         // A port nobody listens on (bound, then released).
@@ -782,17 +782,25 @@ fn unreachable_at_start_is_an_error_not_a_hang() -> TestResult {
             .local_addr()?
             .port();
         let start = Instant::now();
-        let r = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
             .timeout(Duration::from_millis(100))
+            .on_failure(FailurePolicy::Closed)
             .connect(Target::server(format!("redis://127.0.0.1:{port}/")))
-            .await;
-        assert!(r.is_err());
+            .await?;
         assert!(start.elapsed() < Duration::from_secs(10));
+        let v = limiter.check_verbose("k", 1).await?;
+        assert_eq!(v.source, Source::FailClosed, "{:?}", v.error);
+        assert!(start.elapsed() < Duration::from_secs(10));
+        // Settings no connection could fix are still errors.
         let bad = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
             .prefix("a{b")
             .connect(Target::server("redis://127.0.0.1:1/"))
             .await;
-        assert!(bad.is_err());
+        assert!(matches!(bad, Err(RedisLimitError::Config(_))));
+        let bad_url = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
+            .connect(Target::server("not a url"))
+            .await;
+        assert!(matches!(bad_url, Err(RedisLimitError::Redis(_))));
         Ok(())
     })
 }

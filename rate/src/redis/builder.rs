@@ -4,7 +4,7 @@
 
 use super::algorithm::Script;
 use super::call::Core;
-use super::conn::Conn;
+use super::conn::Link;
 use super::{
     Algorithm, Batching, CLUSTER_CELLS, FailurePolicy, Inner, PreAggregation, RedisLimitError,
     RedisLimiter, Target, batch, hot, scripts,
@@ -39,7 +39,7 @@ impl RedisLimiterBuilder {
             prefix: "weir".to_owned(),
             timeout: Duration::from_millis(100),
             backoff: Duration::from_millis(100),
-            policy: FailurePolicy::Open,
+            policy: FailurePolicy::PerInstance,
             batching: None,
             hot: None,
         }
@@ -68,7 +68,8 @@ impl RedisLimiterBuilder {
     }
 
     /// What callers get when Redis cannot answer (default
-    /// [`FailurePolicy::Open`]).
+    /// [`FailurePolicy::PerInstance`]: each instance keeps the quota on
+    /// its own).
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
         self
@@ -86,9 +87,22 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// Connect to `target` (within the timeout, at least one second) and
-    /// start the batching task if configured. Must be called inside a tokio
-    /// runtime.
+    /// Connect to `target` and start the batching task if configured.
+    /// Must be called inside a tokio runtime.
+    ///
+    /// Redis being down is not an error here: when no connection is made
+    /// within the timeout (at least one second), the limiter is returned
+    /// all the same, answers by its failure policy, and connects at the
+    /// first probe after the back-off. A service restarted during a Redis
+    /// incident comes up, limited meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimitError::Config`] for settings that cannot work (a prefix
+    /// with `{` or `}`, a zero timeout, zero batching sizes, bad
+    /// pre-aggregation settings, a sliding window outside 2 to 1024
+    /// counters), and [`RedisLimitError::Redis`] for a target no connection
+    /// could reach (an unparsable URL, no cluster node).
     pub async fn connect(self, target: Target) -> Result<RedisLimiter, RedisLimitError> {
         if self.prefix.contains(['{', '}']) {
             return Err(RedisLimitError::Config(
@@ -144,26 +158,43 @@ impl RedisLimiterBuilder {
                 vec![us(sub_window_nanos as f64), limit, counters.to_string()],
             ),
         };
+        let link = Link::new(&target, self.timeout)?;
+        // Connect now if Redis is there; if it is not (refused, or no
+        // answer within the timeout, at least a second), start all the
+        // same and let the back-off's probes connect later: a service
+        // restarted during a Redis incident must come up, limited by its
+        // failure policy meanwhile.
         let connect_timeout = self.timeout.max(Duration::from_secs(1));
-        let conn = match tokio::time::timeout(connect_timeout, Conn::connect(&target, self.timeout))
-            .await
-        {
-            Ok(c) => c?,
-            Err(_) => return Err(RedisLimitError::Timeout(connect_timeout)),
-        };
+        let connected = matches!(
+            tokio::time::timeout(connect_timeout, link.get()).await,
+            Ok(Ok(_))
+        );
         let cells = if target.is_cluster() {
             CLUSTER_CELLS
         } else {
             1
         };
         let core = Arc::new(Core::new(
-            conn,
+            link,
             &source,
             params,
             self.timeout,
             target.is_cluster(),
             cells,
         ));
+        // Not connected: skip Redis for one back-off, as after any failure.
+        let down = if connected {
+            0
+        } else {
+            let backoff = u64::try_from(self.backoff.as_nanos()).unwrap_or(u64::MAX);
+            core.nanos_at(std::time::Instant::now())
+                .saturating_add(backoff)
+                .max(1)
+        };
+        let policy = match self.policy {
+            FailurePolicy::PerInstance => FailurePolicy::per_instance(self.quota),
+            policy => policy,
+        };
         let batcher = self
             .batching
             .map(|b| batch::Batcher::start(core.clone(), b));
@@ -174,9 +205,9 @@ impl RedisLimiterBuilder {
                 quota: self.quota,
                 capacity: self.capacity,
                 prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
-                policy: self.policy,
+                policy,
                 backoff: self.backoff,
-                down_until: (0..cells).map(|_| AtomicU64::new(0)).collect(),
+                down_until: (0..cells).map(|_| AtomicU64::new(down)).collect(),
                 batcher,
                 hot: self.hot.map(hot::Hot::new),
             }),

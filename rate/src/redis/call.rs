@@ -5,14 +5,14 @@
 //! from this instance's own load.
 
 use super::RedisLimitError;
-use super::conn::Conn;
+use super::conn::Link;
 use super::scripts::{self, Raw};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The part of a limiter that talks to Redis, shared with the batcher.
 pub(crate) struct Core {
-    conn: Conn,
+    link: Link,
     script: redis::Script,
     params: Vec<String>,
     pub(crate) timeout: Duration,
@@ -27,10 +27,10 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// A core running the script `source` with `params` over `conn`, with
+    /// A core running the script `source` with `params` over `link`, with
     /// `cells` back-off cells; its `epoch` is now.
     pub(crate) fn new(
-        conn: Conn,
+        link: Link,
         source: &str,
         params: Vec<String>,
         timeout: Duration,
@@ -38,7 +38,7 @@ impl Core {
         cells: usize,
     ) -> Self {
         Self {
-            conn,
+            link,
             script: redis::Script::new(source),
             params,
             timeout,
@@ -131,7 +131,13 @@ impl Core {
             [first, rest @ ..] if rest.iter().all(|c| c == first) => cmd.arg(first),
             _ => cmd.arg(costs),
         };
-        let mut conn = self.conn.clone();
+        let (generation, mut conn) = self.link.get().await?;
+        let outstanding = Outstanding {
+            link: &self.link,
+            generation,
+            sent: Instant::now(),
+            slow: self.slow(),
+        };
         // On NOSCRIPT the script is loaded and the call sent once more; a
         // second NOSCRIPT (the cache emptied again in between, e.g.
         // repeated `SCRIPT FLUSH` or a failover) is retried a few times,
@@ -152,7 +158,9 @@ impl Core {
                 }
             }
         };
-        let reply = attempts.await?;
+        let reply = attempts.await;
+        outstanding.answered();
+        let reply = reply.inspect_err(|e| self.link.discard_on(generation, e))?;
         if reply.len() != keys.len() * scripts::RECORD {
             return Err(RedisLimitError::BadReply(format!(
                 "{} bytes for {} keys",
@@ -164,5 +172,33 @@ impl Core {
             .chunks_exact(scripts::RECORD)
             .map(scripts::decode)
             .collect())
+    }
+}
+
+/// A call sent on connection `generation` and not yet answered. Dropped
+/// unanswered after half a timeout or more (given up at its callers'
+/// deadlines), it discards the connection: a server that vanished without
+/// closing it (a failover behind a virtual IP, a host gone) would
+/// otherwise keep every later call waiting on the same dead socket until
+/// the deadline, forever. Dropped sooner, it says nothing about Redis (a
+/// caller went away), so a client cannot make the limiter reconnect at will.
+struct Outstanding<'a> {
+    link: &'a Link,
+    generation: u64,
+    sent: Instant,
+    slow: Duration,
+}
+
+impl Outstanding<'_> {
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if self.sent.elapsed() >= self.slow {
+            self.link.discard(self.generation);
+        }
     }
 }

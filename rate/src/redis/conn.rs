@@ -1,9 +1,12 @@
-//! One connection type for a single server and for a cluster.
+//! One connection type for a single server and for a cluster, and the
+//! link that makes it on first use and again after a failover.
 
+use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where the limits live.
@@ -54,36 +57,129 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
 }
 
-impl Conn {
-    /// Connect, giving up after `timeout`. The connection's own response
-    /// timeout is set to `timeout` as well, so no request waits longer on
-    /// the wire than the caller would.
-    pub(crate) async fn connect(target: &Target, timeout: Duration) -> redis::RedisResult<Self> {
-        match target {
-            Target::Server(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500))
-                    .set_number_of_retries(3);
-                Ok(Self::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
-            }
-            Target::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+/// A target's client, parsed once: what a (re)connection starts from.
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// The connection to the target, made on first use and made again after a
+/// fault that the connection itself will not get over.
+///
+/// Two faults leave a connection that answers but can never decide again,
+/// and a connection manager keeps it: the server behind a stable name was
+/// demoted in a failover (it answers `READONLY`, or `MASTERDOWN` as a
+/// replica of a dead master, forever), and Redis absent when the service
+/// started (there is no connection to manage yet). Either would leave every
+/// decision to the failure policy until a restart. So the link is
+/// discarded on such errors ([`Link::discard`]) and the next call, which
+/// the back-off makes a single probe, connects again by name, reaching
+/// whatever the name leads to now.
+pub(crate) struct Link {
+    client: Client,
+    timeout: Duration,
+    /// The connection in use and its generation, or none until the next
+    /// call connects.
+    current: Mutex<Option<(u64, Conn)>>,
+    /// Generations handed out so far.
+    made: AtomicU64,
+    /// Held while connecting, so concurrent callers wait for one attempt
+    /// instead of each opening a connection.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Link {
+    /// A link to `target`, not yet connected. Fails only on settings no
+    /// connection could fix (an unparsable URL, an empty node list).
+    /// Each request waits at most `timeout` on the wire, as callers do.
+    pub(crate) fn new(target: &Target, timeout: Duration) -> redis::RedisResult<Self> {
+        let client = match target {
+            Target::Server(url) => Client::Single(redis::Client::open(url.as_str())?),
+            Target::Cluster(nodes) => Client::Cluster(Box::new(
+                ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(2)
                     .min_retry_wait(10)
                     .max_retry_wait(200)
-                    .build()?;
-                Ok(Self::Cluster(client.get_async_connection().await?))
+                    .build()?,
+            )),
+        };
+        Ok(Self {
+            client,
+            timeout,
+            current: Mutex::new(None),
+            made: AtomicU64::new(0),
+            connecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The connection in use, connecting first if there is none; with its
+    /// generation, for [`discard`](Self::discard).
+    pub(crate) async fn get(&self) -> redis::RedisResult<(u64, Conn)> {
+        if let Some(c) = self.current.lock().clone() {
+            return Ok(c);
+        }
+        let _one_attempt = self.connecting.lock().await;
+        if let Some(c) = self.current.lock().clone() {
+            return Ok(c);
+        }
+        let conn = self.connect().await?;
+        let generation = self.made.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.current.lock() = Some((generation, conn.clone()));
+        Ok((generation, conn))
+    }
+
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        match &self.client {
+            Client::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(500))
+                    .set_number_of_retries(3);
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client.clone(), config).await?,
+                ))
             }
+            Client::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
         }
     }
+
+    /// Forget connection `generation` if `error` says it will never decide
+    /// again; a newer connection is kept.
+    pub(crate) fn discard_on(&self, generation: u64, error: &redis::RedisError) {
+        if needs_new_connection(error) {
+            self.discard(generation);
+        }
+    }
+
+    /// Forget connection `generation`, so the next call connects again.
+    pub(crate) fn discard(&self, generation: u64) {
+        let mut current = self.current.lock();
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
+        }
+    }
+}
+
+/// Errors after which the same connection cannot be trusted to decide
+/// again: the server no longer takes writes (demoted, replica of a lost
+/// master, loading a dataset after a restart) or the connection itself is
+/// broken. A fresh connection by name reaches whatever the name leads to
+/// now; a connection manager alone would keep the old one.
+fn needs_new_connection(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading
+        )
+    ) || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
 }
 
 impl ConnectionLike for Conn {

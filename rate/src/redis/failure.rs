@@ -7,16 +7,41 @@
 use super::{Outcome, RedisLimitError, RedisLimiter, Source};
 use crate::CheckKey;
 use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::sketch::{Shape, SketchLimiter};
 use std::fmt;
 use std::sync::Arc;
 
 /// What callers get when Redis is slow, unreachable, or failing.
+///
+/// The default, [`PerInstance`](Self::PerInstance), keeps a limit: no
+/// Redis fault, and no attacker able to slow Redis down, switches the
+/// limits off unless [`Open`](Self::Open) is asked for by name.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Allow the request (availability over protection). The decision
-    /// reports the full limit as remaining.
+    /// Each instance enforces the limiter's own quota on its own, in
+    /// bounded memory: a GCRA [`SketchLimiter`] of 4 × 65 536 cells
+    /// (2 MiB), which keeps wrong denials near 0.1% while an instance sees
+    /// up to about 11 000 times the per-key rate in checks a second (its
+    /// [sizing rule](crate::sketch::shape_for_load); 110 000 checks a
+    /// second at 10 a second per key). For more, give
+    /// [`Local`](Self::Local) a limiter sized for the load.
+    /// With `N` instances sharing the traffic, up to `N ×` the limit
+    /// passes while Redis is down, never more; a colliding key in the
+    /// sketch can only be held tighter, never looser. Answers carry
+    /// [`Source::Local`](super::Source::Local).
+    ///
+    /// ```
+    /// use weir_rate::redis::FailurePolicy;
+    ///
+    /// assert!(matches!(FailurePolicy::default(), FailurePolicy::PerInstance));
+    /// ```
     #[default]
+    PerInstance,
+    /// Allow the request (availability over protection): while Redis is
+    /// down there is no limit at all, so anyone who can slow Redis down
+    /// switches it off. The decision reports the full limit as remaining.
     Open,
     /// Deny the request (protection over availability), with a
     /// `Retry-After` of one second.
@@ -39,9 +64,20 @@ pub enum FailurePolicy {
     Local(Arc<dyn CheckKey<str>>),
 }
 
+/// The sketch behind [`FailurePolicy::PerInstance`].
+const PER_INSTANCE_SHAPE: Shape = Shape::rows::<4, 65_536>();
+
+impl FailurePolicy {
+    /// The [`PerInstance`](Self::PerInstance) policy made concrete.
+    pub(crate) fn per_instance(quota: Quota) -> Self {
+        Self::Local(Arc::new(SketchLimiter::new(quota, PER_INSTANCE_SHAPE)))
+    }
+}
+
 impl fmt::Debug for FailurePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::PerInstance => f.write_str("PerInstance"),
             Self::Open => f.write_str("Open"),
             Self::Closed => f.write_str("Closed"),
             Self::Local(_) => f.write_str("Local(..)"),
@@ -67,6 +103,8 @@ impl RedisLimiter {
                 Source::FailOpen,
             ),
             FailurePolicy::Closed => (self.closed(), Source::FailClosed),
+            // Made concrete when the limiter is built; never stored.
+            FailurePolicy::PerInstance => (self.closed(), Source::FailClosed),
             FailurePolicy::Local(local) => match local.check_key(key, cost) {
                 Ok(d) => (d, Source::Local),
                 Err(_) => (self.closed(), Source::FailClosed),

@@ -62,12 +62,19 @@
 //!   comes back with a full burst early. Needs Redis 6.2 or later.
 //! * **Failure policy.** Every call has a deadline ([`RedisLimiterBuilder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
-//!   gets the decision of the configured [`FailurePolicy`] — allow, deny, or
+//!   gets the decision of the configured [`FailurePolicy`] — by default
+//!   the same quota kept by each instance on its own, or deny, allow, or
 //!   ask an in-process limiter ([`CheckKey`](crate::CheckKey)) — and never waits longer than
-//!   the deadline, never sees a panic. After a failure, Redis is skipped
+//!   the deadline, never sees a panic. No default switches a limit off. After a failure, Redis is skipped
 //!   for a short back-off ([`RedisLimiterBuilder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
-//!   probe succeeds, decisions come from Redis again. A probe that ends
+//!   probe succeeds, decisions come from Redis again. Redis absent at
+//!   start-up is such a failure, not a build error. A connection that
+//!   can never decide again — its server demoted to a replica
+//!   (`READONLY`, `MASTERDOWN`) or loading, the socket broken, or a call
+//!   unanswered for half a timeout — is dropped, and the next probe
+//!   connects again by name, reaching the server the name (a DNS name or
+//!   virtual IP of a managed primary) leads to after a failover. A probe that ends
 //!   without an answer (its caller dropped the future mid-call) is handed
 //!   to the next caller at once, so a cancelled probe never keeps Redis,
 //!   and its limit, out of the way for another back-off.
@@ -110,14 +117,13 @@
 //! use std::num::NonZeroU32;
 //! use std::time::Duration;
 //! use weir_rate::{Gcra, Quota};
-//! use weir_rate::redis::{FailurePolicy, RedisLimiter, Target};
+//! use weir_rate::redis::{RedisLimiter, Target};
 //!
 //! # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
 //! let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
 //! let limiter = RedisLimiter::builder(Gcra::new(quota))
 //!     .prefix("api")
 //!     .timeout(Duration::from_millis(50))
-//!     .on_failure(FailurePolicy::Open)
 //!     .connect(Target::server("redis://127.0.0.1:6379/"))
 //!     .await?;
 //! let decision = limiter.check("customer-42").await;

@@ -1,0 +1,262 @@
+//! The Redis backend on its worst days: a failover that demotes the
+//! limiter's server behind a stable address, Redis absent when the service
+//! starts, the default failure policy during an outage, and extreme
+//! settings. Each test starts its own `redis-server` processes on loopback.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+use weir_rate::redis::{FailurePolicy, RedisLimiter, Source, Target};
+use weir_rate::{Gcra, Quota};
+use weir_test_support::redis_server::RedisServer;
+
+fn rt() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// A TCP forwarder on a loopback port, standing in for the virtual IP or
+/// DNS name of a managed Redis primary: each new connection goes to the
+/// backend it points at *then*; connections already open stay where they
+/// are, as they do behind a real VIP after a failover.
+struct Forwarder {
+    port: u16,
+    backend: Arc<Mutex<String>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Forwarder {
+    fn start(backend: &str) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let backend = Arc::new(Mutex::new(backend.to_owned()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, s) = (backend.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let to = b.lock().map(|b| b.clone()).unwrap_or_default();
+                let Ok(server) = TcpStream::connect(&to) else {
+                    continue;
+                };
+                pipe(&client, &server, s.clone());
+                pipe(&server, &client, s.clone());
+            }
+        });
+        Ok(Self {
+            port,
+            backend,
+            stop,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn point_at(&self, backend: &str) {
+        if let Ok(mut b) = self.backend.lock() {
+            *b = backend.to_owned();
+        }
+    }
+}
+
+/// Copy `from` to `to` on a thread until either side closes (or the
+/// forwarder stops: the read timeout bounds each thread's life).
+fn pipe(from: &TcpStream, to: &TcpStream, stop: Arc<AtomicBool>) {
+    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+        return;
+    };
+    let _ = from.set_read_timeout(Some(Duration::from_millis(200)));
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// A failover behind a stable address: the limiter's server is demoted to
+/// a replica (`REPLICAOF`), the address now leads to the promoted server.
+/// Writes on the old connection fail with `READONLY` forever; the limiter
+/// must drop that connection and reconnect by name, so decisions come
+/// from Redis again within about one back-off, not never.
+#[test]
+fn a_demoted_master_behind_a_stable_address_is_left_for_the_new_one() -> TestResult {
+    let Some(a) = RedisServer::start_or_skip("demoted master (a)")? else {
+        return Ok(());
+    };
+    let b = RedisServer::start()?;
+    let vip = Forwarder::start(&a.addr())?;
+    let rt = rt()?;
+    rt.block_on(async {
+        let backoff = Duration::from_millis(100);
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(5))))
+            .prefix(unique_prefix("demoted"))
+            .backoff(backoff)
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(vip.url()))
+            .await?;
+        let v = limiter.check_verbose("k", 1).await?;
+        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        // The failover: A follows B, the address leads to B.
+        a.cli(&["REPLICAOF", "127.0.0.1", &b.port().to_string()])?;
+        vip.point_at(&b.addr());
+        let failed_over = Instant::now();
+        let mut from_redis_again = None;
+        let mut sources = std::collections::HashMap::<Source, u32>::new();
+        while failed_over.elapsed() < Duration::from_secs(3) {
+            let v = limiter.check_verbose("k", 1).await?;
+            *sources.entry(v.source).or_default() += 1;
+            if v.source == Source::Redis && sources.len() > 1 {
+                from_redis_again = Some(failed_over.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let Some(after) = from_redis_again else {
+            return Err(
+                format!("never decided by Redis again after the failover: {sources:?}").into(),
+            );
+        };
+        // One failing call, one back-off, one reconnect (plus a busy
+        // machine's slack).
+        assert!(after < backoff * 10, "back on Redis only after {after:?}");
+        // And it is B that decides now: the key lives there.
+        let keys = b.cli(&["DBSIZE"])?;
+        assert_ne!(keys.trim(), "0", "B holds no key: {keys}");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// Redis down while the service starts: the limiter is built all the
+/// same, answers by its failure policy at once, and decides by Redis once
+/// a server is there.
+#[test]
+fn redis_absent_at_start_up_is_the_failure_policy_then_redis() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("absent at start-up")? else {
+        return Ok(());
+    };
+    server.kill();
+    let rt = rt()?;
+    rt.block_on(async {
+        let start = Instant::now();
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(3))))
+            .prefix(unique_prefix("absent"))
+            .timeout(Duration::from_millis(100))
+            .backoff(Duration::from_millis(50))
+            .connect(Target::server(server.url()))
+            .await?;
+        assert!(start.elapsed() < Duration::from_secs(5), "connect hung");
+        // The default policy keeps a limit: three of ten.
+        let mut allowed = 0;
+        for _ in 0..10 {
+            let v = limiter.check_verbose("k", 1).await?;
+            assert_eq!(v.source, Source::Local, "{:?}", v.error);
+            allowed += u32::from(v.decision.is_allowed());
+        }
+        assert_eq!(allowed, 3);
+        server.restart()?;
+        let back = back_on_redis(&limiter).await;
+        assert!(back, "decisions never came from Redis once it started");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// No default switches a limit off: a limiter built without a failure
+/// policy keeps limiting each key while Redis is killed, and Redis decides
+/// again once it is back.
+#[test]
+fn the_default_failure_policy_keeps_a_limit_during_an_outage() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("default policy")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(4))))
+            .prefix(unique_prefix("default"))
+            .backoff(Duration::from_millis(50))
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(
+            limiter.check_verbose("warm", 1).await?.source,
+            Source::Redis
+        );
+        server.kill();
+        let mut allowed = 0;
+        let mut sources = std::collections::HashMap::<Source, u32>::new();
+        for _ in 0..40 {
+            let v = limiter.check_verbose("k", 1).await?;
+            *sources.entry(v.source).or_default() += 1;
+            allowed += u32::from(v.decision.is_allowed());
+        }
+        assert!(
+            !sources.contains_key(&Source::FailOpen),
+            "the default failed open: {sources:?}"
+        );
+        assert!(
+            allowed <= 4,
+            "{allowed} of 40 allowed at 4 per hour: {sources:?}"
+        );
+        assert!(
+            allowed >= 1,
+            "the local limit refused a fresh key: {sources:?}"
+        );
+        server.restart()?;
+        assert!(
+            back_on_redis(&limiter).await,
+            "decisions never came back to Redis"
+        );
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// Whether decisions come from Redis again within five seconds.
+async fn back_on_redis(limiter: &RedisLimiter) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if matches!(limiter.check_verbose("after", 1).await, Ok(v) if v.source == Source::Redis) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
