@@ -260,3 +260,62 @@ async fn back_on_redis(limiter: &RedisLimiter) -> bool {
     }
     false
 }
+
+/// Units Redis has counted for `key` under `prefix` (a GCRA quota of
+/// `limit` per hour), read through a plain limiter on the same prefix: its
+/// own check spends one more.
+async fn spent_in_redis(
+    server: &RedisServer,
+    prefix: &str,
+    limit: u32,
+    key: &str,
+) -> Result<u32, Box<dyn std::error::Error>> {
+    let plain = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(limit))))
+        .prefix(prefix)
+        .on_failure(FailurePolicy::Closed)
+        .connect(Target::server(server.url()))
+        .await?;
+    let v = plain.check_verbose(key, 1).await?;
+    assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+    Ok(limit - 1 - v.decision.remaining())
+}
+
+/// A lease that "never expires" (`max_age` of `Duration::MAX`) is a lease
+/// like any other: the checks answered from it spend what they count, no
+/// panic, no lease per check.
+#[test]
+fn a_huge_lease_age_saturates_instead_of_burning_the_limit() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("huge max_age")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let prefix = unique_prefix("max-age");
+        let lease = 8;
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(prefix.clone())
+            .on_failure(FailurePolicy::Closed)
+            .pre_aggregate(weir_rate::redis::PreAggregation {
+                lease,
+                hot_after: 1,
+                max_age: Duration::MAX,
+                max_keys: 16,
+            })
+            .connect(Target::server(server.url()))
+            .await?;
+        let checks = 40;
+        for _ in 0..checks {
+            let v = limiter.check_verbose("k", 1).await?;
+            assert!(v.decision.is_allowed(), "{:?}", v.source);
+        }
+        // Let a background prefetch land.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let spent = spent_in_redis(&server, &prefix, 1000, "k").await?;
+        // Checks plus the unused rest of at most one and a half leases.
+        assert!(
+            spent <= checks + lease * 3 / 2,
+            "{checks} checks spent {spent} units in Redis"
+        );
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

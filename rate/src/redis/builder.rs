@@ -186,7 +186,7 @@ impl RedisLimiterBuilder {
         let down = if connected {
             0
         } else {
-            let backoff = u64::try_from(self.backoff.as_nanos()).unwrap_or(u64::MAX);
+            let backoff = weir_limits::clock::duration_to_nanos(self.backoff);
             core.nanos_at(std::time::Instant::now())
                 .saturating_add(backoff)
                 .max(1)

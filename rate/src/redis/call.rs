@@ -9,6 +9,7 @@ use super::conn::Link;
 use super::scripts::{self, Raw};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use weir_limits::clock::duration_to_nanos;
 
 /// The part of a limiter that talks to Redis, shared with the batcher.
 pub(crate) struct Core {
@@ -50,7 +51,7 @@ impl Core {
 
     /// Nanoseconds from `epoch` to `at` (saturating: ~584 years).
     pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        duration_to_nanos(at.saturating_duration_since(self.epoch))
     }
 
     /// Record that a script call for `cell` failed at `at`.

@@ -5,8 +5,10 @@ use crate::decision::Decision;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
+use weir_limits::clock::duration_to_nanos;
 
 /// Answer hot keys locally from leases taken from Redis in blocks.
 ///
@@ -53,7 +55,8 @@ pub struct PreAggregation {
     pub lease: u32,
     /// Checks per second on this instance that make a key hot (at least 1).
     pub hot_after: u32,
-    /// How long an unused lease may be spent (non-zero).
+    /// How long an unused lease may be spent (non-zero; any length,
+    /// `Duration::MAX` included, saturates to "until used up").
     pub max_age: Duration,
     /// Most keys tracked for hotness on this instance.
     pub max_keys: usize,
@@ -110,6 +113,10 @@ pub(crate) struct Hot {
     cfg: PreAggregation,
     map: Mutex<HashMap<String, Entry>>,
     epoch: Instant,
+    /// The second (since `epoch`) of the last sweep of a full map.
+    swept: AtomicU64,
+    /// Sweeps of a full map so far.
+    sweeps: AtomicU64,
 }
 
 impl Hot {
@@ -118,7 +125,14 @@ impl Hot {
             cfg,
             map: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
+            swept: AtomicU64::new(u64::MAX),
+            sweeps: AtomicU64::new(0),
         }
+    }
+
+    /// Nanoseconds since `epoch`, saturating.
+    fn now(&self) -> u64 {
+        duration_to_nanos(self.epoch.elapsed())
     }
 
     fn lease_decision(lim: &RedisLimiter, remaining: u64, left: u32, reset_ns: u64) -> Outcome {
@@ -134,21 +148,17 @@ impl Hot {
     /// Answer from a lease, or take one; `None` sends the check down the
     /// plain path.
     pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Outcome> {
-        let max_age = self.cfg.max_age.as_nanos() as u64;
+        let max_age = duration_to_nanos(self.cfg.max_age);
         let lease = self.cfg.lease.min(lim.capacity()).max(cost);
         // At most: find the lease empty with a fetch in flight, wait for
         // it, answer from the new lease.
         for round in 0..2 {
-            let now = self.epoch.elapsed().as_nanos() as u64;
+            let now = self.now();
             let step = {
                 let mut map = self.map.lock();
                 if !map.contains_key(key) {
-                    if map.len() >= self.cfg.max_keys {
-                        let sec = now / 1_000_000_000;
-                        map.retain(|_, e| e.fetching || e.expires > now || e.second + 1 >= sec);
-                        if map.len() >= self.cfg.max_keys {
-                            return None;
-                        }
+                    if !self.make_room(&mut map, now) {
+                        return None;
                     }
                     map.insert(key.to_owned(), Entry::default());
                 }
@@ -162,7 +172,7 @@ impl Hot {
                     e.hits = e.hits.saturating_add(1);
                 }
                 let near_limit = match e.remaining {
-                    Some((r, at)) => r < 2 * u64::from(lease) && now < at + max_age,
+                    Some((r, at)) => r < 2 * u64::from(lease) && now < at.saturating_add(max_age),
                     None => false,
                 };
                 if e.left >= cost && now < e.expires {
@@ -234,6 +244,25 @@ impl Hot {
         None
     }
 
+    /// Whether a new key fits in `map` at `now` (ns since `epoch`),
+    /// dropping stale entries from a full map. Entries only become stale
+    /// as seconds pass, so a full map is swept at most once a second: a
+    /// spray of new keys costs each check O(1), not a pass over `max_keys`
+    /// entries under the lock. Until the next sweep a new key takes the
+    /// plain path.
+    fn make_room(&self, map: &mut HashMap<String, Entry>, now: u64) -> bool {
+        if map.len() < self.cfg.max_keys {
+            return true;
+        }
+        let sec = now / 1_000_000_000;
+        if self.swept.swap(sec, Ordering::Relaxed) == sec {
+            return false;
+        }
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
+        map.retain(|_, e| e.fetching || e.expires > now || e.second + 1 >= sec);
+        map.len() < self.cfg.max_keys
+    }
+
     /// Fetch the next lease for `key` on a background task.
     fn prefetch(&self, lim: &RedisLimiter, key: &str, lease: u32) {
         let fetch = Fetch::new(lim, key, lease);
@@ -246,7 +275,7 @@ impl Hot {
     /// Return `units` taken from `key`'s lease by a caller that left
     /// before its answer.
     fn give_back(&self, key: &str, units: u32) {
-        let now = self.epoch.elapsed().as_nanos() as u64;
+        let now = self.now();
         if let Some(e) = self.map.lock().get_mut(key) {
             if now < e.expires {
                 e.left = e.left.saturating_add(units);
@@ -263,7 +292,7 @@ impl Hot {
         lease: u32,
         taken: u32,
     ) -> Option<(u64, u32, u64)> {
-        let now = self.epoch.elapsed().as_nanos() as u64;
+        let now = self.now();
         let mut map = self.map.lock();
         let e = map.get_mut(key)?;
         e.fetching = false;
@@ -278,7 +307,7 @@ impl Hot {
             return None;
         }
         e.left = e.left.saturating_add(lease - taken);
-        e.expires = now + self.cfg.max_age.as_nanos() as u64;
+        e.expires = now.saturating_add(duration_to_nanos(self.cfg.max_age));
         Some((raw.remaining, e.left, e.reset_ns))
     }
 }
@@ -322,5 +351,40 @@ impl Drop for Fetch {
                 hot.finish(&self.key, None, self.lease, 0);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spray of new keys against a full map of keys seen this second
+    /// sweeps it once, not once per new key (each sweep visits every
+    /// entry under the one lock all checks share).
+    #[test]
+    fn a_key_spray_sweeps_a_full_map_once_a_second() {
+        let hot = Hot::new(PreAggregation {
+            max_keys: 1000,
+            ..PreAggregation::default()
+        });
+        let mut map = HashMap::new();
+        let now = 5_000_000_000;
+        for i in 0..1000 {
+            let entry = Entry {
+                second: now / 1_000_000_000,
+                hits: 1,
+                ..Entry::default()
+            };
+            map.insert(format!("live{i}"), entry);
+        }
+        let admitted = (0..10_000)
+            .filter(|i| hot.make_room(&mut map, now + i * 10_000))
+            .count();
+        assert_eq!(admitted, 0, "a full map of live keys admitted new ones");
+        assert_eq!(hot.sweeps.load(Ordering::Relaxed), 1);
+        // A second later the same keys are stale: one sweep frees them.
+        assert!(hot.make_room(&mut map, now + 2_000_000_000));
+        assert_eq!(hot.sweeps.load(Ordering::Relaxed), 2);
+        assert!(map.is_empty());
     }
 }

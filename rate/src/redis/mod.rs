@@ -163,6 +163,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use weir_limits::clock::duration_to_nanos;
 
 /// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when non-empty) or of
@@ -259,7 +260,7 @@ impl Inner {
 
     /// The back-off in nanoseconds (saturating, so any `Duration` works).
     fn backoff_nanos(&self) -> u64 {
-        u64::try_from(self.backoff.as_nanos()).unwrap_or(u64::MAX)
+        duration_to_nanos(self.backoff)
     }
 }
 
