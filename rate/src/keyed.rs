@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const DEFAULT_SHARDS: usize = 64;
 const MIN_SWEEP: usize = 64;
 
+/// The most shards [`KeyedLimiter::with_shards`] makes: far more than
+/// threads contend, few enough that each still holds many keys.
+const MAX_SHARDS: usize = 1 << 16;
+
 #[repr(align(128))]
 struct Padded<T>(T);
 
@@ -87,9 +91,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 
     /// A keyed limiter with `shards` shards (rounded up to a power of two,
-    /// at least one).
+    /// at least one, at most 65 536).
     pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
-        let shards = shards.max(1).next_power_of_two();
+        let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let hasher = ahash::RandomState::new();
         let shards = (0..shards)
             .map(|_| {

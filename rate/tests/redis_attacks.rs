@@ -319,3 +319,46 @@ fn a_huge_lease_age_saturates_instead_of_burning_the_limit() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// Batching sizes no queue or semaphore can hold are configuration
+/// errors from `connect`, not a panic inside it or in its task.
+#[test]
+fn huge_batching_sizes_are_config_errors() -> TestResult {
+    let rt = rt()?;
+    rt.block_on(async {
+        let huge = [
+            weir_rate::redis::Batching {
+                queue: usize::MAX,
+                ..Default::default()
+            },
+            weir_rate::redis::Batching {
+                max_in_flight: usize::MAX,
+                ..Default::default()
+            },
+        ];
+        for batching in huge {
+            let r = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1))))
+                .batching(batching)
+                .connect(Target::server("redis://127.0.0.1:1/"))
+                .await;
+            assert!(
+                matches!(r, Err(weir_rate::redis::RedisLimitError::Config(_))),
+                "{batching:?}: {r:?}"
+            );
+        }
+        // A batch size beyond any queue is only an upper bound.
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1))))
+            .batching(weir_rate::redis::Batching {
+                max_batch: usize::MAX,
+                ..Default::default()
+            })
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server("redis://127.0.0.1:1/"))
+            .await?;
+        assert_eq!(
+            limiter.check_verbose("k", 1).await?.source,
+            Source::FailClosed
+        );
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

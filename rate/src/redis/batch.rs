@@ -47,12 +47,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 /// Settings for the batching path ([`RedisLimiterBuilder::batching`](super::RedisLimiterBuilder::batching)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
-    /// Most decisions in one script call.
+    /// Most decisions in one script call (at least 1; any larger value
+    /// is bounded by the queue in practice).
     pub max_batch: usize,
-    /// Most script calls in flight at once (per limiter).
+    /// Most script calls in flight at once (per limiter; at least 1, at
+    /// most 2⁶¹ − 1).
     pub max_in_flight: usize,
-    /// Queue length; callers finding it full are shed
-    /// ([`Source::Shed`](super::Source::Shed)).
+    /// Queue length (at least 1, at most 2⁶¹ − 1); callers finding it full
+    /// are shed ([`Source::Shed`](super::Source::Shed)).
     pub queue: usize,
 }
 
@@ -65,6 +67,10 @@ impl Default for Batching {
         }
     }
 }
+
+/// The longest queue and the most calls in flight tokio's channel and
+/// semaphore can count.
+pub(crate) const MAX_QUEUE: usize = Semaphore::MAX_PERMITS;
 
 type Reply = oneshot::Sender<Result<Raw, RedisLimitError>>;
 
@@ -122,7 +128,7 @@ impl Batcher {
 
 async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
     let slots = Arc::new(Semaphore::new(cfg.max_in_flight));
-    let mut jobs: Vec<Job> = Vec::with_capacity(cfg.max_batch);
+    let mut jobs: Vec<Job> = Vec::with_capacity(cfg.max_batch.min(1024));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
@@ -131,7 +137,7 @@ async fn run(core: Arc<Core>, mut rx: mpsc::Receiver<Job>, cfg: Batching) {
             return; // every sender is gone
         }
         if !core.cluster {
-            let batch = std::mem::replace(&mut jobs, Vec::with_capacity(cfg.max_batch));
+            let batch = std::mem::replace(&mut jobs, Vec::with_capacity(cfg.max_batch.min(1024)));
             spawn_call(&core, batch, permit);
             continue;
         }

@@ -123,6 +123,11 @@ impl RedisLimiterBuilder {
             if b.max_batch == 0 || b.max_in_flight == 0 || b.queue == 0 {
                 return Err(RedisLimitError::Config("a zero batching size"));
             }
+            if b.queue > batch::MAX_QUEUE || b.max_in_flight > batch::MAX_QUEUE {
+                return Err(RedisLimitError::Config(
+                    "a batching queue or call limit above 2^61 - 1",
+                ));
+            }
         }
         if let Some(h) = &self.hot {
             h.validate()?;
