@@ -3,8 +3,7 @@
 //! and never loosens another key's limit.
 
 use std::num::NonZeroU32;
-use std::time::Duration;
-use weir_rate::clock::{ManualClock, Timestamp};
+use weir_rate::clock::ManualClock;
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// A shard count beyond any power of two a `usize` holds is capped, not
