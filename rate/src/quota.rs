@@ -24,8 +24,9 @@ pub enum QuotaError {
     WindowTooLong,
     /// A burst of zero: nothing could ever pass.
     ZeroBurst,
-    /// A sliding-window counter needs at least two counters, and each
-    /// sub-window must last at least one nanosecond.
+    /// A sliding-window counter needs 2 to
+    /// [`SlidingWindow::MAX_COUNTERS`](crate::SlidingWindow::MAX_COUNTERS)
+    /// counters, and each sub-window must last at least one nanosecond.
     BadSubWindows {
         /// Counters requested.
         counters: u32,

@@ -391,7 +391,11 @@ impl<C: Clock> SketchLimiter<C> {
                 // just on x86 (free there).
                 let v = self.cells[cell].load(Ordering::Acquire);
                 seen[i] = v;
-                if v < min {
+                // `i == 0`: the commit below must target one of the key's
+                // own cells even when every cell is saturated at
+                // `u64::MAX`; otherwise it would compare-and-swap a cell
+                // of no interest to the key, fail, and retry forever.
+                if i == 0 || v < min {
                     (min, at) = (v, cell);
                 }
             }

@@ -58,9 +58,20 @@ pub struct SlidingWindowState {
 }
 
 impl SlidingWindow {
-    /// A sliding-window counter over `counters ≥ 2` sub-window counters.
+    /// The most counters a sliding window takes: each key's state holds
+    /// all of them, so the count bounds every key's memory (8 KiB), and
+    /// the Redis script keeps the same ring.
+    pub const MAX_COUNTERS: u32 = 1024;
+
+    /// A sliding-window counter over `counters` sub-window counters.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::BadSubWindows`] for fewer than 2 or more than
+    /// [`MAX_COUNTERS`](Self::MAX_COUNTERS) counters, or sub-windows
+    /// shorter than a nanosecond.
     pub fn try_new(quota: Quota, counters: u32) -> Result<Self, QuotaError> {
-        if counters < 2 {
+        if !(2..=Self::MAX_COUNTERS).contains(&counters) {
             return Err(QuotaError::BadSubWindows { counters });
         }
         let sub = quota.window_nanos() / u64::from(counters - 1);

@@ -113,7 +113,7 @@ impl RedisLimiterBuilder {
             return Err(RedisLimitError::Config("a zero timeout"));
         }
         if let Algorithm::SlidingWindow { counters, .. } = self.algorithm {
-            if !(2..=1024).contains(&counters) {
+            if !(2..=crate::SlidingWindow::MAX_COUNTERS).contains(&counters) {
                 return Err(RedisLimitError::Config(
                     "a sliding-window counter needs 2 to 1024 counters",
                 ));
