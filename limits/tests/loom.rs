@@ -312,3 +312,69 @@ fn heavy_hitters_events_racing_an_admission_are_not_lost() {
         });
     }
 }
+
+/// A reader in the window being entered sees the window before it whole:
+/// neither the instant between claiming a rotation and publishing it, nor
+/// the zeroing of the spare sketch, reads as "nothing happened".
+#[test]
+fn rate_components_during_a_rotation_keep_the_previous_window() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let shape = Shape::rows::<1, 4>().with_seed(1);
+        let rate =
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, clock.clone()).unwrap());
+        rate.observe(&1u8, 1);
+        clock.set(Duration::from_millis(1500));
+        // The reader is the spawned thread: loom then runs the rotation
+        // first and backtracks the reader into each of its steps.
+        let r = Arc::clone(&rate);
+        let reader = thread::spawn(move || r.components(&1u8));
+        rate.observe(&1u8, 1);
+        let c = reader.join().unwrap();
+        assert_eq!(c.previous, 1, "window 0 read as {c:?} during its rotation");
+        assert!((0..=1).contains(&c.current), "{c:?}");
+    });
+}
+
+loom::thread_local! {
+    static NOW: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// A clock each model thread sets for itself, so that one thread's
+/// reading can be older than another's.
+struct ThreadClock;
+
+impl weir_limits::clock::Clock for ThreadClock {
+    fn now_nanos(&self) -> u64 {
+        NOW.with(std::cell::Cell::get)
+    }
+}
+
+/// A reader whose clock reading is older than a rotation across a gap
+/// reads either the windows before it or the (empty) windows after it,
+/// never one window from before the rotation beside a zeroed other.
+#[test]
+fn rate_components_racing_a_rotation_across_a_gap_are_never_torn() {
+    const SECOND: u64 = 1_000_000_000;
+    loom::model(|| {
+        let shape = Shape::rows::<1, 4>().with_seed(1);
+        let rate =
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, ThreadClock).unwrap());
+        rate.observe(&1u8, 5);
+        NOW.with(|now| now.set(SECOND + SECOND / 2));
+        rate.observe(&1u8, 1);
+        let r = Arc::clone(&rate);
+        let reader = thread::spawn(move || {
+            NOW.with(|now| now.set(SECOND + SECOND / 2));
+            r.components(&1u8)
+        });
+        NOW.with(|now| now.set(7 * SECOND));
+        rate.observe(&1u8, 2);
+        let c = reader.join().unwrap();
+        let seen = (c.previous, c.current);
+        assert!(
+            seen == (5, 1) || seen == (0, 0) || seen == (0, 2),
+            "a torn read across the rotation: {seen:?}"
+        );
+    });
+}
