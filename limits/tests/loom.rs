@@ -10,7 +10,9 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::Locator;
-use weir_limits::{Estimator, HeavyHitters, Inflight, Rate, Shape, ShardedEstimator, Update};
+use weir_limits::{
+    Estimator, HeavyHitters, Inflight, Observation, Rate, Shape, ShardedEstimator, Update,
+};
 
 fn every(updates: usize) -> NonZeroUsize {
     NonZeroUsize::new(updates).unwrap()
@@ -377,4 +379,48 @@ fn rate_components_racing_a_rotation_across_a_gap_are_never_torn() {
             "a torn read across the rotation: {seen:?}"
         );
     });
+}
+
+/// An eviction races an exact count of the key it evicts: the event is
+/// either counted in the table before the eviction (and goes back to the
+/// sketch with the rest) or in the sketch after it, never lost.
+#[test]
+fn heavy_hitters_eviction_racing_an_exact_count_loses_no_event() {
+    let shape = (0..64)
+        .map(|seed| Shape::rows::<1, 2>().with_seed(seed))
+        .find(|&shape| {
+            let l = Locator::new(shape);
+            l.locate(&1u8).iter().ne(l.locate(&2u8).iter())
+        })
+        .expect("a seed that separates keys 1 and 2");
+    for update in [Update::Plain, Update::Conservative] {
+        loom::model(move || {
+            let one = NonZeroUsize::new(1).unwrap();
+            let heavy = Arc::new(HeavyHitters::with_sketch_and_capacity(
+                threshold(1),
+                shape,
+                update,
+                one,
+            ));
+            heavy.record(&1u8, 1);
+            let other = Arc::clone(&heavy);
+            let t = thread::spawn(move || {
+                other.record(&1u8, 1);
+            });
+            // Heavier than key 1 can be: takes its place.
+            heavy.record(&2u8, 5);
+            t.join().unwrap();
+            let total = |key: u8| match heavy.record(&key, 0) {
+                Observation::Light(estimate) => estimate,
+                Observation::Heavy(count) => count.total(),
+            };
+            assert!(
+                total(1) >= 2,
+                "{update:?}: key 1 lost an event: {}",
+                total(1)
+            );
+            assert!(total(2) >= 5, "{update:?}: key 2 reads {}", total(2));
+            assert!(heavy.admitted() <= 1);
+        });
+    }
 }
