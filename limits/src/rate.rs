@@ -185,7 +185,8 @@ impl<C: Clock> Rate<C> {
     }
 
     /// Count `events` for `key`; returns the key's count so far in the
-    /// current window.
+    /// current window. Counts wrap past `isize::MAX`, as the plain rule's
+    /// do ([`Estimator`]'s overflow notes); nothing panics.
     pub fn observe<K: Hash + ?Sized>(&self, key: &K, events: isize) -> isize {
         let window = self.enter(self.window_at(self.clock.now_nanos()));
         self.sketch(window).incr(key, events)
