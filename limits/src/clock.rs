@@ -239,7 +239,7 @@ impl Clock for StdClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         // Saturates after 584 years of uptime rather than wrapping.
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        duration_to_nanos(self.origin.elapsed())
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`HeavyHitters`]: a count-min sketch as a first-stage filter in front of
-//! an exact table, so the few heavy keys are counted exactly in little memory.
+//! a bounded exact table, so the few heavy keys are counted exactly in
+//! little memory, however many light keys pass.
 //!
 //! # Design
 //!
@@ -7,10 +8,51 @@
 //! threshold it is *admitted* to an exact table, and from then on its events
 //! are counted there, exactly. Because a count-min estimate never
 //! underestimates (non-negative counts), a key whose true total reaches the
-//! threshold has an estimate at or above it no later than that moment: **no
-//! heavy key is ever missed**. Light keys may be admitted early when they
-//! share counters with heavy ones (false positives); the table therefore
-//! holds the truly heavy keys plus a few collisions, instead of every key.
+//! threshold has an estimate at or above it no later than that moment.
+//!
+//! ## A bounded table (SpaceSaving eviction)
+//!
+//! The sketch never forgets, so under key spraying (millions of keys seen
+//! once) its counters climb until every new key's estimate passes the
+//! threshold: unbounded, the table took in 1.1 M of 2 M one-shot keys and
+//! grew from nothing to 46 MB. The table therefore holds at most
+//! `capacity` keys ([`DEFAULT_CAPACITY`](HeavyHitters::DEFAULT_CAPACITY)
+//! unless chosen). When it is full, a key that reaches the threshold
+//! competes, as in SpaceSaving: it replaces the admitted key with the
+//! smallest total if its own estimate is larger, and stays in the sketch
+//! otherwise. Its estimate, the newcomer's error bound, is at least the
+//! evicted count, the bound SpaceSaving gives a newcomer by inheriting
+//! that count. The evicted key's exact count is added back to the sketch,
+//! so the sketch stays an upper bound of every key's total and a key that
+//! returns is never undercounted. A table min-heap keyed by (possibly
+//! stale, never too high) totals finds the smallest in `O(log capacity)`
+//! amortised: every stale entry it fixes was made stale by an event.
+//!
+//! A sketch that decays by window would also stop the growth, but not
+//! bound it (a spray within one window still fills the table), and it
+//! would trade the lifetime counts this type reports for windowed ones;
+//! windowed rates are [`Rate`](crate::Rate)'s job.
+//!
+//! ## What is guaranteed
+//!
+//! With `N` the sum of all counts and `C` the capacity:
+//!
+//! * **Bounded memory**: at most `C` keys are in the table, and its
+//!   allocations never grow past what `C` keys need.
+//! * **No undercount**: an admitted key's [`total`](HeavyCount::total) is
+//!   never below its true total. It exceeds it by at most the sketch's
+//!   error when the key was admitted (`ε·N` with probability `1 − δ` for a
+//!   sketch of `⌈e/ε⌉` slots and `⌈ln(1/δ)⌉` hashes, less with the
+//!   conservative rule).
+//! * **Heavy keys are in the table**: a key whose true total reaches the
+//!   threshold is admitted, unless the table is full and its total is at
+//!   most the smallest total in the table. That smallest total never
+//!   shrinks while the table is full, and is at most `N / C` plus the
+//!   largest overestimate among the admitted keys (their totals sum to at
+//!   most `N` plus those overestimates), so every key whose true total
+//!   exceeds both the threshold and about `N / C + ε·N` is in the table.
+//!   Until the table first fills, every key that reached the threshold is
+//!   in it.
 //!
 //! An admitted key's total is reported as two parts: the exact count since
 //! admission and the sketch's estimate at admission (an upper bound of what
@@ -27,19 +69,25 @@
 //!   increment and re-checks the table if the counter moved. Whichever
 //!   fence comes second sees the other's side (the loom model
 //!   `heavy_hitters_events_racing_an_admission_are_not_lost` checks it).
+//! * Evictions happen under the table's write lock, which excludes every
+//!   exact count: an event is counted exactly before the eviction (and
+//!   added back to the sketch with the rest) or in the sketch after it.
 
 use crate::estimator::{Estimator, Update};
 use crate::sketch::{Location, Shape};
 use crate::sync::{AtomicIsize, AtomicUsize, Ordering, RwLock, fence};
-use std::collections::HashMap;
-use std::collections::hash_map::Entry as MapEntry;
+use hashbrown::HashTable;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::hash::Hash;
-use std::num::NonZeroU64;
+use std::num::{NonZeroU64, NonZeroUsize};
 
 /// What [`HeavyHitters::record`] knows about a key after counting it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Observation {
-    /// The key is below the threshold; this is its sketch estimate.
+    /// The key is not in the exact table: below the threshold, or the
+    /// table is full of keys with higher totals. This is its sketch
+    /// estimate.
     Light(isize),
     /// The key is in the exact table.
     Heavy(HeavyCount),
@@ -67,7 +115,149 @@ struct Entry {
     since_admission: AtomicIsize,
 }
 
-/// Keys counted approximately until they cross a threshold, exactly after.
+impl Entry {
+    fn count(&self) -> HeavyCount {
+        HeavyCount {
+            at_admission: self.at_admission,
+            since_admission: self.since_admission.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Count `count` more (non-negative); saturates rather than wrapping
+    /// to a negative total.
+    fn add(&self, count: isize) -> HeavyCount {
+        let previous = self
+            .since_admission
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |since| {
+                Some(since.saturating_add(count))
+            })
+            .unwrap_or_else(|since| since);
+        HeavyCount {
+            at_admission: self.at_admission,
+            since_admission: previous.saturating_add(count),
+        }
+    }
+}
+
+/// An admitted key in its slot.
+struct Slot<K> {
+    key: K,
+    /// The key's hash in `Table::index`.
+    hash: u64,
+    entry: Entry,
+}
+
+/// The exact table: at most `capacity` slots, reused on eviction.
+struct Table<K> {
+    slots: Vec<Slot<K>>,
+    /// Slot numbers, found by their key's hash.
+    index: HashTable<usize>,
+    /// Each slot once, under a total it had when pushed: never above its
+    /// current one (totals only grow), so a top whose total is current is
+    /// the smallest.
+    by_total: BinaryHeap<Reverse<(isize, usize)>>,
+}
+
+impl<K: Eq> Table<K> {
+    fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            index: HashTable::new(),
+            by_total: BinaryHeap::new(),
+        }
+    }
+
+    fn find(&self, hash: u64, key: &K) -> Option<&Entry> {
+        let slots = &self.slots;
+        let &slot = self.index.find(hash, |&i| slots[i].key == *key)?;
+        Some(&slots[slot].entry)
+    }
+
+    /// Put a key in a new slot (the table has fewer than `capacity`).
+    fn insert(&mut self, capacity: usize, key: K, hash: u64, at_admission: isize) -> &Entry {
+        let slot = self.slots.len();
+        if slot == self.slots.capacity() {
+            // Doubling, but never past `capacity` slots.
+            let more = slot.max(8).min(capacity - slot);
+            self.slots.reserve_exact(more);
+            self.by_total.reserve_exact(more);
+        }
+        self.slots.push(Slot {
+            key,
+            hash,
+            entry: Entry {
+                at_admission,
+                since_admission: AtomicIsize::new(0),
+            },
+        });
+        let slots = &self.slots;
+        self.index.insert_unique(hash, slot, |&i| slots[i].hash);
+        self.by_total.push(Reverse((at_admission, slot)));
+        &self.slots[slot].entry
+    }
+
+    /// The slot with the smallest total, and that total.
+    fn smallest(&mut self) -> Option<(usize, isize)> {
+        loop {
+            let Reverse((pushed, slot)) = *self.by_total.peek()?;
+            let total = self.slots[slot].entry.count().total();
+            if total == pushed {
+                return Some((slot, total));
+            }
+            // Counted since it was pushed: move it to where it now belongs.
+            self.by_total.pop();
+            self.by_total.push(Reverse((total, slot)));
+        }
+    }
+
+    /// Give the top slot of `by_total` (`slot`, from [`smallest`]) to a
+    /// new key; returns the evicted key and its exact count.
+    fn replace(
+        &mut self,
+        slot: usize,
+        key: K,
+        hash: u64,
+        at_admission: isize,
+    ) -> (K, isize, &Entry) {
+        let old_hash = self.slots[slot].hash;
+        if let Ok(found) = self.index.find_entry(old_hash, |&i| i == slot) {
+            found.remove();
+        }
+        let old = std::mem::replace(
+            &mut self.slots[slot],
+            Slot {
+                key,
+                hash,
+                entry: Entry {
+                    at_admission,
+                    since_admission: AtomicIsize::new(0),
+                },
+            },
+        );
+        let slots = &self.slots;
+        self.index.insert_unique(hash, slot, |&i| slots[i].hash);
+        self.by_total.pop();
+        self.by_total.push(Reverse((at_admission, slot)));
+        let since = old.entry.since_admission.load(Ordering::Relaxed);
+        (old.key, since, &self.slots[slot].entry)
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.index.clear();
+        self.by_total.clear();
+    }
+
+    fn bytes(&self) -> usize {
+        // hashbrown keeps one control byte per bucket beside each value.
+        self.slots.capacity() * std::mem::size_of::<Slot<K>>()
+            + self.index.capacity() * (std::mem::size_of::<usize>() + 1)
+            + self.by_total.capacity() * std::mem::size_of::<Reverse<(isize, usize)>>()
+    }
+}
+
+/// Keys counted approximately until they cross a threshold, exactly after,
+/// in a table of at most a fixed number of keys.
 ///
 /// ```
 /// use std::num::NonZeroU64;
@@ -86,7 +276,9 @@ struct Entry {
 pub struct HeavyHitters<K> {
     sketch: Estimator,
     threshold: isize,
-    exact: RwLock<HashMap<K, Entry, ahash::RandomState>>,
+    capacity: usize,
+    table: RwLock<Table<K>>,
+    hasher: ahash::RandomState,
     /// Keys admitted so far; bumped under the write lock. A light event
     /// that sees it change while it counted looks the key up again.
     admissions: AtomicUsize,
@@ -97,16 +289,54 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     /// conservative updates.
     pub const DEFAULT_SHAPE: Shape = Shape::rows::<4, 4096>();
 
+    /// The most keys the exact table holds unless a constructor says
+    /// otherwise: 1024, so that keys above about `N / 1024` of the traffic
+    /// (besides the threshold) are always there, in a table of tens of
+    /// kilobytes for small keys (each key costs its own size plus about 50
+    /// bytes), beside the default sketch's 128 KiB.
+    pub const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(1024).unwrap();
+
     /// Admit keys at `threshold` events, with a conservative sketch of
-    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE).
+    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE) and a table of at most
+    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
     pub fn new(threshold: NonZeroU64) -> Self {
-        Self::with_sketch(threshold, Self::DEFAULT_SHAPE, Update::Conservative)
+        Self::with_capacity(threshold, Self::DEFAULT_CAPACITY)
+    }
+
+    /// Admit keys at `threshold` events into a table of at most `capacity`
+    /// keys, with a conservative sketch of
+    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE). Nothing is allocated for the
+    /// table until keys are admitted.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU64, NonZeroUsize};
+    /// use weir_limits::HeavyHitters;
+    ///
+    /// let threshold = NonZeroU64::new(5).unwrap();
+    /// let heavy = HeavyHitters::with_capacity(threshold, NonZeroUsize::new(2).unwrap());
+    /// for key in 0..100u32 {
+    ///     for _ in 0..5 + key {
+    ///         heavy.record(&key, 1);
+    ///     }
+    /// }
+    /// let top: Vec<u32> = heavy.heavy_hitters().iter().map(|(k, _)| *k).collect();
+    /// assert_eq!(top, [99, 98]);
+    /// ```
+    pub fn with_capacity(threshold: NonZeroU64, capacity: NonZeroUsize) -> Self {
+        Self::with_sketch_and_capacity(
+            threshold,
+            Self::DEFAULT_SHAPE,
+            Update::Conservative,
+            capacity,
+        )
     }
 
     /// Admit keys at `threshold` events, counting them before admission in
-    /// a sketch of `shape` updated by `update`. Conservative update is
-    /// recommended (fewer false admissions); counts must be non-negative
-    /// either way. A threshold above `isize::MAX` counts as `isize::MAX`.
+    /// a sketch of `shape` updated by `update`, into a table of at most
+    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys. Conservative
+    /// update is recommended (fewer false admissions); counts must be
+    /// non-negative either way. A threshold above `isize::MAX` counts as
+    /// `isize::MAX`.
     ///
     /// ```
     /// use std::num::NonZeroU64;
@@ -120,19 +350,34 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     /// assert!(heavy.get(&"key").is_some());
     /// ```
     pub fn with_sketch(threshold: NonZeroU64, shape: Shape, update: Update) -> Self {
+        Self::with_sketch_and_capacity(threshold, shape, update, Self::DEFAULT_CAPACITY)
+    }
+
+    /// [`with_sketch`](Self::with_sketch) with a table of at most
+    /// `capacity` keys.
+    pub fn with_sketch_and_capacity(
+        threshold: NonZeroU64,
+        shape: Shape,
+        update: Update,
+        capacity: NonZeroUsize,
+    ) -> Self {
         Self {
             sketch: Estimator::with_update(shape, update),
             threshold: isize::try_from(threshold.get()).unwrap_or(isize::MAX),
-            exact: RwLock::new(HashMap::default()),
+            capacity: capacity.get(),
+            table: RwLock::new(Table::new()),
+            hasher: ahash::RandomState::new(),
             admissions: AtomicUsize::new(0),
         }
     }
 
     /// Count `count` events of `key` (negative counts are treated as zero:
-    /// the no-miss guarantee needs non-negative counts).
+    /// the no-miss guarantee needs non-negative counts). Exact counts
+    /// saturate at `isize::MAX`.
     pub fn record(&self, key: &K, count: isize) -> Observation {
         let count = count.max(0);
-        let admissions = match self.count_exact(key, count) {
+        let table_hash = self.hasher.hash_one(key);
+        let admissions = match self.count_exact(key, table_hash, count) {
             Ok(found) => return Observation::Heavy(found),
             Err(admissions) => admissions,
         };
@@ -140,7 +385,12 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
         let location = self.sketch.locator().locate_hash(hash);
         let estimate = self.sketch.incr_hashed(hash, count);
         if estimate >= self.threshold {
-            return Observation::Heavy(self.admit(key, &location, count));
+            return match self.admit(key, table_hash, &location, count) {
+                Some(found) => Observation::Heavy(found),
+                // Outcompeted: the event stays in the sketch, where a later
+                // admission of this key reads it (under the same lock).
+                None => Observation::Light(estimate),
+            };
         }
         // An admission of this key may be racing: it either reads this
         // event in the sketch (its fence comes after ours) or has bumped
@@ -148,7 +398,7 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
         // then the key is in the table and the event is counted there.
         fence(Ordering::SeqCst);
         if self.admissions.load(Ordering::Relaxed) != admissions {
-            if let Ok(found) = self.count_exact(key, count) {
+            if let Ok(found) = self.count_exact(key, table_hash, count) {
                 return Observation::Heavy(found);
             }
         }
@@ -156,84 +406,81 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     }
 
     /// Put `key` in the exact table, or count `count` exactly if another
-    /// thread did first.
-    fn admit(&self, key: &K, location: &Location, count: isize) -> HeavyCount {
-        let mut exact = self.exact.write();
+    /// thread did first; `None` if the table is full of keys whose totals
+    /// are at least the key's estimate.
+    fn admit(
+        &self,
+        key: &K,
+        table_hash: u64,
+        location: &Location,
+        count: isize,
+    ) -> Option<HeavyCount> {
+        let mut table = self.table.write();
         // Who admits is decided by the table, not by comparing estimates:
         // two racing plain-rule increments can return the same estimate,
         // and the second would then take the first's admission for its own
         // and count nothing.
-        let entry = match exact.entry(key.clone()) {
-            MapEntry::Vacant(vacant) => {
-                self.admissions.fetch_add(1, Ordering::Relaxed);
-                fence(Ordering::SeqCst);
-                // Read after the fence, not our own `incr`'s estimate: it
-                // must include every racing event that took the light path
-                // without seeing this admission (see `record`).
-                let at_admission = self.sketch.get_at(location);
-                vacant.insert(Entry {
-                    at_admission,
-                    since_admission: AtomicIsize::new(0),
-                })
-            }
-            MapEntry::Occupied(occupied) => {
-                // Another thread admitted it first; count this event exactly.
-                let entry = occupied.into_mut();
-                entry.since_admission.fetch_add(count, Ordering::Relaxed);
-                entry
-            }
-        };
-        HeavyCount {
-            at_admission: entry.at_admission,
-            since_admission: entry.since_admission.load(Ordering::Relaxed),
+        if let Some(entry) = table.find(table_hash, key) {
+            // Another thread admitted it first; count this event exactly.
+            return Some(entry.add(count));
         }
+        self.admissions.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        // Read after the fence, not our own `incr`'s estimate: it must
+        // include every racing event that took the light path without
+        // seeing this admission (see `record`).
+        let at_admission = self.sketch.get_at(location);
+        if table.slots.len() < self.capacity {
+            let entry = table.insert(self.capacity, key.clone(), table_hash, at_admission);
+            return Some(entry.count());
+        }
+        let (slot, smallest) = table.smallest()?;
+        if at_admission <= smallest {
+            return None;
+        }
+        let (evicted, since, entry) = table.replace(slot, key.clone(), table_hash, at_admission);
+        let count = entry.count();
+        // What the table counted of the evicted key goes back to the
+        // sketch, which so stays an upper bound of its total.
+        if since > 0 {
+            let evicted_hash = self.sketch.locator().hash(&evicted);
+            self.sketch.incr_hashed(evicted_hash, since);
+        }
+        Some(count)
     }
 
     /// Count exactly if `key` is admitted; otherwise return the number of
     /// admissions so far, read under the lock that orders it with them.
-    fn count_exact(&self, key: &K, count: isize) -> Result<HeavyCount, usize> {
-        let exact = self.exact.read();
-        let Some(entry) = exact.get(key) else {
-            return Err(self.admissions.load(Ordering::Relaxed));
-        };
-        let since = entry.since_admission.fetch_add(count, Ordering::Relaxed) + count;
-        Ok(HeavyCount {
-            at_admission: entry.at_admission,
-            since_admission: since,
-        })
+    fn count_exact(&self, key: &K, table_hash: u64, count: isize) -> Result<HeavyCount, usize> {
+        let table = self.table.read();
+        match table.find(table_hash, key) {
+            Some(entry) => Ok(entry.add(count)),
+            None => Err(self.admissions.load(Ordering::Relaxed)),
+        }
     }
 
-    /// The key's count if it has been admitted.
+    /// The key's count if it is in the table.
     pub fn get(&self, key: &K) -> Option<HeavyCount> {
-        let exact = self.exact.read();
-        exact.get(key).map(|entry| HeavyCount {
-            at_admission: entry.at_admission,
-            since_admission: entry.since_admission.load(Ordering::Relaxed),
-        })
+        let table_hash = self.hasher.hash_one(key);
+        self.table.read().find(table_hash, key).map(Entry::count)
     }
 
-    /// Every admitted key with its count, heaviest first.
+    /// Every key in the table with its count, heaviest first.
     pub fn heavy_hitters(&self) -> Vec<(K, HeavyCount)> {
-        let exact = self.exact.read();
-        let mut all: Vec<(K, HeavyCount)> = exact
+        let table = self.table.read();
+        let mut all: Vec<(K, HeavyCount)> = table
+            .slots
             .iter()
-            .map(|(k, e)| {
-                (
-                    k.clone(),
-                    HeavyCount {
-                        at_admission: e.at_admission,
-                        since_admission: e.since_admission.load(Ordering::Relaxed),
-                    },
-                )
-            })
+            .map(|slot| (slot.key.clone(), slot.entry.count()))
             .collect();
         all.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
         all
     }
 
-    /// Number of keys in the exact table.
+    /// Number of keys in the exact table (at most
+    /// [`capacity`](Self::capacity)).
     pub fn admitted(&self) -> usize {
-        self.exact.read().len()
+        self.table.read().slots.len()
     }
 
     /// The admission threshold.
@@ -241,18 +488,22 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
         self.threshold
     }
 
+    /// The most keys the exact table holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Forget everything (sketch and exact table).
     pub fn reset(&self) {
-        let mut exact = self.exact.write();
-        exact.clear();
+        let mut table = self.table.write();
+        table.clear();
         self.sketch.reset();
     }
 
-    /// Bytes of the sketch plus an estimate of the exact table's heap.
+    /// Bytes of the sketch plus the exact table's allocations (the keys'
+    /// own heap, such as a `String`'s, is not included).
     pub fn memory_bytes(&self) -> usize {
-        let exact = self.exact.read();
-        let per_entry = std::mem::size_of::<(K, Entry)>() + 1;
-        self.sketch.memory_bytes() + exact.capacity() * per_entry
+        self.sketch.memory_bytes() + self.table.read().bytes()
     }
 }
 
@@ -260,6 +511,7 @@ impl<K> std::fmt::Debug for HeavyHitters<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeavyHitters")
             .field("threshold", &self.threshold)
+            .field("capacity", &self.capacity)
             .field("sketch", &self.sketch)
             .finish_non_exhaustive()
     }
@@ -269,6 +521,7 @@ impl<K> std::fmt::Debug for HeavyHitters<K> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     #[test]
     fn a_threshold_beyond_isize_counts_as_isize_max() {
@@ -279,7 +532,71 @@ mod tests {
         assert!(heavy.get(&1u32).is_some());
     }
 
+    fn update() -> impl Strategy<Value = Update> {
+        prop_oneof![Just(Update::Plain), Just(Update::Conservative)]
+    }
+
     proptest! {
+        /// Against an exact reference, with a table too small for every key
+        /// that passes the threshold: never more than `capacity` keys, no
+        /// admitted key undercounted, events since admission counted
+        /// exactly, and every key left out either below the threshold or no
+        /// heavier than the lightest admitted total.
+        #[test]
+        fn a_full_table_keeps_the_heaviest_keys_and_never_undercounts(
+            (_, events) in (2u16..300).prop_flat_map(|keys| {
+                (Just(keys), proptest::collection::vec((0..keys, 0isize..5), 0..2000))
+            }),
+            threshold in 1u64..40,
+            // From all keys colliding to almost none: a key evicted and
+            // admitted again must still not be undercounted when the
+            // sketch's collisions do not cover for it.
+            slots in prop_oneof![1usize..64, 64usize..4096],
+            capacity in 1usize..16,
+            update in update(),
+            seed: u64,
+        ) {
+            let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
+            let heavy = HeavyHitters::with_sketch_and_capacity(
+                NonZeroU64::new(threshold).unwrap(),
+                shape,
+                update,
+                NonZeroUsize::new(capacity).unwrap(),
+            );
+            let threshold = threshold as isize;
+            let mut truth: HashMap<u16, isize> = HashMap::new();
+            // Events since admission of each key now in the table.
+            let mut since: HashMap<u16, isize> = HashMap::new();
+            for &(k, n) in &events {
+                let present_before = heavy.get(&k).is_some();
+                heavy.record(&k, n);
+                *truth.entry(k).or_default() += n;
+                if present_before {
+                    *since.entry(k).or_default() += n;
+                } else if heavy.get(&k).is_some() {
+                    since.insert(k, 0);
+                }
+                since.retain(|key, _| heavy.get(key).is_some());
+                prop_assert!(heavy.admitted() <= capacity, "{} > {capacity}", heavy.admitted());
+            }
+            let table = heavy.heavy_hitters();
+            prop_assert_eq!(table.len(), since.len());
+            let full = table.len() == capacity;
+            let smallest = table.iter().map(|(_, c)| c.total()).min().unwrap_or(0);
+            for (k, &total) in &truth {
+                match heavy.get(k) {
+                    Some(count) => {
+                        prop_assert!(count.total() >= total, "key {k}: {count:?} < {total}");
+                        prop_assert_eq!(count.since_admission, since[k]);
+                    }
+                    None => prop_assert!(
+                        total < threshold || (full && total <= smallest),
+                        "key {k} with {total} left out of a table whose smallest total is {smallest} (full: {full})"
+                    ),
+                }
+            }
+        }
+
         /// A tiny sketch (many collisions) still misses no heavy key, and
         /// counts every event after admission exactly.
         #[test]

@@ -86,6 +86,10 @@ impl Inflight {
     /// fence, then the rows are read again: of two racers the later to
     /// fence sees both), so
     /// `estimate > limit` is a sound refusal test under concurrency.
+    ///
+    /// Counts are modular (they wrap past `isize::MAX`, as the plain
+    /// rule's do), so dropping the guards of even extreme values leaves
+    /// exactly what was there before.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);
         let location = self.estimator.locator().locate_hash(hash);

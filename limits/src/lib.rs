@@ -10,8 +10,9 @@
 //!   pattern: count on entry, uncount on drop.
 //! * [`Rate`] — per-key events per interval on a fixed time grid, with the
 //!   previous and current window and the proportional sliding estimate.
-//! * [`HeavyHitters`] — the sketch as a first-stage filter in front of an
-//!   exact table, so heavy keys are counted exactly in little memory.
+//! * [`HeavyHitters`] — the sketch as a first-stage filter in front of a
+//!   bounded exact table, so heavy keys are counted exactly in little
+//!   memory, even under key spraying.
 //! * [`Shape`] — a sketch's dimensions, layout and seed, valid by
 //!   construction (checked at compile time with [`Shape::rows`]); every
 //!   sketch in weir is built from one. [`sketch`] holds the hashing and

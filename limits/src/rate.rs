@@ -16,14 +16,18 @@
 //! Three sketches rotate: the current window, the previous one, and a spare
 //! that is already zeroed when its window begins. A single word holds the
 //! current window number and a *rotating* bit. The first thread to see a
-//! later window claims the bit, publishes the new window (writers of the new
-//! window may proceed at once, their sketch is clean), zeroes the sketch that
-//! will be needed next, and clears the bit. Writers never clear anything they
-//! might be counting into, so no event is lost to a rotation race, and all
-//! window arithmetic is on window numbers, so racing timestamps cannot
-//! underflow. If windows were skipped (a quiet spell) the rotating thread
-//! zeroes every sketch before publishing; writers for that window wait the
-//! few microseconds this takes.
+//! later window claims the bit and publishes the new window in one
+//! compare-and-swap (writers of the new window may proceed at once, their
+//! sketch is clean), zeroes the sketch that will be needed next, and clears
+//! the bit. Writers never clear anything they might be counting into, so no
+//! event is lost to a rotation race, and all window arithmetic is on window
+//! numbers, so racing timestamps cannot underflow. If windows were skipped
+//! (a quiet spell) the rotating thread zeroes every sketch before
+//! publishing; writers for that window wait the few microseconds this takes.
+//! Readers ([`Rate::components`]) wait out any rotation and read again if
+//! one began while they read (a sequence lock on the state word), so they
+//! never see a window half zeroed, nor "nothing counted" for a window that
+//! was.
 //!
 //! An event whose clock reading is older than the current window (it raced
 //! with a rotation, or the clock went backwards) is counted in the current
@@ -35,7 +39,7 @@ use crate::ConfigError;
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
 use crate::sketch::{Locator, Shape};
-use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -181,7 +185,8 @@ impl<C: Clock> Rate<C> {
     }
 
     /// Count `events` for `key`; returns the key's count so far in the
-    /// current window.
+    /// current window. Counts wrap past `isize::MAX`, as the plain rule's
+    /// do ([`Estimator`]'s overflow notes); nothing panics.
     pub fn observe<K: Hash + ?Sized>(&self, key: &K, events: isize) -> isize {
         let window = self.enter(self.window_at(self.clock.now_nanos()));
         self.sketch(window).incr(key, events)
@@ -208,37 +213,55 @@ impl<C: Clock> Rate<C> {
     }
 
     /// The previous and current counts of `key` and the elapsed fraction.
+    ///
+    /// Never reads a window while a rotation is zeroing it: a reader that
+    /// meets a rotation waits for it (a few microseconds, once per
+    /// interval), and one that a rotation overtakes reads again.
     pub fn components<K: Hash + ?Sized>(&self, key: &K) -> RateComponents {
         let now = self.clock.now_nanos();
-        let state = self.state.load(Ordering::Acquire);
-        let published = state >> 1;
-        // A reader behind the published window (clock raced or went back)
-        // reads as of the published window.
-        let window = self.window_at(now).max(published);
-        let elapsed_fraction = if window == self.window_at(now) {
-            (now % self.interval_nanos) as f64 / self.interval_nanos as f64
-        } else {
-            0.0
-        };
-        let (previous, current) = match window - published {
-            0 => {
-                let location = self.windows[0].locator().locate(key);
-                (
+        let location = self.windows[0].locator().locate(key);
+        let mut backoff = Backoff::new();
+        loop {
+            let state = self.state.load(Ordering::Acquire);
+            if state & ROTATING != 0 {
+                // Which sketches it zeroes depends on whether windows were
+                // skipped, which the word does not say.
+                backoff.wait();
+                continue;
+            }
+            let published = state >> 1;
+            // A reader behind the published window (clock raced or went
+            // back) reads as of the published window.
+            let window = self.window_at(now).max(published);
+            let (previous, current) = match window - published {
+                0 => (
                     self.previous_sketch(published).get_at(&location),
                     self.sketch(published).get_at(&location),
-                )
+                ),
+                // Nobody has counted in `window` yet: the published one is
+                // now the previous window.
+                1 => (self.sketch(published).get_at(&location), 0),
+                _ => (0, 0),
+            };
+            // Sketches are zeroed only under a claimed rotation, and a claim
+            // changes the word for good (window numbers only grow): if it
+            // is unchanged, nothing read above was being zeroed. The fence
+            // pairs with the rotator's, after its claim.
+            fence(Ordering::Acquire);
+            if self.state.load(Ordering::Relaxed) != state {
+                continue;
             }
-            // Nobody has counted in `window` yet: the published one is now
-            // the previous window, unless it was itself mid-rotation from a
-            // gap (then it is being zeroed and holds nothing of interest).
-            1 if state & ROTATING == 0 => (self.sketch(published).get(key), 0),
-            _ => (0, 0),
-        };
-        RateComponents {
-            previous,
-            current,
-            interval: self.interval,
-            elapsed_fraction,
+            let elapsed_fraction = if window == self.window_at(now) {
+                (now % self.interval_nanos) as f64 / self.interval_nanos as f64
+            } else {
+                0.0
+            };
+            return RateComponents {
+                previous,
+                current,
+                interval: self.interval,
+                elapsed_fraction,
+            };
         }
     }
 
@@ -282,19 +305,29 @@ impl<C: Clock> Rate<C> {
                 backoff.wait();
                 continue;
             }
+            // The next window is published with the claim itself: its
+            // sketch was zeroed by the last rotation, so its writers need
+            // not wait. After a gap the claim keeps the old window until
+            // every sketch is zeroed.
+            let next = window == published + 1;
+            let claimed = if next {
+                (window << 1) | ROTATING
+            } else {
+                state | ROTATING
+            };
             if self
                 .state
-                .compare_exchange(state, state | ROTATING, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(state, claimed, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
                 continue;
             }
-            if window == published + 1 {
-                // The new window's sketch was zeroed by the last rotation:
-                // publish first, then zero the one after it (which held
-                // window - 2, no longer anyone's previous window).
-                self.state
-                    .store((window << 1) | ROTATING, Ordering::Release);
+            // A reader that sees any of the zeroing below sees the claim
+            // when it checks the word again (`components`).
+            fence(Ordering::Release);
+            if next {
+                // Zero the one after it, which held window - 2, no longer
+                // anyone's previous window.
                 self.sketch(window + 1).reset();
             } else {
                 // Windows were skipped: nothing recent is worth keeping.

@@ -49,6 +49,13 @@
 //! `thread_local` crate normally, and under `--cfg loom` a stand-in keyed by
 //! loom's thread id, because loom runs all model threads on one OS thread
 //! and they would otherwise share one table.
+//!
+//! A thread's slot passes to the next new thread as soon as the old
+//! thread's thread-locals are dropped, while other thread-local destructors
+//! of the old thread may still run and count. From the moment its
+//! thread-locals start being dropped, a thread therefore counts straight
+//! into the shared table (an atomic add per cell, announced like a flush),
+//! never into its old slot, so two threads never write one view.
 
 use crate::ConfigError;
 use crate::counters::Counters;
@@ -180,7 +187,9 @@ impl ShardedEstimator {
     // few dozen instructions, and a call would cost a fifth of them again.
     #[inline(always)]
     fn incr_at(&self, location: &Location, value: isize) -> isize {
-        let shard = self.shard();
+        let Some(shard) = self.shard() else {
+            return self.incr_exiting(location, value);
+        };
         if self.counts.changes.load(Ordering::Acquire) != shard.synced.load(Ordering::Relaxed) {
             self.catch_up(shard);
         }
@@ -206,7 +215,10 @@ impl ShardedEstimator {
     /// The current estimate for `key`, including every thread's unflushed
     /// updates.
     pub fn get<K: Hash + ?Sized>(&self, key: &K) -> isize {
-        let location = self.shared.locator().locate(key);
+        self.get_at(&self.shared.locator().locate(key))
+    }
+
+    fn get_at(&self, location: &Location) -> isize {
         let mut totals = [0isize; sketch::MAX_HASHES];
         let generation = self.counts.resets.load(Ordering::Acquire);
         for shard in self.shards.iter() {
@@ -249,11 +261,27 @@ impl ShardedEstimator {
 
     /// Fold the calling thread's unflushed updates into the shared table now.
     pub fn flush(&self) {
-        if self.shards.get().is_some() {
-            let shard = self.shard();
+        // A thread with no table has nothing to flush, and an exiting one
+        // has none any more: its updates wait for the slot's next owner.
+        if let Some(shard) = self.shards.get() {
             self.restart_if_reset(shard);
             self.flush_shard(shard);
         }
+    }
+
+    /// An update from a thread whose thread-locals are being dropped: its
+    /// slot may already be another thread's, so the update goes straight
+    /// to the shared table, announced as a flush so that other threads'
+    /// views stay within their staleness bound.
+    #[cold]
+    #[inline(never)]
+    fn incr_exiting(&self, location: &Location, value: isize) -> isize {
+        self.shared.add_all(location, value);
+        // Release: whoever sees the new count sees the addition.
+        self.counts.changes.fetch_add(1, Ordering::AcqRel);
+        // The thread's earlier, unflushed updates sit in a table it can no
+        // longer call its own; `get` still counts them.
+        self.get_at(location)
     }
 
     #[cold]
@@ -356,8 +384,10 @@ impl ShardedEstimator {
         self.counts.changes.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The calling thread's tables; `None` once its thread-locals are
+    /// being dropped (see `crate::sync::ThreadLocal`).
     #[inline]
-    fn shard(&self) -> &Shard {
+    fn shard(&self) -> Option<&Shard> {
         self.shards.get_or(|| {
             let cells = self.shared.locator().cells();
             // A new thread starts from nothing synced: its first `incr`

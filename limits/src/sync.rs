@@ -42,6 +42,17 @@ pub(crate) use fast_thread_local::ThreadLocal;
 /// value it last handed out, so a thread that keeps using one table finds
 /// it with a compare of a `#[thread_local]` word, not the crate's lookup
 /// (a lazily-initialised thread id, a bucket load and a presence check).
+///
+/// A thread whose thread-locals are being torn down gets no value
+/// ([`get_or`](ThreadLocal::get_or) returns `None`): the crate gives its
+/// thread id, and with it the slot, to the next new thread once the
+/// thread's own thread-locals are dropped, and a destructor that runs later
+/// would otherwise keep writing a value a live thread now owns (or, on a
+/// cache miss, make the crate touch its dropped id guard, which aborts).
+/// A thread whose *first* use of any weir table comes from such a late
+/// destructor, after the crate's guard was dropped on behalf of some other
+/// user of the crate, still meets that abort: nothing tells it apart from
+/// a thread that never had an id.
 #[cfg(not(loom))]
 mod fast_thread_local {
     use std::cell::Cell;
@@ -53,6 +64,24 @@ mod fast_thread_local {
 
     std::thread_local! {
         static LAST: Cell<(u64, *const ())> = const { Cell::new((0, std::ptr::null())) };
+        /// Whether this thread's teardown has reached [`TEARDOWN`]. No
+        /// destructor, so it stays readable to the end of the thread.
+        static EXITING: Cell<bool> = const { Cell::new(false) };
+        static TEARDOWN: Teardown = const { Teardown };
+    }
+
+    /// Marks the thread as exiting when its thread-locals are dropped.
+    /// Registered after the `thread_local` crate's own guard (see
+    /// `get_or_slow`), and thread-local destructors run in reverse order of
+    /// registration (std's own list and glibc's alike), so this runs while
+    /// the thread id is still the thread's.
+    struct Teardown;
+
+    impl Drop for Teardown {
+        fn drop(&mut self) {
+            EXITING.set(true);
+            LAST.set((0, std::ptr::null()));
+        }
     }
 
     pub(crate) struct ThreadLocal<T: Send> {
@@ -69,11 +98,16 @@ mod fast_thread_local {
         }
 
         pub(crate) fn get(&self) -> Option<&T> {
+            if EXITING.get() {
+                return None;
+            }
             self.values.get()
         }
 
+        /// The calling thread's value, made by `create` on its first call;
+        /// `None` once the thread's thread-locals are being torn down.
         #[inline]
-        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> &T {
+        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> Option<&T> {
             let (id, value) = LAST.get();
             if id == self.id {
                 // SAFETY: the entry was stored below by this thread from
@@ -81,17 +115,29 @@ mod fast_thread_local {
                 // put until `self` is dropped (nothing here takes `&mut`
                 // of `values`), and `self` is borrowed for the result's
                 // lifetime. Ids are unique, so no other instance matches.
-                return unsafe { &*value.cast::<T>() };
+                // `Teardown` empties the cache before the thread id (and so
+                // the value) can pass to another thread.
+                return Some(unsafe { &*value.cast::<T>() });
             }
             self.get_or_slow(create)
         }
 
         #[cold]
         #[inline(never)]
-        fn get_or_slow<F: FnOnce() -> T>(&self, create: F) -> &T {
+        fn get_or_slow<F: FnOnce() -> T>(&self, create: F) -> Option<&T> {
+            if EXITING.get() {
+                return None;
+            }
+            // First the crate's lookup, which registers its id guard on the
+            // thread's first use; then ours, so that ours is dropped first.
             let value = self.values.get_or(create);
+            if TEARDOWN.try_with(|_| ()).is_err() {
+                // Dropped already (it set `EXITING`): only reachable from a
+                // destructor that runs between ours and the crate's.
+                return None;
+            }
             LAST.set((self.id, std::ptr::from_ref(value).cast()));
-            value
+            Some(value)
         }
 
         pub(crate) fn iter(&self) -> thread_local::Iter<'_, T>
@@ -143,9 +189,9 @@ mod loom_thread_local {
                 .find_map(|(id, value)| (*id == me).then_some(value))
         }
 
-        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> &T {
+        pub(crate) fn get_or<F: FnOnce() -> T>(&self, create: F) -> Option<&T> {
             if let Some(value) = self.get() {
-                return value;
+                return Some(value);
             }
             let me = loom::thread::current().id();
             let mut fresh = Some((me, create()));
@@ -154,7 +200,7 @@ mod loom_thread_local {
                     slot.get_or_init(|| fresh.take().expect("only an empty slot takes it"));
                 if *id == me {
                     published.store(true, Ordering::Release);
-                    return value;
+                    return Some(value);
                 }
             }
             panic!("more threads than loom models");

@@ -10,7 +10,9 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::Locator;
-use weir_limits::{Estimator, HeavyHitters, Inflight, Rate, Shape, ShardedEstimator, Update};
+use weir_limits::{
+    Estimator, HeavyHitters, Inflight, Observation, Rate, Shape, ShardedEstimator, Update,
+};
 
 fn every(updates: usize) -> NonZeroUsize {
     NonZeroUsize::new(updates).unwrap()
@@ -309,6 +311,116 @@ fn heavy_hitters_events_racing_an_admission_are_not_lost() {
                 count.total() >= 3,
                 "{update:?}: an event was lost: {count:?}"
             );
+        });
+    }
+}
+
+/// A reader in the window being entered sees the window before it whole:
+/// neither the instant between claiming a rotation and publishing it, nor
+/// the zeroing of the spare sketch, reads as "nothing happened".
+#[test]
+fn rate_components_during_a_rotation_keep_the_previous_window() {
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let shape = Shape::rows::<1, 4>().with_seed(1);
+        let rate =
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, clock.clone()).unwrap());
+        rate.observe(&1u8, 1);
+        clock.set(Duration::from_millis(1500));
+        // The reader is the spawned thread: loom then runs the rotation
+        // first and backtracks the reader into each of its steps.
+        let r = Arc::clone(&rate);
+        let reader = thread::spawn(move || r.components(&1u8));
+        rate.observe(&1u8, 1);
+        let c = reader.join().unwrap();
+        assert_eq!(c.previous, 1, "window 0 read as {c:?} during its rotation");
+        assert!((0..=1).contains(&c.current), "{c:?}");
+    });
+}
+
+loom::thread_local! {
+    static NOW: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// A clock each model thread sets for itself, so that one thread's
+/// reading can be older than another's.
+struct ThreadClock;
+
+impl weir_limits::clock::Clock for ThreadClock {
+    fn now_nanos(&self) -> u64 {
+        NOW.with(std::cell::Cell::get)
+    }
+}
+
+/// A reader whose clock reading is older than a rotation across a gap
+/// reads either the windows before it or the (empty) windows after it,
+/// never one window from before the rotation beside a zeroed other.
+#[test]
+fn rate_components_racing_a_rotation_across_a_gap_are_never_torn() {
+    const SECOND: u64 = 1_000_000_000;
+    loom::model(|| {
+        let shape = Shape::rows::<1, 4>().with_seed(1);
+        let rate =
+            Arc::new(Rate::try_with_shape(Duration::from_secs(1), shape, ThreadClock).unwrap());
+        rate.observe(&1u8, 5);
+        NOW.with(|now| now.set(SECOND + SECOND / 2));
+        rate.observe(&1u8, 1);
+        let r = Arc::clone(&rate);
+        let reader = thread::spawn(move || {
+            NOW.with(|now| now.set(SECOND + SECOND / 2));
+            r.components(&1u8)
+        });
+        NOW.with(|now| now.set(7 * SECOND));
+        rate.observe(&1u8, 2);
+        let c = reader.join().unwrap();
+        let seen = (c.previous, c.current);
+        assert!(
+            seen == (5, 1) || seen == (0, 0) || seen == (0, 2),
+            "a torn read across the rotation: {seen:?}"
+        );
+    });
+}
+
+/// An eviction races an exact count of the key it evicts: the event is
+/// either counted in the table before the eviction (and goes back to the
+/// sketch with the rest) or in the sketch after it, never lost.
+#[test]
+fn heavy_hitters_eviction_racing_an_exact_count_loses_no_event() {
+    let shape = (0..64)
+        .map(|seed| Shape::rows::<1, 2>().with_seed(seed))
+        .find(|&shape| {
+            let l = Locator::new(shape);
+            l.locate(&1u8).iter().ne(l.locate(&2u8).iter())
+        })
+        .expect("a seed that separates keys 1 and 2");
+    for update in [Update::Plain, Update::Conservative] {
+        loom::model(move || {
+            let one = NonZeroUsize::new(1).unwrap();
+            let heavy = Arc::new(HeavyHitters::with_sketch_and_capacity(
+                threshold(1),
+                shape,
+                update,
+                one,
+            ));
+            heavy.record(&1u8, 1);
+            let other = Arc::clone(&heavy);
+            let t = thread::spawn(move || {
+                other.record(&1u8, 1);
+            });
+            // Heavier than key 1 can be: takes its place.
+            heavy.record(&2u8, 5);
+            t.join().unwrap();
+            let total = |key: u8| match heavy.record(&key, 0) {
+                Observation::Light(estimate) => estimate,
+                Observation::Heavy(count) => count.total(),
+            };
+            assert!(
+                total(1) >= 2,
+                "{update:?}: key 1 lost an event: {}",
+                total(1)
+            );
+            assert!(total(2) >= 5, "{update:?}: key 2 reads {}", total(2));
+            assert!(heavy.admitted() <= 1);
         });
     }
 }
