@@ -362,3 +362,66 @@ fn huge_batching_sizes_are_config_errors() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// Headers tell no lie a client would act on: a fail-open answer does not
+/// promise the whole quota (nobody counted), and an answer from a lease
+/// reports a reset that moves with time, not the one Redis gave when the
+/// lease was taken.
+#[test]
+fn headers_from_a_lease_or_the_failure_policy_do_not_lie() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("honest headers")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("honest"))
+            .on_failure(FailurePolicy::Closed)
+            .pre_aggregate(weir_rate::redis::PreAggregation {
+                lease: 64,
+                hot_after: 1,
+                max_age: Duration::from_secs(30),
+                max_keys: 16,
+            })
+            .connect(Target::server(server.url()))
+            .await?;
+        let mut first_lease = None;
+        for _ in 0..4 {
+            let v = limiter.check_verbose("k", 1).await?;
+            if v.source == Source::Lease {
+                first_lease.get_or_insert((Instant::now(), v.decision.reset_after()));
+            }
+        }
+        let Some((at, reset)) = first_lease else {
+            return Err("no check was answered from a lease".into());
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let v = limiter.check_verbose("k", 1).await?;
+        assert_eq!(v.source, Source::Lease);
+        let passed = at.elapsed();
+        // Nothing was spent in Redis since (no second lease: too few
+        // checks), so the reset is the same instant, `passed` closer.
+        let now = v.decision.reset_after();
+        assert!(
+            now + passed <= reset + Duration::from_millis(50)
+                && now + passed + Duration::from_millis(50) >= reset,
+            "reset {reset:?}, then {now:?} after {passed:?}"
+        );
+
+        let open = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("honest-open"))
+            .on_failure(FailurePolicy::Open)
+            .connect(Target::server(server.url()))
+            .await?;
+        server.kill();
+        let v = open.check_verbose("k", 1).await?;
+        assert_eq!(v.source, Source::FailOpen);
+        assert!(v.decision.is_allowed());
+        assert!(
+            v.decision.remaining() < 1000,
+            "a fail-open answer promised the whole quota: {}",
+            v.decision.remaining()
+        );
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

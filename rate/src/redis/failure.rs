@@ -11,6 +11,7 @@ use crate::quota::Quota;
 use crate::sketch::{Shape, SketchLimiter};
 use std::fmt;
 use std::sync::Arc;
+use weir_limits::clock::duration_to_nanos;
 
 /// What callers get when Redis is slow, unreachable, or failing.
 ///
@@ -41,7 +42,9 @@ pub enum FailurePolicy {
     PerInstance,
     /// Allow the request (availability over protection): while Redis is
     /// down there is no limit at all, so anyone who can slow Redis down
-    /// switches it off. The decision reports the full limit as remaining.
+    /// switches it off. The decision reports nothing remaining and a reset
+    /// after the back-off: nothing counted the request, so it promises
+    /// nothing.
     Open,
     /// Deny the request (protection over availability), with a
     /// `Retry-After` of one second.
@@ -98,8 +101,15 @@ impl RedisLimiter {
     pub(crate) fn on_failure(&self, key: &str, cost: u32, error: RedisLimitError) -> Outcome {
         let q = &self.inner.quota;
         let (decision, source) = match &self.inner.policy {
+            // Allowed, but nothing counted it: promise nothing more, and
+            // ask again after the back-off.
             FailurePolicy::Open => (
-                Decision::allow(q.limit(), q.window(), q.limit(), 0),
+                Decision::allow(
+                    q.limit(),
+                    q.window(),
+                    0,
+                    duration_to_nanos(self.inner.backoff),
+                ),
                 Source::FailOpen,
             ),
             FailurePolicy::Closed => (self.closed(), Source::FailClosed),

@@ -36,7 +36,7 @@ use weir_limits::clock::duration_to_nanos;
 ///   under-admission of fewer than `1.5 × lease` per instance per expiry).
 /// * **Remaining.** A decision from a lease reports the `remaining` of the
 ///   last Redis answer plus the lease's unused units: an estimate, stale by
-///   at most `max_age`.
+///   at most `max_age`; its reset is the last Redis answer's, counted down.
 /// * **Cancellation.** A lease is fetched on a task of its own, so a check
 ///   dropped while it waits for one (its client gone, a `timeout` around
 ///   it) leaves the fetch to finish: the lease is kept, the dropped
@@ -94,8 +94,10 @@ struct Entry {
     expires: u64,
     /// The last Redis answer's remaining units, and when it came.
     remaining: Option<(u64, u64)>,
-    /// Time to reset of the last Redis answer, in ns.
-    reset_ns: u64,
+    /// When the last Redis answer's reset comes (ns since the epoch), so
+    /// an answer from the lease reports the time left until then, not
+    /// the time left when Redis answered.
+    reset_at: u64,
     fetching: bool,
     /// Bumped and notified when a fetch finishes.
     generation: u64,
@@ -184,7 +186,8 @@ impl Hot {
                     if prefetch {
                         e.fetching = true;
                     }
-                    Step::Answer(Self::lease_decision(lim, rem, e.left, e.reset_ns), prefetch)
+                    let reset = e.reset_at.saturating_sub(now);
+                    Step::Answer(Self::lease_decision(lim, rem, e.left, reset), prefetch)
                 } else if e.fetching && round == 0 && !near_limit && e.hits >= self.cfg.hot_after {
                     Step::Wait(e.notify.clone(), e.generation)
                 } else if e.hits < self.cfg.hot_after || e.fetching || near_limit {
@@ -302,13 +305,14 @@ impl Hot {
         e.notify.notify_waiters();
         let raw = result?;
         e.remaining = Some((raw.remaining, now));
-        e.reset_ns = raw.reset_after_us.saturating_mul(1000);
+        let reset = raw.reset_after_us.saturating_mul(1000);
+        e.reset_at = now.saturating_add(reset);
         if !raw.allowed {
             return None;
         }
         e.left = e.left.saturating_add(lease - taken);
         e.expires = now.saturating_add(duration_to_nanos(self.cfg.max_age));
-        Some((raw.remaining, e.left, e.reset_ns))
+        Some((raw.remaining, e.left, reset))
     }
 }
 
