@@ -30,7 +30,8 @@ mod response;
 
 pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightService, OVERLOADED};
 pub use key::{
-    ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
+    ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
+    KeyFn, PeerAddr, PeerIp,
 };
 pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
 /// The in-flight counter [`InflightLayer::with_inflight`] shares and its
