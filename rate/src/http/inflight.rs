@@ -15,7 +15,7 @@
 //! key, never admitted past its limit.
 
 use super::key::KeyExtractor;
-use super::response::{Rejection, reject};
+use super::response::{Unkeyed, overloaded};
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -27,11 +27,18 @@ use weir_limits::{Inflight, InflightGuard};
 /// A tower layer limiting in-flight requests per key.
 ///
 /// ```
+/// use axum::{Router, routing::get};
+/// use std::net::SocketAddr;
 /// use weir_rate::http::{InflightLayer, PeerIp};
 ///
 /// // At most 100 requests per client IP in progress; the 101st gets 503.
-/// let layer = InflightLayer::new(PeerIp::new(), 100);
-/// # let _ = layer;
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(InflightLayer::new(PeerIp::new(), 100));
+/// // PeerIp finds the client in the ConnectInfo this inserts (with
+/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// let service = app.into_make_service_with_connect_info::<SocketAddr>();
+/// # let _ = service;
 /// ```
 #[derive(Clone, Debug)]
 pub struct InflightLayer<X> {
@@ -39,6 +46,7 @@ pub struct InflightLayer<X> {
     limit: isize,
     extractor: X,
     shadow: bool,
+    unkeyed: Unkeyed,
 }
 
 impl<X> InflightLayer<X> {
@@ -55,6 +63,7 @@ impl<X> InflightLayer<X> {
             limit: limit as isize,
             extractor,
             shadow: false,
+            unkeyed: Unkeyed::new("InflightLayer", "x-inflight-error"),
         }
     }
 
@@ -62,6 +71,14 @@ impl<X> InflightLayer<X> {
     /// header) but never refuse.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
+        self
+    }
+
+    /// The status a request without a key is refused with (default 500),
+    /// with `x-inflight-error: no-key; ...`; the first is logged through
+    /// `tracing`.
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.unkeyed = self.unkeyed.with_status(status);
         self
     }
 
@@ -105,7 +122,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let Some(key) = self.layer.extractor.extract(&request) else {
-            return InflightFuture::rejected(reject(Rejection::NoKey));
+            return InflightFuture::rejected(self.layer.unkeyed.respond());
         };
         // `Inflight::incr`'s estimate, not `Estimator::incr`'s: only the
         // former counts concurrent admissions (see the module docs).
@@ -113,7 +130,7 @@ where
         let exceeded = now > self.layer.limit;
         if exceeded && !self.layer.shadow {
             drop(guard);
-            return InflightFuture::rejected(reject(Rejection::Overloaded));
+            return InflightFuture::rejected(overloaded());
         }
         InflightFuture::Running {
             future: self.inner.call(request),

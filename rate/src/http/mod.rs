@@ -11,6 +11,14 @@
 //!   [`GlobalKey`]. Both IP extractors key an IPv6 client by its /64
 //!   (configurable), since one subscriber can rotate through a whole /64,
 //!   and treat IPv4-mapped addresses from dual-stack listeners as IPv4.
+//!   They find the peer in a [`PeerAddr`] or `SocketAddr` request
+//!   extension, and with the `axum` feature in axum's
+//!   `ConnectInfo<SocketAddr>`, which
+//!   `into_make_service_with_connect_info::<SocketAddr>()` inserts.
+//! * A request without a key (no peer address found, a [`KeyFn`] that says
+//!   `None`) is refused without calling the service: 500 by default (see
+//!   `missing_key_status` on each layer), a header naming the cause, and
+//!   one `tracing` warning per layer saying what the server lacks.
 //!
 //! The layers are generic over the request and response body types; refusals
 //! carry an empty body (`ResBody: Default`, which axum's and hyper's body

@@ -9,7 +9,7 @@
 //! already-completed future, which the service polls once and never boxes.
 
 use super::key::KeyExtractor;
-use super::response::{Rejection, reject};
+use super::response::Unkeyed;
 use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::Future;
@@ -25,16 +25,28 @@ type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 
 /// A tower layer that rate-limits requests per key.
 ///
+/// A request the extractor finds no key for is refused without calling
+/// the service: 500 unless [`missing_key_status`](Self::missing_key_status)
+/// says otherwise, with `x-ratelimit-error: no-key; ...`, and logged once
+/// per layer through `tracing` with what the server is missing.
+///
 /// ```
+/// use axum::{Router, routing::get};
+/// use std::net::{IpAddr, SocketAddr};
 /// use std::num::NonZeroU32;
 /// use weir_rate::{Gcra, KeyedLimiter, Quota};
 /// use weir_rate::http::{PeerIp, RateLimitLayer};
 ///
-/// let per_ip = KeyedLimiter::<std::net::IpAddr, _>::new(Gcra::new(
+/// let per_ip = KeyedLimiter::<IpAddr, _>::new(Gcra::new(
 ///     Quota::per_second(NonZeroU32::new(50).unwrap()),
 /// ));
-/// let layer = RateLimitLayer::<_, _, axum::body::Body>::new(per_ip, PeerIp::new()).policy_name("per-ip");
-/// # let _ = layer;
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(per_ip, PeerIp::new()).policy_name("per-ip"));
+/// // PeerIp finds the client in the ConnectInfo this inserts (with
+/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// let service = app.into_make_service_with_connect_info::<SocketAddr>();
+/// # let _ = service;
 /// ```
 pub struct RateLimitLayer<Ch, X, B = ()> {
     checker: Arc<Ch>,
@@ -55,6 +67,7 @@ struct Answering {
     policy_header: Arc<OnceLock<PolicyHeader>>,
     denied_status: StatusCode,
     shadow: bool,
+    unkeyed: Unkeyed,
 }
 
 /// What to do with a request once the limiter has answered.
@@ -125,6 +138,7 @@ impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
             .field("policy", &self.answering.policy)
             .field("denied_status", &self.answering.denied_status)
             .field("shadow", &self.answering.shadow)
+            .field("missing_key_status", &self.answering.unkeyed.status())
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +163,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
                 policy_header: Arc::new(OnceLock::new()),
                 denied_status: StatusCode::TOO_MANY_REQUESTS,
                 shadow: false,
+                unkeyed: Unkeyed::new("RateLimitLayer", "x-ratelimit-error"),
             },
         }
     }
@@ -172,6 +187,13 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// server's capacity rather than police a client.
     pub fn overload_status(mut self) -> Self {
         self.answering.denied_status = StatusCode::SERVICE_UNAVAILABLE;
+        self
+    }
+
+    /// The status a request without a key is refused with (default 500: a
+    /// server that cannot tell its clients apart is misconfigured).
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.answering.unkeyed = self.answering.unkeyed.with_status(status);
         self
     }
 
@@ -332,7 +354,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let Some(key) = self.layer.extractor.extract(&request) else {
-            return answered(reject(Rejection::NoKey));
+            return answered(self.layer.answering.unkeyed.respond());
         };
         let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
         let mut check = self.layer.checker.check_key_async(&key, cost);
