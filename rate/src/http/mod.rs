@@ -5,7 +5,7 @@
 //!   `Retry-After` when denied, the IETF `RateLimit-Policy` / `RateLimit`
 //!   fields on every response, cost-weighted requests, shadow mode.
 //! * [`InflightLayer`] — at most N requests per key in progress, 503 beyond
-//!   (pingora's per-origin connection limit, on `weir_limits::Inflight`).
+//!   (pingora's per-origin connection limit), counted exactly per key.
 //! * Key extractors decide whom a request is counted for: [`PeerIp`] (the
 //!   default), [`ForwardedIp`] (only behind proxies you trust), [`KeyFn`],
 //!   [`GlobalKey`]. Both IP extractors key an IPv6 client by its /64
@@ -36,12 +36,11 @@ mod key;
 mod ratelimit;
 mod response;
 
-pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightService, OVERLOADED};
+pub use inflight::{
+    InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService, OVERLOADED,
+};
 pub use key::{
     ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
     KeyFn, PeerAddr, PeerIp,
 };
 pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
-/// The in-flight counter [`InflightLayer::with_inflight`] shares and its
-/// guard, re-exported so depending on weir-rate is enough.
-pub use weir_limits::{Inflight, InflightGuard, Shape};
