@@ -386,20 +386,26 @@ where
     ResBody: Default + Send + 'static,
 {
     /// The boxed path, for a decision that is not ready yet.
+    ///
+    /// The readiness `poll_ready` reserved (a concurrency permit, a buffer
+    /// slot) is given back at once, by dropping the reserved service, and
+    /// asked for again only if the decision admits the request: a request
+    /// waiting on a round trip, which may yet be denied, must not hold
+    /// capacity the origin's admitted requests need.
     fn wait_for(
         &mut self,
         check: Ch::Future,
         request: Request<B>,
     ) -> RateLimitFuture<S::Future, ResBody, S::Error> {
-        // The ready clone serves this request; a fresh clone waits for the next.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.inner.clone();
+        drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
         RateLimitFuture::Waiting {
             future: Box::pin(async move {
                 match answering.next(check.await) {
                     Next::Answer(response) => Ok(response),
                     Next::Forward(headers) => {
+                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                         let mut response = inner.call(request).await?;
                         headers.apply(&mut response);
                         Ok(response)
