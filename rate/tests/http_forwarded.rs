@@ -220,8 +220,8 @@ fn hostile_bytes() -> impl Strategy<Value = Vec<u8>> {
 
 /// A client address and the ways a proxy may write it.
 fn client_entry() -> impl Strategy<Value = (IpAddr, String, String)> {
-    let v4 = any::<[u8; 4]>().prop_map(|o| IpAddr::from(o));
-    let v6 = any::<[u8; 16]>().prop_map(|o| IpAddr::from(o));
+    let v4 = any::<[u8; 4]>().prop_map(IpAddr::from);
+    let v6 = any::<[u8; 16]>().prop_map(IpAddr::from);
     (prop_oneof![v4, v6], 0..4usize, any::<u16>(), 0..3usize).prop_map(
         |(addr, form, port, space)| {
             let pad = [" ", "", "\t"][space];
