@@ -77,6 +77,14 @@ impl<X> InflightLayer<X> {
     /// The status a request without a key is refused with (default 500),
     /// with `x-inflight-error: no-key; ...`; the first is logged through
     /// `tracing`.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use weir_rate::http::{InflightLayer, PeerIp};
+    ///
+    /// let layer = InflightLayer::new(PeerIp::new(), 100).missing_key_status(StatusCode::BAD_REQUEST);
+    /// # let _ = layer;
+    /// ```
     pub fn missing_key_status(mut self, status: StatusCode) -> Self {
         self.unkeyed = self.unkeyed.with_status(status);
         self
@@ -262,7 +270,24 @@ impl<B: http_body::Body> http_body::Body for InflightBody<B> {
 /// The status an in-flight refusal uses (503, as pingora answers).
 pub const OVERLOADED: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
 
-/// One request counted in flight; uncounts it when dropped.
+/// One request counted in flight; uncounts it when dropped. The layer
+/// keeps it in the response future and then in the [`InflightBody`].
+///
+/// ```
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use tower::{Layer, Service};
+/// use weir_rate::http::{GlobalKey, InflightLayer};
+///
+/// let layer = InflightLayer::new(GlobalKey, 1);
+/// let mut service = layer.layer(tower::service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(String::new()))
+/// }));
+/// let pending = service.call(Request::new(()));
+/// assert_eq!(layer.in_flight(&()), 1, "the future holds the permit");
+/// drop(pending);
+/// assert_eq!(layer.in_flight(&()), 0);
+/// ```
 #[derive(Debug)]
 pub struct InflightPermit {
     table: Arc<Table>,

@@ -349,6 +349,7 @@ impl ForwardedIp {
 
     /// Read `header` (default `X-Forwarded-For`). Only ever the one header
     /// your proxies write: the other one reaches you as the client wrote it.
+    /// [`ForwardedHeader`] has an example.
     pub fn reading(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
         self
@@ -365,7 +366,8 @@ impl ForwardedIp {
     }
 
     /// Find the peer's address with `lookup` first, for servers that keep
-    /// it in an extension of their own (see [`PeerIp::peer_from`]).
+    /// it in an extension of their own; [`PeerIp::peer_from`] has an
+    /// example.
     pub fn peer_from(mut self, lookup: fn(&Extensions) -> Option<SocketAddr>) -> Self {
         self.peer = PeerLookup(Some(lookup));
         self

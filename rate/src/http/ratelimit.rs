@@ -192,6 +192,21 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
 
     /// The status a request without a key is refused with (default 500: a
     /// server that cannot tell its clients apart is misconfigured).
+    ///
+    /// ```
+    /// use http::{Request, StatusCode};
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::http::{KeyFn, RateLimitLayer};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// // Requests without an API key are the client's fault here: 401.
+    /// let by_api_key = KeyFn::new(|req: &Request<()>| {
+    ///     req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
+    /// });
+    /// let limiter = KeyedLimiter::<Vec<u8>, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())));
+    /// let layer = RateLimitLayer::<_, _, ()>::new(limiter, by_api_key).missing_key_status(StatusCode::UNAUTHORIZED);
+    /// # let _ = layer;
+    /// ```
     pub fn missing_key_status(mut self, status: StatusCode) -> Self {
         self.answering.unkeyed = self.answering.unkeyed.with_status(status);
         self
