@@ -1,60 +1,69 @@
 //! [`InflightLayer`]: limit how many requests per key are in progress at
 //! once, answering 503 beyond it — pingora's per-origin connection limit.
 //!
-//! Each request is counted in a `weir_limits::Inflight` sketch on entry and
-//! uncounted when its response body has ended or is dropped: the guard
-//! travels in the response future and then in the body ([`InflightBody`]),
-//! so a streaming download counts until its last byte, and a cancelled
-//! request or an abandoned body is uncounted too. A request is refused when
-//! the estimate `Inflight::incr` returns exceeds the limit; that estimate is
-//! read back after all rows are counted and a `SeqCst` fence, so of racing
-//! requests the later ones see the earlier ones (`weir_limits::Inflight`'s
-//! module docs and loom model), and racers cannot all slip in under the
-//! limit together. The sketch can only overestimate, so a key may be
-//! refused slightly early when it shares every counter with another busy
-//! key, never admitted past its limit.
+//! Each request is counted on entry and uncounted when its response body
+//! has ended or is dropped: the permit travels in the response future and
+//! then in the body ([`InflightBody`]), so a streaming download counts
+//! until its last byte, and a cancelled request or an abandoned body is
+//! uncounted too.
+//!
+//! Counts are exact, in a sharded map from key to count that drops a key
+//! when its count returns to zero. A count-min sketch (`weir_limits::Inflight`,
+//! which pingora's API keeps) would bound memory by its shape instead, but
+//! it overestimates: keys sprayed across its cells (the /64s of one /48)
+//! make it refuse honest clients that have nothing in flight. An exact map
+//! needs no such bound: it holds one entry per key with a request in
+//! flight, so its size is bounded by the server's concurrency, and a key
+//! is refused only for its own requests.
 
 use super::key::KeyExtractor;
-use super::response::{Rejection, reject};
+use super::response::{Unkeyed, overloaded};
+use hashbrown::HashTable;
 use http::{Request, Response, StatusCode};
+use parking_lot::Mutex;
 use pin_project_lite::pin_project;
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
-use weir_limits::{Inflight, InflightGuard};
 
 /// A tower layer limiting in-flight requests per key.
 ///
 /// ```
+/// use axum::{Router, routing::get};
+/// use std::net::SocketAddr;
 /// use weir_rate::http::{InflightLayer, PeerIp};
 ///
 /// // At most 100 requests per client IP in progress; the 101st gets 503.
-/// let layer = InflightLayer::new(PeerIp::new(), 100);
-/// # let _ = layer;
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(InflightLayer::new(PeerIp::new(), 100));
+/// // PeerIp finds the client in the ConnectInfo this inserts (with
+/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// let service = app.into_make_service_with_connect_info::<SocketAddr>();
+/// # let _ = service;
 /// ```
 #[derive(Clone, Debug)]
 pub struct InflightLayer<X> {
-    inflight: Inflight,
-    limit: isize,
+    table: Arc<Table>,
+    limit: usize,
     extractor: X,
     shadow: bool,
+    unkeyed: Unkeyed,
 }
 
 impl<X> InflightLayer<X> {
-    /// At most `limit` requests per key in flight (counted in a default
-    /// `Inflight` sketch).
+    /// At most `limit` requests per key in flight (0 refuses every
+    /// request). Clones of the layer share the counts.
     pub fn new(extractor: X, limit: u32) -> Self {
-        Self::with_inflight(extractor, limit, Inflight::new())
-    }
-
-    /// Count in an existing `Inflight` (shared with other code, or sized by hand).
-    pub fn with_inflight(extractor: X, limit: u32, inflight: Inflight) -> Self {
         Self {
-            inflight,
-            limit: limit as isize,
+            table: Arc::new(Table::new()),
+            limit: limit as usize,
             extractor,
             shadow: false,
+            unkeyed: Unkeyed::new("InflightLayer", "x-inflight-error"),
         }
     }
 
@@ -65,9 +74,45 @@ impl<X> InflightLayer<X> {
         self
     }
 
-    /// The sketch requests are counted in.
-    pub fn inflight(&self) -> &Inflight {
-        &self.inflight
+    /// The status a request without a key is refused with (default 500),
+    /// with `x-inflight-error: no-key; ...`; the first is logged through
+    /// `tracing`.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use weir_rate::http::{InflightLayer, PeerIp};
+    ///
+    /// let layer = InflightLayer::new(PeerIp::new(), 100).missing_key_status(StatusCode::BAD_REQUEST);
+    /// # let _ = layer;
+    /// ```
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.unkeyed = self.unkeyed.with_status(status);
+        self
+    }
+
+    /// How many requests of `key` are in flight. `key` must be of the
+    /// extractor's key type: it is found by its hash.
+    ///
+    /// ```
+    /// use weir_rate::http::{GlobalKey, InflightLayer};
+    ///
+    /// let layer = InflightLayer::new(GlobalKey, 10);
+    /// assert_eq!(layer.in_flight(&()), 0);
+    /// ```
+    pub fn in_flight<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        self.table.get(self.table.hash(key))
+    }
+
+    /// How many keys have requests in flight: the entries the layer holds,
+    /// never more than the requests in flight.
+    ///
+    /// ```
+    /// use weir_rate::http::{GlobalKey, InflightLayer};
+    ///
+    /// assert_eq!(InflightLayer::new(GlobalKey, 10).keys_in_flight(), 0);
+    /// ```
+    pub fn keys_in_flight(&self) -> usize {
+        self.table.len()
     }
 }
 
@@ -105,19 +150,20 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let Some(key) = self.layer.extractor.extract(&request) else {
-            return InflightFuture::rejected(reject(Rejection::NoKey));
+            return InflightFuture::rejected(self.layer.unkeyed.respond());
         };
-        // `Inflight::incr`'s estimate, not `Estimator::incr`'s: only the
-        // former counts concurrent admissions (see the module docs).
-        let (guard, now) = self.layer.inflight.incr(&key, 1);
-        let exceeded = now > self.layer.limit;
-        if exceeded && !self.layer.shadow {
-            drop(guard);
-            return InflightFuture::rejected(reject(Rejection::Overloaded));
+        let table = &self.layer.table;
+        let hash = table.hash(&key);
+        let (admitted, exceeded) = table.enter(hash, self.layer.limit, self.layer.shadow);
+        if !admitted {
+            return InflightFuture::rejected(overloaded());
         }
         InflightFuture::Running {
             future: self.inner.call(request),
-            guard: Some(guard),
+            guard: Some(InflightPermit {
+                table: Arc::clone(table),
+                hash,
+            }),
             shadow_exceeded: exceeded,
         }
     }
@@ -130,7 +176,7 @@ pin_project! {
     #[allow(missing_docs)]
     pub enum InflightFuture<F, B> {
         Rejected { response: Option<Response<B>> },
-        Running { #[pin] future: F, guard: Option<InflightGuard>, shadow_exceeded: bool },
+        Running { #[pin] future: F, guard: Option<InflightPermit>, shadow_exceeded: bool },
     }
 }
 
@@ -181,7 +227,7 @@ pin_project! {
     pub struct InflightBody<B> {
         #[pin]
         inner: B,
-        guard: Option<InflightGuard>,
+        guard: Option<InflightPermit>,
     }
 }
 
@@ -224,6 +270,133 @@ impl<B: http_body::Body> http_body::Body for InflightBody<B> {
 /// The status an in-flight refusal uses (503, as pingora answers).
 pub const OVERLOADED: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
 
+/// One request counted in flight; uncounts it when dropped. The layer
+/// keeps it in the response future and then in the [`InflightBody`].
+///
+/// ```
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use tower::{Layer, Service};
+/// use weir_rate::http::{GlobalKey, InflightLayer};
+///
+/// let layer = InflightLayer::new(GlobalKey, 1);
+/// let mut service = layer.layer(tower::service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(String::new()))
+/// }));
+/// let pending = service.call(Request::new(()));
+/// assert_eq!(layer.in_flight(&()), 1, "the future holds the permit");
+/// drop(pending);
+/// assert_eq!(layer.in_flight(&()), 0);
+/// ```
+#[derive(Debug)]
+pub struct InflightPermit {
+    table: Arc<Table>,
+    hash: u64,
+}
+
+impl Drop for InflightPermit {
+    fn drop(&mut self) {
+        self.table.leave(self.hash);
+    }
+}
+
+/// Shards of the map: enough that two cores rarely meet on one lock.
+const SHARDS: usize = 64;
+
+/// Requests in flight per key: a map from the key's 64-bit hash to its
+/// count, in shards each behind its own lock.
+///
+/// Keys are told apart by a 64-bit hash under a per-process random seed
+/// rather than stored, so the layer needs no type for them (its extractor
+/// may key any request body type). Two keys share a count only if their
+/// hashes collide: for a fresh key, with probability (keys in flight) /
+/// 2^64, and the seed is unknown to clients, who therefore cannot aim for
+/// a busy key's hash.
+struct Table {
+    hasher: ahash::RandomState,
+    shards: Box<[Shard]>,
+}
+
+/// A shard on its own cache lines, so neighbouring locks do not bounce.
+#[repr(align(128))]
+struct Shard(Mutex<HashTable<(u64, usize)>>);
+
+/// A shard this much larger than its entries gives memory back: a spray
+/// that has drained leaves no table behind.
+const SHRINK_BELOW: usize = 4;
+
+impl Table {
+    fn new() -> Self {
+        Self {
+            hasher: ahash::RandomState::new(),
+            shards: (0..SHARDS)
+                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .collect(),
+        }
+    }
+
+    fn hash<K: Hash + ?Sized>(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<HashTable<(u64, usize)>> {
+        // The top bits pick the shard; the table uses the low ones.
+        &self.shards[(hash >> 58) as usize % SHARDS].0
+    }
+
+    /// Count a request of `hash` if it is under `limit` (or always, in
+    /// `shadow` mode): whether it was counted, and whether it is over.
+    fn enter(&self, hash: u64, limit: usize, shadow: bool) -> (bool, bool) {
+        let mut map = self.shard(hash).lock();
+        let entry = map.entry(hash, |e| e.0 == hash, |e| e.0);
+        let count = match &entry {
+            hashbrown::hash_table::Entry::Occupied(e) => e.get().1,
+            hashbrown::hash_table::Entry::Vacant(_) => 0,
+        };
+        let exceeded = count >= limit;
+        if exceeded && !shadow {
+            return (false, true);
+        }
+        entry.or_insert((hash, 0)).into_mut().1 += 1;
+        (true, exceeded)
+    }
+
+    fn leave(&self, hash: u64) {
+        let mut map = self.shard(hash).lock();
+        let map = &mut *map;
+        let Ok(mut entry) = map.find_entry(hash, |e| e.0 == hash) else {
+            return;
+        };
+        entry.get_mut().1 -= 1;
+        if entry.get().1 > 0 {
+            return;
+        }
+        let _ = entry.remove();
+        if map.capacity() > 64 && map.len() * SHRINK_BELOW < map.capacity() {
+            map.shrink_to(map.len() * 2, |e| e.0);
+        }
+    }
+
+    fn get(&self, hash: u64) -> usize {
+        self.shard(hash)
+            .lock()
+            .find(hash, |e| e.0 == hash)
+            .map_or(0, |e| e.1)
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().len()).sum()
+    }
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("keys_in_flight", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,22 +427,18 @@ mod tests {
         let service = layer.layer(gated(Arc::clone(&gate)));
         let first = tokio::spawn(service.clone().oneshot(Request::new(())));
         let second = tokio::spawn(service.clone().oneshot(Request::new(())));
-        while layer.inflight().get(&()) < 2 {
+        while layer.in_flight(&()) < 2 {
             tokio::task::yield_now().await;
         }
         let refused = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
-        assert_eq!(
-            layer.inflight().get(&()),
-            2,
-            "a refusal must not stay counted"
-        );
+        assert_eq!(layer.in_flight(&()), 2, "a refusal must not stay counted");
 
         gate.add_permits(2);
         assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
         assert_eq!(second.await.unwrap().unwrap().status(), StatusCode::OK);
-        assert_eq!(layer.inflight().get(&()), 0);
+        assert_eq!(layer.in_flight(&()), 0);
         gate.add_permits(1);
         let again = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(again.status(), StatusCode::OK);
@@ -281,12 +450,12 @@ mod tests {
         let layer = InflightLayer::new(GlobalKey, 1);
         let service = layer.layer(gated(gate));
         let pending = tokio::spawn(service.oneshot(Request::new(())));
-        while layer.inflight().get(&()) < 1 {
+        while layer.in_flight(&()) < 1 {
             tokio::task::yield_now().await;
         }
         pending.abort();
         let _ = pending.await;
-        assert_eq!(layer.inflight().get(&()), 0);
+        assert_eq!(layer.in_flight(&()), 0);
     }
 
     #[tokio::test]
@@ -295,7 +464,7 @@ mod tests {
         let layer = InflightLayer::new(GlobalKey, 1).shadow(true);
         let service = layer.layer(gated(Arc::clone(&gate)));
         let first = tokio::spawn(service.clone().oneshot(Request::new(())));
-        while layer.inflight().get(&()) < 1 {
+        while layer.in_flight(&()) < 1 {
             tokio::task::yield_now().await;
         }
         let second = tokio::spawn(service.oneshot(Request::new(())));
@@ -358,11 +527,47 @@ mod tests {
             .await
             .is_some()
         {}
-        assert_eq!(layer.inflight().get(&()), 0, "released when the body ended");
+        assert_eq!(layer.in_flight(&()), 0, "released when the body ended");
         assert_eq!(
             service.oneshot(Request::new(())).await.unwrap().status(),
             StatusCode::OK
         );
+    }
+
+    #[test]
+    fn racing_threads_never_hold_more_than_the_limit() {
+        use std::sync::atomic::Ordering::SeqCst;
+        const LIMIT: usize = 3;
+        let table = Arc::new(Table::new());
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hash = table.hash(&"one key");
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (table, held) = (Arc::clone(&table), Arc::clone(&held));
+                std::thread::spawn(move || {
+                    // Each thread asks for the whole limit at once, so the
+                    // two contend for it.
+                    for _ in 0..10_000 {
+                        let mut mine = 0;
+                        for _ in 0..LIMIT {
+                            if table.enter(hash, LIMIT, false).0 {
+                                mine += 1;
+                                let now = held.fetch_add(1, SeqCst) + 1;
+                                assert!(now <= LIMIT, "{now} in flight over a limit of {LIMIT}");
+                            }
+                        }
+                        for _ in 0..mine {
+                            held.fetch_sub(1, SeqCst);
+                            table.leave(hash);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 0);
     }
 
     #[tokio::test]

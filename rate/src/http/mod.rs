@@ -5,12 +5,20 @@
 //!   `Retry-After` when denied, the IETF `RateLimit-Policy` / `RateLimit`
 //!   fields on every response, cost-weighted requests, shadow mode.
 //! * [`InflightLayer`] — at most N requests per key in progress, 503 beyond
-//!   (pingora's per-origin connection limit, on `weir_limits::Inflight`).
+//!   (pingora's per-origin connection limit), counted exactly per key.
 //! * Key extractors decide whom a request is counted for: [`PeerIp`] (the
 //!   default), [`ForwardedIp`] (only behind proxies you trust), [`KeyFn`],
 //!   [`GlobalKey`]. Both IP extractors key an IPv6 client by its /64
 //!   (configurable), since one subscriber can rotate through a whole /64,
 //!   and treat IPv4-mapped addresses from dual-stack listeners as IPv4.
+//!   They find the peer in a [`PeerAddr`] or `SocketAddr` request
+//!   extension, and with the `axum` feature in axum's
+//!   `ConnectInfo<SocketAddr>`, which
+//!   `into_make_service_with_connect_info::<SocketAddr>()` inserts.
+//! * A request without a key (no peer address found, a [`KeyFn`] that says
+//!   `None`) is refused without calling the service: 500 by default (see
+//!   `missing_key_status` on each layer), a header naming the cause, and
+//!   one `tracing` warning per layer saying what the server lacks.
 //!
 //! The layers are generic over the request and response body types; refusals
 //! carry an empty body (`ResBody: Default`, which axum's and hyper's body
@@ -28,11 +36,11 @@ mod key;
 mod ratelimit;
 mod response;
 
-pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightService, OVERLOADED};
+pub use inflight::{
+    InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService, OVERLOADED,
+};
 pub use key::{
-    ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor, KeyFn, PeerAddr, PeerIp,
+    ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
+    KeyFn, PeerAddr, PeerIp,
 };
 pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
-/// The in-flight counter [`InflightLayer::with_inflight`] shares and its
-/// guard, re-exported so depending on weir-rate is enough.
-pub use weir_limits::{Inflight, InflightGuard, Shape};

@@ -9,7 +9,7 @@
 //! already-completed future, which the service polls once and never boxes.
 
 use super::key::KeyExtractor;
-use super::response::{Rejection, reject};
+use super::response::Unkeyed;
 use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::Future;
@@ -25,16 +25,28 @@ type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 
 /// A tower layer that rate-limits requests per key.
 ///
+/// A request the extractor finds no key for is refused without calling
+/// the service: 500 unless [`missing_key_status`](Self::missing_key_status)
+/// says otherwise, with `x-ratelimit-error: no-key; ...`, and logged once
+/// per layer through `tracing` with what the server is missing.
+///
 /// ```
+/// use axum::{Router, routing::get};
+/// use std::net::{IpAddr, SocketAddr};
 /// use std::num::NonZeroU32;
 /// use weir_rate::{Gcra, KeyedLimiter, Quota};
 /// use weir_rate::http::{PeerIp, RateLimitLayer};
 ///
-/// let per_ip = KeyedLimiter::<std::net::IpAddr, _>::new(Gcra::new(
+/// let per_ip = KeyedLimiter::<IpAddr, _>::new(Gcra::new(
 ///     Quota::per_second(NonZeroU32::new(50).unwrap()),
 /// ));
-/// let layer = RateLimitLayer::<_, _, axum::body::Body>::new(per_ip, PeerIp::new()).policy_name("per-ip");
-/// # let _ = layer;
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(per_ip, PeerIp::new()).policy_name("per-ip"));
+/// // PeerIp finds the client in the ConnectInfo this inserts (with
+/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// let service = app.into_make_service_with_connect_info::<SocketAddr>();
+/// # let _ = service;
 /// ```
 pub struct RateLimitLayer<Ch, X, B = ()> {
     checker: Arc<Ch>,
@@ -55,6 +67,7 @@ struct Answering {
     policy_header: Arc<OnceLock<PolicyHeader>>,
     denied_status: StatusCode,
     shadow: bool,
+    unkeyed: Unkeyed,
 }
 
 /// What to do with a request once the limiter has answered.
@@ -125,6 +138,7 @@ impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
             .field("policy", &self.answering.policy)
             .field("denied_status", &self.answering.denied_status)
             .field("shadow", &self.answering.shadow)
+            .field("missing_key_status", &self.answering.unkeyed.status())
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +163,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
                 policy_header: Arc::new(OnceLock::new()),
                 denied_status: StatusCode::TOO_MANY_REQUESTS,
                 shadow: false,
+                unkeyed: Unkeyed::new("RateLimitLayer", "x-ratelimit-error"),
             },
         }
     }
@@ -172,6 +187,28 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// server's capacity rather than police a client.
     pub fn overload_status(mut self) -> Self {
         self.answering.denied_status = StatusCode::SERVICE_UNAVAILABLE;
+        self
+    }
+
+    /// The status a request without a key is refused with (default 500: a
+    /// server that cannot tell its clients apart is misconfigured).
+    ///
+    /// ```
+    /// use http::{Request, StatusCode};
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::http::{KeyFn, RateLimitLayer};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// // Requests without an API key are the client's fault here: 401.
+    /// let by_api_key = KeyFn::new(|req: &Request<()>| {
+    ///     req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
+    /// });
+    /// let limiter = KeyedLimiter::<Vec<u8>, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())));
+    /// let layer = RateLimitLayer::<_, _, ()>::new(limiter, by_api_key).missing_key_status(StatusCode::UNAUTHORIZED);
+    /// # let _ = layer;
+    /// ```
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.answering.unkeyed = self.answering.unkeyed.with_status(status);
         self
     }
 
@@ -332,7 +369,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let Some(key) = self.layer.extractor.extract(&request) else {
-            return answered(reject(Rejection::NoKey));
+            return answered(self.layer.answering.unkeyed.respond());
         };
         let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
         let mut check = self.layer.checker.check_key_async(&key, cost);
@@ -364,20 +401,26 @@ where
     ResBody: Default + Send + 'static,
 {
     /// The boxed path, for a decision that is not ready yet.
+    ///
+    /// The readiness `poll_ready` reserved (a concurrency permit, a buffer
+    /// slot) is given back at once, by dropping the reserved service, and
+    /// asked for again only if the decision admits the request: a request
+    /// waiting on a round trip, which may yet be denied, must not hold
+    /// capacity the origin's admitted requests need.
     fn wait_for(
         &mut self,
         check: Ch::Future,
         request: Request<B>,
     ) -> RateLimitFuture<S::Future, ResBody, S::Error> {
-        // The ready clone serves this request; a fresh clone waits for the next.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.inner.clone();
+        drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
         RateLimitFuture::Waiting {
             future: Box::pin(async move {
                 match answering.next(check.await) {
                     Next::Answer(response) => Ok(response),
                     Next::Forward(headers) => {
+                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                         let mut response = inner.call(request).await?;
                         headers.apply(&mut response);
                         Ok(response)

@@ -1,0 +1,102 @@
+//! A request the key extractor finds no key for is refused with a
+//! documented status and a header naming the cause, and logged once per
+//! layer, not answered with a bare, silent 500.
+#![cfg(feature = "tower")]
+
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tower::{Layer, ServiceExt};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+use weir_rate::http::{InflightLayer, PeerIp, RateLimitLayer};
+use weir_rate::{Gcra, KeyedLimiter, Quota};
+
+/// Counts warnings, and nothing else.
+struct Warnings(Arc<AtomicUsize>);
+
+impl Subscriber for Warnings {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+/// Run `f` on a current-thread runtime with warnings counted.
+fn counting_warnings(f: impl std::future::Future<Output = ()>) -> usize {
+    let count = Arc::new(AtomicUsize::new(0));
+    tracing::subscriber::with_default(Warnings(Arc::clone(&count)), || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f);
+    });
+    count.load(Ordering::Relaxed)
+}
+
+fn hello()
+-> impl tower::Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new("hello".to_string()))
+    })
+}
+
+fn per_ip() -> KeyedLimiter<std::net::IpAddr, Gcra> {
+    KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())))
+}
+
+#[test]
+fn the_rate_limit_layer_names_the_cause_and_logs_it_once() {
+    let warnings = counting_warnings(async {
+        let service = RateLimitLayer::new(per_ip(), PeerIp::new()).layer(hello());
+        for _ in 0..3 {
+            // No peer address anywhere in the request: PeerIp has no key.
+            let response = service.clone().oneshot(Request::new(())).await.unwrap();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let cause = response.headers()["x-ratelimit-error"].to_str().unwrap();
+            assert!(cause.starts_with("no-key"), "{cause}");
+        }
+        let service = RateLimitLayer::new(per_ip(), PeerIp::new())
+            .missing_key_status(StatusCode::BAD_REQUEST)
+            .layer(hello());
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    });
+    assert_eq!(warnings, 2, "one line per layer, however many requests");
+}
+
+#[test]
+fn the_inflight_layer_names_the_cause_and_logs_it_once() {
+    let warnings = counting_warnings(async {
+        let layer = InflightLayer::new(PeerIp::new(), 10);
+        let service = layer.layer(hello());
+        for _ in 0..3 {
+            let response = service.clone().oneshot(Request::new(())).await.unwrap();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let cause = response.headers()["x-inflight-error"].to_str().unwrap();
+            assert!(cause.starts_with("no-key"), "{cause}");
+        }
+        let service = InflightLayer::new(PeerIp::new(), 10)
+            .missing_key_status(StatusCode::BAD_REQUEST)
+            .layer(hello());
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    });
+    assert_eq!(warnings, 2, "one line per layer, however many requests");
+}
