@@ -147,6 +147,20 @@ struct Slot<K> {
     entry: Entry,
 }
 
+impl<K> Slot<K> {
+    /// A key just admitted with its estimate at admission.
+    fn new(key: K, hash: u64, at_admission: isize) -> Self {
+        Self {
+            key,
+            hash,
+            entry: Entry {
+                at_admission,
+                since_admission: AtomicIsize::new(0),
+            },
+        }
+    }
+}
+
 /// The exact table: at most `capacity` slots, reused on eviction.
 struct Table<K> {
     slots: Vec<Slot<K>>,
@@ -182,14 +196,7 @@ impl<K: Eq> Table<K> {
             self.slots.reserve_exact(more);
             self.by_total.reserve_exact(more);
         }
-        self.slots.push(Slot {
-            key,
-            hash,
-            entry: Entry {
-                at_admission,
-                since_admission: AtomicIsize::new(0),
-            },
-        });
+        self.slots.push(Slot::new(key, hash, at_admission));
         let slots = &self.slots;
         self.index.insert_unique(hash, slot, |&i| slots[i].hash);
         self.by_total.push(Reverse((at_admission, slot)));
@@ -223,17 +230,7 @@ impl<K: Eq> Table<K> {
         if let Ok(found) = self.index.find_entry(old_hash, |&i| i == slot) {
             found.remove();
         }
-        let old = std::mem::replace(
-            &mut self.slots[slot],
-            Slot {
-                key,
-                hash,
-                entry: Entry {
-                    at_admission,
-                    since_admission: AtomicIsize::new(0),
-                },
-            },
-        );
+        let old = std::mem::replace(&mut self.slots[slot], Slot::new(key, hash, at_admission));
         let slots = &self.slots;
         self.index.insert_unique(hash, slot, |&i| slots[i].hash);
         self.by_total.pop();
