@@ -109,11 +109,43 @@ impl Core {
 
     /// One script call, with no deadline of its own (the batcher bounds
     /// it by its callers' deadlines).
+    ///
+    /// While a Cluster slot migrates, a script naming several keys of it
+    /// fails with `TRYAGAIN` as soon as one of them has moved (or with an
+    /// `ASK` redirection the client cannot follow for all of them), and
+    /// keeps failing until the migration ends. That says nothing about
+    /// each key, so such a call is repeated key by key (runs of one key
+    /// stay together), each call following its own redirection, rather
+    /// than sending the whole batch, and its slot's back-off cell, to the
+    /// failure policy.
     pub(crate) async fn query(
         &self,
         keys: &[&str],
         costs: &[u32],
     ) -> Result<Vec<Raw>, RedisLimitError> {
+        let result = self.query_once(keys, costs).await;
+        let moving = matches!(&result, Err(RedisLimitError::Redis(e)) if slot_moving(e));
+        if !moving || keys.iter().all(|k| *k == keys[0]) {
+            return result;
+        }
+        let mut raws = Vec::with_capacity(keys.len());
+        let mut start = 0;
+        while start < keys.len() {
+            let end = start
+                + keys[start..]
+                    .iter()
+                    .take_while(|k| **k == keys[start])
+                    .count();
+            raws.extend(
+                self.query_once(&keys[start..end], &costs[start..end])
+                    .await?,
+            );
+            start = end;
+        }
+        Ok(raws)
+    }
+
+    async fn query_once(&self, keys: &[&str], costs: &[u32]) -> Result<Vec<Raw>, RedisLimitError> {
         debug_assert!(
             keys.iter()
                 .enumerate()
@@ -202,4 +234,16 @@ impl Drop for Outstanding<'_> {
             self.link.discard(self.generation);
         }
     }
+}
+
+/// Whether `error` comes from a slot being migrated between Cluster
+/// masters rather than from any one key.
+fn slot_moving(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain | ServerErrorKind::Ask | ServerErrorKind::Moved
+        )
+    )
 }
