@@ -425,3 +425,82 @@ fn headers_from_a_lease_or_the_failure_policy_do_not_lie() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// Poll `f` at most `polls` times (yielding in between, so the
+/// connection and the batching task make progress), then drop it.
+async fn poll_then_drop<F: std::future::Future>(f: F, polls: usize) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    for _ in 0..polls {
+        let step = std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx))).await;
+        if let std::task::Poll::Ready(v) = step {
+            return Some(v);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
+}
+
+/// Checks dropped at every await point, on the plain path, the batching
+/// path and the lease path: the limiter keeps deciding by Redis
+/// afterwards (no probe, permit, queue slot or lease fetch left behind),
+/// and no dropped check is charged twice.
+#[test]
+fn checks_dropped_at_every_await_point_leave_nothing_behind() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("dropped at every await point")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        for path in ["plain", "batched", "leased"] {
+            let prefix = unique_prefix(path);
+            let mut b = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(10_000))))
+                .prefix(prefix.clone())
+                .on_failure(FailurePolicy::Closed);
+            match path {
+                "batched" => b = b.batching(weir_rate::redis::Batching::default()),
+                "leased" => {
+                    b = b.pre_aggregate(weir_rate::redis::PreAggregation {
+                        lease: 4,
+                        hot_after: 1,
+                        max_age: Duration::from_secs(5),
+                        max_keys: 16,
+                    })
+                }
+                _ => {}
+            }
+            let limiter = b.connect(Target::server(server.url())).await?;
+            let mut started = 0u32;
+            let mut answered = 0u32;
+            for polls in 0..40 {
+                started += 1;
+                if let Some(v) = poll_then_drop(limiter.check_verbose("k", 1), polls).await {
+                    let v = v?;
+                    assert!(
+                        matches!(v.source, Source::Redis | Source::Lease),
+                        "{path}: answered by {:?} ({:?}) after drops",
+                        v.source,
+                        v.error
+                    );
+                    answered += 1;
+                }
+            }
+            assert!(answered > 0, "{path}: no check ever finished");
+            // Still decided by Redis (or its lease), promptly.
+            let v = limiter.check_verbose("k", 1).await?;
+            assert!(
+                matches!(v.source, Source::Redis | Source::Lease),
+                "{path}: {:?} {:?}",
+                v.source,
+                v.error
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let spent = spent_in_redis(&server, &prefix, 10_000, "k").await?;
+            // Every started check at most once, plus one lease's rest.
+            assert!(
+                spent <= started + 1 + 4,
+                "{path}: {started} checks started, {spent} units spent"
+            );
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
