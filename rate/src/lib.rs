@@ -14,6 +14,8 @@
 //!   memory, never looser than exact). All offer peek, cost-weighted checks,
 //!   run-time quota changes without a burst and a shadow (dry-run) mode;
 //!   time comes from an injectable [`Clock`](clock::Clock).
+//! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready` wait until
+//!   a limit allows, with jitter, on weir-timeout's cheap sleeps.
 //! * One way to ask any keyed limiter, in process or on Redis, for a key:
 //!   [`CheckKey`] (answers at once) and [`CheckKeyAsync`] (answers with a
 //!   future); the tower layer and the Redis fallback take these.
@@ -46,6 +48,8 @@ pub mod redis;
 mod single;
 pub mod sketch;
 mod sync;
+#[cfg(feature = "wait")]
+pub mod wait;
 
 /// The injectable clock, shared with `weir-limits`.
 pub mod clock {

@@ -102,6 +102,13 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "axum",
     ],
+    &[
+        "--package",
+        "weir-rate",
+        "--no-default-features",
+        "--features",
+        "wait",
+    ],
     &["--package", "weir-hhh", "--no-default-features"],
     &["--package", "weir-hhh"],
     &[
@@ -115,7 +122,8 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-hhh/tokio";
+const ALL_BUT_BPF: &str =
+    "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-hhh/tokio";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

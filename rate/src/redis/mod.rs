@@ -404,6 +404,24 @@ impl RedisLimiter {
         })
     }
 
+    /// Wait until `key` may spend `cost` units, then spend them: each
+    /// denial (from Redis, a lease or the failure policy) is slept off for
+    /// its `Retry-After` plus `jitter` (see [`wait`](crate::wait)). A wait
+    /// dropped at any point spends nothing more than the checks it saw
+    /// answered, which were all denials.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_ready(
+        &self,
+        key: &str,
+        cost: u32,
+        jitter: crate::wait::Jitter,
+    ) -> Result<Decision, NeverAllowed> {
+        crate::wait::until_allowed(|| self.check_n(key, cost), jitter).await
+    }
+
     /// Ask Redis only: no lease, no failure policy (the back-off after a
     /// failure still applies). For callers that handle errors themselves.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {

@@ -1,0 +1,264 @@
+//! Waiting until a limit allows, instead of being told no.
+//!
+//! Every container has an `until_ready` (single limit) or
+//! `until_key_ready` (keyed) method: an `async` check that, while the
+//! answer is no, sleeps for the decision's `Retry-After` (plus a
+//! [`Jitter`], so that waiters told the same instant do not all come back
+//! at once) and asks again. It returns the allowing [`Decision`].
+//!
+//! * **Never early.** Only an allowing check ends the wait, so the waiters
+//!   of a key are released at the quota's rate, whatever their number.
+//!   Waiters told the same instant are released in the order their sleeps
+//!   wake: the order they arrived in, on one runtime thread and without
+//!   jitter.
+//! * **Cancellation spends nothing.** A denied check spends nothing, and
+//!   the one allowed check completes in the same poll that returns it, so
+//!   dropping a wait (a client gone, a `timeout` around it) at any point
+//!   leaves the limit as if it had never waited.
+//! * **Impossible costs fail at once** with [`NeverAllowed`], instead of
+//!   waiting forever.
+//! * **Cheap sleeps.** The waits sleep on `weir-timeout`, whose deadlines
+//!   round up to its tick (never early, at most one tick late) and share
+//!   one timer per tick. They follow tokio's paused test clock; give the
+//!   limiter a [`TokioClock`] so its time follows it too.
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use weir_rate::wait::Jitter;
+//! use weir_rate::{Gcra, Quota, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), weir_rate::NeverAllowed> {
+//! let limiter = RateLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(100).unwrap())));
+//! for _ in 0..3 {
+//!     let decision = limiter.until_ready(1, Jitter::NONE).await?;
+//!     assert!(decision.is_allowed());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::clock::Clock;
+use crate::decision::{Decision, NeverAllowed};
+use crate::keyed::KeyedLimiter;
+use crate::limiter::Limiter;
+use crate::single::RateLimiter;
+use crate::sketch::SketchLimiter;
+use std::borrow::Borrow;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::OnceLock;
+use std::time::Duration;
+use weir_limits::clock::duration_to_nanos;
+use weir_limits::sketch::SplitMix64;
+
+/// A random extra delay added to each sleep of a wait, uniform in
+/// `[0, max)`, so waiters told the same `Retry-After` spread out.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rate::wait::Jitter;
+///
+/// let spread = Jitter::up_to(Duration::from_millis(20));
+/// let replayable = spread.seeded(7); // the same delays on every run
+/// assert_eq!(replayable.max(), Duration::from_millis(20));
+/// assert_eq!(Jitter::NONE.max(), Duration::ZERO);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Jitter {
+    max: Duration,
+    seed: Option<u64>,
+}
+
+impl Jitter {
+    /// No jitter: each sleep lasts exactly the `Retry-After`.
+    pub const NONE: Self = Self {
+        max: Duration::ZERO,
+        seed: None,
+    };
+
+    /// Up to `max` more per sleep, from a seed of its own per wait.
+    pub const fn up_to(max: Duration) -> Self {
+        Self { max, seed: None }
+    }
+
+    /// The same jitter from a fixed seed, so tests replay exactly.
+    pub const fn seeded(self, seed: u64) -> Self {
+        Self {
+            max: self.max,
+            seed: Some(seed),
+        }
+    }
+
+    /// The largest extra delay.
+    pub const fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// The delays of one wait.
+    fn delays(self) -> Delays {
+        let seed = self.seed.unwrap_or_else(|| {
+            // Distinct per wait without a global lock: the address of a
+            // fresh stack value mixed with the time.
+            let here = 0u8;
+            (std::ptr::addr_of!(here) as u64)
+                ^ duration_to_nanos(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default(),
+                )
+        });
+        Delays {
+            max: duration_to_nanos(self.max),
+            rng: SplitMix64::new(seed),
+        }
+    }
+}
+
+struct Delays {
+    max: u64,
+    rng: SplitMix64,
+}
+
+impl Delays {
+    fn next(&mut self) -> Duration {
+        if self.max == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.rng.next_u64() % self.max)
+    }
+}
+
+/// Ask `check` until it allows, sleeping each denial's `Retry-After`
+/// (plus jitter) in between.
+pub(crate) async fn until_allowed<F, Fut>(
+    mut check: F,
+    jitter: Jitter,
+) -> Result<Decision, NeverAllowed>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Decision, NeverAllowed>>,
+{
+    let mut delays = jitter.delays();
+    loop {
+        let decision = check().await?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        // A denial always carries its retry-after; a missing one would be
+        // a bug, and a millisecond keeps it from spinning.
+        let retry = decision.retry_after().unwrap_or(Duration::from_millis(1));
+        weir_timeout::sleep(retry.saturating_add(delays.next())).await;
+    }
+}
+
+impl<L: Limiter, C: Clock> RateLimiter<L, C> {
+    /// Wait until `cost` units may be spent, then spend them (see the
+    /// [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_ready(&self, cost: u32, jitter: Jitter) -> Result<Decision, NeverAllowed> {
+        until_allowed(|| std::future::ready(self.check_n(cost)), jitter).await
+    }
+}
+
+impl<K, L, C> KeyedLimiter<K, L, C>
+where
+    K: Hash + Eq + Clone + Send,
+    L: Limiter + Clone,
+    C: Clock,
+{
+    /// Wait until `key` may spend `cost` units, then spend them (see the
+    /// [module docs](self)).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::wait::Jitter;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), weir_rate::NeverAllowed> {
+    /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+    /// let decision = per_user.until_key_ready("alice", 1, Jitter::NONE).await?;
+    /// assert!(decision.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_key_ready<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        jitter: Jitter,
+    ) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
+    }
+}
+
+impl<C: Clock> SketchLimiter<C> {
+    /// Wait until `key` may spend `cost` units, then spend them (see the
+    /// [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_key_ready<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        jitter: Jitter,
+    ) -> Result<Decision, NeverAllowed> {
+        until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
+    }
+}
+
+/// A clock that reads tokio's time, so a limiter follows tokio's paused
+/// test clock (`tokio::time::pause`, `#[tokio::test(start_paused =
+/// true)]`) as the waits do. Outside a paused runtime it is the monotonic
+/// clock. All instances share one epoch: the first reading in the process.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::wait::{Jitter, TokioClock};
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), weir_rate::NeverAllowed> {
+/// let limiter = RateLimiter::with_clock(Gcra::new(Quota::per_hour(NonZeroU32::MIN)), TokioClock::new());
+/// let start = tokio::time::Instant::now();
+/// limiter.until_ready(1, Jitter::NONE).await?;
+/// limiter.until_ready(1, Jitter::NONE).await?; // an hour of virtual time
+/// assert!(start.elapsed() >= Duration::from_secs(3600));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioClock {
+    _private: (),
+}
+
+impl TokioClock {
+    /// The clock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_nanos(&self) -> u64 {
+        static EPOCH: OnceLock<tokio::time::Instant> = OnceLock::new();
+        let now = tokio::time::Instant::now();
+        let epoch = *EPOCH.get_or_init(|| now);
+        duration_to_nanos(now.saturating_duration_since(epoch))
+    }
+}
