@@ -188,10 +188,19 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
         self.classify_at(tuple, self.clock.now())
     }
 
-    /// Judge a raw IP packet now; malformed packets are an error (the caller
-    /// decides whether to drop them).
+    /// Judge a raw IP packet now, by the tuple
+    /// [`FourTuple::attribute`] gives it: a packet whose ports cannot be
+    /// read (a later fragment, many extension headers, another protocol)
+    /// is judged by its addresses, with both ports
+    /// [`UNKNOWN_PORT`](crate::tuple::UNKNOWN_PORT).
+    ///
+    /// # Errors
+    ///
+    /// Only for a packet that is not IPv4 or IPv6 or ends before its
+    /// addresses: nothing can be attributed, and the caller decides what
+    /// to do with it.
     pub fn classify_packet(&self, packet: &[u8]) -> Result<Verdict, ParseError> {
-        Ok(self.classify(&FourTuple::parse(packet)?))
+        Ok(self.classify(&FourTuple::attribute(packet)?.tuple))
     }
 
     /// Judge one packet that arrived at `now` on the classifier's clock
