@@ -400,8 +400,12 @@ static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 o
 		rate = decay_add(old, window - elapsed, recip, inc);
 		cell->stamp = now;
 	} else if (now < stamp) {
-		// Time behind the cell's counts as no time passing.
+		// Time behind the cell's counts as no time passing; a whole window
+		// or more behind, the stamp comes back to it (a replayed wild time
+		// must not freeze the cell: the classifier's `touch_cell`).
 		rate = decay_add(old, window, recip, inc);
+		if (stamp - now >= window)
+			cell->stamp = now;
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
 		// elapsed time (weir-rate's exact update).

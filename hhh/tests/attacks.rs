@@ -11,10 +11,10 @@ use proptest::prelude::*;
 use std::cell::Cell;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-use weir_hhh::clock::{ManualClock, Timestamp};
-use weir_hhh::random::SeededRandom;
+use weir_hhh::clock::{ManualClock, MonotonicClock, Timestamp};
+use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::tuple::{MAX_EXTENSION_HEADERS, UNKNOWN_PORT};
-use weir_hhh::{Attribution, Classifier, FourTuple};
+use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation};
 use weir_limits::sketch::SplitMix64;
 
 /// What a receive loop delivers when it judges raw packets with
@@ -178,6 +178,178 @@ fn an_extension_header_flood_is_held_like_a_plain_one() {
             "{what}: {got} of 4000 delivered, the plain flood {plain_got}"
         );
         assert_eq!(legit_got, legit_sent, "{what}: legitimate packets dropped");
+    }
+}
+
+fn tuple(src: &str, dst: &str) -> FourTuple {
+    FourTuple::from_socket_addrs(src.parse().unwrap(), dst.parse().unwrap())
+}
+
+/// `pps` packets a second of `t` for `secs` seconds from `start` (ns);
+/// returns how many were not passed.
+fn honest<R: RandomSource>(
+    rake: &Classifier<MonotonicClock, R>,
+    t: &FourTuple,
+    start: u64,
+    pps: u64,
+    secs: u64,
+) -> usize {
+    let gap = 1_000_000_000 / pps;
+    (0..pps * secs)
+        .filter(|k| {
+            !rake
+                .classify_at(t, Timestamp::from_nanos(start + k * gap))
+                .is_pass()
+        })
+        .count()
+}
+
+/// Wild times a caller might pass: far beyond the clock, and the end of its
+/// range.
+fn wild_times(now: u64) -> [(&'static str, Timestamp<MonotonicClock>); 3] {
+    let now = Timestamp::from_nanos(now);
+    [
+        ("a day ahead", now + Duration::from_secs(86_400)),
+        ("now + Duration::MAX", now + Duration::MAX),
+        ("u64::MAX ns", Timestamp::from_nanos(u64::MAX)),
+    ]
+}
+
+/// One packet of another key stamped far in the future must not freeze the
+/// cells it shares with an honest key (here the aggregate of everything
+/// sent to the destination): the honest key, at half the limit, keeps
+/// passing.
+#[test]
+fn a_far_future_time_does_not_freeze_another_keys_cells() {
+    for (what, wild) in wild_times(2_000_000_000) {
+        let rake = Classifier::builder(100)
+            .seed(3)
+            .random(ConstantRandom(u32::MAX))
+            .build()
+            .unwrap();
+        let honest_key = tuple("10.1.1.1:4000", "10.9.9.9:53");
+        let stranger = tuple("172.16.5.5:999", "10.9.9.9:7");
+        assert_eq!(honest(&rake, &honest_key, 1_000_000_000, 50, 1), 0);
+        let _ = rake.classify_at(&stranger, wild);
+        let dropped = honest(&rake, &honest_key, 2_000_000_000, 50, 10);
+        assert_eq!(
+            dropped, 0,
+            "{what}: the honest key lost {dropped} of 500 packets"
+        );
+        let rate = rake
+            .estimate_at(
+                &honest_key,
+                Generalisation::ALL[11],
+                Timestamp::from_nanos(11_980_000_000),
+            )
+            .as_f64();
+        assert!(
+            (rate - 50.0).abs() < 10.0,
+            "{what}: everything to the destination at {rate} pps"
+        );
+    }
+}
+
+/// A key whose own cells were stamped in the future is judged normally
+/// again from its next honest packet on: at half the limit it passes, and
+/// its estimate is its true rate.
+#[test]
+fn a_key_stamped_in_the_future_is_judged_normally_again() {
+    for (what, wild) in wild_times(2_000_000_000) {
+        let rake = Classifier::builder(100)
+            .seed(3)
+            .random(ConstantRandom(u32::MAX))
+            .build()
+            .unwrap();
+        let key = tuple("10.1.1.1:4000", "10.9.9.9:53");
+        let _ = rake.classify_at(&key, wild);
+        let dropped = honest(&rake, &key, 2_000_000_000, 50, 10);
+        assert_eq!(
+            dropped, 0,
+            "{what}: {dropped} of 500 honest packets not passed"
+        );
+        let rate = rake
+            .estimate_at(
+                &key,
+                Generalisation::ALL[0],
+                Timestamp::from_nanos(11_980_000_000),
+            )
+            .as_f64();
+        assert!(
+            (rate - 50.0).abs() < 10.0,
+            "{what}: estimated at {rate} pps"
+        );
+    }
+}
+
+/// A flood held at its own level stays held when another key's wild time
+/// touches the aggregates above it, and a wild time between its own packets
+/// does not let it through for longer than an idle window would.
+#[test]
+fn a_held_flood_stays_held_around_wild_times() {
+    for (what, wild) in wild_times(2_000_000_000) {
+        let rake = Classifier::builder(100)
+            .seed(3)
+            .random(SeededRandom::new(1))
+            .build()
+            .unwrap();
+        let flood = tuple("10.1.1.1:4000", "10.9.9.9:53");
+        let stranger = tuple("10.1.1.7:4000", "10.9.9.9:53");
+        // 1000 pps against 100: after the ramp, about a tenth passes.
+        let passed = |start: u64| {
+            (0..2000u64)
+                .filter(|k| {
+                    rake.classify_at(&flood, Timestamp::from_nanos(start + k * 1_000_000))
+                        .is_pass()
+                })
+                .count()
+        };
+        let before = passed(1_000_000_000);
+        let _ = rake.classify_at(&stranger, wild);
+        let after_stranger = passed(3_000_000_000);
+        let _ = rake.classify_at(&flood, wild);
+        let after_own = passed(5_000_000_000);
+        eprintln!("{what}: {before} / {after_stranger} / {after_own} of 2000 passed");
+        assert!(before < 400, "{what}: {before}");
+        assert!(
+            after_stranger < 300,
+            "{what}: {after_stranger} passed after a stranger's wild time"
+        );
+        assert!(
+            after_own < 400,
+            "{what}: {after_own} passed after the flood's own wild time"
+        );
+    }
+}
+
+/// Wild times mixed with honest ones, in any order: no panic (debug builds
+/// check every overflow), every verdict consistent.
+#[test]
+fn wild_times_never_panic() {
+    let rake = Classifier::builder(100).seed(3).build().unwrap();
+    let key = tuple("[2001:db8::1]:1", "[2001:db8::2]:2");
+    let times = [
+        0,
+        1,
+        99_999_999,
+        100_000_000,
+        u64::MAX / 2,
+        u64::MAX - 1,
+        u64::MAX,
+        5,
+        u64::MAX - 100_000_000,
+        7,
+    ];
+    for &a in &times {
+        for &b in &times {
+            let _ = rake.classify_at(&key, Timestamp::from_nanos(a));
+            if let Some(why) = rake.classify_at(&key, Timestamp::from_nanos(b)).limited() {
+                assert!(why.rate > why.limit);
+            }
+            for g in Generalisation::ALL {
+                let _ = rake.estimate_at(&key, g, Timestamp::from_nanos(a));
+            }
+        }
     }
 }
 
