@@ -13,8 +13,10 @@
 // skb->data is at the IP header. Every read is therefore relative to the
 // network header (BPF_HDR_START_NET), which is the IP header in both cases.
 //
-// What cannot be parsed is passed whole: the filter only ever drops packets
-// it has classified.
+// What cannot be attributed to a source (not IP, or shorter than its
+// addresses) is passed whole; everything else is classified, by its
+// addresses alone when its ports cannot be reached (see `parse`). The
+// filter only ever drops packets it has classified.
 //
 // Coalesced datagrams: on a socket with UDP_GRO the kernel hands the filter
 // one buffer per run of datagrams of one flow (gso_segs of them). The
@@ -83,12 +85,13 @@ struct weir_stats {
 	__u64 unlimited;
 	__u64 passed[LEVELS];
 	__u64 dropped[LEVELS];
-	__u64 unparsed;
+	__u64 unparsed;      // passed unclassified: not IP, or shorter than its addresses
+	__u64 ports_unknown; // classified by their addresses alone (also in the counts above)
 };
 
 _Static_assert(sizeof(struct weir_config) == 704, "mirror of Config in hhh/src/kernel.rs");
 _Static_assert(sizeof(struct weir_state) == 32, "mirror of State");
-_Static_assert(sizeof(struct weir_stats) == 96, "mirror of RawStats");
+_Static_assert(sizeof(struct weir_stats) == 104, "mirror of RawStats");
 
 struct weir_cell {
 	__u64 rate;
@@ -189,13 +192,50 @@ static __always_inline int load(struct __sk_buff *skb, __u32 at, void *to, __u32
 	return bpf_skb_load_bytes_relative(skb, at, to, len, BPF_HDR_START_NET);
 }
 
-// The same checks as `FourTuple::parse`, except one: the lengths the IP
-// headers claim are trusted to be present (the IP and UDP layers have
-// checked them before any socket filter runs, and probing the packet's end
-// would fail on paged socket buffers, letting a flood with large payloads
-// through unfiltered). Returns 0 and fills `t`, or -1 to pass the packet.
+// What `parse` returns.
+#define ATTRIBUTED 0      // `t` filled: the ports, or both 0 (`UNKNOWN_PORT`)
+#define NOT_ATTRIBUTED -1 // not IP, or shorter than its addresses: pass it
+
+static __always_inline void v4_addresses(const volatile struct weir_config *cfg, struct tuple *t,
+					 const __u8 *buf)
+{
+	__u64 s = load_be32(buf + 12);
+	t->src[0] = s & cfg->v4_mask[0];
+	t->src[1] = s & cfg->v4_mask[1];
+	t->src[2] = s & cfg->v4_mask[2];
+	t->dst = load_be32(buf + 16);
+	t->v6 = 0;
+}
+
+static __always_inline void v6_addresses(const volatile struct weir_config *cfg, struct tuple *t,
+					 const __u8 *buf)
+{
+	__u64 s_hi = load_be64(buf + 8), s_lo = load_be64(buf + 16);
+	__u64 d_hi = load_be64(buf + 24), d_lo = load_be64(buf + 32);
+	__u64 k0 = cfg->v6_fold[0], k1 = cfg->v6_fold[1];
+#pragma unroll
+	for (int i = 0; i < 3; i++)
+		t->src[i] = mum((s_lo & cfg->v6_mask_lo[i]) ^ k0, (s_hi & cfg->v6_mask_hi[i]) ^ k1);
+	t->dst = mum(d_lo ^ k0, d_hi ^ k1);
+	t->v6 = 1;
+}
+
+// `FourTuple::attribute`, check for check: what can be attributed to a
+// source is never passed unclassified, so a packet whose addresses are
+// present is classified by them, with its ports when its UDP header can be
+// reached and with both ports 0 otherwise (a later fragment, another
+// protocol, more than MAX_EXTENSION_HEADERS extension headers, lengths that
+// end first). The UDP header is looked for within the datagram the IP
+// header delimits; those lengths are trusted to be present (the IP layer
+// has checked them before any socket filter runs, and probing the packet's
+// end would fail on paged socket buffers), and only the headers are read.
+//
+// The ordinary packet takes the straight path to its ports; every way of
+// missing them jumps to the addresses-only ending of its family, which also
+// counts the packet in `ports_unknown`, so that the rule costs ordinary
+// packets nothing (the caller's test is the one it always had).
 static __always_inline int parse(struct __sk_buff *skb, const volatile struct weir_config *cfg,
-				 struct tuple *t)
+				 struct tuple *t, struct weir_stats *stats, __u64 events)
 {
 	__u8 buf[48] ALIGNED;
 	__u32 have;
@@ -204,69 +244,66 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 	// much to read; the version nibble still decides.
 	if (skb->protocol == bpf_htons(ETH_P_IPV6) && load(skb, 0, buf, 48) == 0) {
 		have = 48;
-	} else {
-		if (load(skb, 0, buf, 28))
-			return -1;
+	} else if (load(skb, 0, buf, 28) == 0) {
 		have = 28;
+	} else {
+		// Too short for an IPv4 header and a UDP header: at most an
+		// IPv4 header's addresses.
+		if (load(skb, 0, buf, 20) || buf[0] >> 4 != 4)
+			return NOT_ATTRIBUTED;
+		goto v4_unknown;
 	}
 	__u8 version = buf[0] >> 4;
 	if (version == 4) {
 		__u32 header = (buf[0] & 0x0f) * 4;
 		if (header < 20)
-			return -1;
+			goto v4_unknown;
 		__u32 total = load_be16(buf + 2);
-		if (total < header)
-			return -1;
-		__u16 frag = load_be16(buf + 6);
-		if (frag & 0x1fff)
-			return -1;
-		if (buf[9] != IPPROTO_UDP_)
-			return -1;
 		if (header + 8 > total)
-			return -1;
+			goto v4_unknown;
+		if (load_be16(buf + 6) & 0x1fff)
+			goto v4_unknown;
+		if (buf[9] != IPPROTO_UDP_)
+			goto v4_unknown;
 		__u8 options_udp[8] ALIGNED;
 		const __u8 *udp = buf + 20; // 4-aligned: the loads below are 2 wide
 		if (header != 20) {
 			if (load(skb, header, options_udp, 8))
-				return -1;
+				goto v4_unknown;
 			udp = options_udp;
 		}
-		__u32 udp_len = load_be16(udp + 4);
-		if (udp_len < 8)
-			return -1;
-		if (!(frag & 0x2000) && header + udp_len > total)
-			return -1;
-		__u64 s = load_be32(buf + 12);
-		t->src[0] = s & cfg->v4_mask[0];
-		t->src[1] = s & cfg->v4_mask[1];
-		t->src[2] = s & cfg->v4_mask[2];
-		t->dst = load_be32(buf + 16);
+		v4_addresses(cfg, t, buf);
 		t->sport = load_be16(udp);
 		t->dport = load_be16(udp + 2);
-		t->v6 = 0;
-		return 0;
+		return ATTRIBUTED;
 	}
 	if (version != 6)
-		return -1;
-	if (have < 48 && load(skb, 0, buf, 48))
-		return -1;
+		return NOT_ATTRIBUTED;
+	if (have < 48) {
+		if (load(skb, 0, buf, 48) == 0)
+			have = 48;
+		else if (load(skb, 0, buf, 40) == 0)
+			goto v6_unknown; // no room for a UDP header
+		else
+			return NOT_ATTRIBUTED;
+	}
 	__u32 end = 40 + (__u32)load_be16(buf + 4);
 	__u8 next = buf[6];
 	__u32 at = 40;
-	int whole = 1;
 	__u8 ext[8] ALIGNED;
 	__builtin_memcpy(ext, buf + 40, 8);
 	// Walk at most MAX_EXTENSION_HEADERS, like the user-space parser; the
-	// bound also lets the verifier see the loop end.
+	// bound also lets the verifier see the loop end. Past it, or at any
+	// header that cannot be walked, the ports stay unknown.
 	for (int walked = 0; walked <= MAX_EXTENSION_HEADERS; walked++) {
 		if (next == IPPROTO_UDP_)
 			break;
 		if (walked == MAX_EXTENSION_HEADERS)
-			return -1;
+			goto v6_unknown;
 		if (at + 8 > end)
-			return -1;
+			goto v6_unknown;
 		if (at != 40 && load(skb, at, ext, 8))
-			return -1;
+			goto v6_unknown;
 		__u32 len;
 		switch (next) {
 		case 0:
@@ -274,53 +311,51 @@ static __always_inline int parse(struct __sk_buff *skb, const volatile struct we
 		case 60:
 			len = ((__u32)ext[1] + 1) * 8;
 			break;
-		case 44: {
-			__u16 offset_flags = load_be16(ext + 2);
-			if (offset_flags >> 3)
-				return -1;
-			if (offset_flags & 1)
-				whole = 0;
+		case 44:
+			// A later fragment carries no UDP header.
+			if (load_be16(ext + 2) >> 3)
+				goto v6_unknown;
 			len = 8;
 			break;
-		}
 		case 51:
 			len = ((__u32)ext[1] + 2) * 4;
 			break;
 		default:
-			return -1;
+			goto v6_unknown;
 		}
 		if (at + len > end)
-			return -1;
+			goto v6_unknown;
 		next = ext[0];
 		at += len;
 	}
 	if (next != IPPROTO_UDP_)
-		return -1;
+		goto v6_unknown;
 	if (at + 8 > end)
-		return -1;
+		goto v6_unknown;
 	__u8 after_ext[8] ALIGNED;
 	const __u8 *udp = buf + 40;
 	if (at != 40) {
 		if (load(skb, at, after_ext, 8))
-			return -1;
+			goto v6_unknown;
 		udp = after_ext;
 	}
-	__u32 udp_len = load_be16(udp + 4);
-	if (udp_len < 8)
-		return -1;
-	if (whole && at + udp_len > end)
-		return -1;
-	__u64 s_hi = load_be64(buf + 8), s_lo = load_be64(buf + 16);
-	__u64 d_hi = load_be64(buf + 24), d_lo = load_be64(buf + 32);
-	__u64 k0 = cfg->v6_fold[0], k1 = cfg->v6_fold[1];
-#pragma unroll
-	for (int i = 0; i < 3; i++)
-		t->src[i] = mum((s_lo & cfg->v6_mask_lo[i]) ^ k0, (s_hi & cfg->v6_mask_hi[i]) ^ k1);
-	t->dst = mum(d_lo ^ k0, d_hi ^ k1);
+	v6_addresses(cfg, t, buf);
 	t->sport = load_be16(udp);
 	t->dport = load_be16(udp + 2);
-	t->v6 = 1;
-	return 0;
+	return ATTRIBUTED;
+
+v4_unknown:
+	v4_addresses(cfg, t, buf);
+	t->sport = 0;
+	t->dport = 0;
+	stats->ports_unknown += events;
+	return ATTRIBUTED;
+v6_unknown:
+	v6_addresses(cfg, t, buf);
+	t->sport = 0;
+	t->dport = 0;
+	stats->ports_unknown += events;
+	return ATTRIBUTED;
 }
 
 // weir-rate's `within_window` update: the old rate kept for `keep` of the
@@ -365,8 +400,12 @@ static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 o
 		rate = decay_add(old, window - elapsed, recip, inc);
 		cell->stamp = now;
 	} else if (now < stamp) {
-		// Time behind the cell's counts as no time passing.
+		// Time behind the cell's counts as no time passing; a whole window
+		// or more behind, the stamp comes back to it (a replayed wild time
+		// must not freeze the cell: the classifier's `touch_cell`).
 		rate = decay_add(old, window, recip, inc);
+		if (stamp - now >= window)
+			cell->stamp = now;
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
 		// elapsed time (weir-rate's exact update).
@@ -480,7 +519,7 @@ static __always_inline int weir_filter(struct __sk_buff *skb, const struct layou
 	// Datagrams in this buffer: more than one only when coalesced (GRO).
 	__u64 events = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	struct tuple t;
-	if (parse(skb, cfg, &t)) {
+	if (parse(skb, cfg, &t, stats, events)) {
 		stats->unparsed += events;
 		return skb->len;
 	}

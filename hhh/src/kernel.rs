@@ -27,16 +27,27 @@
 //! in `tests/kernel.rs` check it.
 //!
 //! Differences: the kernel reads its clock with `bpf_ktime_get_ns` and its
-//! coin with `bpf_get_prandom_u32`; it supports at most
-//! [`MAX_KERNEL_HASHES`] cells per key; and it
-//! trusts the IP and UDP length fields to describe bytes that are present
-//! (the stack has checked them before a socket filter runs), where
-//! [`FourTuple::parse`](crate::FourTuple::parse) checks them against the
-//! buffer. Everything else it cannot parse (truncated headers, IHL < 5,
-//! fragments, other protocols, more than eight IPv6 extension headers) it
-//! passes whole and counts as [`KernelStats::unparsed`]. IPv4 options and
-//! IPv6 extension headers (hop-by-hop, routing, fragment, destination
-//! options, authentication) are parsed, not passed.
+//! coin with `bpf_get_prandom_u32`, and it supports at most
+//! [`MAX_KERNEL_HASHES`] cells per key.
+//!
+//! # What it classifies
+//!
+//! The filter attributes a packet as
+//! [`FourTuple::attribute`](crate::FourTuple::attribute) does, packet for
+//! packet: what can be attributed to a source is never passed
+//! unclassified. IPv4 options and IPv6 extension headers (hop-by-hop,
+//! routing, fragment, destination options, authentication; at most
+//! [`MAX_EXTENSION_HEADERS`](crate::tuple::MAX_EXTENSION_HEADERS)) are
+//! walked to the UDP header; a packet whose UDP header cannot be reached
+//! (more extension headers than that, a later fragment, another protocol,
+//! lengths that end first) is classified by its addresses alone, with both
+//! ports [`UNKNOWN_PORT`](crate::tuple::UNKNOWN_PORT), and counted in
+//! [`KernelStats::ports_unknown`] as well. Only a packet that is not IPv4 or
+//! IPv6 or ends before its addresses passes whole, counted as
+//! [`KernelStats::unparsed`]. Like `attribute`, the filter reads only
+//! headers and trusts the IP length fields to describe bytes that are
+//! present (the stack has checked them before a socket filter runs;
+//! probing the end would fail on paged socket buffers).
 //!
 //! On a socket with `UDP_GRO` the kernel hands the filter one buffer per run
 //! of coalesced datagrams of one flow; the filter counts each datagram in it
@@ -137,6 +148,7 @@ struct RawStats {
     passed: [u64; LEVELS],
     dropped: [u64; LEVELS],
     unparsed: u64,
+    ports_unknown: u64,
 }
 
 /// `struct weir_cell`: an EWMA rate (FixedRate bits) and its last update.
@@ -151,7 +163,7 @@ struct RawCell {
 // against these when the maps are opened).
 const _: () = assert!(size_of::<Config>() == 704);
 const _: () = assert!(size_of::<State>() == 32);
-const _: () = assert!(size_of::<RawStats>() == 96);
+const _: () = assert!(size_of::<RawStats>() == 104);
 const _: () = assert!(size_of::<RawCell>() == 16);
 
 // SAFETY: plain `repr(C)` structs of integers with no padding (sizes
@@ -410,8 +422,13 @@ pub struct KernelStats {
     /// Classified datagrams (each of a coalesced buffer's), as the
     /// user-space [`Stats`].
     pub levels: Stats,
-    /// Datagrams the filter could not parse and passed whole.
+    /// Datagrams passed whole, unclassified: not IPv4 or IPv6, or ending
+    /// before their addresses.
     pub unparsed: u64,
+    /// Classified datagrams whose ports could not be read (see [the module
+    /// docs](self)), judged by their addresses alone; they are in
+    /// [`levels`](Self::levels) too.
+    pub ports_unknown: u64,
 }
 
 /// One `BPF_PROG_TEST_RUN` of the filter.
@@ -578,6 +595,7 @@ impl KernelFilter {
                 };
             }
             out.unparsed += s.unparsed;
+            out.ports_unknown += s.ports_unknown;
         }
         Ok(out)
     }

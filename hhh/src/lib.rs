@@ -66,7 +66,7 @@ pub use classifier::{
 };
 pub use error::ClassifierConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
-pub use tuple::{FourTuple, ParseError};
+pub use tuple::{Attribution, FourTuple, ParseError};
 /// The sketch and window errors a [`ClassifierConfigError::Limits`] carries.
 pub use weir_limits::ConfigError;
 pub use weir_rate::ewma::FixedRate;

@@ -13,6 +13,31 @@
 //! header length; IPv6 extension headers (hop-by-hop, routing, fragment,
 //! destination options, authentication) are walked, at most
 //! [`MAX_EXTENSION_HEADERS`] of them.
+//!
+//! # Attributing a packet: what a limiter must use
+//!
+//! A limiter must not pass a packet unclassified because its ports cannot
+//! be read: a flood would carry ten extension headers, or arrive as
+//! fragments, and be let through whole. [`FourTuple::attribute`] keeps the
+//! rule *what can be attributed to a source is never passed unclassified*:
+//! a packet whose addresses are present is attributed to them, with its
+//! real ports when its UDP header can be reached and with both ports
+//! [`UNKNOWN_PORT`] (0) otherwise; only a packet that is not IPv4 or IPv6,
+//! or ends before its addresses, is an error.
+//! [`Classifier::classify_packet`](crate::Classifier::classify_packet) and
+//! the kernel filter (feature `bpf`) keep the same rule, packet for packet.
+//!
+//! Why port 0: packets without ports then form a stream of their own at
+//! the generalisations that keep ports (no legitimate datagram is sent to
+//! port 0, and hardly any from it), so a flood of them from one source is
+//! held at its own exact key, like a flood from one port, and never limits
+//! that source's real traffic; spread over many sources, they meet where
+//! the sources aggregate, and everywhere ports are wildcarded they count
+//! with the rest of their source's traffic. An attacker cannot spread them
+//! over keys by choosing ports: all of one source's port-less packets to
+//! one destination share one key. The price falls on raw-packet users who
+//! see fragments: a source's non-first fragments share that one key,
+//! whatever datagrams they belong to, and so are limited together.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -20,8 +45,28 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 /// IP protocol number of UDP.
 pub const UDP: u8 = 17;
 
-/// The most IPv6 extension headers [`FourTuple::parse`] walks before giving up.
+/// The most IPv6 extension headers [`FourTuple::parse`] and
+/// [`FourTuple::attribute`] walk before giving up on the ports (the kernel
+/// filter's bound too).
 pub const MAX_EXTENSION_HEADERS: usize = 8;
+
+/// The port [`FourTuple::attribute`] gives both ports of a packet whose
+/// UDP header cannot be reached (see [the module docs](self) for why 0).
+pub const UNKNOWN_PORT: u16 = 0;
+
+/// What [`FourTuple::attribute`] found in a raw packet: the tuple to judge
+/// it by, and whether its ports are its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attribution {
+    /// The packet's addresses, with its ports, or [`UNKNOWN_PORT`] for both
+    /// when [`ports_unknown`](Self::ports_unknown) says why they could not
+    /// be read.
+    pub tuple: FourTuple,
+    /// `None` when the ports were read from the packet's UDP header, else
+    /// why that header could not be reached (a non-first fragment, another
+    /// protocol, too many extension headers, lengths that end first, ...).
+    pub ports_unknown: Option<ParseError>,
+}
 
 /// An IPv4 4-tuple.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -157,7 +202,20 @@ impl FourTuple {
     }
 
     /// Read the 4-tuple of a raw IPv4 or IPv6 packet carrying UDP (starting
-    /// at the IP header, no link-layer header).
+    /// at the IP header, no link-layer header), checking every length
+    /// against the bytes present.
+    ///
+    /// A limiter must not pass what this refuses (a packet with many
+    /// extension headers, a fragment, another protocol): judge raw packets
+    /// by [`attribute`](Self::attribute) instead, which attributes them to
+    /// their addresses.
+    ///
+    /// # Errors
+    ///
+    /// A [`ParseError`] for anything that does not yield a whole UDP
+    /// 4-tuple: truncated or contradictory headers, non-first fragments,
+    /// other protocols, more than [`MAX_EXTENSION_HEADERS`] extension
+    /// headers.
     ///
     /// ```
     /// use weir_hhh::{FourTuple, ParseError, tuple::udp_packet};
@@ -177,6 +235,195 @@ impl FourTuple {
             6 => parse_v6(packet),
             v => Err(ParseError::UnknownVersion(v)),
         }
+    }
+
+    /// The tuple a limiter judges a raw IPv4 or IPv6 packet by (starting at
+    /// the IP header): its addresses, with its UDP ports when its UDP
+    /// header can be reached, else with both ports [`UNKNOWN_PORT`] and
+    /// the reason in [`Attribution::ports_unknown`] (see [the module
+    /// docs](self)).
+    ///
+    /// The ports are read from a UDP header found within the datagram the
+    /// IP header delimits (IPv4 total length, IPv6 payload length), behind
+    /// at most [`MAX_EXTENSION_HEADERS`] IPv6 extension headers, in the
+    /// first fragment; only the headers need to be present, and the UDP
+    /// length field is not consulted (the ports are the sender's choice
+    /// either way). The kernel filter reads the same ports from the same
+    /// packets.
+    ///
+    /// ```
+    /// use weir_hhh::tuple::{UNKNOWN_PORT, udp_packet};
+    /// use weir_hhh::{FourTuple, ParseError};
+    ///
+    /// let tuple = FourTuple::from_socket_addrs(
+    ///     "10.0.0.1:4000".parse().unwrap(),
+    ///     "10.0.0.2:53".parse().unwrap(),
+    /// );
+    /// let mut packet = udp_packet(&tuple, b"hello");
+    /// assert_eq!(FourTuple::attribute(&packet).unwrap().tuple, tuple);
+    /// // A later fragment has no ports, but still has its addresses.
+    /// packet[7] = 1; // fragment offset 1
+    /// let seen = FourTuple::attribute(&packet).unwrap();
+    /// assert_eq!(seen.ports_unknown, Some(ParseError::Fragment));
+    /// assert_eq!(seen.tuple.src(), "10.0.0.1:0".parse().unwrap());
+    /// assert_eq!(seen.tuple.dst().port(), UNKNOWN_PORT);
+    /// assert!(FourTuple::attribute(&packet[..19]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Only for a packet that cannot be attributed: [`ParseError::Empty`],
+    /// [`ParseError::UnknownVersion`], or [`ParseError::Truncated`] in
+    /// [`Layer::Ipv4`] / [`Layer::Ipv6`] when it ends before its addresses
+    /// (20 / 40 bytes).
+    pub fn attribute(packet: &[u8]) -> Result<Attribution, ParseError> {
+        let first = *packet.first().ok_or(ParseError::Empty)?;
+        let (addresses, ports) = match first >> 4 {
+            4 => {
+                need(Layer::Ipv4, packet, 20)?;
+                let addr = |at: usize| {
+                    Ipv4Addr::new(packet[at], packet[at + 1], packet[at + 2], packet[at + 3])
+                };
+                let t = TupleV4 {
+                    src: addr(12),
+                    src_port: UNKNOWN_PORT,
+                    dst: addr(16),
+                    dst_port: UNKNOWN_PORT,
+                };
+                (FourTuple::V4(t), v4_ports(packet))
+            }
+            6 => {
+                need(Layer::Ipv6, packet, 40)?;
+                let addr = |at: usize| {
+                    let mut octets = [0u8; 16];
+                    octets.copy_from_slice(&packet[at..at + 16]);
+                    Ipv6Addr::from(octets)
+                };
+                let t = TupleV6 {
+                    src: addr(8),
+                    src_port: UNKNOWN_PORT,
+                    dst: addr(24),
+                    dst_port: UNKNOWN_PORT,
+                };
+                (FourTuple::V6(t), v6_ports(packet))
+            }
+            v => return Err(ParseError::UnknownVersion(v)),
+        };
+        Ok(match ports {
+            Ok(ports) => Attribution {
+                tuple: addresses.with_ports(ports),
+                ports_unknown: None,
+            },
+            Err(why) => Attribution {
+                tuple: addresses,
+                ports_unknown: Some(why),
+            },
+        })
+    }
+
+    fn with_ports(self, (src_port, dst_port): (u16, u16)) -> Self {
+        match self {
+            Self::V4(t) => Self::V4(TupleV4 {
+                src_port,
+                dst_port,
+                ..t
+            }),
+            Self::V6(t) => Self::V6(TupleV6 {
+                src_port,
+                dst_port,
+                ..t
+            }),
+        }
+    }
+}
+
+/// The ports of an IPv4 packet for [`FourTuple::attribute`] (at least 20
+/// bytes present). The checks are the kernel filter's, in its order.
+fn v4_ports(packet: &[u8]) -> Result<(u16, u16), ParseError> {
+    let ihl = packet[0] & 0x0f;
+    if ihl < 5 {
+        return Err(ParseError::BadHeaderLength(ihl));
+    }
+    let header = usize::from(ihl) * 4;
+    let total = be16(packet, 2);
+    if usize::from(total) < header {
+        return Err(ParseError::BadTotalLength { total, header });
+    }
+    if header + 8 > usize::from(total) {
+        return Err(ParseError::Truncated {
+            layer: Layer::Udp,
+            needed: 8,
+            available: usize::from(total) - header,
+        });
+    }
+    if be16(packet, 6) & 0x1fff != 0 {
+        return Err(ParseError::Fragment);
+    }
+    if packet[9] != UDP {
+        return Err(ParseError::UnsupportedProtocol(packet[9]));
+    }
+    header_ports(packet, header)
+}
+
+/// The ports of an IPv6 packet for [`FourTuple::attribute`] (at least 40
+/// bytes present): the kernel filter's walk, step for step.
+fn v6_ports(packet: &[u8]) -> Result<(u16, u16), ParseError> {
+    let end = 40 + usize::from(be16(packet, 4));
+    let mut next = packet[6];
+    let mut at = 40;
+    let ends_at = |at: usize| ParseError::Truncated {
+        layer: Layer::Ipv6Extension,
+        needed: 8,
+        available: end.saturating_sub(at),
+    };
+    for walked in 0..=MAX_EXTENSION_HEADERS {
+        if next == UDP {
+            break;
+        }
+        if walked == MAX_EXTENSION_HEADERS {
+            return Err(ParseError::TooManyExtensionHeaders);
+        }
+        if at + 8 > end {
+            return Err(ends_at(at));
+        }
+        let ext = packet.get(at..at + 8).ok_or_else(|| ends_at(at))?;
+        let len = match next {
+            0 | 43 | 60 => (usize::from(ext[1]) + 1) * 8,
+            44 => {
+                if be16(ext, 2) >> 3 != 0 {
+                    return Err(ParseError::Fragment);
+                }
+                8
+            }
+            51 => (usize::from(ext[1]) + 2) * 4,
+            other => return Err(ParseError::UnsupportedProtocol(other)),
+        };
+        if at + len > end {
+            return Err(ends_at(at));
+        }
+        next = ext[0];
+        at += len;
+    }
+    if at + 8 > end {
+        return Err(ParseError::Truncated {
+            layer: Layer::Udp,
+            needed: 8,
+            available: end.saturating_sub(at),
+        });
+    }
+    header_ports(packet, at)
+}
+
+/// The two ports of the UDP header at `at`, if the whole 8-byte header is
+/// present (the kernel reads it whole).
+fn header_ports(packet: &[u8], at: usize) -> Result<(u16, u16), ParseError> {
+    match packet.get(at..at + 8) {
+        Some(udp) => Ok((be16(udp, 0), be16(udp, 2))),
+        None => Err(ParseError::Truncated {
+            layer: Layer::Udp,
+            needed: 8,
+            available: packet.len().saturating_sub(at),
+        }),
     }
 }
 
@@ -574,6 +821,78 @@ mod tests {
         );
         let packet = with_v6_extensions(&plain, &headers[1..]);
         assert_eq!(FourTuple::parse(&packet), Ok(t));
+    }
+
+    #[test]
+    fn attribution_falls_back_to_the_addresses() {
+        let t = v4("[2001:db8::1]:1", "[2001:db8::2]:2");
+        let bare = v4("[2001:db8::1]:0", "[2001:db8::2]:0");
+        let plain = udp_packet(&t, b"");
+        let unknown = |packet: &[u8]| {
+            let seen = FourTuple::attribute(packet).unwrap();
+            assert_eq!(seen.tuple, bare);
+            seen.ports_unknown.unwrap()
+        };
+        let nine: Vec<(u8, Vec<u8>)> = (0..=MAX_EXTENSION_HEADERS)
+            .map(|_| (60, vec![0; 6]))
+            .collect();
+        assert_eq!(
+            unknown(&with_v6_extensions(&plain, &nine)),
+            ParseError::TooManyExtensionHeaders
+        );
+        assert_eq!(
+            FourTuple::attribute(&with_v6_extensions(&plain, &nine[1..])),
+            Ok(Attribution {
+                tuple: t,
+                ports_unknown: None
+            })
+        );
+        let mut later = with_v6_extensions(&plain, &[(44, vec![0, 0x08, 0, 0, 0, 1])]);
+        later[41] = 0;
+        assert_eq!(unknown(&later), ParseError::Fragment);
+        let mut icmp = plain.clone();
+        icmp[6] = 58;
+        assert_eq!(unknown(&icmp), ParseError::UnsupportedProtocol(58));
+        assert!(matches!(
+            unknown(&plain[..44]),
+            ParseError::Truncated { .. }
+        ));
+        assert_eq!(
+            FourTuple::attribute(&plain[..39]),
+            Err(ParseError::Truncated {
+                layer: Layer::Ipv6,
+                needed: 40,
+                available: 39
+            })
+        );
+        // IPv4: every way to lose the UDP header keeps the addresses.
+        let t = v4("10.1.2.3:4000", "10.9.9.9:53");
+        let bare = v4("10.1.2.3:0", "10.9.9.9:0");
+        let good = udp_packet(&t, b"abc");
+        let mut bad = good.clone();
+        bad[0] = 0x44;
+        let seen = FourTuple::attribute(&bad).unwrap();
+        assert_eq!(
+            (seen.tuple, seen.ports_unknown),
+            (bare, Some(ParseError::BadHeaderLength(4)))
+        );
+        let mut bad = good.clone();
+        bad[7] = 1;
+        assert_eq!(
+            FourTuple::attribute(&bad).unwrap().ports_unknown,
+            Some(ParseError::Fragment)
+        );
+        assert_eq!(FourTuple::attribute(&good[..20]).unwrap().tuple, bare);
+        assert!(FourTuple::attribute(&good[..19]).is_err());
+        // What the UDP length says does not matter: the ports are read.
+        let mut bad = good.clone();
+        bad[24..26].copy_from_slice(&3u16.to_be_bytes());
+        assert_eq!(FourTuple::attribute(&bad).unwrap().tuple, t);
+        assert_eq!(FourTuple::attribute(&[]), Err(ParseError::Empty));
+        assert_eq!(
+            FourTuple::attribute(&[0x50; 60]),
+            Err(ParseError::UnknownVersion(5))
+        );
     }
 
     #[test]

@@ -284,8 +284,11 @@ struct EwmaState {
 /// The state is two words (rate and time of the last update) behind a short
 /// lock, so concurrent updates are serialised in the order they take it; an
 /// update whose timestamp is older than the stored one counts as happening
-/// at the stored time (time never runs backwards inside the estimator).
-/// Rates are fixed point, so results are reproducible bit for bit.
+/// at the stored time (time never runs backwards inside the estimator),
+/// unless it is a whole window or more older: then the stored time was a
+/// wild one (a caller's time far in the future) and comes back to the
+/// update's, so that one wild time cannot freeze the rate for every update
+/// after it. Rates are fixed point, so results are reproducible bit for bit.
 ///
 /// ```
 /// use std::time::Duration;
@@ -344,10 +347,16 @@ impl<C: Clock> Ewma<C> {
         self.record_at(self.clock.now(), events)
     }
 
-    /// Record `events` events at `now` on this estimator's clock.
+    /// Record `events` events at `now` on this estimator's clock. Any
+    /// `now` is accepted, up to `u64::MAX` ns (see the type's docs for
+    /// times out of order).
     pub fn record_at(&self, now: Timestamp<C>, events: u64) -> FixedRate {
         let mut state = self.state.lock();
-        let now = now.as_nanos().max(state.last_ns);
+        let now = now.as_nanos();
+        if state.last_ns.saturating_sub(now) >= self.window.window_nanos() {
+            state.last_ns = now;
+        }
+        let now = now.max(state.last_ns);
         let rate = self
             .window
             .update_fixed(state.rate, now - state.last_ns, events);
@@ -564,6 +573,25 @@ mod tests {
         assert_eq!(a, FixedRate::from_per_second(10));
         assert_eq!(b, FixedRate::from_per_second(20));
         assert_eq!(ewma.rate(), b);
+    }
+
+    /// One record at a wild time far beyond the clock must not freeze the
+    /// estimator: the honest records after it decay as usual.
+    #[test]
+    fn a_far_future_record_does_not_freeze_the_rate() {
+        for wild in [Duration::from_secs(86_400), Duration::MAX] {
+            let clock = ManualClock::new();
+            let ewma = Ewma::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+            clock.set(Duration::from_secs(1));
+            let _ = ewma.record_at(clock.now() + wild, 1);
+            // 100 events a second for 10 s.
+            for _ in 0..1000 {
+                clock.advance(Duration::from_millis(10));
+                ewma.record(1);
+            }
+            let rate = ewma.rate().as_f64();
+            assert!((rate - 100.0).abs() < 1.0, "after {wild:?}: {rate}");
+        }
     }
 
     #[test]

@@ -82,8 +82,22 @@
 //! pingora's sketch. The per-level counters are exact (one set per thread,
 //! summed when read).
 //!
-//! A timestamp older than a cell's (time going backwards, or threads racing)
-//! counts as no time passing; the cell's timestamp never moves back.
+//! # Times out of order, and wild ones
+//!
+//! A timestamp a little older than a cell's (threads racing, a receive
+//! loop's batch time) counts as no time passing, and the cell keeps its
+//! newer timestamp. A timestamp a whole window or more older than the
+//! cell's moves the cell's timestamp back to it (still counting no time
+//! passing): otherwise one packet judged at a time far in the future (a
+//! caller's wild timestamp, up to `u64::MAX` ns) would leave its cells,
+//! which it shares with every key of its aggregates, stamped in the
+//! future, and every honest packet after it would count as no time
+//! passing: the rates would only grow, and the whole destination would be
+//! limited until the clock caught up. So a wild time, either way, does no
+//! more to the cells it touches than an idle spell would (their rates
+//! restart), and from the next honest packet on they decay normally; keys
+//! that share none of its cells are untouched. Nothing overflows at any
+//! time (the arithmetic wraps or saturates where it must).
 //!
 //! The pieces, one per file: `builder.rs` (configuration, its validation
 //! and the defaults), `hashing.rs` (the per-generalisation hash, shared
@@ -188,15 +202,31 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
         self.classify_at(tuple, self.clock.now())
     }
 
-    /// Judge a raw IP packet now; malformed packets are an error (the caller
-    /// decides whether to drop them).
+    /// Judge a raw IP packet now, by the tuple
+    /// [`FourTuple::attribute`] gives it: a packet whose ports cannot be
+    /// read (a later fragment, many extension headers, another protocol)
+    /// is judged by its addresses, with both ports
+    /// [`UNKNOWN_PORT`](crate::tuple::UNKNOWN_PORT).
+    ///
+    /// # Errors
+    ///
+    /// Only for a packet that is not IPv4 or IPv6 or ends before its
+    /// addresses: nothing can be attributed, and the caller decides what
+    /// to do with it.
     pub fn classify_packet(&self, packet: &[u8]) -> Result<Verdict, ParseError> {
-        Ok(self.classify(&FourTuple::parse(packet)?))
+        Ok(self.classify(&FourTuple::attribute(packet)?.tuple))
     }
 
     /// Judge one packet that arrived at `now` on the classifier's clock
     /// (pass the time when the caller already has it, e.g. once per batch
     /// of packets: [`now`](Self::now)).
+    ///
+    /// Any `now` is accepted, up to `u64::MAX` ns. A time a little behind
+    /// a cell's last update counts as no time passing; a time a whole
+    /// window or more behind it moves the cell's timestamp back, so one
+    /// wild time (far in the future, or far in the past) never freezes the
+    /// cells it shares with other keys: it restarts their rates as an idle
+    /// spell would, and the packets after it are judged normally.
     #[inline]
     pub fn classify_at(&self, tuple: &FourTuple, now: Timestamp<C>) -> Verdict {
         let now_nanos = now.as_nanos();
@@ -454,10 +484,18 @@ fn touch_cell(ewma: &OneEventUpdate, cell: &Cell, now: u64) -> u64 {
     // One unsigned comparison catches both rare cases: a cell idle for a
     // window or more, and time behind the cell's (the difference wraps).
     let elapsed = now.wrapping_sub(stamp);
-    let (rate, stamp) = if elapsed < ewma.window_nanos() {
+    let window = ewma.window_nanos();
+    let (rate, stamp) = if elapsed < window {
         (ewma.within_window(old, elapsed), now)
+    } else if now >= stamp {
+        (ewma.update(old, elapsed), now)
+    } else if stamp - now < window {
+        // A little behind (threads racing): no time passed.
+        (ewma.update(old, 0), stamp)
     } else {
-        (ewma.update(old, now.saturating_sub(stamp)), now.max(stamp))
+        // A window or more behind: the cell's stamp is a wild time's (see
+        // the module docs); no time passed, and the stamp comes back here.
+        (ewma.update(old, 0), now)
     };
     cell.rate.store(rate, Ordering::Relaxed);
     cell.stamp.store(stamp, Ordering::Relaxed);
