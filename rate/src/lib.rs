@@ -14,6 +14,10 @@
 //!   memory, never looser than exact). All offer peek, cost-weighted checks,
 //!   run-time quota changes without a burst and a shadow (dry-run) mode;
 //!   time comes from an injectable [`Clock`](clock::Clock).
+//! * Feature `metrics`: decisions by outcome and limiter, and Redis
+//!   answers by source with the script calls' latency, through the
+//!   `metrics` facade (names and labels: `weir_rate_decisions_total`,
+//!   `weir_rate_redis_decisions_total`, `weir_rate_redis_call_seconds`).
 //! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready` wait until
 //!   a limit allows, with jitter, on weir-timeout's cheap sleeps.
 //! * One way to ask any keyed limiter, in process or on Redis, for a key:
@@ -48,6 +52,8 @@ pub mod redis;
 mod single;
 pub mod sketch;
 mod sync;
+#[cfg(any(feature = "tower", feature = "redis"))]
+mod telemetry;
 #[cfg(feature = "wait")]
 pub mod wait;
 

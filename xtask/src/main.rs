@@ -109,6 +109,13 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "wait",
     ],
+    &[
+        "--package",
+        "weir-rate",
+        "--no-default-features",
+        "--features",
+        "metrics",
+    ],
     &["--package", "weir-hhh", "--no-default-features"],
     &["--package", "weir-hhh"],
     &[
@@ -122,8 +129,7 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str =
-    "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-hhh/tokio";
+const ALL_BUT_BPF: &str = "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-rate/metrics,weir-hhh/tokio";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

@@ -6,6 +6,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
 use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -27,6 +28,10 @@ pub struct GatewayConfig {
     pub shadow: bool,
     /// How long `/slow` takes to answer (an origin in trouble).
     pub slow_origin: Duration,
+    /// Where `/metrics` reads the Prometheus text from (none: no
+    /// `/metrics`). The recorder must be installed before the router is
+    /// built, so the layers' counters register with it.
+    pub metrics: Option<PrometheusHandle>,
 }
 
 impl Default for GatewayConfig {
@@ -37,6 +42,7 @@ impl Default for GatewayConfig {
             max_inflight: 64,
             shadow: false,
             slow_origin: Duration::from_secs(2),
+            metrics: None,
         }
     }
 }
@@ -79,7 +85,7 @@ fn router_with<Ch: CheckKeyAsync<IpAddr>>(config: &GatewayConfig, per_ip: Arc<Ch
     let per_route = KeyFn::new(|req: &Request<axum::body::Body>| Some(req.uri().path().to_owned()));
     let inflight = InflightLayer::new(per_route, config.max_inflight).shadow(config.shadow);
     let slow = config.slow_origin;
-    Router::new()
+    let limited = Router::new()
         .route("/", get(|| async { "hello from behind weir\n" }))
         .route("/heavy", get(|| async { "an expensive answer\n" }))
         .route(
@@ -91,8 +97,16 @@ fn router_with<Ch: CheckKeyAsync<IpAddr>>(config: &GatewayConfig, per_ip: Arc<Ch
         )
         // One `layer` call for both: axum boxes and clones a route's service
         // per `layer` call per request, so composing first is cheaper.
-        .layer(tower::ServiceBuilder::new().layer(rate).layer(inflight))
-        // Finalise the routes once; otherwise axum rebuilds each route and
-        // re-applies its layers on every request.
-        .with_state(())
+        .layer(tower::ServiceBuilder::new().layer(rate).layer(inflight));
+    // Added after the layers, so scrapes are neither limited nor counted.
+    let routes = match &config.metrics {
+        Some(handle) => {
+            let handle = handle.clone();
+            limited.route("/metrics", get(move || std::future::ready(handle.render())))
+        }
+        None => limited,
+    };
+    // Finalise the routes once; otherwise axum rebuilds each route and
+    // re-applies its layers on every request.
+    routes.with_state(())
 }

@@ -6,13 +6,17 @@
 //!   503 when the origin is too slow to keep up.
 //!
 //! The per-IP limit is in-process by default; `--redis URL` shares it
-//! through Redis (GCRA, one Lua script per decision, failing open if Redis
-//! is unreachable), so several gateways enforce one limit together.
+//! through Redis (GCRA, one Lua script per decision; while Redis is
+//! unreachable each instance keeps the limit on its own), so several
+//! gateways enforce one limit together. `/metrics` serves weir's counters
+//! (decisions by outcome, Redis answers by source, call latency) as
+//! Prometheus text.
 //!
 //! ```sh
-//! cargo run -p weir-rate --features tower,redis --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
+//! cargo run -p weir-rate --features tower,redis,metrics --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
 //! curl -i http://127.0.0.1:3000/
-//! cargo run -p weir-rate --features tower,redis --example gateway -- 127.0.0.1:3001 --redis redis://127.0.0.1:6379/
+//! curl http://127.0.0.1:3000/metrics
+//! cargo run -p weir-rate --features tower,redis,metrics --example gateway -- 127.0.0.1:3001 --redis redis://127.0.0.1:6379/
 //! ```
 
 mod app;
@@ -51,6 +55,12 @@ async fn main() -> std::io::Result<()> {
             other => addr = other.parse().unwrap_or_else(|_| usage()),
         }
     }
+    // Before any layer is built, so their counters register with it.
+    config.metrics = Some(
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(std::io::Error::other)?,
+    );
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!(
         "gateway listening on http://{} with {config:?}",

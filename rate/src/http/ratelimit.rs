@@ -10,6 +10,7 @@
 
 use super::key::KeyExtractor;
 use super::response::Unkeyed;
+use crate::telemetry::Outcome;
 use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::Future;
@@ -68,6 +69,8 @@ struct Answering {
     denied_status: StatusCode,
     shadow: bool,
     unkeyed: Unkeyed,
+    /// Decisions by outcome (feature `metrics`), shared by every clone.
+    decisions: Arc<crate::telemetry::Decisions>,
 }
 
 /// What to do with a request once the limiter has answered.
@@ -96,18 +99,35 @@ impl Answering {
         Some(value)
     }
 
+    fn count(&self, outcome: Outcome) {
+        self.decisions.count(&self.policy, outcome);
+    }
+
     fn next<B: Default>(&self, outcome: Result<Decision, NeverAllowed>) -> Next<B> {
         match outcome {
-            Err(_) if self.shadow => Next::Forward(DecisionHeaders {
-                policy: None,
-                ratelimit: None,
-                retry_after: None,
-                shadow_denied: true,
-            }),
-            Err(never) => Next::Answer(never_allowed(never, self.denied_status)),
+            Err(_) if self.shadow => {
+                self.count(Outcome::ShadowOverLimit);
+                Next::Forward(DecisionHeaders {
+                    policy: None,
+                    ratelimit: None,
+                    retry_after: None,
+                    shadow_denied: true,
+                })
+            }
+            Err(never) => {
+                self.count(Outcome::Error);
+                Next::Answer(never_allowed(never, self.denied_status))
+            }
             Ok(decision) => {
                 let policy = self.policy_header(&decision);
                 let headers = DecisionHeaders::new(&decision, &self.quoted, policy, self.shadow);
+                self.count(if headers.shadow_denied {
+                    Outcome::ShadowOverLimit
+                } else if decision.is_allowed() {
+                    Outcome::Ok
+                } else {
+                    Outcome::OverLimit
+                });
                 if !decision.is_allowed() && !self.shadow {
                     let mut response = Response::new(B::default());
                     *response.status_mut() = self.denied_status;
@@ -164,6 +184,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
                 denied_status: StatusCode::TOO_MANY_REQUESTS,
                 shadow: false,
                 unkeyed: Unkeyed::new("RateLimitLayer", "x-ratelimit-error"),
+                decisions: Arc::default(),
             },
         }
     }
@@ -369,6 +390,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let Some(key) = self.layer.extractor.extract(&request) else {
+            self.layer.answering.count(Outcome::Error);
             return answered(self.layer.answering.unkeyed.respond());
         };
         let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));

@@ -215,6 +215,7 @@ impl RedisLimiterBuilder {
                 down_until: (0..cells).map(|_| AtomicU64::new(down)).collect(),
                 batcher,
                 hot: self.hot.map(hot::Hot::new),
+                outcomes: Default::default(),
             }),
         })
     }

@@ -250,6 +250,8 @@ struct Inner {
     down_until: Box<[AtomicU64]>,
     batcher: Option<batch::Batcher>,
     hot: Option<hot::Hot>,
+    /// Decisions by source and call times (feature `metrics`).
+    outcomes: crate::telemetry::RedisOutcomes,
 }
 
 impl Inner {
@@ -294,6 +296,20 @@ impl Drop for Probe<'_> {
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
+    }
+}
+
+/// Records a script call's time when it ends, answered or dropped
+/// (feature `metrics`).
+struct CallTimer<'a> {
+    limiter: &'a RedisLimiter,
+    started: Instant,
+}
+
+impl Drop for CallTimer<'_> {
+    fn drop(&mut self) {
+        let inner = &self.limiter.inner;
+        inner.outcomes.called(&inner.prefix, self.started.elapsed());
     }
 }
 
@@ -382,12 +398,23 @@ impl RedisLimiter {
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Outcome, NeverAllowed> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity)?;
+        let outcome = self.decide(key, cost).await;
+        self.inner.outcomes.decided(
+            &self.inner.prefix,
+            outcome.source,
+            outcome.decision.is_allowed(),
+        );
+        Ok(outcome)
+    }
+
+    /// [`check_verbose`](Self::check_verbose) for a cost within capacity.
+    async fn decide(&self, key: &str, cost: u32) -> Outcome {
         if let Some(hot) = &self.inner.hot {
             if let Some(v) = hot.check(self, key, cost).await {
-                return Ok(v);
+                return v;
             }
         }
-        Ok(match self.try_check_n(key, cost).await {
+        match self.try_check_n(key, cost).await {
             Ok(d) => Outcome {
                 decision: d,
                 source: Source::Redis,
@@ -401,7 +428,7 @@ impl RedisLimiter {
                 error: Some(e),
             },
             Err(e) => self.on_failure(key, cost, e),
-        })
+        }
     }
 
     /// Wait until `key` may spend `cost` units, then spend them: each
@@ -464,6 +491,10 @@ impl RedisLimiter {
             });
         }
         let deadline = inner.core.deadline(asked);
+        let timed = CallTimer {
+            limiter: self,
+            started: asked,
+        };
         let result = match &inner.batcher {
             Some(b) => b.submit(rkey, cost, deadline, cell_index, now).await,
             None => inner
@@ -492,6 +523,7 @@ impl RedisLimiter {
         if let Some(probe) = probe {
             probe.answered();
         }
+        drop(timed);
         result
     }
 
