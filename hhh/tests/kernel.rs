@@ -1103,8 +1103,10 @@ fn coalesced_datagrams_are_counted_one_by_one() {
     // About 1000 datagrams in about 0.1 s (10 000 pps against 200): at the
     // limit that is 20 plus the EWMA's ramp (see `single_flood_on`: about
     // LIMIT·W·(1 + ln(R/LIMIT)) ≈ 100 for the 100 ms window); a filter
-    // that saw a tenth of the rate would let several times that through.
-    let bound = LIMIT as f64 * elapsed.as_secs_f64() + 150.0;
+    // that saw a tenth of the rate let 560 through. The margin leaves room
+    // for a loaded machine, whose late sends (a slower, longer flood) let
+    // 180 through against a margin of 150 once.
+    let bound = LIMIT as f64 * elapsed.as_secs_f64() + 250.0;
     assert!(
         (delivered as f64) < bound,
         "{delivered} datagrams delivered, at most about {bound:.0} expected"
