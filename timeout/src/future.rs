@@ -83,6 +83,9 @@ enum State {
     Elapsed,
     /// Under a paused tokio clock: tokio's own timer, so virtual time rules.
     Tokio(Pin<Box<tokio::time::Sleep>>),
+    /// Under a paused tokio clock, a deadline beyond the horizon where weir's
+    /// own timers saturate: never fires, as they never do.
+    Never,
 }
 
 /// When a timer's deadline is.
@@ -148,6 +151,7 @@ impl Timer {
             }
             State::Elapsed => Poll::Ready(()),
             State::Tokio(sleep) => sleep.as_mut().poll(cx),
+            State::Never => Poll::Pending,
         }
     }
 
@@ -169,7 +173,7 @@ impl Timer {
                 Poll::Ready(())
             }
             Arm::UseTokio => {
-                self.state = State::Tokio(Box::pin(tokio::time::sleep(remaining)));
+                self.state = paused_wait(remaining);
                 self.poll_elapsed(cx)
             }
         }
@@ -189,7 +193,22 @@ impl Timer {
             State::Armed(armed) => self.source.inner().armed_fired(armed),
             State::Elapsed => true,
             State::Tokio(sleep) => sleep.is_elapsed(),
+            State::Never => false,
         }
+    }
+}
+
+/// The wait for `remaining` on a paused tokio clock. Not `tokio::time::sleep`:
+/// it clamps every duration to 30 years, so a longer timer would fire early
+/// and `Duration::MAX` would fire at all once the test's virtual time
+/// auto-advances that far.
+fn paused_wait(remaining: Duration) -> State {
+    if clock::duration_ns(remaining) == u64::MAX {
+        return State::Never;
+    }
+    match tokio::time::Instant::now().checked_add(remaining) {
+        Some(at) => State::Tokio(Box::pin(tokio::time::sleep_until(at))),
+        None => State::Never,
     }
 }
 

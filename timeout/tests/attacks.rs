@@ -4,7 +4,7 @@
 //! unboundedly after it, and nothing stays registered once the futures are
 //! gone (waiters, ticks, wakers, memory).
 //!
-//! The attacks, counted (27):
+//! The attacks, counted (30):
 //!
 //! 1-4. extreme durations (zero, 1 ns, one tick ± 1 ns, 100 years,
 //!    `u64::MAX` ns, `Duration::MAX`) through `timeout`, `sleep`,
@@ -33,7 +33,10 @@
 //! 26. pause/unpause hammered while timers fire;
 //! 27. pingora's threshold at zero, at `Duration::MAX` and off, with
 //!    extreme durations through `fast_timeout`, `fast_sleep`,
-//!    `tokio_timeout` and `TimerManager::register_timer`.
+//!    `tokio_timeout` and `TimerManager::register_timer`;
+//! 28-30. tokio's paused clock: durations past tokio's 30-year clamp,
+//!    `Duration::MAX` and the latest `Instant`, advances of zero and of
+//!    600 years.
 
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -1219,4 +1222,97 @@ fn pingora_threshold_and_durations_at_their_extremes() {
             Some(DEFAULT_FAST_TIMEOUT_TO_TOKIO_THRESHOLD)
         );
     });
+}
+
+// ---------------------------------------------------------------------------
+// 28-31. tokio's paused clock
+
+async fn poll_now<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
+    let mut f = Some(f);
+    poll_fn(|cx| Poll::Ready(f.take().unwrap().poll(cx))).await
+}
+
+/// Poll until ready, letting tokio's driver run between polls (bounded).
+async fn ready_soon<F: Future + ?Sized>(mut f: Pin<&mut F>) -> bool {
+    for _ in 0..16 {
+        if poll_now(f.as_mut()).await.is_ready() {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_durations_beyond_tokios_clamp_are_not_early() {
+    // tokio clamps a sleep to 30 years; a longer weir timer must not fire
+    // when a 31-year one does.
+    let start = tokio::time::Instant::now();
+    let mut long = pin!(sleep(years(100)));
+    let mut long_timeout = pin!(timeout(years(100), pending::<()>()));
+    tokio::select! {
+        () = long.as_mut() => panic!("a 100-year sleep fired after {:?}", start.elapsed()),
+        _ = long_timeout.as_mut() => panic!("a 100-year timeout fired after {:?}", start.elapsed()),
+        () = tokio::time::sleep_until(start + years(31)) => {}
+    }
+    long.as_mut().await;
+    assert!(start.elapsed() >= years(100), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() <= years(100) + LATE,
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(long_timeout.await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_duration_max_never_fires() {
+    let start = tokio::time::Instant::now();
+    let m = manager(ms(1));
+    let mut s = pin!(sleep(Duration::MAX));
+    let mut t = pin!(timeout(Duration::MAX, pending::<()>()));
+    let mut c = pin!(m.sleep(Duration::from_nanos(u64::MAX)));
+    let mut p = pin!(pingora_timeout::sleep(Duration::MAX));
+    let (latest, _) = far_instants();
+    let mut l = pin!(m.sleep_until(latest));
+    tokio::select! {
+        () = l.as_mut() => panic!("the latest instant fired after {:?}", start.elapsed()),
+        () = s.as_mut() => panic!("Duration::MAX fired after {:?}", start.elapsed()),
+        _ = t.as_mut() => panic!("Duration::MAX fired after {:?}", start.elapsed()),
+        () = c.as_mut() => panic!("u64::MAX ns fired after {:?}", start.elapsed()),
+        () = p.as_mut() => panic!("pingora's Duration::MAX fired after {:?}", start.elapsed()),
+        () = tokio::time::sleep_until(start + years(600)) => {}
+    }
+    assert!(!s.is_elapsed() && !t.is_elapsed() && !c.is_elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_clock_advanced_by_nothing_and_by_centuries() {
+    let m = manager(MIN_RESOLUTION);
+    let mut short = pin!(m.sleep(Duration::from_nanos(1)));
+    let mut hour = pin!(m.sleep(Duration::from_secs(3600)));
+    let mut century = pin!(timeout(years(100), pending::<()>()));
+    let mut never = pin!(m.sleep(Duration::MAX));
+    assert!(poll_now(short.as_mut()).await.is_pending());
+    assert!(poll_now(hour.as_mut()).await.is_pending());
+    assert!(poll_now(century.as_mut()).await.is_pending());
+    assert!(poll_now(never.as_mut()).await.is_pending());
+    tokio::time::advance(Duration::ZERO).await;
+    assert!(poll_now(hour.as_mut()).await.is_pending());
+    tokio::time::advance(Duration::from_nanos(1)).await;
+    assert!(poll_now(hour.as_mut()).await.is_pending());
+    tokio::time::advance(Duration::from_secs(3600) - Duration::from_nanos(1)).await;
+    assert!(ready_soon(short.as_mut()).await);
+    assert!(ready_soon(hour.as_mut()).await);
+    assert!(poll_now(century.as_mut()).await.is_pending());
+    tokio::time::advance(years(600)).await;
+    assert!(ready_soon(century.as_mut()).await);
+    for _ in 0..4 {
+        assert!(poll_now(never.as_mut()).await.is_pending());
+        tokio::task::yield_now().await;
+    }
+    // A timer armed after the jump counts from the new virtual now.
+    let start = tokio::time::Instant::now();
+    m.sleep(ms(5)).await;
+    assert!(start.elapsed() >= ms(5));
 }
