@@ -4,7 +4,7 @@
 //! unboundedly after it, and nothing stays registered once the futures are
 //! gone (waiters, ticks, wakers, memory).
 //!
-//! The attacks, counted (30):
+//! The attacks, counted (32):
 //!
 //! 1-4. extreme durations (zero, 1 ns, one tick ± 1 ns, 100 years,
 //!    `u64::MAX` ns, `Duration::MAX`) through `timeout`, `sleep`,
@@ -34,9 +34,10 @@
 //! 27. pingora's threshold at zero, at `Duration::MAX` and off, with
 //!    extreme durations through `fast_timeout`, `fast_sleep`,
 //!    `tokio_timeout` and `TimerManager::register_timer`;
-//! 28-30. tokio's paused clock: durations past tokio's 30-year clamp,
-//!    `Duration::MAX` and the latest `Instant`, advances of zero and of
-//!    600 years.
+//! 28-32. tokio's paused clock: durations past tokio's 30-year clamp,
+//!    `Duration::MAX` and the latest `Instant`, advances of zero and of 600
+//!    years, and instants read from tokio's clock while it runs ahead of
+//!    and behind the real one.
 
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -1315,4 +1316,66 @@ async fn paused_clock_advanced_by_nothing_and_by_centuries() {
     let start = tokio::time::Instant::now();
     m.sleep(ms(5)).await;
     assert!(start.elapsed() >= ms(5));
+}
+
+// Under a paused clock tokio's instants are std instants on the virtual
+// time line, and tokio's own `sleep_until` waits for that line. A weir
+// deadline given as such an instant must do the same.
+
+#[tokio::test(start_paused = true)]
+async fn paused_instants_ahead_of_real_time_are_not_late() {
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let at = tokio::time::Instant::now() + Duration::from_secs(1);
+    let m = manager(ms(1));
+    let mut s = pin!(sleep_until(at.into_std()));
+    tokio::select! {
+        () = s.as_mut() => {}
+        () = tokio::time::sleep_until(at + Duration::from_secs(2)) => {
+            panic!("an instant 1 s ahead on tokio's clock was late by more than 2 s")
+        }
+    }
+    assert!(tokio::time::Instant::now() >= at);
+    let at = tokio::time::Instant::now() + Duration::from_secs(1);
+    let started = tokio::time::Instant::now();
+    assert!(m.timeout_at(at.into_std(), pending::<()>()).await.is_err());
+    assert!(tokio::time::Instant::now() >= at);
+    assert!(
+        started.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_instants_behind_real_time_are_not_early() {
+    // Real time passes while tokio's stays put.
+    let m = manager(ms(1));
+    let at = tokio::time::Instant::now() + ms(50);
+    std::thread::sleep(ms(60));
+    let s = sleep_until(at.into_std());
+    assert!(!s.is_elapsed(), "past on the real clock, not on tokio's");
+    s.await;
+    let now = tokio::time::Instant::now();
+    assert!(
+        now >= at,
+        "fired {:?} before its deadline on tokio's clock",
+        at - now
+    );
+    let at = tokio::time::Instant::now() + ms(50);
+    std::thread::sleep(ms(60));
+    assert!(m.timeout_at(at.into_std(), pending::<()>()).await.is_err());
+    assert!(
+        tokio::time::Instant::now() >= at,
+        "a timeout_at fired early"
+    );
+    let mut r = pin!(m.sleep(Duration::MAX));
+    assert!(poll_now(r.as_mut()).await.is_pending());
+    let at = tokio::time::Instant::now() + ms(30);
+    std::thread::sleep(ms(40));
+    r.as_mut().reset(at.into_std());
+    r.as_mut().await;
+    assert!(
+        tokio::time::Instant::now() >= at,
+        "a reset sleep fired early"
+    );
 }

@@ -289,7 +289,7 @@ impl TimerManager {
 /// And a paused runtime without a time driver (`start_paused` without
 /// `enable_time`) gets tokio's timer, which panics there like any of
 /// tokio's own timers.
-fn tokio_clock_paused() -> bool {
+pub(crate) fn tokio_clock_paused() -> bool {
     if tokio::runtime::Handle::try_current().is_err() {
         return false;
     }
