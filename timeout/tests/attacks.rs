@@ -4,12 +4,12 @@
 //! unboundedly after it, and nothing stays registered once the futures are
 //! gone (waiters, ticks, wakers, memory).
 //!
-//! The attacks, counted (32):
+//! The attacks, counted (33):
 //!
 //! 1-4. extreme durations (zero, 1 ns, one tick ± 1 ns, 100 years,
 //!    `u64::MAX` ns, `Duration::MAX`) through `timeout`, `sleep`,
-//!    `timeout_at`, `sleep_until` on managers of the shortest, a middling,
-//!    the default and the longest tick, and on the global manager;
+//!    `timeout_at`, `sleep_until` on managers of the shortest, a 1 ms and
+//!    the longest tick, and on the global manager;
 //! 5. durations around one tick actually waited for, never early;
 //! 6. resolutions at, inside and beyond the bounds (and a proptest);
 //! 7-8. instants in the past and as far in the future as `Instant` goes,
@@ -37,7 +37,9 @@
 //! 28-32. tokio's paused clock: durations past tokio's 30-year clamp,
 //!    `Duration::MAX` and the latest `Instant`, advances of zero and of 600
 //!    years, and instants read from tokio's clock while it runs ahead of
-//!    and behind the real one.
+//!    and behind the real one;
+//! 33. timers armed, awaited and cancelled in a thread-local destructor,
+//!    after the timer tables' own thread-local state is gone.
 
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -1115,6 +1117,116 @@ fn managers_created_and_dropped_leave_no_sweeper_threads() {
             sweeper_threads() <= 24
         });
     }
+}
+
+// ---------------------------------------------------------------------------
+// 33. A timer armed in a thread-local destructor
+
+/// Wakes by sending on a channel: usable while the thread's thread-local
+/// storage is torn down, where a runtime is not.
+struct ChannelWaker(Mutex<mpsc::Sender<()>>);
+
+impl Wake for ChannelWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.0.lock().unwrap().send(());
+    }
+}
+
+fn wait_without_a_runtime<F: Future>(f: F) -> F::Output {
+    let (tx, rx) = mpsc::channel();
+    let waker = Waker::from(Arc::new(ChannelWaker(Mutex::new(tx))));
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = poll(f.as_mut(), &waker) {
+            return v;
+        }
+        rx.recv_timeout(Duration::from_secs(10)).expect("woken");
+    }
+}
+
+/// A thread-local whose destructor arms, waits for and drops timers, and
+/// reports how long each wait took.
+struct ArmsOnDrop {
+    manager: TimerManager,
+    report: mpsc::Sender<Vec<(Duration, Duration)>>,
+}
+
+impl Drop for ArmsOnDrop {
+    fn drop(&mut self) {
+        let mut waits = Vec::new();
+        for d in [ms(3), ms(12)] {
+            let start = Instant::now();
+            wait_without_a_runtime(self.manager.sleep(d));
+            waits.push((d, start.elapsed()));
+            let start = Instant::now();
+            assert!(wait_without_a_runtime(timeout(d, pending::<()>())).is_err());
+            waits.push((d, start.elapsed()));
+        }
+        // Armed and cancelled, on a fresh duration and on a cached one.
+        for d in [Duration::from_secs(3600), Duration::MAX, ms(12)] {
+            let mut s = pin!(self.manager.sleep(d));
+            assert!(poll(s.as_mut(), Waker::noop()).is_pending());
+        }
+        let _ = self.report.send(waits);
+    }
+}
+
+thread_local! {
+    static ARMS_ON_DROP: std::cell::RefCell<Option<ArmsOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The scenario, run in a child process: a panic in a thread-local
+/// destructor aborts the whole process.
+fn timers_in_a_thread_local_destructor() {
+    let m = manager(ms(1));
+    let (tx, rx) = mpsc::channel();
+    let m2 = m.clone();
+    std::thread::spawn(move || {
+        // Registered before the timer tables' own thread-local state, so
+        // destroyed after it.
+        ARMS_ON_DROP.with(|slot| {
+            *slot.borrow_mut() = Some(ArmsOnDrop {
+                manager: m2.clone(),
+                report: tx,
+            });
+        });
+        block_on(m2.sleep(ms(2)));
+        block_on(sleep(ms(2)));
+    })
+    .join()
+    .unwrap();
+    let waits = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the destructor reported");
+    for (d, took) in waits {
+        assert!(took >= d && took <= d + LATE, "{d:?} took {took:?}");
+    }
+    assert_drained(&m, 2);
+}
+
+#[test]
+fn timers_armed_in_a_thread_local_destructor() {
+    const CHILD: &str = "WEIR_TIMEOUT_ATTACK_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        timers_in_a_thread_local_destructor();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "timers_armed_in_a_thread_local_destructor"])
+        .args(["--test-threads", "1", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the child failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // ---------------------------------------------------------------------------
