@@ -9,7 +9,7 @@
 //! one branch over the bare future.
 
 use crate::clock;
-use crate::manager::{Arm, Inner, TimerManager};
+use crate::manager::{Arm, Inner, TimerManager, tokio_clock_paused};
 use crate::table::Armed;
 use pin_project_lite::pin_project;
 use std::fmt;
@@ -83,6 +83,9 @@ enum State {
     Elapsed,
     /// Under a paused tokio clock: tokio's own timer, so virtual time rules.
     Tokio(Pin<Box<tokio::time::Sleep>>),
+    /// Under a paused tokio clock, a deadline beyond the horizon where weir's
+    /// own timers saturate: never fires, as they never do.
+    Never,
 }
 
 /// When a timer's deadline is.
@@ -148,6 +151,7 @@ impl Timer {
             }
             State::Elapsed => Poll::Ready(()),
             State::Tokio(sleep) => sleep.as_mut().poll(cx),
+            State::Never => Poll::Pending,
         }
     }
 
@@ -155,6 +159,12 @@ impl Timer {
     fn arm(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let remaining = self.remaining();
         if remaining.is_zero() {
+            // Past on the real clock, but a paused tokio clock, on which
+            // tokio reads instants, may not have got there yet.
+            if matches!(self.deadline, Deadline::At(_)) && tokio_clock_paused() {
+                self.state = paused_wait(self.deadline);
+                return self.poll_elapsed(cx);
+            }
             self.state = State::Elapsed;
             return Poll::Ready(());
         }
@@ -169,7 +179,7 @@ impl Timer {
                 Poll::Ready(())
             }
             Arm::UseTokio => {
-                self.state = State::Tokio(Box::pin(tokio::time::sleep(remaining)));
+                self.state = paused_wait(self.deadline);
                 self.poll_elapsed(cx)
             }
         }
@@ -185,11 +195,43 @@ impl Timer {
     /// Whether the deadline is known to have passed, without registering.
     fn has_elapsed(&self) -> bool {
         match &self.state {
-            State::Idle => self.remaining().is_zero(),
+            State::Idle => match self.deadline {
+                Deadline::After(duration) => duration.is_zero(),
+                Deadline::At(at) => {
+                    at <= Instant::now()
+                        && (!tokio_clock_paused() || at <= tokio::time::Instant::now().into_std())
+                }
+            },
             State::Armed(armed) => self.source.inner().armed_fired(armed),
             State::Elapsed => true,
             State::Tokio(sleep) => sleep.is_elapsed(),
+            State::Never => false,
         }
+    }
+}
+
+/// The wait for `deadline` on a paused tokio clock. An instant is read on
+/// tokio's clock, as tokio's own `sleep_until` reads it: converted on the
+/// real clock it would be early or late by however far the virtual time is
+/// from the real one. And not `tokio::time::sleep`: it clamps every
+/// duration to 30 years, so a longer timer would fire early and
+/// `Duration::MAX` would fire at all once the test's virtual time
+/// auto-advances that far.
+fn paused_wait(deadline: Deadline) -> State {
+    let now = tokio::time::Instant::now();
+    let remaining = match deadline {
+        Deadline::After(duration) => duration,
+        Deadline::At(at) => at.saturating_duration_since(now.into_std()),
+    };
+    if remaining.is_zero() {
+        return State::Elapsed;
+    }
+    if clock::duration_ns(remaining) == u64::MAX {
+        return State::Never;
+    }
+    match now.checked_add(remaining) {
+        Some(at) => State::Tokio(Box::pin(tokio::time::sleep_until(at))),
+        None => State::Never,
     }
 }
 
@@ -394,6 +436,8 @@ pub fn sleep(duration: Duration) -> Sleep {
 
 /// Run `future` until `deadline` on the global manager: [`timeout`] with an
 /// instant instead of a duration (rounded up to the next tick, never early).
+/// Under tokio's paused test clock the instant is read on tokio's clock, as
+/// `tokio::time::timeout_at` reads it.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -413,7 +457,8 @@ pub fn timeout_at<F: Future>(deadline: Instant, future: F) -> Timeout<F> {
 
 /// Wait until `deadline` on the global manager: [`sleep`] with an instant
 /// instead of a duration. A deadline already past completes at the first
-/// poll.
+/// poll. Under tokio's paused test clock the instant is read on tokio's
+/// clock, as `tokio::time::sleep_until` reads it.
 ///
 /// ```
 /// use std::time::{Duration, Instant};

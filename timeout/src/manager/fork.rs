@@ -36,6 +36,33 @@ std::thread_local! {
     static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+/// [`thread_serial`] of a thread whose thread-local storage is being torn
+/// down: its timers go to the manager's shared late table.
+pub(super) const TORN_DOWN: u64 = u64::MAX;
+
+/// Dropped with its thread's thread-local storage; from then on the thread
+/// is [`TORN_DOWN`]. Registered on a thread's first arm, after
+/// `thread_local`'s own thread state (destructors run in reverse order of
+/// registration), so a timer armed by any destructor that runs after this
+/// one never asks `thread_local` for the thread's table: it would panic,
+/// and a panic in a thread-local destructor aborts the process.
+struct TearDown;
+
+impl Drop for TearDown {
+    fn drop(&mut self) {
+        let _ = SERIAL.try_with(|s| s.set(TORN_DOWN));
+    }
+}
+
+std::thread_local! {
+    static TEAR_DOWN: TearDown = const { TearDown };
+}
+
+/// See [`TearDown`].
+pub(super) fn watch_tear_down() {
+    let _ = TEAR_DOWN.try_with(|_| {});
+}
+
 /// Forks this process descends through (as seen by [`watch_forks`]'s
 /// hook): it changes only in a child, at the fork, so a manager whose
 /// sweeper was started at another count than the current one has no

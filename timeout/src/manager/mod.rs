@@ -17,7 +17,7 @@
 mod fork;
 mod sweeper;
 
-use fork::{thread_serial, watch_forks};
+use fork::{TORN_DOWN, thread_serial, watch_forks, watch_tear_down};
 use sweeper::SweeperHandle;
 
 use crate::clock::{self, Clock};
@@ -58,6 +58,12 @@ pub(crate) struct Inner {
     resolution_ns: u64,
     clock: Clock,
     tables: ThreadLocal<ThreadTable>,
+    /// The table of timers armed by threads whose thread-local storage is
+    /// being torn down (from a thread-local's destructor), where `tables`
+    /// can no longer tell them theirs: `thread_local` would panic, and a
+    /// panic there aborts the process. Shared, so one arm at a time.
+    late: ThreadTable,
+    late_turn: Mutex<()>,
     /// Earliest tick the sweeper will wake up for.
     planned: Planner,
     sweeper: Mutex<SweeperHandle>,
@@ -86,7 +92,11 @@ impl Drop for Inner {
         if let Some(thread) = self.sweeper.get_mut().thread.take() {
             thread.unpark();
         }
-        for table in self.tables.iter_mut() {
+        for table in self
+            .tables
+            .iter_mut()
+            .chain(std::iter::once(&mut self.late))
+        {
             for b in table.drain() {
                 // SAFETY: no timer can outlive the manager (each keeps it
                 // alive), so the table and its cache held the last holds,
@@ -209,6 +219,8 @@ impl TimerManager {
                 resolution_ns: clock::duration_ns(resolution),
                 clock: Clock::new(),
                 tables: ThreadLocal::new(),
+                late: ThreadTable::default(),
+                late_turn: Mutex::new(()),
                 planned: Planner::new(),
                 sweeper: Mutex::new(SweeperHandle::default()),
                 pause: PauseGate::new(),
@@ -289,7 +301,7 @@ impl TimerManager {
 /// And a paused runtime without a time driver (`start_paused` without
 /// `enable_time`) gets tokio's timer, which panics there like any of
 /// tokio's own timers.
-fn tokio_clock_paused() -> bool {
+pub(crate) fn tokio_clock_paused() -> bool {
     if tokio::runtime::Handle::try_current().is_err() {
         return false;
     }
@@ -303,22 +315,47 @@ impl Inner {
     /// Arm a timer `duration_ns` from now for the task behind `waker`.
     #[inline]
     pub(crate) fn arm(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
-        let table = self.tables.get_or(ThreadTable::default);
         let me = thread_serial();
+        if me == TORN_DOWN {
+            return self.arm_late(duration_ns, waker);
+        }
+        let table = self.tables.get_or(ThreadTable::default);
+        self.arm_in(table, me, duration_ns, waker)
+    }
+
+    /// Arm in `table`, whose owner the caller is as thread `me`.
+    #[inline(always)]
+    fn arm_in(
+        self: &Arc<Self>,
+        table: &ThreadTable,
+        me: u64,
+        duration_ns: u64,
+        waker: &Waker,
+    ) -> Arm {
         if table.owner.load(Ordering::Relaxed) != me {
             self.adopt_table(table, me);
         }
         let counter = self.clock.counter();
         if let Some(bucket) = table.cached(duration_ns, counter) {
-            // SAFETY: the cache entry's hold, which only this thread
-            // releases, keeps the bucket alive; the table lives as long as
-            // the manager, which the caller's timer keeps alive.
+            // SAFETY: the cache entry's hold, which only the table's owner
+            // releases (this thread; for the late table, the holder of its
+            // turn), keeps the bucket alive; the table lives as long as the
+            // manager, which the caller's timer keeps alive.
             return match unsafe { Armed::register(table, bucket, waker) } {
                 Some(armed) => Arm::Armed(armed),
                 None => Arm::Elapsed,
             };
         }
         self.arm_slow(table, counter, duration_ns, waker)
+    }
+
+    /// A timer armed from a thread-local destructor (see `late`): the
+    /// thread holding the turn owns the late table, so the owner-only
+    /// cache and memo are never used by two threads at once.
+    #[cold]
+    fn arm_late(self: &Arc<Self>, duration_ns: u64, waker: &Waker) -> Arm {
+        let _turn = self.late_turn.lock();
+        self.arm_in(&self.late, TORN_DOWN, duration_ns, waker)
     }
 
     /// The current thread got `table` (new, left by a thread that exited
@@ -328,6 +365,9 @@ impl Inner {
     /// has a sweeper. Its armed timers stay in the map and fire as usual.
     #[cold]
     fn adopt_table(self: &Arc<Self>, table: &ThreadTable, me: u64) {
+        // After `thread_local`'s first use on this thread, so that its state
+        // is destroyed after the sentinel (see `watch_tear_down`).
+        watch_tear_down();
         let to_free = table.clear_cache();
         table.tokio_check.store(0, Ordering::Relaxed);
         table.owner.store(me, Ordering::Relaxed);
@@ -387,8 +427,8 @@ impl Inner {
             // documented panic leaves no waiter (and no waker) behind.
             self.ensure_sweeper();
         }
-        // SAFETY: the cache entry's hold, which only this thread releases,
-        // keeps `bucket` alive. If the sweeper fires it first, the deadline
+        // SAFETY: the cache entry's hold, which only the table's owner (the
+        // caller) releases, keeps `bucket` alive. If the sweeper fires it first, the deadline
         // has passed and `register` says so, as on the cached path.
         let armed = unsafe { Armed::register(table, bucket, waker) };
         if created && self.planned.lower(tick) {
@@ -426,6 +466,11 @@ impl Inner {
         armed.disarm(&self.buckets);
     }
 
+    /// Every table the sweeper fires and the metrics count.
+    fn all_tables(&self) -> impl Iterator<Item = &ThreadTable> {
+        self.tables.iter().chain(std::iter::once(&self.late))
+    }
+
     fn metrics(&self) -> Metrics {
         let mut m = Metrics {
             live_ticks: u64::try_from(self.buckets.live().max(0)).unwrap_or(0),
@@ -433,7 +478,7 @@ impl Inner {
             sweeper_threads_started: self.threads_started.load(Ordering::Relaxed),
             ..Metrics::default()
         };
-        for table in self.tables.iter() {
+        for table in self.all_tables() {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
             }

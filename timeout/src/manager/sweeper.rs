@@ -82,7 +82,7 @@ impl Inner {
         let mut earliest = u64::MAX;
         // Woken once no table lock is held (see `Bucket::fire`).
         let mut wakers = Vec::new();
-        for table in self.tables.iter() {
+        for table in self.all_tables() {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
             }
