@@ -9,13 +9,37 @@
 //! proportional to the keys active within about one window, and the cost of
 //! sweeping is amortised O(1) per insert. Decisions are exact; compare
 //! [`SketchLimiter`](crate::SketchLimiter), which bounds memory instead.
+//!
+//! # Time
+//!
+//! A key is never judged earlier than it has been judged before: a thread
+//! that read the clock before waiting for the lock, or a caller-supplied
+//! time earlier than the key's last, counts as no time passing for that key.
+//! That is what lets one receipt refund every limit of a pair (each charged
+//! the check to the same instant). Each key keeps the latest time it was
+//! judged at for this.
+//!
+//! A shard also keeps a time, the latest **clock reading** it has judged
+//! at, below which nothing in it is judged: a key forgotten as idle is idle
+//! only from the sweep on, so no check stamped before the sweep may find it
+//! fresh. Only readings of the clock raise it: a time given to
+//! [`check_n_at`](KeyedLimiter::check_n_at) is judged at for its own key, and
+//! raises the shard's time no further than the clock's reading, which is
+//! read only then (when the time is later than the shard's). So a caller's
+//! time, however far ahead, changes no other key's decisions, while batches
+//! and replays keep their meaning for their own keys. A time more than
+//! [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
+//! ([`CheckAtError::AheadOfClock`]): judged at, it would leave its key judged
+//! there until the clock caught up. Sweeps judge idleness at the shard's
+//! time, and keep a key whose own time is later.
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::SpinLock;
 use hashbrown::HashTable;
 use std::borrow::Borrow;
+use std::convert::Infallible;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -35,15 +59,20 @@ struct Shard<K, L: Limiter> {
     limiter: L,
     /// Keys and states, found by the hash that also picked the shard (so a
     /// check hashes its key once).
-    map: HashTable<(K, L::State)>,
+    map: HashTable<Entry<K, L::State>>,
     sweep_at: usize,
-    /// The latest time this shard has judged at (check, refund or sweep);
-    /// nothing is judged earlier, so a stamp from a thread that read the
-    /// clock before waiting for the lock, or an earlier caller-supplied
-    /// time, counts as no time passing. A key swept as idle is only idle
-    /// from the sweep on, and every limit of a key charges a check to the
-    /// same instant (one receipt refunds them all).
+    /// The latest clock reading this shard has judged at (check, refund or
+    /// sweep), never a caller's time beyond it: see [Time](self#time).
     latest: u64,
+}
+
+/// A remembered key.
+struct Entry<K, S> {
+    key: K,
+    state: S,
+    /// The latest time the key was judged at (at least its shard's time
+    /// when it was): see [Time](self#time).
+    at: u64,
 }
 
 /// An exact per-key limiter over any [`Limiter`].
@@ -158,7 +187,17 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 
     /// [`check_n`](Self::check_n) at a time read from this limiter's clock
-    /// (e.g. once for a batch of requests, or replayed from a trace).
+    /// (e.g. once for a batch of requests, or replayed from a trace). The
+    /// time is judged at for `key` alone (see [Time](self#time)); the clock
+    /// is read only when it is later than any reading the key's shard has
+    /// judged at.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
+    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
+    /// changes anything.
     ///
     /// ```
     /// use std::num::NonZeroU32;
@@ -185,12 +224,26 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         key: &Q,
         cost: u32,
         now: Timestamp<C>,
-    ) -> Result<Decision, NeverAllowed>
+    ) -> Result<Decision, CheckAtError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.run_at(key, cost, Mode::Consume, now.as_nanos())
+        let at = now.as_nanos();
+        let decision = self.decide_at(
+            key,
+            true,
+            |latest: &mut u64| {
+                if at > *latest {
+                    let reading = self.clock.now_nanos();
+                    CheckAtError::check_ahead(at, reading)?;
+                    *latest = reading.min(at).max(*latest);
+                }
+                Ok::<_, CheckAtError>(at.max(*latest))
+            },
+            |limiter, state, now| limiter.check(state, now, cost, Mode::Consume),
+        )??;
+        Ok(self.shadowed(decision))
     }
 
     /// Give back what `decision` (a check of `key` on this limiter)
@@ -209,10 +262,10 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let (hash, shard) = self.shard(key);
         let mut shard = shard.lock();
         let shard = &mut *shard;
-        let now = now.max(shard.latest);
-        shard.latest = now;
-        if let Some(state) = find(&mut shard.map, hash, key) {
-            shard.limiter.refund(state, now, receipt);
+        shard.latest = now.max(shard.latest);
+        if let Some(entry) = find(&mut shard.map, hash, key) {
+            entry.at = entry.at.max(shard.latest);
+            shard.limiter.refund(&mut entry.state, entry.at, receipt);
         }
     }
 
@@ -230,12 +283,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let mut left = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
-            let shard = &mut *shard;
-            let limiter = &shard.limiter;
-            let now = now.max(shard.latest);
-            shard.map.retain(|(_, state)| !limiter.is_idle(state, now));
-            shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
-            shard.latest = now;
+            shard.latest = now.max(shard.latest);
+            shard.sweep();
             left += shard.map.len();
         }
         left
@@ -262,22 +311,21 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.run_at(key, cost, mode, self.clock.now_nanos())
+        let now = self.clock.now_nanos();
+        let Ok(decision) =
+            self.decide_at(key, mode == Mode::Consume, at_reading(now), |l, s, now| {
+                l.check(s, now, cost, mode)
+            });
+        Ok(self.shadowed(decision?))
     }
 
-    fn run_at<Q>(&self, key: &Q, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let decision = self.decide_at(key, now, mode == Mode::Consume, |limiter, state, now| {
-            limiter.check(state, now, cost, mode)
-        })?;
-        Ok(if self.shadow.load(Ordering::Relaxed) {
+    #[inline]
+    fn shadowed(&self, decision: Decision) -> Decision {
+        if self.shadow.load(Ordering::Relaxed) {
             decision.shadowed()
         } else {
             decision
-        })
+        }
     }
 
     /// Whether one unit for `key` may be spent now, spending it if so:
@@ -301,23 +349,24 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
-        let allowed = self.decide_at(key, now, true, |limiter, state, now| {
+        let Ok(allowed) = self.decide_at(key, true, at_reading(now), |limiter, state, now| {
             limiter.allows(state, now, 1)
         });
         allowed || self.shadow.load(Ordering::Relaxed)
     }
 
-    /// Run `decide` on `key`'s state at `now` (never earlier than the
-    /// shard's latest time). A key not remembered gets a fresh state, kept
-    /// only if `keep` and `decide` left it not idle.
+    /// Run `decide` on `key`'s state at the time `when` picks from the
+    /// shard's time (which it may raise), or later if the key has been
+    /// judged later. A key not remembered gets a fresh state, kept only if
+    /// `keep` and `decide` left it not idle.
     #[inline]
-    fn decide_at<Q, R>(
+    fn decide_at<Q, R, E>(
         &self,
         key: &Q,
-        now: u64,
         keep: bool,
+        when: impl FnOnce(&mut u64) -> Result<u64, E>,
         decide: impl FnOnce(&L, &mut L::State, u64) -> R,
-    ) -> R
+    ) -> Result<R, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -325,38 +374,66 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let (hash, shard) = self.shard(key);
         let mut guard = shard.lock();
         let shard = &mut *guard;
-        let now = now.max(shard.latest);
-        shard.latest = now;
-        if let Some(state) = find(&mut shard.map, hash, key) {
-            return decide(&shard.limiter, state, now);
+        let now = when(&mut shard.latest)?;
+        if let Some(entry) = find(&mut shard.map, hash, key) {
+            entry.at = entry.at.max(now);
+            return Ok(decide(&shard.limiter, &mut entry.state, entry.at));
         }
         let mut state = shard.limiter.new_state(now);
         let result = decide(&shard.limiter, &mut state, now);
         if keep && !shard.limiter.is_idle(&state, now) {
             // The only allocation a borrowed key costs: on first spend.
             let hasher = &self.hasher;
+            let entry = Entry {
+                key: key.to_owned(),
+                state,
+                at: now,
+            };
             shard
                 .map
-                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+                .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
             if shard.map.len() >= shard.sweep_at {
-                let limiter = &shard.limiter;
-                shard.map.retain(|(_, s)| !limiter.is_idle(s, now));
-                shard.sweep_at = (shard.map.len() * 2).max(MIN_SWEEP);
+                shard.sweep();
             }
         }
-        result
+        Ok(result)
     }
 }
 
-/// The state of `key` (whose hash is `hash`) in a shard's map.
+/// The `when` of a check at a reading of the limiter's own clock: it
+/// raises the shard's time.
 #[inline]
-fn find<'a, K, Q, S>(map: &'a mut HashTable<(K, S)>, hash: u64, key: &Q) -> Option<&'a mut S>
+fn at_reading(now: u64) -> impl FnOnce(&mut u64) -> Result<u64, Infallible> {
+    move |latest| {
+        *latest = now.max(*latest);
+        Ok(*latest)
+    }
+}
+
+impl<K, L: Limiter> Shard<K, L> {
+    /// Forget the keys idle at the shard's time. A key judged later than
+    /// that (at a caller's time) stays: forgotten, it could be judged
+    /// again before its own time.
+    fn sweep(&mut self) {
+        let (limiter, latest) = (&self.limiter, self.latest);
+        self.map
+            .retain(|e| e.at > latest || !limiter.is_idle(&e.state, latest));
+        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
+    }
+}
+
+/// The entry of `key` (whose hash is `hash`) in a shard's map.
+#[inline]
+fn find<'a, K, Q, S>(
+    map: &'a mut HashTable<Entry<K, S>>,
+    hash: u64,
+    key: &Q,
+) -> Option<&'a mut Entry<K, S>>
 where
     K: Borrow<Q>,
     Q: Eq + ?Sized,
 {
-    map.find_mut(hash, |(k, _)| k.borrow() == key)
-        .map(|(_, state)| state)
+    map.find_mut(hash, |e| e.key.borrow() == key)
 }
 
 impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {

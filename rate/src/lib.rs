@@ -47,16 +47,38 @@ mod single;
 pub mod sketch;
 mod sync;
 
-/// The injectable clock, shared with `weir-limits`.
+/// The injectable clock, shared with `weir-limits`, and how far ahead of
+/// it a caller-supplied time may be.
 pub mod clock {
     pub use weir_limits::clock::{
         Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
     };
+
+    /// How far past a limiter's clock a time given to `check_n_at` may
+    /// lie; a later one is refused with
+    /// [`CheckAtError::AheadOfClock`](crate::CheckAtError::AheadOfClock).
+    ///
+    /// Readings of one clock type share an epoch, so a live reading taken
+    /// before the call is never ahead of the limiter's own by more than
+    /// the cores' disagreement (nanoseconds). A time further ahead is a
+    /// replay on a [`ManualClock`] left standing, or a mistake such as
+    /// `now + Duration::MAX`. Replays may run this far ahead of their
+    /// clock (advance it with the trace to go further); past it, a single
+    /// time would be judged at for the rest of its key's checks, or of a
+    /// [`RateLimiter`](crate::RateLimiter)'s, until the clock caught up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(weir_rate::clock::MAX_AHEAD, Duration::from_secs(60));
+    /// ```
+    pub const MAX_AHEAD: std::time::Duration = std::time::Duration::from_secs(60);
+
+    pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use check::{CheckKey, CheckKeyAsync};
-pub use decision::{Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
+pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};

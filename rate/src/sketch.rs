@@ -36,6 +36,12 @@
 //!   (and above the number of keys active within one burst period); the
 //!   bench report shows the allowed fraction next to the exact limiter's.
 //! * No refunds: lowering a shared cell could loosen another key.
+//! * A caller-supplied time raises the cells of its key, and so can make
+//!   colliding keys stricter until the clock reaches it: a time more than
+//!   [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
+//!   ([`CheckAtError::AheadOfClock`]), so no check can hold a cell beyond
+//!   that (plus the key's burst); at the end of the clock's range it
+//!   would deny every key sharing the cell for good.
 //!
 //! # Sizing
 //!
@@ -58,8 +64,9 @@
 //! about a tenth of the target, and an eighth of that size loses 18–27%.
 
 use crate::algorithms::{Gcra, Step, gcra_step};
+use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed};
 use crate::limiter::Mode;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
@@ -164,6 +171,10 @@ pub struct SketchLimiter<C = MonotonicClock> {
     cells: Box<[AtomicU64]>,
     params: Params,
     clock: C,
+    /// A time up to which a caller's time is within
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) of the clock (a reading plus
+    /// that), so `check_n_at` reads the clock only beyond it.
+    trusted_until: AtomicU64,
     shadow: AtomicBool,
 }
 
@@ -254,11 +265,13 @@ impl<C: Clock> SketchLimiter<C> {
     pub fn with_clock(quota: Quota, shape: Shape, clock: C) -> Self {
         let locator = Locator::new(shape);
         let cells = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
+        let trusted_until = AtomicU64::new(clock.now_nanos().saturating_add(MAX_AHEAD_NANOS));
         Self {
             locator,
             cells,
             params: Params::new(&Gcra::new(quota)),
             clock,
+            trusted_until,
             shadow: AtomicBool::new(false),
         }
     }
@@ -293,14 +306,42 @@ impl<C: Clock> SketchLimiter<C> {
     /// [`check_n`](Self::check_n) at a time read from this limiter's clock
     /// (e.g. once for a batch of requests). GCRA keeps no time of a key's
     /// last check: a time earlier than the key's recent requests is simply
-    /// judged more strictly (their arrivals are still ahead of it).
+    /// judged more strictly (their arrivals are still ahead of it). The
+    /// clock is read only for a time well ahead of earlier readings.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckAtError::NeverAllowed`] for a cost above the burst;
+    /// [`CheckAtError::AheadOfClock`] for a time more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
+    /// changes any cell.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{CheckAtError, Quota, SketchLimiter, sketch::Shape};
+    ///
+    /// let limiter = SketchLimiter::new(Quota::per_second(NonZeroU32::MIN), Shape::rows::<2, 64>());
+    /// let now = limiter.now();
+    /// assert!(matches!(limiter.check_n_at(&"a", 1, now + Duration::MAX), Err(CheckAtError::AheadOfClock { .. })));
+    /// assert!(limiter.check_n_at(&"a", 1, now).unwrap().is_allowed());
+    /// ```
     pub fn check_n_at<K: Hash + ?Sized>(
         &self,
         key: &K,
         cost: u32,
         now: Timestamp<C>,
-    ) -> Result<Decision, NeverAllowed> {
-        self.run_at(key, cost, Mode::Consume, now.as_nanos())
+    ) -> Result<Decision, CheckAtError> {
+        let at = now.as_nanos();
+        // Relaxed: the bound only decides whether to read the clock; any
+        // value it ever held was a reading plus the horizon.
+        if at > self.trusted_until.load(Ordering::Relaxed) {
+            let reading = self.clock.now_nanos();
+            CheckAtError::check_ahead(at, reading)?;
+            self.trusted_until
+                .fetch_max(reading.saturating_add(MAX_AHEAD_NANOS), Ordering::Relaxed);
+        }
+        Ok(self.run_at(key, cost, Mode::Consume, at)?)
     }
 
     /// Change the quota for every key. Stored TATs are kept: what was spent
