@@ -36,20 +36,41 @@
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
+use crate::sketch::{Cells, Layout, Shape};
 use crate::sync::SpinLock;
 use hashbrown::HashTable;
 use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::hash::Hash;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
+use weir_limits::sketch::Locator;
 
 const DEFAULT_SHARDS: usize = 64;
+
+/// The most keys a [`KeyedLimiter`] remembers unless a constructor says
+/// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
+/// table of 16 384 slots holds (tables grow at 7/8 full), so the default
+/// limiter's tables end up full rather than half empty.
+pub const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 const MIN_SWEEP: usize = 64;
 
 /// The most shards [`KeyedLimiter::with_shards`] makes: far more than
 /// threads contend, few enough that each still holds many keys.
 const MAX_SHARDS: usize = 1 << 16;
 
+/// A full shard forgets about this share of its keys at once, so the scan
+/// that finds them costs O(1) per insert.
+const EVICT_SHARE: usize = 8;
+
+/// Idle times sampled to find the share of keys closest to idle.
+const SAMPLE: usize = 64;
+
+/// Spill sketch: rows, and keys of capacity per cell of a row (2 bytes per
+/// key in all), within bounds.
+const SPILL_HASHES: usize = 2;
+const KEYS_PER_SPILL_SLOT: usize = 8;
+const MAX_SPILL_SLOTS: usize = 1 << 20;
 #[repr(align(128))]
 struct Padded<T>(T);
 
@@ -64,6 +85,13 @@ struct Shard<K, L: Limiter> {
     /// The latest clock reading this shard has judged at (check, refund or
     /// sweep), never a caller's time beyond it: see [Time](self#time).
     latest: u64,
+    /// The most keys the shard remembers.
+    capacity: usize,
+    /// When the keys forgotten before they were idle turn idle, by their
+    /// hash; allocated at the first: see [Memory](self#memory).
+    spilled: Option<Cells>,
+    /// The latest of those times; from then on they say nothing.
+    spilled_until: u64,
 }
 
 /// A remembered key.
@@ -102,8 +130,13 @@ struct Entry<K, S> {
 pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
     shards: Box<[LockedShard<K, L>]>,
     hasher: ahash::RandomState,
+    /// Where a key's cells are in its shard's spill sketch, from the hash
+    /// that found its shard.
+    spill: Locator,
     clock: C,
     shadow: AtomicBool,
+    /// Keys per shard.
+    shard_capacity: usize,
 }
 
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
@@ -122,8 +155,27 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// A keyed limiter with `shards` shards (rounded up to a power of two,
     /// at least one, at most 65 536).
     pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
+        Self::with_shards_and_capacity(limiter, clock, shards, DEFAULT_CAPACITY)
+    }
+
+    /// A keyed limiter remembering at most `capacity` keys.
+    pub fn with_capacity(limiter: L, clock: C, capacity: NonZeroUsize) -> Self {
+        Self::with_shards_and_capacity(limiter, clock, DEFAULT_SHARDS, capacity)
+    }
+
+    /// A keyed limiter with `shards` shards remembering at most `capacity` keys.
+    pub fn with_shards_and_capacity(
+        limiter: L,
+        clock: C,
+        shards: usize,
+        capacity: NonZeroUsize,
+    ) -> Self {
         let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let shard_capacity = capacity.get().div_ceil(shards);
         let hasher = ahash::RandomState::new();
+        let slots = (shard_capacity / KEYS_PER_SPILL_SLOT).clamp(1, MAX_SPILL_SLOTS);
+        let spill = Shape::try_new(SPILL_HASHES, slots, Layout::Rows)
+            .unwrap_or(Shape::rows::<SPILL_HASHES, 1>());
         let shards = (0..shards)
             .map(|_| {
                 Padded(SpinLock::new(Shard {
@@ -131,15 +183,25 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                     map: HashTable::new(),
                     sweep_at: MIN_SWEEP,
                     latest: 0,
+                    capacity: shard_capacity,
+                    spilled: None,
+                    spilled_until: 0,
                 }))
             })
             .collect();
         Self {
             shards,
             hasher,
+            spill: Locator::new(spill),
             clock,
             shadow: AtomicBool::new(false),
+            shard_capacity,
         }
+    }
+
+    /// The most keys remembered at once.
+    pub fn capacity(&self) -> usize {
+        self.shard_capacity.saturating_mul(self.shards.len())
     }
 
     /// `key`'s hash and its shard.
@@ -242,6 +304,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 Ok::<_, CheckAtError>(at.max(*latest))
             },
             |limiter, state, now| limiter.check(state, now, cost, Mode::Consume),
+            spent,
         )??;
         Ok(self.shadowed(decision))
     }
@@ -284,7 +347,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
             shard.latest = now.max(shard.latest);
-            shard.sweep();
+            shard.sweep(&self.hasher);
             left += shard.map.len();
         }
         left
@@ -312,10 +375,13 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
-        let Ok(decision) =
-            self.decide_at(key, mode == Mode::Consume, at_reading(now), |l, s, now| {
-                l.check(s, now, cost, mode)
-            });
+        let Ok(decision) = self.decide_at(
+            key,
+            mode == Mode::Consume,
+            at_reading(now),
+            |l, s, now| l.check(s, now, cost, mode),
+            spent,
+        );
         Ok(self.shadowed(decision?))
     }
 
@@ -349,16 +415,21 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
-        let Ok(allowed) = self.decide_at(key, true, at_reading(now), |limiter, state, now| {
-            limiter.allows(state, now, 1)
-        });
+        let Ok(allowed) = self.decide_at(
+            key,
+            true,
+            at_reading(now),
+            |limiter, state, now| limiter.allows(state, now, 1),
+            |&allowed| allowed,
+        );
         allowed || self.shadow.load(Ordering::Relaxed)
     }
 
     /// Run `decide` on `key`'s state at the time `when` picks from the
     /// shard's time (which it may raise), or later if the key has been
-    /// judged later. A key not remembered gets a fresh state, kept only if
-    /// `keep` and `decide` left it not idle.
+    /// judged later. A key not remembered gets a fresh state (or the one
+    /// its spilled time restores), kept only if `keep`, `decide` `spent`
+    /// something and left it not idle.
     #[inline]
     fn decide_at<Q, R, E>(
         &self,
@@ -366,6 +437,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         keep: bool,
         when: impl FnOnce(&mut u64) -> Result<u64, E>,
         decide: impl FnOnce(&L, &mut L::State, u64) -> R,
+        spent: impl FnOnce(&R) -> bool,
     ) -> Result<R, E>
     where
         K: Borrow<Q>,
@@ -379,11 +451,14 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             entry.at = entry.at.max(now);
             return Ok(decide(&shard.limiter, &mut entry.state, entry.at));
         }
-        let mut state = shard.limiter.new_state(now);
+        let mut state = shard.restore(&self.spill, hash, now);
         let result = decide(&shard.limiter, &mut state, now);
-        if keep && !shard.limiter.is_idle(&state, now) {
-            // The only allocation a borrowed key costs: on first spend.
+        // A check that spent nothing leaves a restored state as its spilled
+        // time would restore it again, and a fresh one idle.
+        if keep && spent(&result) && !shard.limiter.is_idle(&state, now) {
             let hasher = &self.hasher;
+            shard.make_room(hasher, &self.spill);
+            // The only allocation a borrowed key costs: on first spend.
             let entry = Entry {
                 key: key.to_owned(),
                 state,
@@ -393,11 +468,17 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 .map
                 .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
             if shard.map.len() >= shard.sweep_at {
-                shard.sweep();
+                shard.sweep(hasher);
             }
         }
         Ok(result)
     }
+}
+
+/// Whether a check spent anything (so its key must be remembered).
+#[inline]
+fn spent(result: &Result<Decision, NeverAllowed>) -> bool {
+    result.as_ref().is_ok_and(|d| d.receipt().is_some())
 }
 
 /// The `when` of a check at a reading of the limiter's own clock: it
@@ -410,15 +491,109 @@ fn at_reading(now: u64) -> impl FnOnce(&mut u64) -> Result<u64, Infallible> {
     }
 }
 
-impl<K, L: Limiter> Shard<K, L> {
-    /// Forget the keys idle at the shard's time. A key judged later than
-    /// that (at a caller's time) stays: forgotten, it could be judged
-    /// again before its own time.
-    fn sweep(&mut self) {
+impl<K: Hash, L: Limiter> Shard<K, L> {
+    /// The state of a key not remembered, at `now`: restored from its
+    /// spilled time while that may say something, else fresh.
+    #[inline]
+    fn restore(&self, spill: &Locator, hash: u64, now: u64) -> L::State {
+        if self.spilled_until > now
+            && let Some(cells) = &self.spilled
+        {
+            let idle_at = cells.load(&spill.locate_hash(hash));
+            return self.limiter.spent_until(idle_at, now);
+        }
+        self.limiter.new_state(now)
+    }
+
+    /// Forget the keys idle at the shard's time, and give memory back
+    /// when few keys are left. A key judged later than that (at a caller's
+    /// time) stays: forgotten, it could be judged again before its own time.
+    fn sweep(&mut self, hasher: &ahash::RandomState) {
         let (limiter, latest) = (&self.limiter, self.latest);
         self.map
             .retain(|e| e.at > latest || !limiter.is_idle(&e.state, latest));
-        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
+        let len = self.map.len();
+        self.sweep_at = (len * 2).max(MIN_SWEEP);
+        // A table never shrinks by itself: after a spray it would keep its
+        // size for good. A quarter full leaves room to grow without
+        // shrinking and growing back and forth.
+        if self.map.capacity() / 4 > len {
+            self.map.shrink_to(len * 2, |e| hasher.hash_one(&e.key));
+        }
+        if self.spilled_until <= latest {
+            self.spilled = None;
+        }
+    }
+
+    /// Room for one more key within the capacity, and within the table
+    /// size the capacity needs.
+    fn make_room(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
+        if self.map.len() >= self.capacity {
+            self.sweep(hasher);
+            if self.map.len() >= self.capacity {
+                self.evict(hasher, spill);
+            }
+        }
+        // Removals leave tombstones, which hashbrown frees only by
+        // rehashing: in place if the table is at most half full, otherwise
+        // by doubling it. A table at its capacity's size whose free slots
+        // are all tombstones would double on this insert; rebuilt at that
+        // size it has room again.
+        if self.map.len() == self.map.capacity() && self.map.len() >= self.capacity / 2 {
+            let old = std::mem::replace(&mut self.map, HashTable::with_capacity(self.capacity));
+            for e in old {
+                self.map
+                    .insert_unique(hasher.hash_one(&e.key), e, |e| hasher.hash_one(&e.key));
+            }
+        }
+    }
+
+    /// Forget about an eighth of a full shard's keys, those that turn idle
+    /// soonest (by a sample of their idle times, and always the soonest),
+    /// keeping in the spill sketch when each turns idle.
+    #[cold]
+    fn evict(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
+        let (limiter, latest) = (&self.limiter, self.latest);
+        let len = self.map.len();
+        let target = (len / EVICT_SHARE).max(1);
+        let stride = (len / SAMPLE).max(1);
+        let mut sample = [u64::MAX; SAMPLE];
+        let (mut taken, mut soonest) = (0, u64::MAX);
+        for (i, e) in self.map.iter().enumerate() {
+            let idle_at = limiter.idle_at(&e.state, latest);
+            soonest = soonest.min(idle_at);
+            if i % stride == 0 && taken < SAMPLE {
+                sample[taken] = idle_at;
+                taken += 1;
+            }
+        }
+        // The sampled time with about `target / len` of the sample at or
+        // below it (every key sampled in a small shard).
+        let sample = &mut sample[..taken];
+        let threshold = match sample.len() {
+            0 => u64::MAX,
+            n => {
+                let rank = (n * target).div_ceil(len).clamp(1, n) - 1;
+                *sample.select_nth_unstable(rank).1
+            }
+        };
+        let cells = self
+            .spilled
+            .get_or_insert_with(|| Cells::new(spill.cells()));
+        let (mut removed, mut until) = (0, self.spilled_until);
+        self.map.retain(|e| {
+            let idle_at = limiter.idle_at(&e.state, latest);
+            let forget = idle_at <= threshold && (removed < target || idle_at <= soonest);
+            if forget {
+                removed += 1;
+                if idle_at > latest {
+                    cells.store(&spill.locate_hash(hasher.hash_one(&e.key)), idle_at);
+                    until = until.max(idle_at);
+                }
+            }
+            !forget
+        });
+        self.spilled_until = until;
     }
 }
 
@@ -440,6 +615,7 @@ impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())
+            .field("capacity", &self.shard_capacity)
             .finish_non_exhaustive()
     }
 }

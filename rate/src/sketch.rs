@@ -74,8 +74,83 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-use weir_limits::sketch::Locator;
+use weir_limits::sketch::{Location, Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
+
+/// Times kept in a sketch: a key's time is the smallest of its cells, and
+/// storing it raises every cell to at least that, so each cell stays at or
+/// above the time of every key stored in it and a key reads back no earlier
+/// than its own. [`SketchLimiter`] keeps GCRA arrival times here; a bounded
+/// [`KeyedLimiter`](crate::KeyedLimiter) keeps the idle times of the keys it
+/// had to forget.
+pub(crate) struct Cells(Box<[AtomicU64]>);
+
+impl Cells {
+    pub(crate) fn new(len: usize) -> Self {
+        Self((0..len).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The smallest of `location`'s cells and which cell holds it, with
+    /// each cell's value in `seen`. The first cell wins ties, so a key
+    /// whose cells are all saturated still names one of its own.
+    #[inline]
+    pub(crate) fn min(&self, location: &Location, seen: &mut [u64; MAX_HASHES]) -> (u64, usize) {
+        let (mut min, mut at) = (u64::MAX, 0);
+        for (i, cell) in location.iter().enumerate() {
+            // Acquire: pairs with the raises' release half, so the
+            // never-under-a-key's-time argument holds in the memory model,
+            // not just on x86 (free there).
+            let v = self.0[cell].load(Ordering::Acquire);
+            seen[i] = v;
+            if i == 0 || v < min {
+                (min, at) = (v, cell);
+            }
+        }
+        (min, at)
+    }
+
+    /// Raise every cell of `location` except `skip` to at least `time`;
+    /// `seen` holds values read earlier (a cell seen at or above `time`
+    /// can only have grown since).
+    #[inline]
+    pub(crate) fn raise(
+        &self,
+        location: &Location,
+        time: u64,
+        seen: &[u64; MAX_HASHES],
+        skip: Option<usize>,
+    ) {
+        for (i, cell) in location.iter().enumerate() {
+            if Some(cell) != skip && seen[i] < time {
+                self.0[cell].fetch_max(time, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Store `time` for the key at `location`.
+    pub(crate) fn store(&self, location: &Location, time: u64) {
+        let mut seen = [0; MAX_HASHES];
+        self.min(location, &mut seen);
+        self.raise(location, time, &seen, None);
+    }
+
+    /// The key at `location`'s time: never earlier than any it was stored with.
+    pub(crate) fn load(&self, location: &Location) -> u64 {
+        self.min(location, &mut [0; MAX_HASHES]).0
+    }
+
+    /// Replace `cell`'s value `current` with `new`; false if it had moved.
+    #[inline]
+    fn commit(&self, cell: usize, current: u64, new: u64) -> bool {
+        self.0[cell]
+            .compare_exchange(current, new, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+}
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -168,7 +243,7 @@ fn spin() {
 /// ```
 pub struct SketchLimiter<C = MonotonicClock> {
     locator: Locator,
-    cells: Box<[AtomicU64]>,
+    cells: Cells,
     params: Params,
     clock: C,
     /// A time up to which a caller's time is within
@@ -264,7 +339,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// A limiter over a sketch of `shape`, reading `clock`.
     pub fn with_clock(quota: Quota, shape: Shape, clock: C) -> Self {
         let locator = Locator::new(shape);
-        let cells = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
+        let cells = Cells::new(locator.cells());
         let trusted_until = AtomicU64::new(clock.now_nanos().saturating_add(MAX_AHEAD_NANOS));
         Self {
             locator,
@@ -424,22 +499,12 @@ impl<C: Clock> SketchLimiter<C> {
     ) -> Step {
         let location = self.locator.locate(key);
         loop {
-            let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
-            let (mut min, mut at) = (u64::MAX, 0);
-            for (i, cell) in location.iter().enumerate() {
-                // Acquire: pairs with the commits' release half, so the
-                // never-under-limit argument holds in the memory model, not
-                // just on x86 (free there).
-                let v = self.cells[cell].load(Ordering::Acquire);
-                seen[i] = v;
-                // `i == 0`: the commit below must target one of the key's
-                // own cells even when every cell is saturated at
-                // `u64::MAX`; otherwise it would compare-and-swap a cell
-                // of no interest to the key, fail, and retry forever.
-                if i == 0 || v < min {
-                    (min, at) = (v, cell);
-                }
-            }
+            let mut seen = [0u64; MAX_HASHES];
+            // The commit below targets the minimum's cell, one of the
+            // key's own even when every cell is saturated at `u64::MAX`;
+            // a cell of no interest to the key would fail the
+            // compare-and-swap and retry forever.
+            let (min, at) = self.cells.min(&location, &mut seen);
             let step = gcra_step(
                 min,
                 now,
@@ -453,16 +518,8 @@ impl<C: Clock> SketchLimiter<C> {
             if mode == Mode::Peek {
                 return step;
             }
-            for (i, cell) in location.iter().enumerate() {
-                // A cell seen at or above `new` can only have grown since.
-                if cell != at && seen[i] < new {
-                    self.cells[cell].fetch_max(new, Ordering::SeqCst);
-                }
-            }
-            if self.cells[at]
-                .compare_exchange(min, new, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
+            self.cells.raise(&location, new, &seen, Some(at));
+            if self.cells.commit(at, min, new) {
                 return step;
             }
             spin();
