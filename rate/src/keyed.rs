@@ -1,14 +1,59 @@
-//! One limit per key, exactly: a sharded map from key to state.
+//! One limit per key, exactly up to a capacity of keys: a sharded map from
+//! key to state.
 //!
 //! Each key's state lives in one of `shards` hash maps, each behind its own
 //! short lock and on its own cache lines, so threads working on different
 //! keys rarely meet. Keys are remembered only while they matter: a key is
 //! inserted when it first spends something, and a shard sweeps out idle keys
 //! (whose state equals a fresh one, so forgetting them changes no decision)
-//! whenever it has doubled in size since its last sweep. Memory is therefore
-//! proportional to the keys active within about one window, and the cost of
-//! sweeping is amortised O(1) per insert. Decisions are exact; compare
-//! [`SketchLimiter`](crate::SketchLimiter), which bounds memory instead.
+//! whenever it has doubled in size since its last sweep, which costs
+//! amortised O(1) per insert. Compare [`SketchLimiter`](crate::SketchLimiter),
+//! which keeps GCRA times only, all in a sketch.
+//!
+//! # Memory
+//!
+//! A limiter remembers at most its capacity of keys
+//! ([`DEFAULT_CAPACITY`] unless built with
+//! [`with_capacity`](KeyedLimiter::with_capacity)), `capacity / shards` (rounded
+//! up) per shard. A key spray cannot grow it past that: a full shard first
+//! forgets its idle keys, and if they are fewer than an eighth of it, the
+//! keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
+//! arrival times), found from a sample of 64 and always including the
+//! soonest. Each of those leaves behind only when it turns idle, stored
+//! under its hash in the shard's spill sketch: two rows of cells, each the
+//! latest time stored in it (the cell logic of the sketch limiter). A key
+//! not remembered is restored from the earliest of its cells, as having
+//! spent all it could until then ([`Limiter::spent_until`]); no cell is
+//! earlier than the key's own time, so a key that comes back is judged **no
+//! looser than if it had stayed**: for unit costs it is never allowed more,
+//! in any prefix of its requests, than the exact limiter would allow it
+//! (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
+//! one, and that decisions are identical until the capacity is first
+//! reached). It may be judged stricter: as spent until its own idle time
+//! (for GCRA and the buckets that is exact; a window restores as full), or
+//! until a later one stored in all of its cells by other keys. The sketch
+//! is small (2 bytes per key of capacity), allocated when a shard first
+//! spills and freed once every time in it has passed; while it can say
+//! anything, a key's first check reads two of its cells.
+//!
+//! **Sizing**: give the limiter room for the keys that spend within the
+//! time a state takes to turn idle (`burst × window / limit` for GCRA and
+//! the buckets, one window for the fixed window and the log, up to two for
+//! the sliding window) at peak, so that only a spray is forgotten early.
+//! Beyond it, a key spray can make an honest key that is not remembered
+//! start as spent as the most spent of the forgotten keys in each of its
+//! cells (for one-shot keys, one request), and an honest key that is
+//! remembered is forgotten only if it turns idle sooner than they do. Memory is then
+//! bounded by: in each shard, a hash table of the next power of two of
+//! `8/7 × capacity / shards` slots, each the size of the key, its state and
+//! one byte (a key's and a state's own heap, such as a `String`'s bytes or
+//! a sliding log's entries, comes on top); the spill sketches; a second
+//! table per shard during its rebuild; and, only for keys judged at a
+//! caller's time ahead of the clock, up to `capacity` keys again with 8
+//! bytes each (see [Time](self#time)). Tables rebuild in place of growing
+//! past their capacity's size, and shrink when sweeps leave them a quarter
+//! full, so after a spray the memory goes back once the keys turn idle
+//! ([`evict_idle`](KeyedLimiter::evict_idle) or the next sweeps).
 //!
 //! # Time
 //!
@@ -16,22 +61,25 @@
 //! that read the clock before waiting for the lock, or a caller-supplied
 //! time earlier than the key's last, counts as no time passing for that key.
 //! That is what lets one receipt refund every limit of a pair (each charged
-//! the check to the same instant). Each key keeps the latest time it was
-//! judged at for this.
+//! the check to the same instant).
 //!
-//! A shard also keeps a time, the latest **clock reading** it has judged
-//! at, below which nothing in it is judged: a key forgotten as idle is idle
-//! only from the sweep on, so no check stamped before the sweep may find it
-//! fresh. Only readings of the clock raise it: a time given to
+//! A shard keeps a time, the latest **clock reading** it has judged at,
+//! below which nothing in it is judged: a key forgotten as idle is idle
+//! only from then on, so no check stamped earlier may find it fresh. Only
+//! readings of the clock raise it: a time given to
 //! [`check_n_at`](KeyedLimiter::check_n_at) is judged at for its own key, and
 //! raises the shard's time no further than the clock's reading, which is
 //! read only then (when the time is later than the shard's). So a caller's
 //! time, however far ahead, changes no other key's decisions, while batches
-//! and replays keep their meaning for their own keys. A time more than
-//! [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
-//! ([`CheckAtError::AheadOfClock`]): judged at, it would leave its key judged
-//! there until the clock caught up. Sweeps judge idleness at the shard's
-//! time, and keep a key whose own time is later.
+//! and replays keep their meaning for their own keys. A key judged at a
+//! caller's time ahead of the shard's keeps that time in a side table until
+//! the shard's time reaches it; live checks never need it, so it costs
+//! nothing unless callers' times run ahead of the clock (a replay on a
+//! clock left standing). Dropping those times, when the table is full,
+//! only judges their keys earlier, which no algorithm finds looser. A time
+//! more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
+//! refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
+//! key judged there until the clock caught up.
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed};
@@ -50,9 +98,20 @@ const DEFAULT_SHARDS: usize = 64;
 
 /// The most keys a [`KeyedLimiter`] remembers unless a constructor says
 /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
-/// table of 16 384 slots holds (tables grow at 7/8 full), so the default
-/// limiter's tables end up full rather than half empty.
+/// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
+/// waste no slots. For a `u64` key and a GCRA state that is 17 bytes a
+/// slot, 18 MB in all at most, plus 1.8 MB of spill sketches.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::keyed::DEFAULT_CAPACITY;
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// let limiter = KeyedLimiter::<u64, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+/// assert_eq!(limiter.capacity(), DEFAULT_CAPACITY.get());
+/// ```
 pub const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
+
 const MIN_SWEEP: usize = 64;
 
 /// The most shards [`KeyedLimiter::with_shards`] makes: far more than
@@ -71,6 +130,7 @@ const SAMPLE: usize = 64;
 const SPILL_HASHES: usize = 2;
 const KEYS_PER_SPILL_SLOT: usize = 8;
 const MAX_SPILL_SLOTS: usize = 1 << 20;
+
 #[repr(align(128))]
 struct Padded<T>(T);
 
@@ -92,18 +152,21 @@ struct Shard<K, L: Limiter> {
     spilled: Option<Cells>,
     /// The latest of those times; from then on they say nothing.
     spilled_until: u64,
+    /// Keys judged at a caller's time later than `latest`, with the latest
+    /// such time: see [Time](self#time). Empty unless callers' times run
+    /// ahead of the clock.
+    ahead: HashTable<(K, u64)>,
 }
 
 /// A remembered key.
 struct Entry<K, S> {
     key: K,
     state: S,
-    /// The latest time the key was judged at (at least its shard's time
-    /// when it was): see [Time](self#time).
-    at: u64,
 }
 
-/// An exact per-key limiter over any [`Limiter`].
+/// A per-key limiter over any [`Limiter`]: exact for the keys it
+/// remembers, at most its capacity of them, and never looser for the keys
+/// it had to forget (see the [module docs](self#memory)).
 ///
 /// Keys are looked up borrowed, as `HashMap::get` does: a
 /// `KeyedLimiter<String, _>` checks a `&str` and allocates only when the
@@ -140,30 +203,64 @@ pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
 }
 
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
-    /// A keyed limiter on the monotonic clock.
+    /// A keyed limiter on the monotonic clock, with 64 shards and room for
+    /// [`DEFAULT_CAPACITY`] keys.
     pub fn new(limiter: L) -> Self {
         Self::with_clock(limiter, MonotonicClock::new())
     }
 }
 
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
-    /// A keyed limiter reading time from `clock`, with 64 shards.
+    /// A keyed limiter reading time from `clock`, with 64 shards and room
+    /// for [`DEFAULT_CAPACITY`] keys.
     pub fn with_clock(limiter: L, clock: C) -> Self {
         Self::with_shards(limiter, clock, DEFAULT_SHARDS)
     }
 
     /// A keyed limiter with `shards` shards (rounded up to a power of two,
-    /// at least one, at most 65 536).
+    /// at least one, at most 65 536) and room for [`DEFAULT_CAPACITY`] keys.
     pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
         Self::with_shards_and_capacity(limiter, clock, shards, DEFAULT_CAPACITY)
     }
 
-    /// A keyed limiter remembering at most `capacity` keys.
+    /// A keyed limiter with 64 shards remembering at most `capacity` keys
+    /// (rounded up to a multiple of 64); see [sizing](self#memory).
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_hour(NonZeroU32::new(100).unwrap());
+    /// let capacity = NonZeroUsize::new(64 * 1024).unwrap();
+    /// let limiter = KeyedLimiter::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
+    /// // A spray of one-shot keys: each spends for 36 s, and memory stays put.
+    /// for key in 0..200_000u32 {
+    ///     assert!(limiter.allows(&key));
+    /// }
+    /// assert!(limiter.len() <= limiter.capacity());
+    /// ```
     pub fn with_capacity(limiter: L, clock: C, capacity: NonZeroUsize) -> Self {
         Self::with_shards_and_capacity(limiter, clock, DEFAULT_SHARDS, capacity)
     }
 
-    /// A keyed limiter with `shards` shards remembering at most `capacity` keys.
+    /// A keyed limiter with `shards` shards (as for
+    /// [`with_shards`](Self::with_shards)) remembering at most `capacity`
+    /// keys, rounded up to a multiple of the shards.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::MIN);
+    /// let one = NonZeroUsize::MIN;
+    /// let limiter = KeyedLimiter::with_shards_and_capacity(Gcra::new(quota), ManualClock::new(), 1, one);
+    /// assert!(limiter.allows(&"alice"));
+    /// assert!(limiter.allows(&"bob")); // alice is forgotten ...
+    /// assert_eq!(limiter.len(), 1);
+    /// assert!(!limiter.allows(&"alice")); // ... but not her spending
+    /// ```
     pub fn with_shards_and_capacity(
         limiter: L,
         clock: C,
@@ -186,6 +283,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                     capacity: shard_capacity,
                     spilled: None,
                     spilled_until: 0,
+                    ahead: HashTable::new(),
                 }))
             })
             .collect();
@@ -199,7 +297,19 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
     }
 
-    /// The most keys remembered at once.
+    /// The most keys remembered at once: the capacity asked for, rounded
+    /// up to a multiple of the shards.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::MIN);
+    /// let capacity = NonZeroUsize::new(1000).unwrap();
+    /// let limiter = KeyedLimiter::<u32, _, _>::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
+    /// assert_eq!(limiter.capacity(), 64 * 16);
+    /// ```
     pub fn capacity(&self) -> usize {
         self.shard_capacity.saturating_mul(self.shards.len())
     }
@@ -311,8 +421,10 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// Give back what `decision` (a check of `key` on this limiter)
     /// spent, as far as it still counts: see [`Limiter::refund`]. Nothing
-    /// for a decision that spent nothing, or a key forgotten as idle (whose
-    /// spendings no longer count). Refund each decision at most once.
+    /// for a decision that spent nothing, a key forgotten as idle (whose
+    /// spendings no longer count), or a key forgotten to make room (whose
+    /// spending stays spent, which is never looser). Refund each decision
+    /// at most once.
     pub fn refund<Q>(&self, key: &Q, decision: &Decision)
     where
         K: Borrow<Q>,
@@ -326,9 +438,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let mut shard = shard.lock();
         let shard = &mut *shard;
         shard.latest = now.max(shard.latest);
+        let at = stamped(&shard.ahead, hash, key, shard.latest);
         if let Some(entry) = find(&mut shard.map, hash, key) {
-            entry.at = entry.at.max(shard.latest);
-            shard.limiter.refund(&mut entry.state, entry.at, receipt);
+            shard.limiter.refund(&mut entry.state, at, receipt);
         }
     }
 
@@ -340,7 +452,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
     }
 
-    /// Forget every idle key now; returns how many keys remain.
+    /// Forget every idle key now, giving back the memory of tables left a
+    /// quarter full or less; returns how many keys remain.
     pub fn evict_idle(&self) -> usize {
         let now = self.clock.now_nanos();
         let mut left = 0;
@@ -444,29 +557,37 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (hash, shard) = self.shard(key);
+        let hasher = &self.hasher;
         let mut guard = shard.lock();
         let shard = &mut *guard;
         let now = when(&mut shard.latest)?;
+        // Later than the shard's time only for a caller's time ahead of it.
+        let ahead = now > shard.latest;
+        let now = stamped(&shard.ahead, hash, key, now);
         if let Some(entry) = find(&mut shard.map, hash, key) {
-            entry.at = entry.at.max(now);
-            return Ok(decide(&shard.limiter, &mut entry.state, entry.at));
+            let result = decide(&shard.limiter, &mut entry.state, now);
+            if ahead {
+                shard.stamp(hasher, hash, key, now);
+            }
+            return Ok(result);
         }
         let mut state = shard.restore(&self.spill, hash, now);
         let result = decide(&shard.limiter, &mut state, now);
         // A check that spent nothing leaves a restored state as its spilled
         // time would restore it again, and a fresh one idle.
         if keep && spent(&result) && !shard.limiter.is_idle(&state, now) {
-            let hasher = &self.hasher;
             shard.make_room(hasher, &self.spill);
             // The only allocation a borrowed key costs: on first spend.
             let entry = Entry {
                 key: key.to_owned(),
                 state,
-                at: now,
             };
             shard
                 .map
                 .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
+            if ahead {
+                shard.stamp(hasher, hash, key, now);
+            }
             if shard.map.len() >= shard.sweep_at {
                 shard.sweep(hasher);
             }
@@ -505,13 +626,14 @@ impl<K: Hash, L: Limiter> Shard<K, L> {
         self.limiter.new_state(now)
     }
 
-    /// Forget the keys idle at the shard's time, and give memory back
-    /// when few keys are left. A key judged later than that (at a caller's
-    /// time) stays: forgotten, it could be judged again before its own time.
+    /// Forget the keys idle at the shard's time (and the times of keys
+    /// judged ahead of it that it has reached), and give memory back when
+    /// few keys are left. A key idle then is idle at its own later time
+    /// too, and its time stays: forgotten, it is judged as if kept.
     fn sweep(&mut self, hasher: &ahash::RandomState) {
         let (limiter, latest) = (&self.limiter, self.latest);
-        self.map
-            .retain(|e| e.at > latest || !limiter.is_idle(&e.state, latest));
+        self.map.retain(|e| !limiter.is_idle(&e.state, latest));
+        self.prune_stamps(hasher);
         let len = self.map.len();
         self.sweep_at = (len * 2).max(MIN_SWEEP);
         // A table never shrinks by itself: after a spray it would keep its
@@ -525,21 +647,61 @@ impl<K: Hash, L: Limiter> Shard<K, L> {
         }
     }
 
+    /// Remember that `key` was judged at `at`, a caller's time later than
+    /// the shard's, so that it is never judged earlier. At most `capacity`
+    /// keys' times are kept: forgetting them all, when full, judges those
+    /// keys at the shard's time, which is never looser (every algorithm
+    /// takes a time before its state's own as its own, or judges it more
+    /// strictly); a refund may then find less to return.
+    #[cold]
+    fn stamp<Q>(&mut self, hasher: &ahash::RandomState, hash: u64, key: &Q, at: u64)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some((_, t)) = self.ahead.find_mut(hash, |(k, _)| k.borrow() == key) {
+            *t = (*t).max(at);
+            return;
+        }
+        if self.ahead.len() >= self.capacity {
+            self.prune_stamps(hasher);
+            if self.ahead.len() >= self.capacity {
+                self.ahead.clear();
+            }
+        }
+        self.ahead
+            .insert_unique(hash, (key.to_owned(), at), |(k, _)| hasher.hash_one(k));
+    }
+
+    /// Drop the times the shard's own time has reached. Rebuilt rather
+    /// than filtered in place, which would leave tombstones that grow it.
+    fn prune_stamps(&mut self, hasher: &ahash::RandomState) {
+        if self.ahead.is_empty() {
+            return;
+        }
+        let latest = self.latest;
+        let old = std::mem::take(&mut self.ahead);
+        for (key, at) in old {
+            if at > latest {
+                self.ahead
+                    .insert_unique(hasher.hash_one(&key), (key, at), |(k, _)| {
+                        hasher.hash_one(k)
+                    });
+            }
+        }
+    }
+
     /// Room for one more key within the capacity, and within the table
     /// size the capacity needs.
     fn make_room(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
         if self.map.len() >= self.capacity {
-            self.sweep(hasher);
-            if self.map.len() >= self.capacity {
-                self.evict(hasher, spill);
-            }
-        }
-        // Removals leave tombstones, which hashbrown frees only by
-        // rehashing: in place if the table is at most half full, otherwise
-        // by doubling it. A table at its capacity's size whose free slots
-        // are all tombstones would double on this insert; rebuilt at that
-        // size it has room again.
-        if self.map.len() == self.map.capacity() && self.map.len() >= self.capacity / 2 {
+            self.evict(hasher, spill);
+        } else if self.map.len() == self.map.capacity() && self.map.len() >= self.capacity / 2 {
+            // Removals leave tombstones, which hashbrown frees only by
+            // rehashing: in place if the table is at most half full,
+            // otherwise by doubling it. A table at its capacity's size
+            // whose free slots are all tombstones would double on this
+            // insert; rebuilt at that size it has room again.
             let old = std::mem::replace(&mut self.map, HashTable::with_capacity(self.capacity));
             for e in old {
                 self.map
@@ -548,53 +710,85 @@ impl<K: Hash, L: Limiter> Shard<K, L> {
         }
     }
 
-    /// Forget about an eighth of a full shard's keys, those that turn idle
-    /// soonest (by a sample of their idle times, and always the soonest),
-    /// keeping in the spill sketch when each turns idle.
+    /// Make a full shard about an eighth empty: forget its idle keys, and
+    /// if they are too few, the keys that turn idle soonest (by a sample of
+    /// their idle times, and always the soonest), keeping in the spill
+    /// sketch when each turns idle. The survivors move to a new table, so
+    /// the removals leave no tombstones to grow it.
     #[cold]
     fn evict(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
         let (limiter, latest) = (&self.limiter, self.latest);
         let len = self.map.len();
-        let target = (len / EVICT_SHARE).max(1);
         let stride = (len / SAMPLE).max(1);
         let mut sample = [u64::MAX; SAMPLE];
-        let (mut taken, mut soonest) = (0, u64::MAX);
+        let (mut taken, mut soonest, mut idle) = (0, u64::MAX, 0);
         for (i, e) in self.map.iter().enumerate() {
             let idle_at = limiter.idle_at(&e.state, latest);
+            if idle_at <= latest {
+                idle += 1;
+                continue;
+            }
             soonest = soonest.min(idle_at);
             if i % stride == 0 && taken < SAMPLE {
                 sample[taken] = idle_at;
                 taken += 1;
             }
         }
-        // The sampled time with about `target / len` of the sample at or
+        let busy = len - idle;
+        let target = (len / EVICT_SHARE).max(1).saturating_sub(idle).min(busy);
+        // The sampled time with about `target / busy` of the sample at or
         // below it (every key sampled in a small shard).
         let sample = &mut sample[..taken];
         let threshold = match sample.len() {
+            _ if target == 0 => latest,
             0 => u64::MAX,
             n => {
-                let rank = (n * target).div_ceil(len).clamp(1, n) - 1;
+                let rank = (n * target).div_ceil(busy).clamp(1, n) - 1;
                 *sample.select_nth_unstable(rank).1
             }
         };
-        let cells = self
-            .spilled
-            .get_or_insert_with(|| Cells::new(spill.cells()));
-        let (mut removed, mut until) = (0, self.spilled_until);
-        self.map.retain(|e| {
+        if target > 0 && self.spilled.is_none() {
+            self.spilled = Some(Cells::new(spill.cells()));
+        }
+        let old = std::mem::replace(&mut self.map, HashTable::with_capacity(busy));
+        let (mut spilled, mut until) = (0, self.spilled_until);
+        for e in old {
             let idle_at = limiter.idle_at(&e.state, latest);
-            let forget = idle_at <= threshold && (removed < target || idle_at <= soonest);
-            if forget {
-                removed += 1;
-                if idle_at > latest {
-                    cells.store(&spill.locate_hash(hasher.hash_one(&e.key)), idle_at);
-                    until = until.max(idle_at);
-                }
+            if idle_at <= latest {
+                continue;
             }
-            !forget
-        });
+            let hash = hasher.hash_one(&e.key);
+            if idle_at <= threshold
+                && (spilled < target || idle_at <= soonest)
+                && let Some(cells) = &self.spilled
+            {
+                cells.store(&spill.locate_hash(hash), idle_at);
+                until = until.max(idle_at);
+                spilled += 1;
+                continue;
+            }
+            self.map.insert_unique(hash, e, |e| hasher.hash_one(&e.key));
+        }
         self.spilled_until = until;
+        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
+        self.prune_stamps(hasher);
     }
+}
+
+/// The time to judge `key` (whose hash is `hash`) at, from `now`: its own
+/// time if it was judged at a later caller's time.
+#[inline]
+fn stamped<K, Q>(ahead: &HashTable<(K, u64)>, hash: u64, key: &Q, now: u64) -> u64
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    if ahead.is_empty() {
+        return now;
+    }
+    ahead
+        .find(hash, |(k, _)| k.borrow() == key)
+        .map_or(now, |&(_, at)| at.max(now))
 }
 
 /// The entry of `key` (whose hash is `hash`) in a shard's map.

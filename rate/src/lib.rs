@@ -9,9 +9,10 @@
 //!   [`Gcra`]; all take a [`Quota`] and answer with a [`Decision`] that
 //!   renders the `RateLimit-Policy`, `RateLimit` and `Retry-After` headers.
 //!   Pairs of limiters and [`AllOf`] check several limits all-or-nothing.
-//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (exact,
-//!   sharded, idle keys evicted) and [`SketchLimiter`] (GCRA per key in fixed
-//!   memory, never looser than exact). All offer peek, cost-weighted checks,
+//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (any
+//!   algorithm per key, sharded, exact up to a capacity of keys and never
+//!   looser beyond it, idle keys evicted) and [`SketchLimiter`] (GCRA per key
+//!   in fixed memory, never looser than exact). All offer peek, cost-weighted checks,
 //!   run-time quota changes without a burst and a shadow (dry-run) mode;
 //!   time comes from an injectable [`Clock`](clock::Clock).
 //! * One way to ask any keyed limiter, in process or on Redis, for a key:

@@ -26,7 +26,9 @@
 //! # Trade-off against the exact [`KeyedLimiter`](crate::KeyedLimiter)
 //!
 //! * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
-//!   keys; the exact map grows with the keys active within a window.
+//!   keys; the keyed limiter's grows with the keys active within a window,
+//!   up to its capacity (beyond which it forgets keys into a sketch like
+//!   this one).
 //! * Wrong denials: a key is over-limited when all of its cells are shared
 //!   with keys that spent recently. Each cell accumulates the spending of
 //!   every key hashed to it, so once the request rate landing on one cell

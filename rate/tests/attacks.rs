@@ -56,21 +56,34 @@ mod extremes {
     /// cost or quota (a quota the constructor rejects is a typed error).
     fn hammer<L: Limiter + Clone>(l: L, requests: &[(u64, u32)]) {
         let single = RateLimiter::with_clock(l.clone(), ManualClock::new());
-        let keyed = KeyedLimiter::<u64, L, ManualClock>::with_clock(l, ManualClock::new());
+        let keyed = KeyedLimiter::<u64, L, ManualClock>::with_clock(l.clone(), ManualClock::new());
+        // One key at a time: every new key forgets the last into the
+        // spill sketch, and restores its own from it.
+        let one = std::num::NonZeroUsize::MIN;
+        let bounded = KeyedLimiter::<u64, L, ManualClock>::with_shards_and_capacity(
+            l,
+            ManualClock::new(),
+            1,
+            one,
+        );
         for &(t, cost) in requests {
             let at = Timestamp::from_nanos(t);
             if let Ok(d) = single.check_n_at(cost, at) {
                 single.refund(&d);
                 let _ = d.headers("p");
             }
-            if let Ok(d) = keyed.check_n_at(&(t % 3), cost, at) {
-                keyed.refund(&(t % 3), &d);
-                let _ = d.headers("p");
+            for keyed in [&keyed, &bounded] {
+                if let Ok(d) = keyed.check_n_at(&(t % 3), cost, at) {
+                    keyed.refund(&(t % 3), &d);
+                    let _ = d.headers("p");
+                }
+                let _ = keyed.allows(&7u64);
+                let _ = keyed.peek_n(&(t % 5), cost);
             }
             let _ = single.peek_n(cost);
-            let _ = keyed.allows(&7u64);
         }
         let _ = keyed.evict_idle();
+        let _ = bounded.evict_idle();
     }
 
     proptest! {

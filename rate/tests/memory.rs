@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use weir_rate::clock::ManualClock;
+use weir_rate::clock::{ManualClock, Timestamp};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// Counts live heap bytes and their peak.
@@ -106,11 +106,11 @@ fn a_key_spray_stays_within_the_capacity_bound() {
     let capacity = NonZeroUsize::new(64 * 224).unwrap();
     let bounded = KeyedLimiter::with_capacity(Gcra::new(quota), clock.clone(), capacity);
     let (peak, after, idle, honest) = spray(&bounded, &clock, keys);
-    // A table slot holds a key (8 bytes), a state (8), the key's time (8)
-    // and a control byte; each shard may rebuild its table once at a time,
-    // and keeps a spill sketch of 2 bytes per key of capacity.
+    // A table slot holds a key (8 bytes), a state (8) and a control byte;
+    // one shard at a time may rebuild its table, and each keeps a spill
+    // sketch of 2 bytes per key of capacity.
     let slots = 64 * 256;
-    let bound = slots * 25 + 256 * 25 + 64 * (16 + 2 * 224) + 64 * 1024;
+    let bound = slots * 17 + 256 * 17 + 64 * (16 + 2 * 224) + 64 * 1024;
     println!(
         "{keys} one-shot keys, capacity {}: peak {peak} B, after the spray {after} B, after idle {idle} B (bound {bound} B)",
         bounded.capacity()
@@ -119,4 +119,19 @@ fn a_key_spray_stays_within_the_capacity_bound() {
     assert!(idle <= 64 * 1024, "{idle} B still held with no key live");
     assert_eq!(bounded.len(), 0);
     assert_eq!(honest, 10, "the honest key was refused");
+    drop(bounded);
+
+    // A replay ahead of a clock left standing: every key also keeps the
+    // time it was judged at (its key and 8 bytes), at most capacity of them.
+    let base = reset_peak();
+    let standing = ManualClock::new();
+    let replay = KeyedLimiter::with_capacity(Gcra::new(quota), standing.clone(), capacity);
+    for key in 1..=keys.min(50_000) {
+        let at = Timestamp::from_nanos(key * 1000);
+        assert!(replay.check_n_at(&key, 1, at).unwrap().is_allowed());
+    }
+    let (_, peak) = held(base);
+    let bound = 2 * bound;
+    println!("replayed ahead of the clock: peak {peak} B (bound {bound} B)");
+    assert!(peak <= bound, "peak {peak} B above the bound {bound} B");
 }
