@@ -467,6 +467,84 @@ impl fmt::Display for NeverAllowed {
 
 impl std::error::Error for NeverAllowed {}
 
+/// Why a check at a caller-supplied time (`check_n_at` on
+/// [`RateLimiter`](crate::RateLimiter), [`KeyedLimiter`](crate::KeyedLimiter)
+/// or [`SketchLimiter`](crate::SketchLimiter)) was not decided. Neither
+/// case changes any state.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::clock::{ManualClock, MAX_AHEAD};
+/// use weir_rate::{CheckAtError, Gcra, NeverAllowed, Quota, RateLimiter};
+///
+/// let limiter = RateLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::MIN)), ManualClock::new());
+/// let now = limiter.now();
+/// assert_eq!(
+///     limiter.check_n_at(2, now),
+///     Err(CheckAtError::NeverAllowed(NeverAllowed { cost: 2, capacity: 1 }))
+/// );
+/// let ahead = MAX_AHEAD + Duration::from_secs(1);
+/// assert_eq!(limiter.check_n_at(1, now + ahead), Err(CheckAtError::AheadOfClock { ahead }));
+/// assert!(limiter.check_n_at(1, now + MAX_AHEAD).unwrap().is_allowed());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckAtError {
+    /// The cost exceeds what the limiter can ever allow at once.
+    NeverAllowed(NeverAllowed),
+    /// The time is more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past
+    /// the limiter's clock, so it is not a reading of that clock.
+    AheadOfClock {
+        /// How far past the clock's reading it was.
+        ahead: Duration,
+    },
+}
+
+impl CheckAtError {
+    /// `Err` when `at_ns` lies more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past `reading_ns`, a reading
+    /// of the same clock.
+    #[inline]
+    pub(crate) fn check_ahead(at_ns: u64, reading_ns: u64) -> Result<(), Self> {
+        let ahead = at_ns.saturating_sub(reading_ns);
+        if ahead > crate::clock::MAX_AHEAD_NANOS {
+            Err(Self::AheadOfClock {
+                ahead: Duration::from_nanos(ahead),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl From<NeverAllowed> for CheckAtError {
+    fn from(never: NeverAllowed) -> Self {
+        Self::NeverAllowed(never)
+    }
+}
+
+impl fmt::Display for CheckAtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NeverAllowed(never) => never.fmt(f),
+            Self::AheadOfClock { ahead } => write!(
+                f,
+                "a time {ahead:?} ahead of the limiter's clock is not a reading of it (at most {:?})",
+                crate::clock::MAX_AHEAD
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CheckAtError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NeverAllowed(never) => Some(never),
+            Self::AheadOfClock { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

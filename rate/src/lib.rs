@@ -9,9 +9,10 @@
 //!   [`Gcra`]; all take a [`Quota`] and answer with a [`Decision`] that
 //!   renders the `RateLimit-Policy`, `RateLimit` and `Retry-After` headers.
 //!   Pairs of limiters and [`AllOf`] check several limits all-or-nothing.
-//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (exact,
-//!   sharded, idle keys evicted) and [`SketchLimiter`] (GCRA per key in fixed
-//!   memory, never looser than exact). All offer peek, cost-weighted checks,
+//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (any
+//!   algorithm per key, sharded, exact up to a capacity of keys and never
+//!   looser beyond it, idle keys evicted) and [`SketchLimiter`] (GCRA per key
+//!   in fixed memory, never looser than exact). All offer peek, cost-weighted checks,
 //!   run-time quota changes without a burst and a shadow (dry-run) mode;
 //!   time comes from an injectable [`Clock`](clock::Clock).
 //! * Feature `metrics`: decisions by outcome and limiter, and Redis
@@ -57,16 +58,38 @@ mod telemetry;
 #[cfg(feature = "wait")]
 pub mod wait;
 
-/// The injectable clock, shared with `weir-limits`.
+/// The injectable clock, shared with `weir-limits`, and how far ahead of
+/// it a caller-supplied time may be.
 pub mod clock {
     pub use weir_limits::clock::{
         Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
     };
+
+    /// How far past a limiter's clock a time given to `check_n_at` may
+    /// lie; a later one is refused with
+    /// [`CheckAtError::AheadOfClock`](crate::CheckAtError::AheadOfClock).
+    ///
+    /// Readings of one clock type share an epoch, so a live reading taken
+    /// before the call is never ahead of the limiter's own by more than
+    /// the cores' disagreement (nanoseconds). A time further ahead is a
+    /// replay on a [`ManualClock`] left standing, or a mistake such as
+    /// `now + Duration::MAX`. Replays may run this far ahead of their
+    /// clock (advance it with the trace to go further); past it, a single
+    /// time would be judged at for the rest of its key's checks, or of a
+    /// [`RateLimiter`](crate::RateLimiter)'s, until the clock caught up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(weir_rate::clock::MAX_AHEAD, Duration::from_secs(60));
+    /// ```
+    pub const MAX_AHEAD: std::time::Duration = std::time::Duration::from_secs(60);
+
+    pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use check::{CheckKey, CheckKeyAsync};
-pub use decision::{Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
+pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};

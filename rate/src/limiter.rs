@@ -94,6 +94,48 @@ pub trait Limiter: Send + Sync {
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key).
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
+
+    /// When the state becomes idle: the earliest time, no earlier than
+    /// `now_ns`, from which [`is_idle`](Self::is_idle) holds if nothing more
+    /// is spent (`u64::MAX` if not within the clock's range). A bounded
+    /// [`KeyedLimiter`](crate::KeyedLimiter) forgets first the keys that
+    /// become idle soonest.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
+    /// let mut state = gcra.new_state(0);
+    /// assert_eq!(gcra.idle_at(&state, 0), 0);
+    /// gcra.check(&mut state, 0, 2, Mode::Consume).unwrap();
+    /// assert_eq!(gcra.idle_at(&state, 0), 500_000_000);
+    /// ```
+    fn idle_at(&self, state: &Self::State, now_ns: u64) -> u64;
+
+    /// The state, at `now_ns`, of a key that spent all it could until
+    /// `idle_at`: for unit costs it allows no more requests, in any
+    /// sequence and any prefix of it, than a state whose
+    /// [`idle_at`](Self::idle_at) is at most `idle_at` would, and it is a
+    /// fresh state if `idle_at <= now_ns`. A bounded
+    /// [`KeyedLimiter`](crate::KeyedLimiter) that has to forget a key before
+    /// it is idle keeps only that time, and restores the key from it, so
+    /// forgetting never loosens a limit.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    ///
+    /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
+    /// let mut state = window.new_state(0);
+    /// window.check(&mut state, 0, 1, Mode::Consume).unwrap();
+    /// let idle_at = window.idle_at(&state, 0);
+    /// // Restored, the window is spent until it ends.
+    /// let mut restored = window.spent_until(idle_at, 0);
+    /// assert!(!window.check(&mut restored, 0, 1, Mode::Consume).unwrap().is_allowed());
+    /// assert!(window.check(&mut restored, idle_at, 4, Mode::Consume).unwrap().is_allowed());
+    /// ```
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State;
 }
 
 /// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
@@ -168,6 +210,20 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
 
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
         self.0.is_idle(&state.0, now_ns) && self.1.is_idle(&state.1, now_ns)
+    }
+
+    fn idle_at(&self, state: &Self::State, now_ns: u64) -> u64 {
+        let a = self.0.idle_at(&state.0, now_ns);
+        a.max(self.1.idle_at(&state.1, now_ns))
+    }
+
+    /// Each limit spent until then: each is at least as strict as the
+    /// limit of a pair whose later limit turns idle then.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        (
+            self.0.spent_until(idle_at, now_ns),
+            self.1.spent_until(idle_at, now_ns),
+        )
     }
 }
 
@@ -259,5 +315,20 @@ impl<L: Limiter> Limiter for AllOf<L> {
             .iter()
             .zip(state.iter())
             .all(|(l, s)| l.is_idle(s, now_ns))
+    }
+
+    fn idle_at(&self, state: &Self::State, now_ns: u64) -> u64 {
+        self.limits
+            .iter()
+            .zip(state.iter())
+            .map(|(l, s)| l.idle_at(s, now_ns))
+            .fold(now_ns, u64::max)
+    }
+
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        self.limits
+            .iter()
+            .map(|l| l.spent_until(idle_at, now_ns))
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! One limit shared by every caller (a whole service, one upstream, ...).
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +39,10 @@ pub struct RateLimiter<L: Limiter, C = MonotonicClock> {
     /// waiting for the lock, or an earlier caller-supplied time, counts as
     /// no time passing), so every limit of a pair or [`AllOf`](crate::AllOf)
     /// charges a check to the same instant and one receipt refunds them all.
+    /// A caller's time raises it only within
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) of the clock: this one state
+    /// is every caller's, and a time at the end of the clock's range would
+    /// leave it judged there for good.
     inner: Mutex<(L, L::State, u64)>,
     shadow: AtomicBool,
 }
@@ -83,9 +87,36 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// [`check_n`](Self::check_n) at a time read from this limiter's clock
-    /// (e.g. once for a batch of requests, or replayed from a trace).
-    pub fn check_n_at(&self, cost: u32, now: Timestamp<C>) -> Result<Decision, NeverAllowed> {
-        self.run_at(cost, Mode::Consume, now.as_nanos())
+    /// (e.g. once for a batch of requests, or replayed from a trace). A
+    /// time earlier than one already judged at counts as no time passing.
+    /// The clock is read only when `now` is later than every time judged
+    /// at so far.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
+    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
+    /// changes the state.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{CheckAtError, Gcra, Quota, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+    /// let now = limiter.now();
+    /// assert!(matches!(limiter.check_n_at(1, now + Duration::MAX), Err(CheckAtError::AheadOfClock { .. })));
+    /// assert!(limiter.check_n_at(1, now).unwrap().is_allowed());
+    /// ```
+    pub fn check_n_at(&self, cost: u32, now: Timestamp<C>) -> Result<Decision, CheckAtError> {
+        let at = now.as_nanos();
+        self.run_at(cost, Mode::Consume, |latest| {
+            if at > latest {
+                CheckAtError::check_ahead(at, self.clock.now_nanos())?;
+            }
+            Ok(at.max(latest))
+        })
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
@@ -151,14 +182,22 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 
     #[inline]
     fn run(&self, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed> {
-        self.run_at(cost, mode, self.clock.now_nanos())
+        let now = self.clock.now_nanos();
+        self.run_at(cost, mode, |latest| Ok(now.max(latest)))
     }
 
-    fn run_at(&self, cost: u32, mode: Mode, now: u64) -> Result<Decision, NeverAllowed> {
+    /// Check at the time `when` picks from the latest time judged at (or
+    /// why it picks none).
+    fn run_at<E: From<NeverAllowed>>(
+        &self,
+        cost: u32,
+        mode: Mode,
+        when: impl FnOnce(u64) -> Result<u64, E>,
+    ) -> Result<Decision, E> {
         let decision = {
             let mut inner = self.inner.lock();
             let (limiter, state, latest) = &mut *inner;
-            *latest = now.max(*latest);
+            *latest = when(*latest)?;
             limiter.check(state, *latest, cost, mode)?
         };
         Ok(if self.is_shadow() {

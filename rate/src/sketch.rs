@@ -26,7 +26,9 @@
 //! # Trade-off against the exact [`KeyedLimiter`](crate::KeyedLimiter)
 //!
 //! * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
-//!   keys; the exact map grows with the keys active within a window.
+//!   keys; the keyed limiter's grows with the keys active within a window,
+//!   up to its capacity (beyond which it forgets keys into a sketch like
+//!   this one).
 //! * Wrong denials: a key is over-limited when all of its cells are shared
 //!   with keys that spent recently. Each cell accumulates the spending of
 //!   every key hashed to it, so once the request rate landing on one cell
@@ -36,6 +38,12 @@
 //!   (and above the number of keys active within one burst period); the
 //!   bench report shows the allowed fraction next to the exact limiter's.
 //! * No refunds: lowering a shared cell could loosen another key.
+//! * A caller-supplied time raises the cells of its key, and so can make
+//!   colliding keys stricter until the clock reaches it: a time more than
+//!   [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
+//!   ([`CheckAtError::AheadOfClock`]), so no check can hold a cell beyond
+//!   that (plus the key's burst); at the end of the clock's range it
+//!   would deny every key sharing the cell for good.
 //!
 //! # Sizing
 //!
@@ -58,8 +66,9 @@
 //! about a tenth of the target, and an eighth of that size loses 18–27%.
 
 use crate::algorithms::{Gcra, Step, gcra_step};
+use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed};
 use crate::limiter::Mode;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
@@ -67,8 +76,83 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-use weir_limits::sketch::Locator;
+use weir_limits::sketch::{Location, Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
+
+/// Times kept in a sketch: a key's time is the smallest of its cells, and
+/// storing it raises every cell to at least that, so each cell stays at or
+/// above the time of every key stored in it and a key reads back no earlier
+/// than its own. [`SketchLimiter`] keeps GCRA arrival times here; a bounded
+/// [`KeyedLimiter`](crate::KeyedLimiter) keeps the idle times of the keys it
+/// had to forget.
+pub(crate) struct Cells(Box<[AtomicU64]>);
+
+impl Cells {
+    pub(crate) fn new(len: usize) -> Self {
+        Self((0..len).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The smallest of `location`'s cells and which cell holds it, with
+    /// each cell's value in `seen`. The first cell wins ties, so a key
+    /// whose cells are all saturated still names one of its own.
+    #[inline]
+    pub(crate) fn min(&self, location: &Location, seen: &mut [u64; MAX_HASHES]) -> (u64, usize) {
+        let (mut min, mut at) = (u64::MAX, 0);
+        for (i, cell) in location.iter().enumerate() {
+            // Acquire: pairs with the raises' release half, so the
+            // never-under-a-key's-time argument holds in the memory model,
+            // not just on x86 (free there).
+            let v = self.0[cell].load(Ordering::Acquire);
+            seen[i] = v;
+            if i == 0 || v < min {
+                (min, at) = (v, cell);
+            }
+        }
+        (min, at)
+    }
+
+    /// Raise every cell of `location` except `skip` to at least `time`;
+    /// `seen` holds values read earlier (a cell seen at or above `time`
+    /// can only have grown since).
+    #[inline]
+    pub(crate) fn raise(
+        &self,
+        location: &Location,
+        time: u64,
+        seen: &[u64; MAX_HASHES],
+        skip: Option<usize>,
+    ) {
+        for (i, cell) in location.iter().enumerate() {
+            if Some(cell) != skip && seen[i] < time {
+                self.0[cell].fetch_max(time, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Store `time` for the key at `location`.
+    pub(crate) fn store(&self, location: &Location, time: u64) {
+        let mut seen = [0; MAX_HASHES];
+        self.min(location, &mut seen);
+        self.raise(location, time, &seen, None);
+    }
+
+    /// The key at `location`'s time: never earlier than any it was stored with.
+    pub(crate) fn load(&self, location: &Location) -> u64 {
+        self.min(location, &mut [0; MAX_HASHES]).0
+    }
+
+    /// Replace `cell`'s value `current` with `new`; false if it had moved.
+    #[inline]
+    fn commit(&self, cell: usize, current: u64, new: u64) -> bool {
+        self.0[cell]
+            .compare_exchange(current, new, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+}
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -161,9 +245,13 @@ fn spin() {
 /// ```
 pub struct SketchLimiter<C = MonotonicClock> {
     locator: Locator,
-    cells: Box<[AtomicU64]>,
+    cells: Cells,
     params: Params,
     clock: C,
+    /// A time up to which a caller's time is within
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) of the clock (a reading plus
+    /// that), so `check_n_at` reads the clock only beyond it.
+    trusted_until: AtomicU64,
     shadow: AtomicBool,
 }
 
@@ -253,12 +341,14 @@ impl<C: Clock> SketchLimiter<C> {
     /// A limiter over a sketch of `shape`, reading `clock`.
     pub fn with_clock(quota: Quota, shape: Shape, clock: C) -> Self {
         let locator = Locator::new(shape);
-        let cells = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
+        let cells = Cells::new(locator.cells());
+        let trusted_until = AtomicU64::new(clock.now_nanos().saturating_add(MAX_AHEAD_NANOS));
         Self {
             locator,
             cells,
             params: Params::new(&Gcra::new(quota)),
             clock,
+            trusted_until,
             shadow: AtomicBool::new(false),
         }
     }
@@ -293,14 +383,42 @@ impl<C: Clock> SketchLimiter<C> {
     /// [`check_n`](Self::check_n) at a time read from this limiter's clock
     /// (e.g. once for a batch of requests). GCRA keeps no time of a key's
     /// last check: a time earlier than the key's recent requests is simply
-    /// judged more strictly (their arrivals are still ahead of it).
+    /// judged more strictly (their arrivals are still ahead of it). The
+    /// clock is read only for a time well ahead of earlier readings.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckAtError::NeverAllowed`] for a cost above the burst;
+    /// [`CheckAtError::AheadOfClock`] for a time more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
+    /// changes any cell.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{CheckAtError, Quota, SketchLimiter, sketch::Shape};
+    ///
+    /// let limiter = SketchLimiter::new(Quota::per_second(NonZeroU32::MIN), Shape::rows::<2, 64>());
+    /// let now = limiter.now();
+    /// assert!(matches!(limiter.check_n_at(&"a", 1, now + Duration::MAX), Err(CheckAtError::AheadOfClock { .. })));
+    /// assert!(limiter.check_n_at(&"a", 1, now).unwrap().is_allowed());
+    /// ```
     pub fn check_n_at<K: Hash + ?Sized>(
         &self,
         key: &K,
         cost: u32,
         now: Timestamp<C>,
-    ) -> Result<Decision, NeverAllowed> {
-        self.run_at(key, cost, Mode::Consume, now.as_nanos())
+    ) -> Result<Decision, CheckAtError> {
+        let at = now.as_nanos();
+        // Relaxed: the bound only decides whether to read the clock; any
+        // value it ever held was a reading plus the horizon.
+        if at > self.trusted_until.load(Ordering::Relaxed) {
+            let reading = self.clock.now_nanos();
+            CheckAtError::check_ahead(at, reading)?;
+            self.trusted_until
+                .fetch_max(reading.saturating_add(MAX_AHEAD_NANOS), Ordering::Relaxed);
+        }
+        Ok(self.run_at(key, cost, Mode::Consume, at)?)
     }
 
     /// Change the quota for every key. Stored TATs are kept: what was spent
@@ -383,22 +501,12 @@ impl<C: Clock> SketchLimiter<C> {
     ) -> Step {
         let location = self.locator.locate(key);
         loop {
-            let mut seen = [0u64; weir_limits::sketch::MAX_HASHES];
-            let (mut min, mut at) = (u64::MAX, 0);
-            for (i, cell) in location.iter().enumerate() {
-                // Acquire: pairs with the commits' release half, so the
-                // never-under-limit argument holds in the memory model, not
-                // just on x86 (free there).
-                let v = self.cells[cell].load(Ordering::Acquire);
-                seen[i] = v;
-                // `i == 0`: the commit below must target one of the key's
-                // own cells even when every cell is saturated at
-                // `u64::MAX`; otherwise it would compare-and-swap a cell
-                // of no interest to the key, fail, and retry forever.
-                if i == 0 || v < min {
-                    (min, at) = (v, cell);
-                }
-            }
+            let mut seen = [0u64; MAX_HASHES];
+            // The commit below targets the minimum's cell, one of the
+            // key's own even when every cell is saturated at `u64::MAX`;
+            // a cell of no interest to the key would fail the
+            // compare-and-swap and retry forever.
+            let (min, at) = self.cells.min(&location, &mut seen);
             let step = gcra_step(
                 min,
                 now,
@@ -412,16 +520,8 @@ impl<C: Clock> SketchLimiter<C> {
             if mode == Mode::Peek {
                 return step;
             }
-            for (i, cell) in location.iter().enumerate() {
-                // A cell seen at or above `new` can only have grown since.
-                if cell != at && seen[i] < new {
-                    self.cells[cell].fetch_max(new, Ordering::SeqCst);
-                }
-            }
-            if self.cells[at]
-                .compare_exchange(min, new, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
+            self.cells.raise(&location, new, &seen, Some(at));
+            if self.cells.commit(at, min, new) {
                 return step;
             }
             spin();

@@ -315,3 +315,173 @@ fn string_keys_are_checked_by_str() {
     assert!(!keyed.check(&client).is_allowed());
     assert_eq!(keyed.len(), 1);
 }
+
+/// Issue 28, goal 1: a keyed limiter of bounded capacity forgets keys when
+/// full, keeping when each turns idle in a small sketch, so that a key
+/// that comes back is judged no looser than if it had stayed.
+mod bounded {
+    use proptest::prelude::*;
+    use std::num::{NonZeroU32, NonZeroUsize};
+    use std::time::Duration;
+    use weir_limits::clock::ManualClock;
+    use weir_rate::{
+        FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Quota, SlidingLog, SlidingWindow,
+        TokenBucket,
+    };
+
+    const MS: u64 = 1_000_000;
+    const KEYS: usize = 8;
+
+    fn quota() -> Quota {
+        Quota::try_new(3, Duration::from_millis(100))
+            .unwrap()
+            .allow_burst(NonZeroU32::new(2).unwrap())
+    }
+
+    /// One step: after `gap` ns, a unit check of `key` on both limiters,
+    /// or a peek, or (when both allowed the key's last check) a refund of
+    /// it on both.
+    type Step = (u64, u8, u8);
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        proptest::collection::vec((0u64..40 * MS, 0u8..KEYS as u8, 0u8..8), 1..300)
+    }
+
+    /// Runs `steps` on an exact limiter (capacity beyond any key count) and
+    /// one of `capacity` keys in `shards` shards. For every key, the bounded
+    /// one never has allowed more (net of refunds) in any prefix; and as
+    /// long as it has never been full, it decides exactly as the exact one.
+    fn compare<L: Limiter + Clone>(
+        limiter: L,
+        steps: &[Step],
+        capacity: usize,
+        shards: usize,
+    ) -> Result<(), TestCaseError> {
+        let clock = ManualClock::new();
+        let exact = KeyedLimiter::with_shards_and_capacity(
+            limiter.clone(),
+            clock.clone(),
+            shards,
+            NonZeroUsize::MAX,
+        );
+        let capacity = NonZeroUsize::new(capacity).unwrap();
+        let bounded =
+            KeyedLimiter::with_shards_and_capacity(limiter, clock.clone(), shards, capacity);
+        let (mut by_exact, mut by_bounded) = ([0i64; KEYS], [0i64; KEYS]);
+        let mut last = [None; KEYS];
+        let mut full = false;
+        for &(gap, key, kind) in steps {
+            clock.advance(Duration::from_nanos(gap));
+            let k = usize::from(key);
+            match kind {
+                0 => {
+                    let (e, b) = (
+                        exact.peek_n(&key, 1).unwrap(),
+                        bounded.peek_n(&key, 1).unwrap(),
+                    );
+                    prop_assert!(!b.is_allowed() || e.is_allowed() || full, "peek of {key}");
+                    if !full {
+                        prop_assert_eq!(e, b);
+                    }
+                }
+                1 => {
+                    if let Some((e, b)) = last[k].take() {
+                        exact.refund(&key, &e);
+                        bounded.refund(&key, &b);
+                        by_exact[k] -= 1;
+                        by_bounded[k] -= 1;
+                    }
+                }
+                _ => {
+                    let (e, b) = (exact.check(&key), bounded.check(&key));
+                    by_exact[k] += i64::from(e.is_allowed());
+                    by_bounded[k] += i64::from(b.is_allowed());
+                    last[k] = (e.is_allowed() && b.is_allowed()).then_some((e, b));
+                    if !full {
+                        prop_assert_eq!(e, b, "key {} before the limiter was ever full", key);
+                    }
+                }
+            }
+            prop_assert!(
+                by_bounded[k] <= by_exact[k],
+                "key {}: bounded allowed {} against exact {}",
+                key,
+                by_bounded[k],
+                by_exact[k]
+            );
+            prop_assert!(bounded.len() <= bounded.capacity());
+            // A shard evicts only when it is full before an insert; with
+            // one shard that is the whole limiter, seen after a step.
+            full |= shards > 1 || bounded.len() == bounded.capacity();
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn gcra_bounded_is_never_looser_than_exact(
+            steps in steps(), capacity in 1usize..6, shards in 1usize..3,
+        ) {
+            compare(Gcra::new(quota()), &steps, capacity, shards)?;
+        }
+
+        #[test]
+        fn buckets_bounded_are_never_looser_than_exact(
+            steps in steps(), capacity in 1usize..6, shards in 1usize..3,
+        ) {
+            compare(TokenBucket::new(quota()), &steps, capacity, shards)?;
+            compare(LeakyBucket::meter(quota()), &steps, capacity, shards)?;
+            let shaper = LeakyBucket::try_shaper(quota(), Duration::from_millis(50)).unwrap();
+            compare(shaper, &steps, capacity, shards)?;
+        }
+
+        #[test]
+        fn windows_bounded_are_never_looser_than_exact(
+            steps in steps(), capacity in 1usize..6, shards in 1usize..3,
+        ) {
+            compare(FixedWindow::new(quota()), &steps, capacity, shards)?;
+            compare(SlidingLog::new(quota()), &steps, capacity, shards)?;
+            compare(SlidingWindow::try_new(quota(), 3).unwrap(), &steps, capacity, shards)?;
+        }
+
+        #[test]
+        fn pairs_bounded_are_never_looser_than_exact(
+            steps in steps(), capacity in 1usize..6, shards in 1usize..3,
+        ) {
+            let slow = Quota::try_new(5, Duration::from_millis(400)).unwrap();
+            compare((Gcra::new(quota()), FixedWindow::new(slow)), &steps, capacity, shards)?;
+        }
+    }
+
+    /// A key forgotten to make room comes back as spent as it left: with
+    /// nothing kept, its third request in a burst of two would pass.
+    #[test]
+    fn a_forgotten_key_comes_back_as_spent() {
+        let clock = ManualClock::new();
+        let one = NonZeroUsize::MIN;
+        let limiter = KeyedLimiter::with_shards_and_capacity(Gcra::new(quota()), clock, 1, one);
+        assert!(limiter.allows(&"a") && limiter.allows(&"a"));
+        assert!(limiter.allows(&"b"), "b takes a's place");
+        assert_eq!(limiter.len(), 1);
+        assert!(!limiter.allows(&"a"), "a's burst was spent");
+        assert!(!limiter.check(&"a").is_allowed());
+    }
+
+    /// A quota raised at run time grants a forgotten key no burst either.
+    #[test]
+    fn a_forgotten_key_gains_no_burst_from_a_new_quota() {
+        let clock = ManualClock::new();
+        let small = Quota::per_second(NonZeroU32::new(2).unwrap());
+        let big = Quota::per_second(NonZeroU32::new(100).unwrap());
+        let one = NonZeroUsize::MIN;
+        let limiter =
+            KeyedLimiter::with_shards_and_capacity(Gcra::new(small), clock.clone(), 1, one);
+        assert_eq!((0..5).filter(|_| limiter.allows(&1u8)).count(), 2);
+        assert!(limiter.allows(&2u8), "1 is forgotten");
+        limiter.set_limit(Gcra::new(big));
+        // A second of debt stays a second of debt.
+        assert!(!limiter.allows(&1u8));
+        clock.advance(Duration::from_millis(1010));
+        assert!(limiter.allows(&1u8));
+    }
+}

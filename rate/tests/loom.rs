@@ -54,6 +54,29 @@ fn racing_exact_checks_of_one_key_never_exceed_its_burst() {
 }
 
 #[test]
+fn a_key_forgotten_by_a_racing_insert_comes_back_spent() {
+    loom::model(|| {
+        // One shard of one key: whichever check comes second makes the
+        // shard forget the other key, whose spending must survive in the
+        // spill sketch however the threads interleave.
+        let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
+        let limiter = Arc::new(KeyedLimiter::with_shards_and_capacity(
+            Gcra::new(quota),
+            ManualClock::new(),
+            1,
+            std::num::NonZeroUsize::MIN,
+        ));
+        let other = Arc::clone(&limiter);
+        let t = thread::spawn(move || [other.allows(&8u32), other.allows(&7u32)]);
+        let mine = limiter.allows(&7u32);
+        let [eight, theirs] = t.join().unwrap();
+        assert!(eight, "another key's first check");
+        assert!(mine ^ theirs, "mine {mine}, theirs {theirs}");
+        assert_eq!(limiter.len(), 1);
+    });
+}
+
+#[test]
 fn a_colliding_key_never_loosens_another() {
     loom::model(|| {
         // One slot per row: keys 1 and 2 share every cell.

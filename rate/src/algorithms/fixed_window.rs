@@ -122,6 +122,27 @@ impl Limiter for FixedWindow {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         s.count == 0 || now_ns.saturating_sub(s.start) >= self.quota.window_nanos()
     }
+
+    fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        if s.count == 0 {
+            return now_ns;
+        }
+        s.start
+            .saturating_add(self.quota.window_nanos())
+            .max(now_ns)
+    }
+
+    /// The window ending then, full: more than any limit (a `u32`) holds,
+    /// so nothing passes until it ends whatever the quota by then.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        if idle_at <= now_ns {
+            return self.new_state(now_ns);
+        }
+        FixedWindowState {
+            start: idle_at.saturating_sub(self.quota.window_nanos()),
+            count: u64::from(u32::MAX),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -184,6 +184,19 @@ impl Limiter for Gcra {
     fn is_idle(&self, tat: &Self::State, now_ns: u64) -> bool {
         *tat <= now_ns
     }
+
+    fn idle_at(&self, tat: &Self::State, now_ns: u64) -> u64 {
+        (*tat).max(now_ns)
+    }
+
+    /// The TAT itself: it is the time the key's spending is paid off.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        if idle_at <= now_ns {
+            self.new_state(now_ns)
+        } else {
+            idle_at
+        }
+    }
 }
 
 #[cfg(test)]

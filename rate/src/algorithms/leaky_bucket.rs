@@ -168,6 +168,23 @@ impl Limiter for LeakyBucket {
             Some(_) => s.drains_at <= now_ns,
         }
     }
+
+    fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        match self.max_delay {
+            None => self.bucket.idle_at(&s.meter, now_ns),
+            Some(_) => s.drains_at.max(now_ns),
+        }
+    }
+
+    /// A meter's level as a token bucket's; a shaper's queue draining then.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        let mut s = self.new_state(now_ns);
+        match self.max_delay {
+            None => s.meter = self.bucket.spent_until(idle_at, now_ns),
+            Some(_) => s.drains_at = idle_at.max(now_ns),
+        }
+        s
+    }
 }
 
 impl LeakyState {

@@ -164,6 +164,25 @@ impl Limiter for SlidingLog {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         self.reset_in(s, now_ns) == 0
     }
+
+    fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        s.entries.back().map_or(now_ns, |&(t, _)| {
+            t.saturating_add(self.quota.window_nanos()).max(now_ns)
+        })
+    }
+
+    /// One entry of more than any limit (a `u32`) holds, leaving the
+    /// window then.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        if idle_at <= now_ns {
+            return self.new_state(now_ns);
+        }
+        let at = idle_at.saturating_sub(self.quota.window_nanos());
+        SlidingLogState {
+            entries: VecDeque::from([(at, u32::MAX)]),
+            total: u64::from(u32::MAX),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -263,6 +263,31 @@ impl Limiter for SlidingWindow {
         let ahead = now_ns.saturating_sub(s.start);
         ahead / self.sub >= self.n() as u64 || s.counts.iter().all(|&c| c == 0)
     }
+
+    fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        if s.counts.iter().all(|&c| c == 0) {
+            return now_ns;
+        }
+        let span = (self.n() as u64).saturating_mul(self.sub);
+        s.start.saturating_add(span).max(now_ns)
+    }
+
+    /// Every sub-window of the window ending then full, each with more than
+    /// any limit (a `u32`) holds: nothing passes until the newest of them
+    /// stops counting. A state idle by then holds at most the limit in each
+    /// (an allowed check keeps the estimate within it), so the estimate
+    /// never falls below its own.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        if idle_at <= now_ns {
+            return self.new_state(now_ns);
+        }
+        let span = (self.n() as u64).saturating_mul(self.sub);
+        SlidingWindowState {
+            start: idle_at.saturating_sub(span),
+            head: 0,
+            counts: vec![u64::from(u32::MAX); self.n()].into_boxed_slice(),
+        }
+    }
 }
 
 impl SlidingWindow {

@@ -127,6 +127,30 @@ impl Bucket {
     pub(crate) fn is_idle(&self, s: &TokenBucketState, now_ns: u64) -> bool {
         s.level == 0 || self.drained(now_ns.saturating_sub(s.at)) >= s.level
     }
+
+    pub(crate) fn idle_at(&self, s: &TokenBucketState, now_ns: u64) -> u64 {
+        if s.level == 0 {
+            return now_ns;
+        }
+        // `time_for` rounds up: the least elapsed time `drained` counts the
+        // whole level in.
+        s.at.saturating_add(self.time_for(s.level)).max(now_ns)
+    }
+
+    /// A level that drains exactly by `idle_at`, plus one 2⁻³² unit: a
+    /// bucket idle by then held at most `limit·(idle_at − now)/window` now,
+    /// but its drains were rounded down from its own time, so at a later
+    /// check it may hold one unit more than this bucket's own rounding
+    /// leaves.
+    pub(crate) fn spent_until(&self, idle_at: u64, now_ns: u64) -> TokenBucketState {
+        if idle_at <= now_ns {
+            return TokenBucketState::starting_at(now_ns);
+        }
+        TokenBucketState {
+            level: self.refill(idle_at - now_ns, true).saturating_add(1),
+            at: now_ns,
+        }
+    }
 }
 
 /// The token bucket: up to `burst` tokens, refilled continuously at
@@ -202,6 +226,14 @@ impl Limiter for TokenBucket {
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         self.bucket.is_idle(s, now_ns)
+    }
+
+    fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        self.bucket.idle_at(s, now_ns)
+    }
+
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        self.bucket.spent_until(idle_at, now_ns)
     }
 }
 
