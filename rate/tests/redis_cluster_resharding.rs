@@ -99,3 +99,84 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     assert_ne!(v.source, Source::FailOpen);
     Ok(())
 }
+
+/// Resumes a stopped server when dropped, so a failing assertion never
+/// leaves it stopped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> std::io::Result<Self> {
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A master that stops answering (stalled, or gone without closing its
+/// sockets) sends only its own slots to the failure policy: the other
+/// masters' keys keep being decided by Redis, on the same cluster
+/// connection, while it is down.
+#[test]
+fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResult {
+    let Some(mut cluster) = RedisCluster::start_or_skip("stalled master", 3, 0)? else {
+        return Ok(());
+    };
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])?;
+    }
+    // A key on master 0 and one on master 1.
+    let mut on = [None, None];
+    for i in 0.. {
+        let key = format!("user{i}");
+        let master = cluster.master_of(cluster_slot(&key))?;
+        if master < 2 && on[master].is_none() {
+            on[master] = Some(key);
+        }
+        if on.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(healthy), Some(stalled)] = on else {
+        return Err("no keys on masters 0 and 1".into());
+    };
+    let rt = rt()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("stalled"))
+            .timeout(Duration::from_millis(100))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(cluster.urls())),
+    )?;
+    for key in [&healthy, &stalled] {
+        let v = rt.block_on(limiter.check_verbose(key, 1))?;
+        assert_eq!(v.source, Source::Redis, "{key}: {:?}", v.error);
+    }
+    let pid = cluster.nodes[1].pid().ok_or("master 1 is not running")?;
+    let stop = Stopped::stop(pid)?;
+    let (stalled_source, healthy_sources) = rt.block_on(async {
+        let stalled_source = limiter.check_verbose(&stalled, 1).await.map(|v| v.source);
+        let mut healthy_sources = Vec::new();
+        for _ in 0..10 {
+            healthy_sources.push(limiter.check_verbose(&healthy, 1).await.map(|v| v.source));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (stalled_source, healthy_sources)
+    });
+    drop(stop);
+    assert_eq!(stalled_source?, Source::FailClosed);
+    let healthy_sources: Vec<Source> = healthy_sources.into_iter().collect::<Result<_, _>>()?;
+    assert!(
+        healthy_sources.iter().all(|s| *s == Source::Redis),
+        "a healthy master's key left Redis while another master stalled: {healthy_sources:?}"
+    );
+    Ok(())
+}

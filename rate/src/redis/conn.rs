@@ -156,7 +156,17 @@ impl Link {
     }
 
     /// Forget connection `generation`, so the next call connects again.
+    ///
+    /// Only a single server's: a cluster connection holds one connection
+    /// per node, which the cluster client remakes on its own, node by
+    /// node, and it refreshes the slot map after a failover (`MOVED`,
+    /// `READONLY`). Discarding the whole of it for one node's fault would
+    /// send every slot, not only that node's, to the failure policy while
+    /// it reconnected to every node, the faulty one included.
     pub(crate) fn discard(&self, generation: u64) {
+        if matches!(self.client, Client::Cluster(_)) {
+            return;
+        }
         let mut current = self.current.lock();
         if current.as_ref().is_some_and(|(g, _)| *g == generation) {
             *current = None;
@@ -164,8 +174,8 @@ impl Link {
     }
 }
 
-/// Errors after which the same connection cannot be trusted to decide
-/// again: the server no longer takes writes (demoted, replica of a lost
+/// Errors after which the same single-server connection cannot be
+/// trusted to decide again: the server no longer takes writes (demoted, replica of a lost
 /// master, loading a dataset after a restart) or the connection itself is
 /// broken. A fresh connection by name reaches whatever the name leads to
 /// now; a connection manager alone would keep the old one.

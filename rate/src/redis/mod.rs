@@ -69,12 +69,15 @@
 //!   for a short back-off ([`RedisLimiterBuilder::backoff`]) except for one probe call,
 //!   so an outage costs callers nothing but the policy's answer; once a
 //!   probe succeeds, decisions come from Redis again. Redis absent at
-//!   start-up is such a failure, not a build error. A connection that
-//!   can never decide again — its server demoted to a replica
+//!   start-up is such a failure, not a build error. A single server's
+//!   connection that can never decide again — its server demoted to a replica
 //!   (`READONLY`, `MASTERDOWN`) or loading, the socket broken, or a call
 //!   unanswered for half a timeout — is dropped, and the next probe
 //!   connects again by name, reaching the server the name (a DNS name or
-//!   virtual IP of a managed primary) leads to after a failover. A probe that ends
+//!   virtual IP of a managed primary) leads to after a failover. A
+//!   cluster connection is never dropped whole: the cluster client
+//!   remakes its connection to each node on its own, so one faulty master
+//!   only sends its own slots to the failure policy. A probe that ends
 //!   without an answer (its caller dropped the future mid-call) is handed
 //!   to the next caller at once, so a cancelled probe never keeps Redis,
 //!   and its limit, out of the way for another back-off.
