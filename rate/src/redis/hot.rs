@@ -262,7 +262,9 @@ impl Hot {
             return false;
         }
         self.sweeps.fetch_add(1, Ordering::Relaxed);
-        map.retain(|_, e| e.fetching || e.expires > now || e.second + 1 >= sec);
+        // A lease with units left is worth keeping until it expires; one
+        // used up is not, however long it could have lived.
+        map.retain(|_, e| e.fetching || (e.left > 0 && e.expires > now) || e.second + 1 >= sec);
         map.len() < self.cfg.max_keys
     }
 
@@ -390,5 +392,30 @@ mod tests {
         assert!(hot.make_room(&mut map, now + 2_000_000_000));
         assert_eq!(hot.sweeps.load(Ordering::Relaxed), 2);
         assert!(map.is_empty());
+    }
+
+    /// A lease used up is nothing to keep, however long it may live: keys
+    /// made hot once by an attacker must not hold the map forever under a
+    /// long `max_age`.
+    #[test]
+    fn used_up_leases_are_swept_whatever_their_age() {
+        let hot = Hot::new(PreAggregation {
+            max_keys: 100,
+            max_age: Duration::MAX,
+            ..PreAggregation::default()
+        });
+        let mut map = HashMap::new();
+        for i in 0..100 {
+            let entry = Entry {
+                second: 0,
+                hits: 1000,
+                left: 0,
+                expires: u64::MAX,
+                ..Entry::default()
+            };
+            map.insert(format!("once-hot{i}"), entry);
+        }
+        assert!(hot.make_room(&mut map, 10_000_000_000));
+        assert!(map.is_empty(), "{} used-up leases kept", map.len());
     }
 }
