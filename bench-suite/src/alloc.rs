@@ -93,6 +93,9 @@ pub struct AllocStats {
     pub allocations: usize,
     /// Bytes requested over all allocations.
     pub total_bytes: usize,
+    /// Net growth of the live heap when the work ended: what it still
+    /// holds (negative when it freed memory that was live before).
+    pub live_bytes: isize,
 }
 
 /// Run `work` and report its allocations. Only meaningful in a binary whose
@@ -111,6 +114,7 @@ pub fn measure<R>(work: impl FnOnce() -> R) -> (R, AllocStats) {
         peak_bytes: usize::try_from(PEAK.load(Ordering::SeqCst)).unwrap_or(0),
         allocations: ALLOCATIONS.load(Ordering::SeqCst) - allocations,
         total_bytes: ALLOCATED.load(Ordering::SeqCst) - allocated,
+        live_bytes: CURRENT.load(Ordering::SeqCst),
     };
     (result, stats)
 }
