@@ -600,6 +600,47 @@ impl KernelFilter {
         Ok(out)
     }
 
+    /// Publish the filter's counters through the
+    /// [`metrics`](https://docs.rs/metrics) facade (feature `metrics`), to
+    /// whatever recorder (exporter) is installed, and return them. Every
+    /// series carries the label `filter` = `name`:
+    ///
+    /// | metric | kind | labels | what |
+    /// |---|---|---|---|
+    /// | `weir_hhh_kernel_unlimited_packets_total` | counter | | passed, no generalisation over the limit |
+    /// | `weir_hhh_kernel_limited_packets_total` | counter | `level` (`0`–`4`), `outcome` (`passed`, `dropped`) | limited there, and let through by the lottery or dropped |
+    /// | `weir_hhh_kernel_parsed_packets_total` | counter | `outcome`: `attributed` (with its ports), `ports_unknown` ([`KernelStats::ports_unknown`]), `unattributable` ([`KernelStats::unparsed`]) | what the filter made of each datagram |
+    ///
+    /// The names and labels are the user-space classifier's
+    /// ([`Classifier::publish_metrics`]) with `kernel_` in the name; the
+    /// kernel does not count by generalisation. The kernel counts in a
+    /// per-CPU map as packets pass; this reads the map once (one system
+    /// call, as [`stats`](Self::stats)) and sets the facade's counters to
+    /// the totals (`absolute`), so call it where the values are wanted
+    /// (before rendering a scrape, or from a periodic task), never per
+    /// packet.
+    ///
+    /// ```no_run
+    /// use weir_hhh::Classifier;
+    /// use weir_hhh::kernel::KernelFilter;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let socket = std::net::UdpSocket::bind("127.0.0.1:5353")?;
+    /// let filter = KernelFilter::load(Classifier::builder(1_000))?;
+    /// filter.attach(&socket)?;
+    /// // ... later, with an exporter installed as the recorder:
+    /// let stats = filter.publish_metrics("dns")?;
+    /// println!("{} dropped in the kernel", stats.levels.dropped());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self, name: &str) -> Result<KernelStats, KernelError> {
+        let stats = self.stats()?;
+        crate::telemetry::publish_kernel(name, &stats.levels, stats.ports_unknown, stats.unparsed);
+        Ok(stats)
+    }
+
     /// The kernel's estimated rate of `tuple` under one generalisation at
     /// `now_nanos` on the kernel clock (`CLOCK_MONOTONIC`, or the replayed
     /// time), decayed since the last update; as

@@ -20,6 +20,13 @@
 //!   dropping floods in the kernel.
 //! * [`sim`] — replay the paper's scenarios (floods beside legitimate
 //!   streams) on a simulated clock.
+//! * Feature `metrics` — the counts through the `metrics` facade,
+//!   published on demand (nothing per packet): packets passed and dropped
+//!   per level and generalisation and `classify_packet`'s parse outcomes
+//!   (`Classifier::publish_metrics`: `weir_hhh_unlimited_packets_total`,
+//!   `weir_hhh_limited_packets_total`, `weir_hhh_parsed_packets_total`),
+//!   and the kernel filter's counters (`KernelFilter::publish_metrics`:
+//!   `weir_hhh_kernel_*`).
 //!
 //! ```
 //! use weir_hhh::{Classifier, FourTuple, Verdict};
@@ -43,6 +50,8 @@ pub mod lattice;
 pub mod random;
 pub mod sim;
 mod sync;
+#[cfg(feature = "metrics")]
+mod telemetry;
 pub mod tuple;
 // tokio compiles its networking out under `--cfg loom`.
 #[cfg(all(feature = "tokio", not(loom)))]

@@ -622,6 +622,120 @@ fn kernel_parses_ipv4_options_and_ipv6_extension_headers() {
     }
 }
 
+/// The `metrics` feature: the same packets through the kernel (test-run,
+/// replayed clock, the coin that drops every limited packet) and through
+/// `Classifier::classify_packet` (a manual clock at the same instants), then
+/// both published into a real recorder (Prometheus, this thread only): the
+/// kernel's series equal the classifier's, level by level and parse
+/// outcome by parse outcome, and the counts the packets call for.
+#[cfg(feature = "metrics")]
+#[test]
+fn kernel_and_classifier_publish_the_same_counts() {
+    let builder = || Classifier::builder(1).seed(1);
+    let Some(mut filter) = load_or_skip("kernel_and_classifier_publish_the_same_counts", builder())
+    else {
+        return;
+    };
+    let rake = builder()
+        .clock(ManualClock::new())
+        .random(ConstantRandom(u32::MAX))
+        .build()
+        .unwrap();
+    let well_formed = |src: &str, dst: &str| {
+        let t = FourTuple::from_socket_addrs(src.parse().unwrap(), dst.parse().unwrap());
+        ("well formed", udp_packet(&t, b"ping"))
+    };
+    let mut packets = malformed();
+    packets.push(well_formed("10.0.0.1:4000", "10.0.0.2:53"));
+    packets.push(well_formed("[2001:db8::1]:4000", "[2001:db8::2]:53"));
+    let copies = 20u64;
+    let mut expected = HashMap::from([
+        ("attributed", 0u64),
+        ("ports_unknown", 0),
+        ("unattributable", 0),
+    ]);
+    for (i, (what, packet)) in packets.iter().enumerate() {
+        let outcome = match FourTuple::attribute(packet) {
+            Ok(a) if a.ports_unknown.is_none() => "attributed",
+            Ok(_) => "ports_unknown",
+            Err(_) => "unattributable",
+        };
+        *expected.get_mut(outcome).unwrap() += copies;
+        let mut frame = ethernet_frame(packet);
+        let header = if packet[0] >> 4 == 6 { 40 } else { 20 };
+        if packet.len() < header {
+            // As in `kernel_passes_what_it_cannot_parse`.
+            frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        }
+        // Each packet 10 s after the last: its own cells are idle again.
+        let start = 10_000_000_000 * (i as u64 + 1);
+        for k in 0..copies {
+            let now = start + k * 1000;
+            filter
+                .test_run_at(&frame, now, Some(u32::MAX))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            rake.clock().set(Duration::from_nanos(now));
+            let _ = rake.classify_packet(packet);
+        }
+    }
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let (kernel, user) = metrics::with_local_recorder(&recorder, || {
+        (
+            filter.publish_metrics("k").unwrap(),
+            rake.publish_metrics("u"),
+        )
+    });
+    assert_eq!(kernel, filter.stats().unwrap());
+    assert_eq!(kernel.levels, user);
+    assert!(user.dropped() > 0 && user.unlimited > 0, "{user:?}");
+    let rendered = recorder.handle().render();
+    // `name{labels} value` lines, keyed by the whole series.
+    let series: HashMap<&str, f64> = rendered
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series, value.parse().ok()?))
+        })
+        .collect();
+    let sum = |prefix: &str, labels: &[String]| -> f64 {
+        series
+            .iter()
+            .filter(|(s, _)| s.starts_with(prefix) && labels.iter().all(|l| s.contains(l.as_str())))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    for (outcome, n) in &expected {
+        let o = format!("outcome=\"{outcome}\"");
+        let o = [o];
+        let k = sum("weir_hhh_kernel_parsed_packets_total{", &o);
+        let u = sum("weir_hhh_parsed_packets_total{", &o);
+        assert_eq!((k, u), (*n as f64, *n as f64), "{outcome}");
+    }
+    assert_eq!(
+        sum("weir_hhh_kernel_unlimited_packets_total{", &[]),
+        user.unlimited as f64
+    );
+    assert_eq!(
+        sum("weir_hhh_unlimited_packets_total{", &[]),
+        user.unlimited as f64
+    );
+    for l in 0..5 {
+        for outcome in ["passed", "dropped"] {
+            let labels = [format!("level=\"{l}\""), format!("outcome=\"{outcome}\"")];
+            let k = sum("weir_hhh_kernel_limited_packets_total{", &labels);
+            let u = sum("weir_hhh_limited_packets_total{", &labels);
+            let s = user.levels[l];
+            let n = if outcome == "passed" {
+                s.passed
+            } else {
+                s.dropped
+            };
+            assert_eq!((k, u), (n as f64, n as f64), "level {l} {outcome}");
+        }
+    }
+}
+
 #[test]
 fn bad_configurations_are_typed_errors_before_anything_is_loaded() {
     let e = KernelFilter::load(Classifier::builder(0)).unwrap_err();

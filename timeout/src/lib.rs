@@ -45,6 +45,14 @@
 //!
 //! Below roughly a hundred timeouts a second none of this matters and
 //! `tokio::time::timeout` is just as good.
+//!
+//! # Metrics
+//!
+//! [`TimerManager::metrics`] is a snapshot of a manager's counters (timers
+//! armed, fired, cancelled, pending). With the feature `metrics`,
+//! `TimerManager::publish_metrics` publishes it through the
+//! [`metrics`](https://docs.rs/metrics) facade (`weir_timeout_timers_*`,
+//! labelled by `manager`); arming a timer does no extra work for it.
 
 #[cfg(not(loom))]
 mod clock;
@@ -54,6 +62,9 @@ mod future;
 mod manager;
 #[cfg(not(loom))]
 pub mod pingora;
+
+#[cfg(all(feature = "metrics", not(loom)))]
+mod telemetry;
 
 mod bucket;
 mod pause;

@@ -80,6 +80,13 @@ const LOOM_MODELS: &[(&str, &[&str])] = &[
 const FEATURE_SETS: &[&[&str]] = &[
     &["--package", "weir-limits", "--no-default-features"],
     &["--package", "weir-timeout", "--no-default-features"],
+    &[
+        "--package",
+        "weir-timeout",
+        "--no-default-features",
+        "--features",
+        "metrics",
+    ],
     &["--package", "weir-rate", "--no-default-features"],
     &[
         "--package",
@@ -123,13 +130,20 @@ const FEATURE_SETS: &[&[&str]] = &[
         "weir-hhh",
         "--no-default-features",
         "--features",
+        "metrics",
+    ],
+    &[
+        "--package",
+        "weir-hhh",
+        "--no-default-features",
+        "--features",
         "bpf",
     ],
 ];
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-rate/metrics,weir-hhh/tokio";
+const ALL_BUT_BPF: &str = "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-rate/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

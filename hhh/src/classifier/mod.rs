@@ -214,7 +214,18 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// addresses: nothing can be attributed, and the caller decides what
     /// to do with it.
     pub fn classify_packet(&self, packet: &[u8]) -> Result<Verdict, ParseError> {
-        Ok(self.classify(&FourTuple::attribute(packet)?.tuple))
+        let seen = FourTuple::attribute(packet);
+        #[cfg(feature = "metrics")]
+        {
+            use verdict::ParseOutcome;
+            let outcome = match &seen {
+                Ok(a) if a.ports_unknown.is_none() => ParseOutcome::Attributed,
+                Ok(_) => ParseOutcome::PortsUnknown,
+                Err(_) => ParseOutcome::Unattributable,
+            };
+            bump(&self.counters.get_or_default().parsed[outcome as usize]);
+        }
+        Ok(self.classify(&seen?.tuple))
     }
 
     /// Judge one packet that arrived at `now` on the classifier's clock
@@ -315,11 +326,14 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
             rate: FixedRate::from_bits(rate),
             limit: FixedRate::from_bits(limit),
         };
+        let counters = self.counters.get_or_default();
+        #[cfg(feature = "metrics")]
+        bump(&counters.by_generalisation[g][usize::from(!pass)]);
         if pass {
-            bump(&self.counters.get_or_default().passed[level]);
+            bump(&counters.passed[level]);
             Verdict::Sampled(why)
         } else {
-            bump(&self.counters.get_or_default().dropped[level]);
+            bump(&counters.dropped[level]);
             Verdict::Drop(why)
         }
     }
@@ -390,6 +404,67 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
                 s.dropped += c.dropped[l].load(Relaxed);
             }
         }
+        stats
+    }
+
+    /// Publish this classifier's counts through the
+    /// [`metrics`](https://docs.rs/metrics) facade (feature `metrics`), to
+    /// whatever recorder (exporter) is installed, and return
+    /// [`stats`](Self::stats). Every series carries the label
+    /// `classifier` = `name`:
+    ///
+    /// | metric | kind | labels | what |
+    /// |---|---|---|---|
+    /// | `weir_hhh_unlimited_packets_total` | counter | | passed, no generalisation over the limit |
+    /// | `weir_hhh_limited_packets_total` | counter | `level` (`0`–`4`), `generalisation` (as it displays, e.g. `src:* -> dst:dport`), `outcome` (`passed`, `dropped`) | limited there, and let through by the lottery or dropped |
+    /// | `weir_hhh_parsed_packets_total` | counter | `outcome`: `attributed` (with its ports), `ports_unknown` (by its addresses), `unattributable` | what [`classify_packet`](Self::classify_packet) made of each raw packet ([`FourTuple::attribute`]) |
+    ///
+    /// Summed over `level`, the limited counts are [`Stats::levels`]. The
+    /// `udp` module's `GuardedUdpSocket` classifies by socket addresses, so
+    /// its datagrams are in the verdict counts only.
+    ///
+    /// Nothing is published per packet: the packet path keeps counting in
+    /// the per-thread counters [`stats`](Self::stats) reads (with the
+    /// feature, limited packets are also counted by generalisation, and
+    /// `classify_packet` counts its parse outcomes), and this call sums
+    /// them and sets the facade's counters to the totals (`absolute`).
+    /// Call it where the values are wanted: before rendering a scrape, or
+    /// from a periodic task. Give each classifier its own name.
+    ///
+    /// ```
+    /// use weir_hhh::{Classifier, FourTuple};
+    ///
+    /// let rake = Classifier::try_new(1000).unwrap();
+    /// let t = FourTuple::from_socket_addrs("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap());
+    /// assert!(rake.classify(&t).is_pass());
+    /// assert!(rake.classify_packet(&[0x45, 0]).is_err()); // truncated: unattributable
+    /// // With an exporter installed as the recorder, e.g. once per scrape:
+    /// let stats = rake.publish_metrics("dns");
+    /// assert_eq!(stats.unlimited, 1);
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self, name: &str) -> Stats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = self.stats();
+        let mut counts = crate::telemetry::ClassifierCounts {
+            unlimited: stats.unlimited,
+            ..Default::default()
+        };
+        for c in self.counters.iter() {
+            for (sum, by_outcome) in counts
+                .by_generalisation
+                .iter_mut()
+                .zip(&c.by_generalisation)
+            {
+                for (sum, n) in sum.iter_mut().zip(by_outcome) {
+                    *sum += n.load(Relaxed);
+                }
+            }
+            for (sum, n) in counts.parsed.iter_mut().zip(&c.parsed) {
+                *sum += n.load(Relaxed);
+            }
+        }
+        crate::telemetry::publish_classifier(name, &counts);
         stats
     }
 

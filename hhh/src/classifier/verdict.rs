@@ -1,6 +1,8 @@
 //! What the classifier answers: a packet's verdict (and why it was limited),
 //! and the per-level counts of passed and dropped packets, kept per thread.
 
+#[cfg(feature = "metrics")]
+use crate::lattice::GENERALISATIONS;
 use crate::lattice::{Generalisation, LEVELS};
 use std::fmt;
 use weir_rate::ewma::FixedRate;
@@ -158,6 +160,27 @@ pub(super) struct Counters {
     pub(super) unlimited: std::sync::atomic::AtomicU64,
     pub(super) passed: [std::sync::atomic::AtomicU64; LEVELS],
     pub(super) dropped: [std::sync::atomic::AtomicU64; LEVELS],
+    /// Feature `metrics`: limited packets by generalisation (index as in
+    /// [`Generalisation::ALL`]), passed then dropped.
+    #[cfg(feature = "metrics")]
+    pub(super) by_generalisation: [[std::sync::atomic::AtomicU64; 2]; GENERALISATIONS],
+    /// Feature `metrics`: `classify_packet`'s parse outcomes, in
+    /// [`ParseOutcome`] order.
+    #[cfg(feature = "metrics")]
+    pub(super) parsed: [std::sync::atomic::AtomicU64; 3],
+}
+
+/// What [`FourTuple::attribute`](crate::FourTuple::attribute) made of a
+/// packet given to `classify_packet` (feature `metrics`).
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ParseOutcome {
+    /// Attributed with the ports of its UDP header.
+    Attributed = 0,
+    /// Attributed by its addresses alone (ports unknown).
+    PortsUnknown = 1,
+    /// Not attributable (not IPv4 or IPv6, or ends before its addresses).
+    Unattributable = 2,
 }
 
 /// Add one to a counter only this thread writes.
