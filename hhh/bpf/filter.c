@@ -400,9 +400,13 @@ static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 o
 		rate = decay_add(old, window - elapsed, recip, inc);
 		cell->stamp = now;
 	} else if (now < stamp) {
-		// Time behind the cell's counts as no time passing; a whole window
-		// or more behind, the stamp comes back to it (a replayed wild time
-		// must not freeze the cell: the classifier's `touch_cell`).
+		// Time behind the cell's counts as no time passing. A stamp a
+		// whole window or more ahead of the clock is a wild time's and
+		// comes back to `now` (the classifier's `touch_cell`, which reads
+		// its clock here because its packet's time may be a stale one).
+		// Here `now` is the clock's reading, per packet, so a stamp that
+		// far ahead of it can only come from a replayed wild time, which
+		// must not freeze the cell; the kernel's own clock never goes back.
 		rate = decay_add(old, window, recip, inc);
 		if (stamp - now >= window)
 			cell->stamp = now;

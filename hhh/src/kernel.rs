@@ -705,6 +705,12 @@ impl KernelFilter {
     /// `bpf_get_prandom_u32`): deterministic replays, e.g. to compare with
     /// [`Classifier::classify_at`] fed the
     /// same times and a [`ConstantRandom`](crate::random::ConstantRandom).
+    /// The replayed time stands for the kernel clock's reading: a cell
+    /// stamped a window or more after it is taken for a wild time's and
+    /// moved back to it, where the classifier judges that against its own
+    /// clock (a merely stale `classify_at` time keeps the stamp; see its
+    /// docs). So replays agree when their times are in order, or when the
+    /// classifier's clock reads the replayed times.
     /// The kernel clock is restored afterwards, but sockets the filter is
     /// attached to see the replayed time meanwhile: replay on a filter of
     /// its own.

@@ -322,6 +322,52 @@ fn a_held_flood_stays_held_around_wild_times() {
     }
 }
 
+/// A receive thread that read the clock once for its batch and was then
+/// preempted (a flooded, CPU-starved host) judges packets at a time a
+/// window or more old. That is a time in the past, not a wild one: it
+/// counts as no time passing and must not move the cells' timestamps back,
+/// or the next packet sees a whole window pass and the flood's rate
+/// restarts from one event. A 1000 pps flood against a limit of 100, some
+/// of its own packets stale, passes about as few packets as without.
+#[test]
+fn a_stale_time_does_not_wipe_a_floods_rate() {
+    let passed = |every: u64, stale_ms: u64| {
+        let clock = ManualClock::new();
+        let rake = Classifier::builder(100)
+            .seed(3)
+            .clock(clock.clone())
+            .random(SeededRandom::new(1))
+            .build()
+            .unwrap();
+        let flood = tuple("10.1.1.1:4000", "10.9.9.9:53");
+        let mut passed = 0;
+        for k in 0..3000u64 {
+            clock.set(Duration::from_millis(1000 + k));
+            passed += usize::from(rake.classify(&flood).is_pass());
+            if every > 0 && k % every == every - 1 {
+                let stale = (1000 + k - stale_ms) * 1_000_000;
+                passed += usize::from(
+                    rake.classify_at(&flood, Timestamp::from_nanos(stale))
+                        .is_pass(),
+                );
+            }
+        }
+        passed
+    };
+    let baseline = passed(0, 0);
+    assert!(
+        baseline < 450,
+        "{baseline} of 3000 passed without stale times"
+    );
+    for (every, stale_ms) in [(150, 99), (150, 100), (150, 120), (110, 105), (50, 900)] {
+        let got = passed(every, stale_ms);
+        assert!(
+            got <= baseline + baseline / 5,
+            "one packet {stale_ms} ms stale every {every} ms: {got} passed against {baseline}"
+        );
+    }
+}
+
 /// Wild times mixed with honest ones, in any order: no panic (debug builds
 /// check every overflow), every verdict consistent.
 #[test]

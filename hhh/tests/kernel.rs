@@ -1632,3 +1632,64 @@ fn kernel_and_classifier_agree_around_far_future_times() {
         }
     }
 }
+
+/// A replayed time stands for the kernel clock's reading, so a replayed
+/// time a window or more behind the cells' stamps (the clock going back)
+/// makes the kernel take the stamps for wild ones; the classifier judges
+/// wildness against its own clock, and agrees with the kernel packet for
+/// packet when that clock reads the replayed times (here a flood with one
+/// of its packets 120 ms back every 150 ms).
+#[test]
+fn kernel_and_classifier_agree_when_the_replayed_clock_goes_back() {
+    const LIMIT: u64 = 100;
+    let test = "kernel_and_classifier_agree_when_the_replayed_clock_goes_back";
+    let Some(mut filter) = load_or_skip(test, Classifier::builder(LIMIT).seed(3)) else {
+        return;
+    };
+    let clock = ManualClock::new();
+    let coin = SharedCoin::default();
+    let rake = Classifier::builder(LIMIT)
+        .seed(3)
+        .clock(clock.clone())
+        .random(coin.clone())
+        .build()
+        .unwrap();
+    let flood = FourTuple::from_socket_addrs(
+        "10.1.1.1:4000".parse().unwrap(),
+        "10.9.9.9:53".parse().unwrap(),
+    );
+    let mut schedule = Vec::new();
+    for k in 0..1500u64 {
+        let now = 1_000_000_000 + k * 1_000_000;
+        schedule.push(now);
+        if k % 150 == 149 {
+            schedule.push(now - 120_000_000);
+        }
+    }
+    let mut coins = SplitMix64::new(7);
+    let mut before = filter.stats().unwrap();
+    for (i, &now) in schedule.iter().enumerate() {
+        let c = (coins.next_u64() >> 32) as u32;
+        coin.0.store(c, Ordering::Relaxed);
+        clock.set(Duration::from_nanos(now));
+        let user = user_outcome(Ok(rake.classify(&flood)));
+        filter
+            .test_run_at(&ethernet_frame(&udp_packet(&flood, b"x")), now, Some(c))
+            .unwrap();
+        let after = filter.stats().unwrap();
+        assert_eq!(
+            user,
+            kernel_outcome(&before, &after),
+            "packet {i} at {now} ns"
+        );
+        before = after;
+    }
+    let end = schedule.last().copied().unwrap();
+    for g in Generalisation::ALL {
+        assert_eq!(
+            filter.estimate_at(&flood, g, end).unwrap(),
+            rake.estimate_at(&flood, g, Timestamp::from_nanos(end)),
+            "{g}"
+        );
+    }
+}

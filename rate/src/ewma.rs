@@ -284,11 +284,17 @@ struct EwmaState {
 /// The state is two words (rate and time of the last update) behind a short
 /// lock, so concurrent updates are serialised in the order they take it; an
 /// update whose timestamp is older than the stored one counts as happening
-/// at the stored time (time never runs backwards inside the estimator),
-/// unless it is a whole window or more older: then the stored time was a
-/// wild one (a caller's time far in the future) and comes back to the
-/// update's, so that one wild time cannot freeze the rate for every update
-/// after it. Rates are fixed point, so results are reproducible bit for bit.
+/// at the stored time (time never runs backwards inside the estimator).
+/// The one exception is a stored time that is wild: a whole window or more
+/// ahead of the estimator's own clock (a caller's time far in the future).
+/// An update a window or more behind such a time moves the stored time back
+/// to the update's (still counting no time passing), so that one wild time
+/// cannot freeze the rate for every update after it. Wildness is judged
+/// against the clock, read only in that rare case, not against the update's
+/// time: an update that is merely stale (a thread that read the clock, then
+/// was preempted for a window or more) must not restart the rate of
+/// everything recorded since. Rates are fixed point, so results are
+/// reproducible bit for bit.
 ///
 /// ```
 /// use std::time::Duration;
@@ -353,7 +359,14 @@ impl<C: Clock> Ewma<C> {
     pub fn record_at(&self, now: Timestamp<C>, events: u64) -> FixedRate {
         let mut state = self.state.lock();
         let now = now.as_nanos();
-        if state.last_ns.saturating_sub(now) >= self.window.window_nanos() {
+        let window = self.window.window_nanos();
+        // Rare: a time a window or more behind the stored one. The stored
+        // time is wild only if it is that far ahead of the clock too (read
+        // only here); otherwise `now` is merely stale and counts as no time
+        // passing, like any time behind the stored one.
+        if state.last_ns.saturating_sub(now) >= window
+            && state.last_ns.saturating_sub(self.clock.now_nanos()) >= window
+        {
             state.last_ns = now;
         }
         let now = now.max(state.last_ns);
@@ -591,6 +604,43 @@ mod tests {
             }
             let rate = ewma.rate().as_f64();
             assert!((rate - 100.0).abs() < 1.0, "after {wild:?}: {rate}");
+        }
+    }
+
+    /// A record at a time a window or more old on a clock that has not
+    /// gone back (a thread that read the clock, then was preempted) is a
+    /// time in the past, not a sign of a wild stored time: it counts as no
+    /// time passing, and the rate carries on from where it was instead of
+    /// restarting from one event.
+    #[test]
+    fn a_stale_record_does_not_wipe_the_rate() {
+        for stale_ms in [99, 100, 101, 150, 5_000] {
+            let clock = ManualClock::new();
+            let ewma = Ewma::try_with_clock(Duration::from_millis(100), clock.clone()).unwrap();
+            clock.set(Duration::from_secs(10));
+            // 1000 events a second for 1 s.
+            for _ in 0..1000 {
+                clock.advance(Duration::from_millis(1));
+                ewma.record(1);
+            }
+            let before = ewma.rate().as_f64();
+            assert!((before - 1000.0).abs() < 10.0, "{before}");
+            let stale = clock.now().as_nanos() - stale_ms * 1_000_000;
+            let at_stale = ewma.record_at(Timestamp::from_nanos(stale), 1).as_f64();
+            // One event more at no time passing: 1/window = 10 a second.
+            assert!(
+                (at_stale - (before + 10.0)).abs() < 0.01,
+                "{stale_ms} ms stale: {at_stale} after {before}"
+            );
+            let mut lowest = f64::MAX;
+            for _ in 0..300 {
+                clock.advance(Duration::from_millis(1));
+                lowest = lowest.min(ewma.record(1).as_f64());
+            }
+            assert!(
+                lowest > 990.0,
+                "{stale_ms} ms stale: the rate fell to {lowest} (true 1000)"
+            );
         }
     }
 

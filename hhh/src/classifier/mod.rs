@@ -84,20 +84,29 @@
 //!
 //! # Times out of order, and wild ones
 //!
-//! A timestamp a little older than a cell's (threads racing, a receive
-//! loop's batch time) counts as no time passing, and the cell keeps its
-//! newer timestamp. A timestamp a whole window or more older than the
-//! cell's moves the cell's timestamp back to it (still counting no time
-//! passing): otherwise one packet judged at a time far in the future (a
-//! caller's wild timestamp, up to `u64::MAX` ns) would leave its cells,
-//! which it shares with every key of its aggregates, stamped in the
+//! A timestamp older than a cell's (threads racing, a receive loop's batch
+//! time, even one a thread held while it was preempted for longer than a
+//! window) counts as no time passing, and the cell keeps its newer
+//! timestamp: a stale time must not restart the rates of everything
+//! counted since.
+//!
+//! The one exception is a cell stamped at a wild time: a whole window or
+//! more ahead of the classifier's own clock (a caller's timestamp far in
+//! the future, up to `u64::MAX` ns). A packet whose time is a window or
+//! more behind such a stamp moves it back to its own time (still counting
+//! no time passing): otherwise the cells of that one packet, which it
+//! shares with every key of its aggregates, would stay stamped in the
 //! future, and every honest packet after it would count as no time
 //! passing: the rates would only grow, and the whole destination would be
-//! limited until the clock caught up. So a wild time, either way, does no
-//! more to the cells it touches than an idle spell would (their rates
-//! restart), and from the next honest packet on they decay normally; keys
-//! that share none of its cells are untouched. Nothing overflows at any
-//! time (the arithmetic wraps or saturates where it must).
+//! limited until the clock caught up. So a wild time does no more to the
+//! cells it touches than an idle spell would (their rates restart), and
+//! from the next honest packet on they decay normally; keys that share
+//! none of its cells are untouched. Whether a stamp is wild is judged
+//! against the clock, not against the packet's time (which may be the
+//! stale one), and the clock is read only then, when a packet's time is a
+//! window or more behind a cell's. The kernel filter keeps the same rule:
+//! its packet's time is its clock's reading. Nothing overflows at any time
+//! (the arithmetic wraps or saturates where it must).
 //!
 //! The pieces, one per file: `builder.rs` (configuration, its validation
 //! and the defaults), `hashing.rs` (the per-generalisation hash, shared
@@ -232,12 +241,14 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     /// (pass the time when the caller already has it, e.g. once per batch
     /// of packets: [`now`](Self::now)).
     ///
-    /// Any `now` is accepted, up to `u64::MAX` ns. A time a little behind
-    /// a cell's last update counts as no time passing; a time a whole
-    /// window or more behind it moves the cell's timestamp back, so one
-    /// wild time (far in the future, or far in the past) never freezes the
-    /// cells it shares with other keys: it restarts their rates as an idle
-    /// spell would, and the packets after it are judged normally.
+    /// Any `now` is accepted, up to `u64::MAX` ns. A time behind a cell's
+    /// last update counts as no time passing, however stale. Only a cell
+    /// stamped a window or more ahead of the classifier's clock (by a wild
+    /// time far in the future) has its timestamp moved back to a time a
+    /// window or more behind it, so one wild time never freezes the cells
+    /// it shares with other keys: it restarts their rates as an idle spell
+    /// would, and the packets after it are judged normally (see the module
+    /// docs).
     #[inline]
     pub fn classify_at(&self, tuple: &FourTuple, now: Timestamp<C>) -> Verdict {
         let now_nanos = now.as_nanos();
@@ -292,7 +303,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
                 $(
                     let mut rate = u64::MAX;
                     for cell in &cells[$g][..n] {
-                        rate = rate.min(touch_cell(ewma, cell, now));
+                        rate = rate.min(touch_cell(ewma, cell, now, &self.clock));
                     }
                     if rate > max {
                         max = rate;
@@ -551,9 +562,10 @@ fn cell_at(blocks: &[Block], index: usize) -> &Cell {
     &blocks[index / BLOCK_CELLS].0[index % BLOCK_CELLS]
 }
 
-/// One event now in one cell; returns the cell's new rate (bits).
+/// One event now in one cell; returns the cell's new rate (bits). `clock`
+/// is read only when `now` is a window or more behind the cell's stamp.
 #[inline(always)]
-fn touch_cell(ewma: &OneEventUpdate, cell: &Cell, now: u64) -> u64 {
+fn touch_cell<C: Clock>(ewma: &OneEventUpdate, cell: &Cell, now: u64, clock: &C) -> u64 {
     let old = cell.rate.load(Ordering::Relaxed);
     let stamp = cell.stamp.load(Ordering::Relaxed);
     // One unsigned comparison catches both rare cases: a cell idle for a
@@ -564,17 +576,28 @@ fn touch_cell(ewma: &OneEventUpdate, cell: &Cell, now: u64) -> u64 {
         (ewma.within_window(old, elapsed), now)
     } else if now >= stamp {
         (ewma.update(old, elapsed), now)
-    } else if stamp - now < window {
-        // A little behind (threads racing): no time passed.
+    } else if stamp - now < window || !is_wild(clock, stamp, window) {
+        // Behind (threads racing, a stale batch time): no time passed.
         (ewma.update(old, 0), stamp)
     } else {
-        // A window or more behind: the cell's stamp is a wild time's (see
-        // the module docs); no time passed, and the stamp comes back here.
+        // The cell's stamp is a wild time's, a window or more ahead of the
+        // clock (see the module docs): no time passed, and the stamp comes
+        // back here.
         (ewma.update(old, 0), now)
     };
     cell.rate.store(rate, Ordering::Relaxed);
     cell.stamp.store(stamp, Ordering::Relaxed);
     rate
+}
+
+/// Whether a cell's `stamp`, a window or more ahead of a packet's time, is
+/// a wild time's: a window or more ahead of the clock as well. Otherwise
+/// the packet's time is merely stale. Reads the clock, so kept off the hot
+/// path.
+#[cold]
+#[inline(never)]
+fn is_wild<C: Clock>(clock: &C, stamp: u64, window: u64) -> bool {
+    stamp.saturating_sub(clock.now_nanos()) >= window
 }
 
 // `classify_cells` spells the levels out; they must match the lattice.

@@ -85,6 +85,16 @@ fn connect_info(_: &Extensions) -> Option<SocketAddr> {
 /// dual-stack listener reports for IPv4 clients) counts as that IPv4
 /// address.
 ///
+/// IPv4 clients reaching an IPv6 server through a NAT64/SIIT translator
+/// share one /64, so they are keyed apart, whatever the IPv6 prefix set:
+/// under the well-known prefix `64:ff9b::/96` (RFC 6052) a client counts as
+/// the IPv4 address it embeds (`64:ff9b::192.0.2.7` as `192.0.2.7`), and
+/// under the local-use prefix `64:ff9b:1::/48` (RFC 8215), where the
+/// operator's prefix length (and so the IPv4 address's place) cannot be
+/// read from the address, by its whole address: one key per IPv4 client
+/// either way. Translators with a network-specific prefix elsewhere are
+/// not recognised; their clients are keyed as any IPv6 client.
+///
 /// ```
 /// use http::Request;
 /// use std::net::SocketAddr;
@@ -111,7 +121,9 @@ impl PeerIp {
     }
 
     /// Key IPv6 clients by their first `prefix` bits (default 64; 128 keys
-    /// every address apart).
+    /// every address apart). Clients behind a NAT64/SIIT translator's
+    /// well-known or local-use prefix are keyed apart regardless (see the
+    /// type's docs).
     ///
     /// # Panics
     ///
@@ -191,10 +203,38 @@ impl ClientPrefixes {
     fn key(&self, ip: IpAddr) -> IpAddr {
         match ip.to_canonical() {
             IpAddr::V4(v4) => IpAddr::V4(v4),
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & prefix_mask(self.ipv6)).into()),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                if prefix_eq(bits, NAT64_WELL_KNOWN, 96) {
+                    let [.., a, b, c, d] = v6.octets();
+                    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+                } else if prefix_eq(bits, NAT64_LOCAL_USE, 48) {
+                    IpAddr::V6(v6)
+                } else {
+                    IpAddr::V6((bits & prefix_mask(self.ipv6)).into())
+                }
+            }
         }
     }
 }
+
+/// `64:ff9b::/96`, the well-known prefix of IPv4/IPv6 translation (NAT64,
+/// SIIT; RFC 6052): an IPv4 client behind a translator appears as this
+/// prefix followed by its IPv4 address, and is keyed by that address.
+const NAT64_WELL_KNOWN: u128 = 0x0064_ff9b_0000_0000_0000_0000_0000_0000;
+
+/// `64:ff9b:1::/48`, the local-use translation prefix (RFC 8215): operators
+/// take a network-specific prefix of their own inside it, and RFC 6052
+/// embeds the IPv4 address at a place that depends on that prefix's length
+/// (/32 to /96), which an address does not tell. Whatever the length, a
+/// translator gives each IPv4 client one address and leaves the suffix
+/// zero, so clients here are keyed by the whole address: one key per IPv4
+/// client, as the well-known prefix gives. (Keying by the last 32 bits, the
+/// /96 place, would put every client of a /32 to /56 prefix under one key.
+/// Keying by the whole address gives a client nothing to rotate through:
+/// the prefix stays inside the operator's network, where only its
+/// translator sources addresses from it, one per IPv4 client.)
+const NAT64_LOCAL_USE: u128 = 0x0064_ff9b_0001_0000_0000_0000_0000_0000;
 
 /// Keys requests by the client address a trusted proxy reports, in
 /// `X-Forwarded-For` (the default) or RFC 7239 `Forwarded`, falling back to
@@ -220,7 +260,8 @@ impl ClientPrefixes {
 /// allow. IPv4-mapped addresses (`::ffff:10.0.0.1`, how a dual-stack
 /// listener sees an IPv4 proxy) are matched as IPv4, and an address client
 /// is keyed as [`PeerIp`] keys it (IPv6 by its /64 unless
-/// [`ipv6_prefix`](Self::ipv6_prefix) says otherwise): [`ClientKey::Ip`].
+/// [`ipv6_prefix`](Self::ipv6_prefix) says otherwise, IPv4 clients behind
+/// a NAT64/SIIT translator apart): [`ClientKey::Ip`].
 ///
 /// When every entry is a trusted address (or there is no header), the
 /// request came from the leftmost trusted proxy itself and is keyed by it.
@@ -355,7 +396,8 @@ impl ForwardedIp {
         self
     }
 
-    /// Key IPv6 clients by their first `prefix` bits (default 64).
+    /// Key IPv6 clients by their first `prefix` bits (default 64), but
+    /// those behind a NAT64/SIIT translator as [`PeerIp`] keys them.
     ///
     /// # Panics
     ///
@@ -818,6 +860,42 @@ mod tests {
                 .unwrap()
                 .contains("::ffff:10.9.9.9".parse().unwrap())
         );
+    }
+
+    /// IPv4 clients behind a NAT64/SIIT translator reach an IPv6 server
+    /// from one /64: keyed by it, they shared one key and one of them could
+    /// drain it for all. The well-known prefix is keyed by the IPv4 address
+    /// it embeds (as a mapped address is), the local-use /48 by the whole
+    /// address, whatever prefix length the operator embeds at.
+    #[test]
+    fn nat64_clients_are_keyed_apart() {
+        let key = |s: &str| PeerIp::new().key_for(s.parse().unwrap());
+        let v4 = |s: &str| s.parse::<IpAddr>().unwrap();
+        // 64:ff9b::/96 (RFC 6052): the embedded IPv4 address, the key the
+        // same client has over IPv4.
+        assert_eq!(key("64:ff9b::192.0.2.7"), v4("192.0.2.7"));
+        assert_eq!(key("64:ff9b::198.51.100.4"), v4("198.51.100.4"));
+        assert_eq!(key("64:ff9b::c000:207"), key("192.0.2.7"));
+        let req = request("[64:ff9b::192.0.2.7]:1000", &[]);
+        assert_eq!(PeerIp::new().extract(&req), Some(v4("192.0.2.7")));
+        let x = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let req = request("10.0.0.1:443", &["64:ff9b::198.51.100.4"]);
+        assert_eq!(x.extract(&req), Some(ip("198.51.100.4")));
+        let req = request("[64:ff9b::203.0.113.9]:1000", &[]);
+        assert_eq!(x.extract(&req), Some(ip("203.0.113.9")));
+        // 64:ff9b:1::/48 (RFC 8215), embedded at /96 ...
+        assert_ne!(key("64:ff9b:1::192.0.2.7"), key("64:ff9b:1::192.0.2.8"));
+        assert_ne!(
+            key("64:ff9b:1:1:2:3:c000:207"),
+            key("64:ff9b:1:1:2:3:c633:6404")
+        );
+        // ... or at /48 (192.0.2.7 and 192.0.3.7: bits 48-63 and 72-87) or
+        // /64 (192.0.2.7 and 193.0.2.7: bits 72-103).
+        assert_ne!(key("64:ff9b:1:c000:2:700::"), key("64:ff9b:1:c000:3:700::"));
+        assert_ne!(key("64:ff9b:1::c0:2:700:0"), key("64:ff9b:1::c1:2:700:0"));
+        // Beside those prefixes, IPv6 clients are keyed by their /64 still.
+        assert_eq!(key("64:ff9b::1:0:c000:207"), key("64:ff9b::2:0:c000:208"));
+        assert_eq!(key("64:ff9b:2::1"), key("64:ff9b:2::2"));
     }
 
     #[test]
