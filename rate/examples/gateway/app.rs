@@ -16,7 +16,7 @@ use weir_rate::http::{InflightLayer, KeyFn, PeerIp, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// What the gateway enforces.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GatewayConfig {
     /// Requests allowed per client IP per `window` (GCRA, burst = limit).
     pub limit: NonZeroU32,
@@ -32,6 +32,19 @@ pub struct GatewayConfig {
     /// `/metrics`). The recorder must be installed before the router is
     /// built, so the layers' counters register with it.
     pub metrics: Option<PrometheusHandle>,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("limit", &self.limit)
+            .field("window", &self.window)
+            .field("max_inflight", &self.max_inflight)
+            .field("shadow", &self.shadow)
+            .field("slow_origin", &self.slow_origin)
+            .field("metrics", &self.metrics.is_some())
+            .finish()
+    }
 }
 
 impl Default for GatewayConfig {
