@@ -12,15 +12,16 @@ use std::time::Duration;
 /// `g = tolerance × no_load / latency`, clamped to `[0.5, 1]`:
 ///
 /// * `g = 1` (latency within `tolerance` of no load): the origin is not
-///   queueing; the limit grows by the queue allowance `max(4, √limit)`
+///   queueing; the limit grows by the queue allowance `max(1, √limit / 2)`
 ///   (but not beyond twice the requests in flight);
 /// * `g < 1`: the target is `limit × g + allowance`, never above the
 ///   limit, and the limit moves `smoothing` of the way to it;
 /// * a window with a drop multiplies the limit by `backoff`.
 ///
-/// In steady overload the limit settles where latency is about
-/// `tolerance` times the no-load latency: `tolerance × capacity` requests
-/// in flight. Where Netflix's version adds the allowance even when the
+/// In steady overload the limit settles where `limit × (1 − g)` equals the
+/// allowance: about `tolerance × capacity + allowance` requests in flight,
+/// so latency a little above `tolerance` times the no-load latency (the
+/// tolerance absorbs noise, the allowance is the standing queue). Where Netflix's version adds the allowance even when the
 /// gradient says the origin queues (so latency can creep), a window beyond
 /// the tolerance never raises the limit here, and the no-load latency does
 /// not follow the load (see the module docs on probes).
@@ -50,7 +51,7 @@ pub struct Gradient2 {
 }
 
 impl Default for Gradient2 {
-    /// Limits 1 to 1000 starting at 20, tolerance 1.5, smoothing 0.5,
+    /// Limits 1 to 1000 starting at 20, tolerance 1.2, smoothing 0.5,
     /// backoff 0.9, windows of at least 10 ms and 16 samples, a probe
     /// every 10 s.
     fn default() -> Self {
@@ -77,7 +78,7 @@ impl Gradient2 {
         } else {
             let no_load = self.baseline.observe(window.latency);
             let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
-            let allowance = estimate.sqrt().max(4.0);
+            let allowance = (estimate.sqrt() / 2.0).max(1.0);
             if gradient >= 1.0 {
                 grow(estimate, allowance, window.max_in_flight)
             } else {
@@ -142,7 +143,7 @@ impl Default for Gradient2Builder {
         Self {
             common: Common::default(),
             window: Duration::from_millis(10),
-            tolerance: 1.5,
+            tolerance: 1.2,
             smoothing: 0.5,
             backoff: 0.9,
             probe_interval: Some(Duration::from_secs(10)),
@@ -155,7 +156,8 @@ impl Gradient2Builder {
     common_builder_methods!();
 
     /// How much slower than at no load the origin may answer before the
-    /// limit stops growing (at least 1; default 1.5).
+    /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
+    /// to a long-term average, which already holds some queueing).
     pub fn tolerance(mut self, tolerance: f64) -> Self {
         self.tolerance = tolerance;
         self
@@ -246,10 +248,15 @@ mod tests {
     #[test]
     fn grows_by_the_allowance_while_latency_is_flat() {
         let mut g = unprobed();
-        for ms in 0..200 {
+        let mut limits = Vec::new();
+        for ms in 0..600 {
             g.update(at(ms), ok(1, 40));
+            limits.push(g.limit());
         }
-        // ~12 windows of 16 samples: 20 + 4 + 4 + ... up to 2 × 40.
+        // A window of 16 samples every 16 ms: 20, 22, 24, 27, ... up to
+        // twice the 40 in flight.
+        assert_eq!(limits[14..17], [20, 22, 22]);
+        assert_eq!(limits[30..33], [22, 24, 24]);
         assert_eq!(g.limit(), 80);
     }
 
