@@ -240,19 +240,41 @@ impl Step {
     /// Enough samples for a few windows to pass after the step.
     fn settle(&self) -> usize {
         let c = &self.config;
-        let per_window = c.samples as u64 + (c.window_ms * MS + self.a.max(self.b())) / self.spacing;
+        let per_window =
+            c.samples as u64 + (c.window_ms * MS + self.a.max(self.b())) / self.spacing;
         3 * per_window as usize + 3
     }
 
     /// The limits after the step, without it (latency stays `a`) and with it.
     fn run(&self) -> (Vec<u32>, Vec<u32>) {
         let mut warm = self.config.build();
-        steady(&mut warm, 0, self.before, self.spacing, self.a, self.in_flight);
+        steady(
+            &mut warm,
+            0,
+            self.before,
+            self.spacing,
+            self.a,
+            self.in_flight,
+        );
         let from = self.before as u64 * self.spacing;
         let mut flat = warm.clone();
         let mut stepped = warm;
-        let flat = steady(&mut flat, from, self.after, self.spacing, self.a, self.in_flight);
-        let stepped = steady(&mut stepped, from, self.after, self.spacing, self.b(), self.in_flight);
+        let flat = steady(
+            &mut flat,
+            from,
+            self.after,
+            self.spacing,
+            self.a,
+            self.in_flight,
+        );
+        let stepped = steady(
+            &mut stepped,
+            from,
+            self.after,
+            self.spacing,
+            self.b(),
+            self.in_flight,
+        );
         (flat, stepped)
     }
 }
@@ -464,7 +486,11 @@ fn simulate(
             run.finished.push((now, now - start));
             algorithm.update(
                 at(now),
-                Sample::new(Duration::from_nanos(now - start), Outcome::Success, at_start),
+                Sample::new(
+                    Duration::from_nanos(now - start),
+                    Outcome::Success,
+                    at_start,
+                ),
             );
         } else {
             run.arrived += 1;
@@ -493,7 +519,12 @@ fn simulate(
 fn judge(name: &str, algorithm: &mut impl Algorithm) {
     const S: u64 = 20 * MS;
     const SEC: u64 = 1_000_000_000;
-    let run = simulate(algorithm, &[(4 * SEC, 32), (4 * SEC, 16), (4 * SEC, 32)], 4_800, S);
+    let run = simulate(
+        algorithm,
+        &[(4 * SEC, 32), (4 * SEC, 16), (4 * SEC, 32)],
+        4_800,
+        S,
+    );
     let slo = 2 * S;
     for (phase, capacity) in [(0u64, 1600.0), (1, 800.0), (2, 1600.0)] {
         // Judged from 2 s after each change: converged within 2 s.
@@ -502,7 +533,9 @@ fn judge(name: &str, algorithm: &mut impl Algorithm) {
         let p99 = run.quantile(from, to, 0.99);
         eprintln!(
             "{name} phase {phase}: goodput {goodput:.0}/s p99 {:.1} ms; refused {}/{}",
-            p99 as f64 / MS as f64, run.refused, run.arrived
+            p99 as f64 / MS as f64,
+            run.refused,
+            run.arrived
         );
         assert!(
             goodput >= 0.95 * capacity,

@@ -75,8 +75,8 @@ impl Algorithm for Aimd {
         if sample.outcome == Outcome::Ignored {
             return;
         }
-        let dropped = sample.outcome == Outcome::Dropped
-            || duration_to_nanos(sample.latency) > self.timeout;
+        let dropped =
+            sample.outcome == Outcome::Dropped || duration_to_nanos(sample.latency) > self.timeout;
         let Some(window) = self
             .window
             .add(now.as_nanos(), &sample, dropped, &self.common)

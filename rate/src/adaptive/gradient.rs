@@ -93,9 +93,7 @@ impl Gradient2 {
 impl Algorithm for Gradient2 {
     fn limit(&self) -> u32 {
         let limit = self.common.limit_of(self.estimate);
-        self.baseline
-            .pinned(limit, &self.common)
-            .unwrap_or(limit)
+        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
     }
 
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {

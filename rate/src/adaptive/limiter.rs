@@ -85,7 +85,9 @@ impl<A: Algorithm> Entry<A> {
         }
         drop(algorithm);
     }
+}
 
+impl<A> Entry<A> {
     fn limit(&self) -> u32 {
         (self.word.load(Ordering::Relaxed) >> 32) as u32
     }
@@ -292,7 +294,9 @@ impl<A: Algorithm, C: Clock + Clone> AdaptiveLimiter<A, C> {
             recorded: false,
         })
     }
+}
 
+impl<A, C> AdaptiveLimiter<A, C> {
     /// The current limit.
     pub fn limit(&self) -> u32 {
         self.entry.limit()
@@ -313,7 +317,7 @@ impl<A, C: Clone> Clone for AdaptiveLimiter<A, C> {
     }
 }
 
-impl<A: Algorithm, C: Clock + Clone> fmt::Debug for AdaptiveLimiter<A, C> {
+impl<A, C> fmt::Debug for AdaptiveLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveLimiter")
             .field("limit", &self.limit())
@@ -426,7 +430,10 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     /// # Errors
     ///
     /// [`Overloaded`] at the key's limit: answer 503 rather than queue.
-    pub fn try_acquire<K: Hash + ?Sized>(&self, key: &K) -> Result<AdaptiveGuard<A, C>, Overloaded> {
+    pub fn try_acquire<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+    ) -> Result<AdaptiveGuard<A, C>, Overloaded> {
         let hash = self.hasher.hash_one(key);
         let now = self.clock.now_nanos();
         let entry = self.entry(hash, now);
@@ -498,7 +505,9 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     pub fn in_flight<K: Hash + ?Sized>(&self, key: &K) -> u32 {
         self.find(key).map_or(0, |e| e.in_flight())
     }
+}
 
+impl<A, C> KeyedAdaptiveLimiter<A, C> {
     /// How many keys are stored (at most [`capacity`](Self::capacity)).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.map.lock().len()).sum()
@@ -539,7 +548,7 @@ fn evict_idle<A>(map: &mut HashTable<Slot<A>>) -> bool {
     true
 }
 
-impl<A: Algorithm + Clone, C: Clock + Clone> fmt::Debug for KeyedAdaptiveLimiter<A, C> {
+impl<A, C> fmt::Debug for KeyedAdaptiveLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedAdaptiveLimiter")
             .field("keys", &self.len())

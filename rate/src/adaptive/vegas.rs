@@ -100,9 +100,7 @@ fn digits(estimate: f64) -> f64 {
 impl Algorithm for Vegas {
     fn limit(&self) -> u32 {
         let limit = self.common.limit_of(self.estimate);
-        self.baseline
-            .pinned(limit, &self.common)
-            .unwrap_or(limit)
+        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
     }
 
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {

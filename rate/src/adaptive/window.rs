@@ -65,8 +65,7 @@ impl Window {
                 self.latency_sum += u128::from(latency);
             }
         }
-        if self.count < common.window_samples || now.saturating_sub(self.start) < common.window_ns
-        {
+        if self.count < common.window_samples || now.saturating_sub(self.start) < common.window_ns {
             return None;
         }
         let successes = self.count - self.drops;
@@ -288,7 +287,11 @@ mod tests {
         assert_eq!(b.probe(72_000_000, &ok(12, 20), &c), Probing::Ended);
         assert_eq!(b.pinned(40, &c), None);
         assert_eq!(b.observe(30_000_000.0), 11_000_000.0);
-        assert_eq!(b.observe(9_000_000.0), 9_000_000.0, "a faster window lowers it");
+        assert_eq!(
+            b.observe(9_000_000.0),
+            9_000_000.0,
+            "a faster window lowers it"
+        );
         // The next probe is due 0.75 s to 1.25 s later.
         let Probe::Idle { next } = b.probe else {
             panic!("idle after a probe")
