@@ -354,7 +354,10 @@ const MAX_SHARDS: usize = 64;
 /// within `capacity` states plus one per request in flight, and a flood of
 /// new keys can neither grow it nor have a key refused for its sake. Such
 /// admissions are counted ([`overflowed`](Self::overflowed)); choose a
-/// capacity above the keys that have requests in flight at once.
+/// capacity above the keys that have requests in flight at once. Finding
+/// the key to replace scans its shard (the keys are split over up to 64
+/// shards, one lock each), a cost paid only by a new key arriving at a
+/// full shard.
 ///
 /// Keys are told apart by a 64-bit hash under a per-limiter random seed,
 /// not stored: two keys share a state only if their hashes collide.
