@@ -339,28 +339,32 @@ proptest! {
         extra in 1.001f64..3.0,
     ) {
         let mut step = step;
-        // Aim the step just beyond the tolerance as often as not.
-        if extra < 1.5 {
-            let c = &step.config;
+        let c = step.config.clone();
+        let (a, timeout) = (step.a as f64, (c.timeout_ms * MS) as f64);
+        let band = 3.0 * f64::from(c.max).log10().floor().max(1.0);
+        let beyond = |step: &Step| {
+            let b = step.b() as f64;
+            match c.kind {
+                // Every sample after the step is a drop.
+                0 => a <= timeout && b > timeout,
+                // At least alpha × digits queued, at any limit up to the max.
+                1 => f64::from(step.in_flight) * (1.0 - a / b) >= band,
+                _ => b > c.tolerance * a * 1.001,
+            }
+        };
+        // A step short of the tolerance, or half the time any step, is
+        // aimed just beyond it instead.
+        if extra < 1.5 || !beyond(&step) {
             step.factor = match c.kind {
-                0 => (c.timeout_ms * MS) as f64 / step.a as f64 * extra,
+                0 => timeout / a * extra,
                 1 => {
-                    let band = 3.0 * f64::from(c.max).log10().floor().max(1.0) * extra;
-                    1.0 / (1.0 - (band / f64::from(step.in_flight)).min(0.99))
+                    step.in_flight = step.in_flight.max((2.0 * band * extra).ceil() as u32);
+                    1.0 / (1.0 - band * extra / f64::from(step.in_flight))
                 }
                 _ => c.tolerance * extra,
             };
         }
-        let c = &step.config;
-        let (a, b) = (step.a as f64, step.b() as f64);
-        let beyond = match c.kind {
-            // Every sample after the step is a drop.
-            0 => step.a <= c.timeout_ms * MS && step.b() > c.timeout_ms * MS,
-            // At least alpha × digits queued, at any limit up to the max.
-            1 => f64::from(step.in_flight) * (1.0 - a / b)
-                >= 3.0 * (f64::from(c.max).log10().floor().max(1.0)),
-            _ => b > c.tolerance * a * 1.001,
-        };
+        let beyond = beyond(&step);
         prop_assume!(beyond);
         let (_, stepped) = step.run();
         let settled = &stepped[step.settle().min(stepped.len())..];
