@@ -6,6 +6,7 @@
 //! same pre-generated input, so that the ratios are meaningful on a noisy
 //! machine. Each area has one module that both the report and criterion use.
 
+pub mod adaptive;
 pub mod alloc;
 pub mod hhh;
 #[cfg(feature = "bpf")]

@@ -25,6 +25,9 @@
 //!   [`CheckKey`] (answers at once) and [`CheckKeyAsync`] (answers with a
 //!   future); the tower layer and the Redis fallback take these.
 //!
+//! * [`adaptive`] — concurrency limits learned from latency (AIMD, Vegas,
+//!   Gradient2), per origin or per key, with an RAII guard.
+//!
 //! The algorithms' error bounds are listed in [`algorithms`].
 //!
 //! ```
@@ -39,6 +42,7 @@
 //! }
 //! ```
 
+pub mod adaptive;
 pub mod algorithms;
 mod check;
 pub mod decision;

@@ -8,6 +8,13 @@ pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 
+// Loom's `Arc` counts its clones in the model, so a clone racing a check of
+// `strong_count` is explored too.
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+
 /// A mutex with parking_lot's guard-returning `lock` (no poisoning), backed
 /// by loom's checked mutex under `--cfg loom`.
 #[derive(Debug, Default)]

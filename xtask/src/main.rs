@@ -69,6 +69,7 @@ const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-h
 const LOOM_MODELS: &[(&str, &[&str])] = &[
     ("weir-limits", &["--test", "loom"]),
     ("weir-rate", &["--test", "loom"]),
+    ("weir-rate", &["--test", "loom_adaptive"]),
     ("weir-timeout", &["--lib", "--", "loom_tests::"]),
     ("weir-hhh", &["--test", "loom"]),
 ];

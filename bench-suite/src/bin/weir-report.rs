@@ -19,6 +19,7 @@ const SECTIONS: &[Section] = &[
     ("rate", weir_bench_suite::rate::run),
     ("redis", weir_bench_suite::redis::run),
     ("http", weir_bench_suite::http::run),
+    ("adaptive", weir_bench_suite::adaptive::run),
     ("hhh", weir_bench_suite::hhh::run),
     ("hhh-kernel", weir_bench_suite::hhh::run_kernel),
     #[cfg(feature = "bpf")]

@@ -6,6 +6,8 @@
 //!   fields on every response, cost-weighted requests, shadow mode.
 //! * [`InflightLayer`] — at most N requests per key in progress, 503 beyond
 //!   (pingora's per-origin connection limit), counted exactly per key.
+//! * [`AdaptiveInflightLayer`] — the same, with each key's limit learned
+//!   from latency by an [`adaptive`](crate::adaptive) algorithm.
 //! * Key extractors decide whom a request is counted for: [`PeerIp`] (the
 //!   default), [`ForwardedIp`] (only behind proxies you trust), [`KeyFn`],
 //!   [`GlobalKey`]. Both IP extractors key an IPv6 client by its /64
@@ -31,11 +33,15 @@
 //! costs a request, in-process and as a share of the server's CPU time for a
 //! loopback hello-world request, is in that report's HTTP section.
 
+mod adaptive;
 mod inflight;
 mod key;
 mod ratelimit;
 mod response;
 
+pub use adaptive::{
+    AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
+};
 pub use inflight::{
     InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService, OVERLOADED,
 };

@@ -1,0 +1,451 @@
+//! [`AdaptiveInflightLayer`]: [`InflightLayer`](super::InflightLayer)'s
+//! per-key in-flight limit, with each key's limit learned from latency by
+//! an [`adaptive`](crate::adaptive) algorithm instead of chosen by hand.
+//!
+//! A request beyond its key's limit is answered 503 with `Retry-After`
+//! at once: the layer never queues (a queue in front of a slow origin is
+//! the latency the limit exists to avoid). An admitted request's guard
+//! travels in the response future and then in the body: its latency is
+//! reported when the response head arrives (classified by status, see
+//! [`AdaptiveInflightLayer::classify`]), and it counts in flight until its
+//! body has ended or been dropped. A request whose future is dropped before
+//! an answer (the client went away) reports a drop.
+
+use super::key::KeyExtractor;
+use super::response::{Unkeyed, overloaded};
+use crate::adaptive::{AdaptiveGuard, Algorithm, KeyedAdaptiveLimiter, Outcome};
+use crate::clock::{Clock, MonotonicClock};
+use http::{Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// A tower layer limiting in-flight requests per key to a limit each key
+/// learns.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use std::num::NonZeroUsize;
+/// use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
+/// use weir_rate::http::{AdaptiveInflightLayer, GlobalKey};
+///
+/// // One learned limit for the whole service; 503 beyond it.
+/// let limiter = KeyedAdaptiveLimiter::new(Gradient2::default(), NonZeroUsize::new(1).unwrap());
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(AdaptiveInflightLayer::new(GlobalKey, limiter));
+/// # let _ = app;
+/// ```
+#[derive(Debug)]
+pub struct AdaptiveInflightLayer<X, A, C = MonotonicClock> {
+    limiter: Arc<KeyedAdaptiveLimiter<A, C>>,
+    extractor: X,
+    unkeyed: Unkeyed,
+    classify: fn(StatusCode) -> Outcome,
+}
+
+// By hand: a derive would demand `A: Clone` and `C: Clone` of the shared
+// limiter's parameters.
+impl<X: Clone, A, C> Clone for AdaptiveInflightLayer<X, A, C> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            extractor: self.extractor.clone(),
+            unkeyed: self.unkeyed.clone(),
+            classify: self.classify,
+        }
+    }
+}
+
+/// The default classification: the statuses an overloaded origin or
+/// gateway answers with (429, 502, 503, 504) are drops; other server
+/// errors say nothing about load; everything else is a success.
+///
+/// ```
+/// use http::StatusCode;
+/// use weir_rate::adaptive::Outcome;
+/// use weir_rate::http::overload_status;
+///
+/// assert_eq!(overload_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Dropped);
+/// assert_eq!(overload_status(StatusCode::INTERNAL_SERVER_ERROR), Outcome::Ignored);
+/// assert_eq!(overload_status(StatusCode::NOT_FOUND), Outcome::Success);
+/// ```
+pub fn overload_status(status: StatusCode) -> Outcome {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::GATEWAY_TIMEOUT => Outcome::Dropped,
+        s if s.is_server_error() => Outcome::Ignored,
+        _ => Outcome::Success,
+    }
+}
+
+impl<X, A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<X, A, C> {
+    /// Limits each key `extractor` finds with its own state in `limiter`.
+    /// Clones of the layer share the limiter.
+    pub fn new(extractor: X, limiter: KeyedAdaptiveLimiter<A, C>) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+            extractor,
+            unkeyed: Unkeyed::new("AdaptiveInflightLayer", "x-inflight-error"),
+            classify: overload_status,
+        }
+    }
+
+    /// How a response's status teaches the algorithm (default
+    /// [`overload_status`]). An error from the inner service is always a
+    /// drop.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use weir_rate::adaptive::{KeyedAdaptiveLimiter, Outcome, Vegas};
+    /// use weir_rate::http::{AdaptiveInflightLayer, GlobalKey};
+    ///
+    /// let limiter = KeyedAdaptiveLimiter::new(Vegas::default(), NonZeroUsize::new(1).unwrap());
+    /// // Any 5xx is an overload signal.
+    /// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter).classify(|status| {
+    ///     if status.is_server_error() { Outcome::Dropped } else { Outcome::Success }
+    /// });
+    /// # let _ = layer;
+    /// ```
+    pub fn classify(mut self, classify: fn(StatusCode) -> Outcome) -> Self {
+        self.classify = classify;
+        self
+    }
+
+    /// The status a request without a key is refused with (default 500),
+    /// with `x-inflight-error: no-key; ...`; the first is logged through
+    /// `tracing`.
+    pub fn missing_key_status(mut self, status: StatusCode) -> Self {
+        self.unkeyed = self.unkeyed.with_status(status);
+        self
+    }
+
+    /// The limiter, to read each key's limit and count.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use weir_rate::adaptive::{Aimd, KeyedAdaptiveLimiter};
+    /// use weir_rate::http::{AdaptiveInflightLayer, GlobalKey};
+    ///
+    /// let limiter = KeyedAdaptiveLimiter::new(Aimd::default(), NonZeroUsize::new(1).unwrap());
+    /// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter);
+    /// assert_eq!(layer.limiter().in_flight(&()), 0);
+    /// ```
+    pub fn limiter(&self) -> &KeyedAdaptiveLimiter<A, C> {
+        &self.limiter
+    }
+}
+
+impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
+    type Service = AdaptiveInflightService<S, X, A, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdaptiveInflightService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`AdaptiveInflightLayer`] produces.
+#[derive(Debug)]
+pub struct AdaptiveInflightService<S, X, A, C = MonotonicClock> {
+    inner: S,
+    layer: AdaptiveInflightLayer<X, A, C>,
+}
+
+impl<S: Clone, X: Clone, A, C> Clone for AdaptiveInflightService<S, X, A, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, X, A, C, ReqBody, ResBody> Service<Request<ReqBody>> for AdaptiveInflightService<S, X, A, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor<ReqBody>,
+    A: Algorithm + Clone,
+    C: Clock + Clone,
+    ResBody: Default,
+{
+    type Response = Response<AdaptiveBody<ResBody, A, C>>;
+    type Error = S::Error;
+    type Future = AdaptiveFuture<S::Future, ResBody, A, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let Some(key) = self.layer.extractor.extract(&request) else {
+            return AdaptiveFuture::rejected(self.layer.unkeyed.respond());
+        };
+        match self.layer.limiter.try_acquire(&key) {
+            Ok(guard) => AdaptiveFuture::Running {
+                future: self.inner.call(request),
+                guard: Some(guard),
+                classify: self.layer.classify,
+            },
+            Err(_) => AdaptiveFuture::rejected(overloaded()),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`AdaptiveInflightService`]: holds the
+    /// request's guard until it hands it to the response body, or is
+    /// dropped (which reports a drop).
+    #[project = AdaptiveProj]
+    #[allow(missing_docs)]
+    pub enum AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
+        Rejected { response: Option<Response<B>> },
+        Running {
+            #[pin] future: F,
+            guard: Option<AdaptiveGuard<A, C>>,
+            classify: fn(StatusCode) -> Outcome,
+        },
+    }
+}
+
+impl<F, B, A: Algorithm, C: Clock> AdaptiveFuture<F, B, A, C> {
+    fn rejected(response: Response<B>) -> Self {
+        Self::Rejected {
+            response: Some(response),
+        }
+    }
+}
+
+impl<F, B, E, A: Algorithm, C: Clock> Future for AdaptiveFuture<F, B, A, C>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Default,
+{
+    type Output = Result<Response<AdaptiveBody<B, A, C>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            AdaptiveProj::Rejected { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response.map(AdaptiveBody::uncounted))),
+                None => panic!("AdaptiveFuture polled after completion"),
+            },
+            AdaptiveProj::Running {
+                future,
+                guard,
+                classify,
+            } => {
+                let result = std::task::ready!(future.poll(cx));
+                let mut guard = guard.take();
+                match result {
+                    Ok(response) => {
+                        if let Some(guard) = guard.as_mut() {
+                            guard.record(classify(response.status()));
+                        }
+                        Poll::Ready(Ok(response.map(|inner| AdaptiveBody { inner, guard })))
+                    }
+                    // No body to stream: the guard reports a drop here.
+                    Err(e) => Poll::Ready(Err(e)),
+                }
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request counted in flight until the
+    /// body has ended (or failed, or been dropped).
+    pub struct AdaptiveBody<B, A: Algorithm, C: Clock> {
+        #[pin]
+        inner: B,
+        guard: Option<AdaptiveGuard<A, C>>,
+    }
+}
+
+impl<B, A: Algorithm, C: Clock> AdaptiveBody<B, A, C> {
+    fn uncounted(inner: B) -> Self {
+        Self { inner, guard: None }
+    }
+
+    /// The wrapped body.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: Default, A: Algorithm, C: Clock> Default for AdaptiveBody<B, A, C> {
+    fn default() -> Self {
+        Self::uncounted(B::default())
+    }
+}
+
+impl<B: std::fmt::Debug, A: Algorithm, C: Clock> std::fmt::Debug for AdaptiveBody<B, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdaptiveBody")
+            .field("inner", &self.inner)
+            .field("counted", &self.guard.is_some())
+            .finish()
+    }
+}
+
+impl<B: http_body::Body, A: Algorithm, C: Clock> http_body::Body for AdaptiveBody<B, A, C> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            drop(this.guard.take());
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adaptive::{Aimd, Fixed};
+    use crate::clock::ManualClock;
+    use crate::http::{GlobalKey, PeerIp};
+    use std::convert::Infallible;
+    use std::num::{NonZeroU32, NonZeroUsize};
+    use std::time::Duration;
+    use tokio::sync::Semaphore;
+    use tower::ServiceExt;
+
+    fn fixed(n: u32) -> KeyedAdaptiveLimiter<Fixed, ManualClock> {
+        KeyedAdaptiveLimiter::with_clock(
+            Fixed::new(NonZeroU32::new(n).unwrap()),
+            NonZeroUsize::new(8).unwrap(),
+            ManualClock::new(),
+        )
+    }
+
+    /// Answers `status` once a permit is released.
+    fn gated(
+        gate: Arc<Semaphore>,
+        status: StatusCode,
+    ) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+    {
+        tower::service_fn(move |_req: Request<()>| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await.expect("gate open").forget();
+                let mut response = Response::new("ok".to_string());
+                *response.status_mut() = status;
+                Ok::<_, Infallible>(response)
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn refuses_at_the_limit_without_queueing_and_recovers() {
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = AdaptiveInflightLayer::new(GlobalKey, fixed(1));
+        let service = layer.layer(gated(Arc::clone(&gate), StatusCode::OK));
+        let first = tokio::spawn(service.clone().oneshot(Request::new(())));
+        while layer.limiter().in_flight(&()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let refused = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+        gate.add_permits(1);
+        assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+        assert_eq!(layer.limiter().in_flight(&()), 0);
+        gate.add_permits(1);
+        let again = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+    }
+
+    /// AIMD that backs off on every single drop.
+    fn twitchy() -> KeyedAdaptiveLimiter<Aimd, ManualClock> {
+        let aimd = Aimd::builder()
+            .window(Duration::ZERO)
+            .window_samples(NonZeroU32::new(1).unwrap())
+            .build()
+            .unwrap();
+        KeyedAdaptiveLimiter::with_clock(aimd, NonZeroUsize::new(8).unwrap(), ManualClock::new())
+    }
+
+    #[tokio::test]
+    async fn an_overloaded_origin_lowers_the_limit_and_a_broken_one_does_not() {
+        let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
+        let busy = layer.layer(gated(
+            Arc::new(Semaphore::new(10)),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ));
+        let response = busy.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(response);
+        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
+        // A 500 says nothing about load.
+        let broken = layer.layer(gated(
+            Arc::new(Semaphore::new(10)),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ));
+        drop(broken.oneshot(Request::new(())).await.unwrap());
+        assert_eq!(layer.limiter().limit(&()), Some(18));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_request_counts_as_a_drop() {
+        let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
+        let service = layer.layer(gated(Arc::new(Semaphore::new(0)), StatusCode::OK));
+        let pending = tokio::spawn(service.oneshot(Request::new(())));
+        while layer.limiter().in_flight(&()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        pending.abort();
+        let _ = pending.await;
+        assert_eq!(layer.limiter().in_flight(&()), 0);
+        assert_eq!(layer.limiter().limit(&()), Some(18));
+    }
+
+    #[tokio::test]
+    async fn a_streaming_body_counts_until_it_ends() {
+        let layer = AdaptiveInflightLayer::new(GlobalKey, fixed(1));
+        let origin = tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(&b"0123"[..])))
+        });
+        let service = layer.layer(origin);
+        let mut response = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(layer.limiter().in_flight(&()), 1, "the body is unread");
+        let refused = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = Pin::new(response.body_mut());
+        let mut body = body;
+        while std::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx))
+            .await
+            .is_some()
+        {}
+        assert_eq!(layer.limiter().in_flight(&()), 0, "released at the end");
+    }
+
+    #[tokio::test]
+    async fn requests_without_a_key_get_500() {
+        let layer = AdaptiveInflightLayer::new(PeerIp::new(), fixed(1));
+        let service = layer.layer(gated(Arc::new(Semaphore::new(1)), StatusCode::OK));
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().contains_key("x-inflight-error"));
+    }
+}
