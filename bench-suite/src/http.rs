@@ -12,7 +12,7 @@
 //! accepting, parsing, routing, the layers, writing — runs on one thread,
 //! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read whenever the
 //! service under test changes. Work stolen by other processes does not
-//! land on that clock. One server serves all three variants and switches
+//! land on that clock. One server serves every variant and switches
 //! between them every 50 ms (see [`load_interleaved`]), so slow drifts in
 //! the machine's speed hit them alike; the report quotes the pooled ratio
 //! and the median and middle half of the per-cycle ratios. Requests per
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use weir_rate::http::{InflightLayer, KeyFn, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
-/// The three services compared.
+/// The services compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
     /// Hello world, no layer.
@@ -49,6 +49,9 @@ pub enum Variant {
     /// The same two layers applied by two `Router::layer` calls (in-process
     /// table only): what composing them first saves.
     RateAndInflightSeparately,
+    /// Behind a per-route `AdaptiveInflightLayer` learning its limit with
+    /// Gradient2 (never refusing at this load).
+    Adaptive,
 }
 
 impl Variant {
@@ -60,15 +63,18 @@ impl Variant {
             Variant::RateAndInflightSeparately => {
                 "+ the same two layers by two Router::layer calls"
             }
+            Variant::Adaptive => "+ AdaptiveInflightLayer (per-route, Gradient2)",
         }
     }
 }
 
-/// The three services, in the order of every per-variant array here.
-pub const VARIANTS: [Variant; 3] = [
+/// The services of the load run, in the order of every per-variant array
+/// here.
+pub const VARIANTS: [Variant; 4] = [
     Variant::Bare,
     Variant::RateLimited,
     Variant::RateAndInflight,
+    Variant::Adaptive,
 ];
 
 fn peer_ip<B>(req: &http::Request<B>) -> Option<IpAddr> {
@@ -105,6 +111,13 @@ pub fn router(variant: Variant) -> Router {
         }
         // Outermost last, as with the ServiceBuilder: rate, then in-flight.
         Variant::RateAndInflightSeparately => hello.layer(inflight()).layer(rate()),
+        Variant::Adaptive => hello.layer(weir_rate::http::AdaptiveInflightLayer::new(
+            KeyFn::new(|req: &http::Request<axum::body::Body>| Some(req.uri().path().to_owned())),
+            weir_rate::adaptive::KeyedAdaptiveLimiter::new(
+                weir_rate::adaptive::Gradient2::default(),
+                std::num::NonZeroUsize::MIN,
+            ),
+        )),
     };
     router.with_state(())
 }
@@ -137,7 +150,7 @@ impl Slice {
     }
 }
 
-/// Serve all three variants from one server on loopback, switching which
+/// Serve every variant from one server on loopback, switching which
 /// one answers every `slice`, in `cycles` cycles of one slice per variant
 /// (the order rotating from cycle to cycle), while `connections`
 /// keep-alive clients load it; returns each cycle's slices, indexed like
@@ -145,13 +158,17 @@ impl Slice {
 ///
 /// Switching every few tens of milliseconds inside one process is what
 /// makes the comparison fair on a noisy machine: whatever slows the
-/// machine down lasts longer than a cycle and so hits the three services
+/// machine down lasts longer than a cycle and so hits the services
 /// alike. The server is a one-worker runtime pinned to the first core (the
 /// client to the second), so the worker thread's CPU clock, read at each
 /// switch, is the server's whole cost. The dispatch in front of the
 /// variants (one atomic load and a router clone) is the same for all, so
 /// it dilutes the measured overhead very slightly, never inflates it.
-pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> Vec<[Slice; 3]> {
+pub fn load_interleaved(
+    connections: usize,
+    slice: Duration,
+    cycles: usize,
+) -> Vec<[Slice; VARIANTS.len()]> {
     use tower::ServiceExt;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let server_rt = pinned_runtime(0);
@@ -162,7 +179,7 @@ pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> V
     let addr = listener.local_addr().expect("local addr");
     let routers = Arc::new(VARIANTS.map(router));
     let current = Arc::new(AtomicUsize::new(0));
-    let dispatched = Arc::new([const { AtomicU64::new(0) }; 3]);
+    let dispatched = Arc::new([const { AtomicU64::new(0) }; VARIANTS.len()]);
     let dispatch = {
         let (routers, current, dispatched) = (routers, current.clone(), dispatched.clone());
         tower::service_fn(move |request: http::Request<axum::body::Body>| {
@@ -183,7 +200,7 @@ pub fn load_interleaved(connections: usize, slice: Duration, cycles: usize) -> V
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut measured = Vec::with_capacity(cycles);
         for cycle in 0..cycles {
-            let mut this = [Slice::default(); 3];
+            let mut this = [Slice::default(); VARIANTS.len()];
             for step in 0..VARIANTS.len() {
                 let i = (cycle + step) % VARIANTS.len();
                 current.store(i, Ordering::Relaxed);
@@ -303,8 +320,8 @@ pub fn run(report: &mut Report) {
     report.section("HTTP: the tower layers' cost (loopback load run)");
     report.text(&format!(
         "A hello-world axum service on 127.0.0.1, loaded by {connections} keep-alive hyper clients in the same process. \
-         One server process serves all three variants, switching which one answers every {slice:?}, in {cycles} cycles \
-         (one slice per variant, the order rotating), so the machine's noise, slower than a cycle, hits all three alike. \
+         One server process serves every variant, switching which one answers every {slice:?}, in {cycles} cycles \
+         (one slice per variant, the order rotating), so the machine's noise, slower than a cycle, hits them all alike. \
          The server runs on core 0 and the client on core 1, each in its own one-worker tokio runtime. \
          **Server CPU per request** is the server thread's CPU time over the requests it answered in a variant's slices — \
          what bounds a saturated server's throughput. The overhead is the ratio to the bare service's, over all slices \
@@ -375,8 +392,9 @@ pub fn run(report: &mut Report) {
         Variant::RateLimited,
         Variant::RateAndInflight,
         Variant::RateAndInflightSeparately,
+        Variant::Adaptive,
     ];
-    let mut fastest = [f64::INFINITY; 4];
+    let mut fastest = [f64::INFINITY; 5];
     for repetition in 0..5 {
         report.progress(&format!("in-process, repetition {} of 5", repetition + 1));
         for (i, variant) in in_process.iter().enumerate() {
