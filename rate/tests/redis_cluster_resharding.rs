@@ -38,6 +38,7 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     let limiter = rt.block_on(
         RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(100))))
             .prefix(unique_prefix("reshard"))
+            .timeout(Duration::from_secs(1))
             .batching(Batching::default())
             .on_failure(FailurePolicy::Closed)
             .connect(Target::cluster(cluster.urls())),
@@ -152,7 +153,9 @@ fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResu
     let limiter = rt.block_on(
         RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
             .prefix(unique_prefix("stalled"))
-            .timeout(Duration::from_millis(100))
+            // Long enough for a loaded machine, short beside the cluster's
+            // 1 s node timeout.
+            .timeout(Duration::from_millis(300))
             .on_failure(FailurePolicy::Closed)
             .connect(Target::cluster(cluster.urls())),
     )?;
