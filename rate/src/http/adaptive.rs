@@ -11,6 +11,7 @@
 //! body has ended or been dropped. A request whose future is dropped before
 //! an answer (the client went away) reports a drop.
 
+use super::body::CountedBody;
 use super::key::KeyExtractor;
 use super::response::{Unkeyed, overloaded};
 use crate::adaptive::{AdaptiveGuard, Algorithm, KeyedAdaptiveLimiter, Outcome};
@@ -233,7 +234,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             AdaptiveProj::Rejected { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response.map(AdaptiveBody::uncounted))),
+                Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("AdaptiveFuture polled after completion"),
             },
             AdaptiveProj::Running {
@@ -248,7 +249,7 @@ where
                         if let Some(guard) = guard.as_mut() {
                             guard.record(classify(response.status()));
                         }
-                        Poll::Ready(Ok(response.map(|inner| AdaptiveBody { inner, guard })))
+                        Poll::Ready(Ok(response.map(|inner| CountedBody::counted(inner, guard))))
                     }
                     // No body to stream: the guard reports a drop here.
                     Err(e) => Poll::Ready(Err(e)),
@@ -258,66 +259,10 @@ where
     }
 }
 
-pin_project! {
-    /// A response body that keeps its request counted in flight until the
-    /// body has ended (or failed, or been dropped).
-    pub struct AdaptiveBody<B, A: Algorithm, C: Clock> {
-        #[pin]
-        inner: B,
-        guard: Option<AdaptiveGuard<A, C>>,
-    }
-}
-
-impl<B, A: Algorithm, C: Clock> AdaptiveBody<B, A, C> {
-    fn uncounted(inner: B) -> Self {
-        Self { inner, guard: None }
-    }
-
-    /// The wrapped body.
-    pub fn into_inner(self) -> B {
-        self.inner
-    }
-}
-
-impl<B: Default, A: Algorithm, C: Clock> Default for AdaptiveBody<B, A, C> {
-    fn default() -> Self {
-        Self::uncounted(B::default())
-    }
-}
-
-impl<B: std::fmt::Debug, A: Algorithm, C: Clock> std::fmt::Debug for AdaptiveBody<B, A, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdaptiveBody")
-            .field("inner", &self.inner)
-            .field("counted", &self.guard.is_some())
-            .finish()
-    }
-}
-
-impl<B: http_body::Body, A: Algorithm, C: Clock> http_body::Body for AdaptiveBody<B, A, C> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            drop(this.guard.take());
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The response body of [`AdaptiveInflightLayer`]: the request stays
+/// counted in flight, and its latency sample open, until the body has
+/// ended (or failed, or been dropped).
+pub type AdaptiveBody<B, A, C> = CountedBody<B, AdaptiveGuard<A, C>>;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@
 //! flight, so its size is bounded by the server's concurrency, and a key
 //! is refused only for its own requests.
 
+use super::body::CountedBody;
 use super::key::KeyExtractor;
 use super::response::{Unkeyed, overloaded};
 use hashbrown::HashTable;
@@ -198,7 +199,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             InflightProj::Rejected { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response.map(InflightBody::uncounted))),
+                Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("InflightFuture polled after completion"),
             },
             InflightProj::Running {
@@ -214,58 +215,15 @@ where
                         .insert("x-inflight-exceeded", http::HeaderValue::from_static("1"));
                 }
                 let guard = guard.take();
-                Poll::Ready(Ok(response.map(|inner| InflightBody { inner, guard })))
+                Poll::Ready(Ok(response.map(|inner| CountedBody::counted(inner, guard))))
             }
         }
     }
 }
 
-pin_project! {
-    /// A response body that keeps its request counted in flight until the
-    /// body has ended (or failed, or been dropped).
-    #[derive(Debug, Default)]
-    pub struct InflightBody<B> {
-        #[pin]
-        inner: B,
-        guard: Option<InflightPermit>,
-    }
-}
-
-impl<B> InflightBody<B> {
-    fn uncounted(inner: B) -> Self {
-        Self { inner, guard: None }
-    }
-
-    /// The wrapped body.
-    pub fn into_inner(self) -> B {
-        self.inner
-    }
-}
-
-impl<B: http_body::Body> http_body::Body for InflightBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            drop(this.guard.take());
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The response body of [`InflightLayer`]: the request stays counted in
+/// flight until the body has ended (or failed, or been dropped).
+pub type InflightBody<B> = CountedBody<B, InflightPermit>;
 
 /// The status an in-flight refusal uses (503, as pingora answers).
 pub const OVERLOADED: StatusCode = StatusCode::SERVICE_UNAVAILABLE;

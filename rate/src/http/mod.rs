@@ -34,6 +34,7 @@
 //! loopback hello-world request, is in that report's HTTP section.
 
 mod adaptive;
+mod body;
 mod inflight;
 mod key;
 mod ratelimit;
@@ -42,6 +43,7 @@ mod response;
 pub use adaptive::{
     AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
 };
+pub use body::CountedBody;
 pub use inflight::{
     InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService, OVERLOADED,
 };
