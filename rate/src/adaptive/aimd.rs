@@ -124,13 +124,6 @@ impl Default for AimdBuilder {
 impl AimdBuilder {
     common_builder_methods!();
 
-    /// What a window with a drop multiplies the limit by (in [0.5, 1);
-    /// default 0.9).
-    pub fn backoff(mut self, backoff: f64) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
     /// A request slower than this counts as a drop (default: none).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);

@@ -2,7 +2,10 @@
 //! origin answers, plus a queue allowance.
 
 use super::window::{Baseline, Probing, Summary, Window, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor};
+use super::{
+    Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor,
+    probe_builder_methods,
+};
 use crate::clock::Timestamp;
 use std::time::Duration;
 
@@ -152,6 +155,7 @@ impl Default for Gradient2Builder {
 
 impl Gradient2Builder {
     common_builder_methods!();
+    probe_builder_methods!();
 
     /// How much slower than at no load the origin may answer before the
     /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
@@ -165,27 +169,6 @@ impl Gradient2Builder {
     /// window (in (0, 1]; default 0.5).
     pub fn smoothing(mut self, smoothing: f64) -> Self {
         self.smoothing = smoothing;
-        self
-    }
-
-    /// What a window with a drop multiplies the limit by (in [0.5, 1);
-    /// default 0.9).
-    pub fn backoff(mut self, backoff: f64) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// How often the no-load latency is measured again (default 10 s,
-    /// jittered by ±25 %); `None` measures it only from windows, which
-    /// can then never learn that the origin became slower.
-    pub fn probe_interval(mut self, interval: Option<Duration>) -> Self {
-        self.probe_interval = interval;
-        self
-    }
-
-    /// Seeds the probe jitter (deterministic for a given seed).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
         self
     }
 

@@ -367,9 +367,37 @@ macro_rules! common_builder_methods {
             self.common.window_samples = samples.get();
             self
         }
+
+        /// What a window with a drop multiplies the limit by (in [0.5, 1);
+        /// default 0.9).
+        pub fn backoff(mut self, backoff: f64) -> Self {
+            self.backoff = backoff;
+            self
+        }
     };
 }
 pub(crate) use common_builder_methods;
+
+/// The settings of the algorithms that probe for the no-load latency
+/// (Vegas, Gradient2), defined once for their builders.
+macro_rules! probe_builder_methods {
+    () => {
+        /// How often the no-load latency is measured again (default 10 s,
+        /// jittered by ±25 %); `None` measures it only from windows, which
+        /// can then never learn that the origin became slower.
+        pub fn probe_interval(mut self, interval: Option<std::time::Duration>) -> Self {
+            self.probe_interval = interval;
+            self
+        }
+
+        /// Seeds the probe jitter (deterministic for a given seed).
+        pub fn seed(mut self, seed: u64) -> Self {
+            self.seed = seed;
+            self
+        }
+    };
+}
+pub(crate) use probe_builder_methods;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,10 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
 use super::window::{Baseline, Probing, Summary, Window, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor};
+use super::{
+    Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor,
+    probe_builder_methods,
+};
 use crate::clock::Timestamp;
 use std::time::Duration;
 
@@ -160,6 +163,7 @@ impl Default for VegasBuilder {
 
 impl VegasBuilder {
     common_builder_methods!();
+    probe_builder_methods!();
 
     /// Grow while fewer requests than this (per decimal digit of the
     /// limit) are queued (default 3).
@@ -171,26 +175,6 @@ impl VegasBuilder {
     /// Shrink while more than this (per digit) are queued (default 6).
     pub fn beta(mut self, beta: u32) -> Self {
         self.beta = beta;
-        self
-    }
-
-    /// What a window with a drop multiplies the limit by (in [0.5, 1);
-    /// default 0.9).
-    pub fn backoff(mut self, backoff: f64) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// How often the no-load latency is measured again (default 10 s,
-    /// jittered by ±25 %); `None` measures it only from windows.
-    pub fn probe_interval(mut self, interval: Option<Duration>) -> Self {
-        self.probe_interval = interval;
-        self
-    }
-
-    /// Seeds the probe jitter (deterministic for a given seed).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
         self
     }
 
