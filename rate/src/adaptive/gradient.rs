@@ -1,10 +1,9 @@
 //! [`Gradient2`]: the limit scaled by how much slower than at no load the
 //! origin answers, plus a queue allowance.
 
-use super::window::{Baseline, Probing, Summary, Window, grow, window_nanos};
+use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
 use super::{
-    Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor,
-    probe_builder_methods,
+    Algorithm, Common, InvalidConfig, Sample, common_builder_methods, factor, probe_builder_methods,
 };
 use crate::clock::Timestamp;
 use std::time::Duration;
@@ -100,20 +99,14 @@ impl Algorithm for Gradient2 {
     }
 
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        if sample.outcome == Outcome::Ignored {
-            return;
-        }
         let now = now.as_nanos();
-        match self.baseline.probe(now, &sample, &self.common) {
-            Probing::Taken => return,
-            Probing::Ended => {
-                self.window = Window::new(now);
-                return;
-            }
-            Probing::No => {}
-        }
-        let dropped = sample.outcome == Outcome::Dropped;
-        if let Some(window) = self.window.add(now, &sample, dropped, &self.common) {
+        if let Some(window) = feed(
+            &mut self.baseline,
+            &mut self.window,
+            &self.common,
+            now,
+            &sample,
+        ) {
             self.judge(&window);
         }
     }
@@ -212,6 +205,7 @@ impl Gradient2Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adaptive::Outcome;
 
     fn at(ms: u64) -> Timestamp<()> {
         Timestamp::from_nanos(ms * 1_000_000)

@@ -1,9 +1,8 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
-use super::window::{Baseline, Probing, Summary, Window, grow, window_nanos};
+use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
 use super::{
-    Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor,
-    probe_builder_methods,
+    Algorithm, Common, InvalidConfig, Sample, common_builder_methods, factor, probe_builder_methods,
 };
 use crate::clock::Timestamp;
 use std::time::Duration;
@@ -107,20 +106,14 @@ impl Algorithm for Vegas {
     }
 
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        if sample.outcome == Outcome::Ignored {
-            return;
-        }
         let now = now.as_nanos();
-        match self.baseline.probe(now, &sample, &self.common) {
-            Probing::Taken => return,
-            Probing::Ended => {
-                self.window = Window::new(now);
-                return;
-            }
-            Probing::No => {}
-        }
-        let dropped = sample.outcome == Outcome::Dropped;
-        if let Some(window) = self.window.add(now, &sample, dropped, &self.common) {
+        if let Some(window) = feed(
+            &mut self.baseline,
+            &mut self.window,
+            &self.common,
+            now,
+            &sample,
+        ) {
             self.judge(&window);
         }
     }
@@ -215,6 +208,7 @@ impl VegasBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adaptive::Outcome;
 
     fn at(ms: u64) -> Timestamp<()> {
         Timestamp::from_nanos(ms * 1_000_000)

@@ -112,6 +112,30 @@ enum Probe {
     Running { started: u64, count: u32, sum: u128 },
 }
 
+/// Feeds one sample of a probing algorithm (Vegas, Gradient2) that
+/// finished at `now`: ignored samples count for nothing, the probe takes
+/// what it needs (a finished probe opens a new window), and the rest go
+/// to `window`. Returns the summary of a window this closes, to judge.
+pub(crate) fn feed(
+    baseline: &mut Baseline,
+    window: &mut Window,
+    common: &Common,
+    now: u64,
+    sample: &Sample,
+) -> Option<Summary> {
+    if sample.outcome == Outcome::Ignored {
+        return None;
+    }
+    match baseline.probe(now, sample, common) {
+        Probing::Taken => None,
+        Probing::Ended => {
+            *window = Window::new(now);
+            None
+        }
+        Probing::No => window.add(now, sample, sample.outcome == Outcome::Dropped, common),
+    }
+}
+
 /// What a sample did to the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Probing {
