@@ -337,16 +337,6 @@ impl Phases {
     }
 }
 
-/// A one-worker runtime whose threads all run on `cpu`.
-fn pinned_runtime(cpu: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .on_thread_start(move || machine::pin_to_cpu(cpu))
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
 /// Poisson arrivals at `rate` per second for `total`, from `seed`.
 fn schedule(rate: f64, total: Duration, seed: u64) -> Vec<Duration> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -371,8 +361,8 @@ fn load(
     unloaded_p99: Duration,
 ) -> Run {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let server_rt = pinned_runtime(0);
-    let client_rt = pinned_runtime(1 % cores);
+    let server_rt = machine::pinned_runtime(0);
+    let client_rt = machine::pinned_runtime(1 % cores);
     let backend = Backend::new();
     let (app, probe) = router(contender, &backend, unloaded_p99);
     let listener = server_rt

@@ -446,16 +446,8 @@ pub fn run(report: &mut Report) {
 /// The `metrics` feature's part of the section: `classify_packet` with and
 /// without its parse count, paired, and the cost of publishing.
 fn metrics_cost(report: &mut Report, packets: &[Vec<u8>], rounds: usize) {
-    let spread = |xs: &[f64], decimals: usize| {
-        let s = Spread::of(xs);
-        format!(
-            "{:.d$} / {:.d$} / {:.d$}",
-            s.min,
-            s.median,
-            s.max,
-            d = decimals
-        )
-    };
+    let spread =
+        |xs: &[f64], decimals: usize| Spread::of(xs).show_each(|x| format!("{x:.decimals$}"));
     let rake = unlimited(Layout::Rows, 2, 1024);
     parse_count_cost_ns(&rake, packets, 1); // warm up
     let mut pairs = Vec::new();

@@ -20,7 +20,7 @@
 //! sockets).
 
 use crate::machine;
-use crate::report::{Report, Table, thousands};
+use crate::report::{Report, Spread, Table, thousands};
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
@@ -122,16 +122,6 @@ pub fn router(variant: Variant) -> Router {
     router.with_state(())
 }
 
-/// A one-worker runtime whose threads all run on `cpu`.
-fn pinned_runtime(cpu: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .on_thread_start(move || machine::pin_to_cpu(cpu))
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
 /// What one slice of the interleaved load run measured for one service.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Slice {
@@ -171,8 +161,8 @@ pub fn load_interleaved(
 ) -> Vec<[Slice; VARIANTS.len()]> {
     use tower::ServiceExt;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let server_rt = pinned_runtime(0);
-    let client_rt = pinned_runtime(1 % cores);
+    let server_rt = machine::pinned_runtime(0);
+    let client_rt = machine::pinned_runtime(1 % cores);
     let listener = server_rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind loopback");
@@ -428,28 +418,30 @@ pub fn run(report: &mut Report) {
         report.progress(&format!("metrics cost, repetition {} of 5", repetition + 1));
         pairs.push(metrics_cost_ns(requests));
     }
-    let mut extra: Vec<f64> = pairs.iter().map(|(off, on)| on - off).collect();
-    let (median, _, _) = median_and_quartiles(&mut extra);
-    let (min, max) = (extra[0], extra[extra.len() - 1]);
+    let ns = |values: Vec<f64>, sign: bool| {
+        Spread::of(&values).show_each(|x| {
+            if sign {
+                format!("{x:+.0}")
+            } else {
+                format!("{x:.0}")
+            }
+        })
+    };
     let mut table = Table::new([
         "per-IP RateLimitLayer, in-process",
         "ns per request (min / median / max of 5)",
     ]);
-    let spread = |xs: &mut Vec<f64>| {
-        let (m, _, _) = median_and_quartiles(xs);
-        format!("{:.0} / {m:.0} / {:.0}", xs[0], xs[xs.len() - 1])
-    };
     table.row([
         "no recorder (feature on, nothing installed)".to_owned(),
-        spread(&mut pairs.iter().map(|p| p.0).collect()),
+        ns(pairs.iter().map(|p| p.0).collect(), false),
     ]);
     table.row([
         "decisions counted into a Prometheus recorder".to_owned(),
-        spread(&mut pairs.iter().map(|p| p.1).collect()),
+        ns(pairs.iter().map(|p| p.1).collect(), false),
     ]);
     table.row([
         "cost of counting (paired difference)".to_owned(),
-        format!("{min:+.0} / {median:+.0} / {max:+.0}"),
+        ns(pairs.iter().map(|(off, on)| on - off).collect(), true),
     ]);
     report.text("weir-rate's `metrics` feature: each decision increments one pre-registered counter. Without the feature the \
                  counting code is compiled out; with it and no recorder installed, the counters are no-ops:");

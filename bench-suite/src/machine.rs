@@ -141,3 +141,13 @@ pub fn pin_to_cpu(cpu: usize) {
         let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
+
+/// A one-worker tokio runtime whose threads all run on `cpu`.
+pub fn pinned_runtime(cpu: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(move || pin_to_cpu(cpu))
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}

@@ -911,15 +911,7 @@ pub fn spray(report: &mut Report) {
             runs[i].push(spray_once(i == 0, keys));
         }
     }
-    let spread = |xs: &mut Vec<f64>, f: &dyn Fn(f64) -> String| {
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{} / {} / {}",
-            f(xs[0]),
-            f(xs[xs.len() / 2]),
-            f(xs[xs.len() - 1])
-        )
-    };
+    let spread = |xs: &mut Vec<f64>, f: &dyn Fn(f64) -> String| Spread::of(xs).show_each(f);
     let mb = |b: f64| {
         if b.abs() >= 1e6 {
             format!("{:.1} MB", b / 1e6)

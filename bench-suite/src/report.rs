@@ -206,6 +206,11 @@ impl Spread {
         }
     }
 
+    /// `min / median / max`, each written by `f` (a unit, a precision).
+    pub fn show_each(&self, f: impl Fn(f64) -> String) -> String {
+        format!("{} / {} / {}", f(self.min), f(self.median), f(self.max))
+    }
+
     /// `median (min–max)` with `decimals` digits after the point.
     pub fn show(&self, decimals: usize) -> String {
         format!(

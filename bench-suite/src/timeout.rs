@@ -622,16 +622,8 @@ pub fn run(report: &mut Report) {
 /// and whether a publisher slows the pend-once shape, paired, every
 /// repetition kept.
 fn metrics_cost(report: &mut Report, rt: &tokio::runtime::Runtime, n: u64) {
-    let spread = |xs: &[f64], decimals: usize| {
-        let s = Spread::of(xs);
-        format!(
-            "{:.d$} / {:.d$} / {:.d$}",
-            s.min,
-            s.median,
-            s.max,
-            d = decimals
-        )
-    };
+    let spread =
+        |xs: &[f64], decimals: usize| Spread::of(xs).show_each(|x| format!("{x:.decimals$}"));
     let every = Duration::from_millis(1);
     let mut pend: Vec<(f64, f64)> = Vec::new();
     let mut publish: Vec<(usize, Vec<(f64, f64)>)> = vec![(0, Vec::new()), (10_000, Vec::new())];
