@@ -25,12 +25,6 @@ fn worker_process_entry() -> TestResult {
     worker_main()
 }
 
-fn rt() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// The in-process limiter equivalent to `alg` over `quota`, time frozen.
 fn local_pattern<L: Limiter>(l: L, n: usize) -> Vec<(bool, u32)> {
     let clock = weir_rate::clock::ManualClock::new();

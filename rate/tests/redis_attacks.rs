@@ -16,12 +16,6 @@ use weir_rate::redis::{FailurePolicy, RedisLimiter, Source, Target};
 use weir_rate::{Gcra, Quota};
 use weir_test_support::redis_server::RedisServer;
 
-fn rt() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// A TCP forwarder on a loopback port, standing in for the virtual IP or
 /// DNS name of a managed Redis primary: each new connection goes to the
 /// backend it points at *then*; connections already open stay where they

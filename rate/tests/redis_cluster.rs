@@ -20,12 +20,6 @@ fn worker_process_entry() -> TestResult {
     worker_main()
 }
 
-fn rt() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// Both cluster scenarios share one cluster (building one takes seconds).
 #[test]
 fn cluster_limits_and_failover() -> TestResult {

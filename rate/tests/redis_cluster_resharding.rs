@@ -11,12 +11,6 @@ use weir_rate::redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cl
 use weir_rate::{Gcra, Quota};
 use weir_test_support::redis_server::RedisCluster;
 
-fn rt() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// Two limiter keys that share a Cluster slot.
 fn two_keys_in_one_slot() -> (String, String, u16) {
     let first = "user0".to_owned();

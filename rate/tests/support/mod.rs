@@ -17,6 +17,13 @@ pub type TestResult = Result<(), Box<dyn Error>>;
 /// The environment variable that turns a test binary into a load worker.
 pub const WORKER_ENV: &str = "WEIR_REDIS_WORKER";
 
+/// A current-thread runtime with I/O and timers, as each test uses.
+pub fn rt() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// A prefix no other test (or earlier run) uses.
 pub fn unique_prefix(name: &str) -> String {
     let nanos = SystemTime::now()
