@@ -100,3 +100,8 @@ pub use quota::{Quota, QuotaError};
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
 pub use weir_limits::ConfigError;
+
+/// The README's examples, run as doc tests so it cannot drift from the API.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../README.md")]
+mod readme {}
