@@ -73,13 +73,15 @@
 
 mod aimd;
 mod gradient;
+mod keyed;
 mod limiter;
 mod vegas;
 mod window;
 
 pub use aimd::{Aimd, AimdBuilder};
 pub use gradient::{Gradient2, Gradient2Builder};
-pub use limiter::{AdaptiveGuard, AdaptiveLimiter, KeyedAdaptiveLimiter, Overloaded};
+pub use keyed::KeyedAdaptiveLimiter;
+pub use limiter::{AdaptiveGuard, AdaptiveLimiter, Overloaded};
 pub use vegas::{Vegas, VegasBuilder};
 
 use crate::clock::Timestamp;
