@@ -504,8 +504,8 @@ fn outages_keep_all_of_and_charges_on_the_local_fallback() -> TestResult {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(outage, "the outage was never noticed");
-        // All-or-nothing locally: three pass (the daily limit), and the
-        // refusals leave the hourly five at two, not spent to nothing.
+        // All-or-nothing locally, as the in-process `AllOf`: three of
+        // eight pass (the daily limit).
         let mut passed = 0;
         for _ in 0..8 {
             let v = limiter.check_verbose("victim", 1).await?;
