@@ -72,6 +72,16 @@ impl Receipt {
     pub fn cost(self) -> u32 {
         self.cost
     }
+
+    /// `cost` units of this spending (at most all of it), charged at the
+    /// same instant: what a refund of part of it names.
+    #[inline]
+    pub(crate) fn part(self, cost: u32) -> Self {
+        Self {
+            at_ns: self.at_ns,
+            cost: cost.min(self.cost),
+        }
+    }
 }
 
 /// Units remaining as a quotient, divided only when asked for (the
@@ -232,6 +242,15 @@ impl Decision {
     #[inline]
     pub fn receipt(&self) -> Option<Receipt> {
         self.receipt
+    }
+
+    /// This decision naming `receipt` as its spending.
+    #[inline]
+    pub(crate) fn with_receipt(self, receipt: Receipt) -> Self {
+        Self {
+            receipt: Some(receipt),
+            ..self
+        }
     }
 
     /// The decision of a check of `cost` in `mode`, charged (if it spent
