@@ -51,9 +51,11 @@ pub struct Decision {
 /// receipt, so it can only return capacity where that spending was
 /// counted; see [`Limiter::refund`](crate::Limiter::refund).
 ///
-/// Only checks hand receipts out ([`Decision::receipt`]). Refund each one
-/// at most once, and only to the limiter and key that issued it: another
-/// spending charged at the same instant would be given back in its place.
+/// Allowed checks hand receipts out ([`Decision::receipt`]), and so do
+/// forced charges ([`Limiter::charge`](crate::Limiter::charge) and the
+/// containers' `charge`). Refund each one at most once, and only to the
+/// limiter and key that issued it: another spending charged at the same
+/// instant would be given back in its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Receipt {
     at_ns: u64,
@@ -61,6 +63,12 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// A spending of `cost` charged at `at_ns`, in process.
+    #[inline]
+    pub(crate) fn new(at_ns: u64, cost: u32) -> Self {
+        Self { at_ns, cost }
+    }
+
     /// The instant the spending was charged to, in clock nanoseconds.
     #[inline]
     pub fn at_nanos(self) -> u64 {
@@ -81,6 +89,40 @@ impl Receipt {
             at_ns: self.at_ns,
             cost: cost.min(self.cost),
         }
+    }
+}
+
+/// What names a spending in a refund: a [`Decision`] (its receipt, if it
+/// spent anything) or the [`Receipt`] itself, such as a forced charge
+/// returns. Every container's `refund` takes either.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let limiter = RateLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap())), ManualClock::new());
+/// let charged = limiter.charge(5); // work already done: a debt of 3
+/// assert!(!limiter.check().is_allowed());
+/// limiter.refund(&charged); // at the same instant, all of it comes back
+/// assert!(limiter.check().is_allowed());
+/// ```
+pub trait Spending {
+    /// The receipt of the spending, if anything was spent.
+    fn receipt(&self) -> Option<Receipt>;
+}
+
+impl Spending for Decision {
+    #[inline]
+    fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+}
+
+impl Spending for Receipt {
+    #[inline]
+    fn receipt(&self) -> Option<Receipt> {
+        Some(*self)
     }
 }
 
@@ -260,7 +302,7 @@ impl Decision {
     pub(crate) fn charged(self, mode: Mode, at_ns: u64, cost: u32) -> Self {
         let spent = self.allowed && mode == Mode::Consume && cost > 0;
         Self {
-            receipt: spent.then_some(Receipt { at_ns, cost }),
+            receipt: spent.then_some(Receipt::new(at_ns, cost)),
             ..self
         }
     }

@@ -82,7 +82,7 @@
 //! key judged there until the clock caught up.
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{CheckAtError, Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 use crate::limiter::{Limiter, Mode};
 use crate::sketch::{Cells, Layout, Shape};
 use crate::sync::SpinLock;
@@ -419,13 +419,13 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Ok(self.shadowed(decision))
     }
 
-    /// Give back what `decision` (a check of `key` on this limiter)
-    /// spent, as far as it still counts: see [`Limiter::refund`]. Nothing
-    /// for a decision that spent nothing, a key forgotten as idle (whose
-    /// spendings no longer count), or a key forgotten to make room (whose
-    /// spending stays spent, which is never looser). Refund each decision
-    /// at most once.
-    pub fn refund<Q>(&self, key: &Q, decision: &Decision)
+    /// Give back what `decision` (a check of `key` on this limiter, or
+    /// the [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
+    /// still counts: see [`Limiter::refund`]. Nothing for a decision that
+    /// spent nothing, a key forgotten as idle (whose spendings no longer
+    /// count), or a key forgotten to make room (whose spending stays
+    /// spent, which is never looser). Refund each spending at most once.
+    pub fn refund<Q>(&self, key: &Q, decision: &(impl Spending + ?Sized))
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -442,6 +442,46 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         if let Some(entry) = find(&mut shard.map, hash, key) {
             shard.limiter.refund(&mut entry.state, at, receipt);
         }
+    }
+
+    /// Spend `cost` units for `key` now, unconditionally: work already done
+    /// (response bytes, tokens) is counted even past the limit, as a debt
+    /// that the key's later checks wait out (see [`Limiter::charge`]).
+    /// Also in shadow mode. The key is remembered as a check's would be
+    /// (so it takes the same bounds as [`check_n`](Self::check_n): a
+    /// borrowed key is owned on its first spending). The receipt refunds
+    /// the charge ([`refund`](Self::refund)).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{KeyedLimiter, Quota, TokenBucket};
+    ///
+    /// let tokens = KeyedLimiter::<String, _, _>::with_clock(
+    ///     TokenBucket::new(Quota::per_minute(NonZeroU32::new(10_000).unwrap())),
+    ///     ManualClock::new(),
+    /// );
+    /// assert!(tokens.check("alice").is_allowed());
+    /// let answer = tokens.charge("alice", 25_000); // the reply's LLM tokens
+    /// assert!(!tokens.check("alice").is_allowed());
+    /// assert!(tokens.check("bob").is_allowed());
+    /// tokens.refund("alice", &answer); // e.g. the reply was never delivered
+    /// assert!(tokens.check("alice").is_allowed());
+    /// ```
+    pub fn charge<Q>(&self, key: &Q, cost: u32) -> Receipt
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let Ok(receipt) = self.decide_at(
+            key,
+            true,
+            at_reading(now),
+            |limiter, state, now| limiter.charge(state, now, cost),
+            |receipt: &Receipt| receipt.cost() > 0,
+        );
+        receipt
     }
 
     /// Replace the algorithm for every key (e.g. a new quota), keeping what

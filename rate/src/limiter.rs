@@ -91,6 +91,44 @@ pub trait Limiter: Send + Sync {
     /// Never leaves the state with more than a fresh one holds.
     fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt);
 
+    /// Spend `cost` units at `now_ns` unconditionally, for work already
+    /// done (response bytes, LLM tokens): a cost beyond the limit, even
+    /// beyond [`capacity`](Self::capacity), is a debt, and later checks
+    /// are refused until time has paid it back at the quota's rate (or,
+    /// for the window algorithms, until the spending leaves the window).
+    /// Arithmetic saturates: a debt past the clock's range holds the key
+    /// until the end of time, never wraps.
+    ///
+    /// The returned [`Receipt`] refunds the charge by the rules of
+    /// [`refund`](Self::refund): what it still counts for. How each
+    /// algorithm keeps a debt:
+    ///
+    /// * [`Gcra`](crate::Gcra): `TAT = max(TAT, now) + cost·T`.
+    /// * [`TokenBucket`](crate::TokenBucket), the
+    ///   [`LeakyBucket`](crate::LeakyBucket) meter: the level (units spent)
+    ///   goes past the burst, i.e. the bucket holds fewer than no tokens.
+    /// * [`FixedWindow`](crate::FixedWindow),
+    ///   [`SlidingWindow`](crate::SlidingWindow): counted in the current
+    ///   window, sub-window, past the limit.
+    /// * [`SlidingLog`](crate::SlidingLog): one log entry, as a check's.
+    /// * The [`LeakyBucket`](crate::LeakyBucket) shaper: the charge takes
+    ///   the next `cost·T` of the queue, delaying (or, past `max_delay`,
+    ///   denying) the requests after it; as for its checks, a refund gives
+    ///   none of it back.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
+    /// let mut tat = gcra.new_state(0);
+    /// gcra.charge(&mut tat, 0, 5); // 5 units with a burst of 2: a debt of 3
+    /// assert!(!gcra.check(&mut tat, 1_000_000_000, 1, Mode::Consume).unwrap().is_allowed());
+    /// // At 2 s one of the 5 units is still unpaid (TAT 2.5 s): room for one.
+    /// assert!(gcra.check(&mut tat, 2_000_000_000, 1, Mode::Consume).unwrap().is_allowed());
+    /// ```
+    fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt;
+
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key).
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
@@ -157,6 +195,22 @@ fn all_or_nothing(
     }
 }
 
+/// A state built for a different list of limits (after a run-time
+/// change) extended with fresh states or cut to length.
+fn fit<L: Limiter>(limits: &[L], state: &mut Vec<L::State>, now_ns: u64) {
+    state.truncate(limits.len());
+    while state.len() < limits.len() {
+        let fresh = limits[state.len()].new_state(now_ns);
+        state.push(fresh);
+    }
+}
+
+/// The receipt of two charges of one cost: the earlier instant, which
+/// refunds no more than either still counts.
+fn earlier(a: Receipt, b: Receipt) -> Receipt {
+    if b.at_nanos() < a.at_nanos() { b } else { a }
+}
+
 /// What an empty set of limits answers: everything is allowed.
 fn allow_everything() -> Decision {
     Decision::allow(u32::MAX, std::time::Duration::ZERO, u32::MAX, 0)
@@ -206,6 +260,15 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
     fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
         self.0.refund(&mut state.0, now_ns, receipt);
         self.1.refund(&mut state.1, now_ns, receipt);
+    }
+
+    /// Both limits charged; the receipt names the earlier of their
+    /// instants (they differ only for a state judged later than `now_ns`),
+    /// so a refund never returns more than either still counts.
+    fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let a = self.0.charge(&mut state.0, now_ns, cost);
+        let b = self.1.charge(&mut state.1, now_ns, cost);
+        earlier(a, b)
     }
 
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
@@ -286,13 +349,7 @@ impl<L: Limiter> Limiter for AllOf<L> {
     ) -> Result<Decision, NeverAllowed> {
         let capacity = self.capacity();
         NeverAllowed::check(cost, capacity)?;
-        // A state built for a different list (after a run-time change) is
-        // extended with fresh states or cut to length.
-        state.truncate(self.limits.len());
-        while state.len() < self.limits.len() {
-            let fresh = self.limits[state.len()].new_state(now_ns);
-            state.push(fresh);
-        }
+        fit(&self.limits, state, now_ns);
         let decision = all_or_nothing(mode, |each| {
             let mut combined: Option<Decision> = None;
             for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
@@ -308,6 +365,18 @@ impl<L: Limiter> Limiter for AllOf<L> {
         for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
             limit.refund(s, now_ns, receipt);
         }
+    }
+
+    /// Every limit charged (an empty list charges nothing); the receipt
+    /// names the earliest of their instants, as for a pair.
+    fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        fit(&self.limits, state, now_ns);
+        self.limits
+            .iter()
+            .zip(state.iter_mut())
+            .map(|(limit, s)| limit.charge(s, now_ns, cost))
+            .reduce(earlier)
+            .unwrap_or_else(|| Receipt::new(now_ns, cost))
     }
 
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {

@@ -1,7 +1,7 @@
 //! One limit shared by every caller (a whole service, one upstream, ...).
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{CheckAtError, Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 use crate::limiter::{Limiter, Mode};
 use crate::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,10 +148,11 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         allowed || self.is_shadow()
     }
 
-    /// Give back what `decision` (a check of this limiter) spent, as far
-    /// as it still counts: see [`Limiter::refund`]. Nothing for a decision
-    /// that spent nothing. Refund each decision at most once.
-    pub fn refund(&self, decision: &Decision) {
+    /// Give back what `decision` (a check of this limiter, or the
+    /// [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
+    /// still counts: see [`Limiter::refund`]. Nothing for a decision that
+    /// spent nothing. Refund each spending at most once.
+    pub fn refund(&self, decision: &(impl Spending + ?Sized)) {
         let Some(receipt) = decision.receipt() else {
             return;
         };
@@ -160,6 +161,35 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         let (limiter, state, latest) = &mut *inner;
         *latest = now.max(*latest);
         limiter.refund(state, *latest, receipt);
+    }
+
+    /// Spend `cost` units now, unconditionally: work already done (response
+    /// bytes, tokens) is counted even past the limit, as a debt that later
+    /// checks wait out (see [`Limiter::charge`]). Also in shadow mode. The
+    /// receipt refunds it ([`refund`](Self::refund)).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Quota, RateLimiter, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// // 1000 bytes a second.
+    /// let bytes = RateLimiter::with_clock(TokenBucket::new(Quota::per_second(NonZeroU32::new(1000).unwrap())), clock.clone());
+    /// bytes.charge(3000); // a response of 3000 bytes: 2000 in debt
+    /// assert!(!bytes.check().is_allowed());
+    /// clock.advance(Duration::from_secs(2));
+    /// assert!(!bytes.check().is_allowed()); // the debt is paid, the bucket empty
+    /// clock.advance(Duration::from_millis(1));
+    /// assert!(bytes.check().is_allowed());
+    /// ```
+    pub fn charge(&self, cost: u32) -> Receipt {
+        let now = self.clock.now_nanos();
+        let mut inner = self.inner.lock();
+        let (limiter, state, latest) = &mut *inner;
+        *latest = now.max(*latest);
+        limiter.charge(state, *latest, cost)
     }
 
     /// Replace the algorithm (e.g. with a new quota) keeping what has been

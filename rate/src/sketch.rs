@@ -37,7 +37,9 @@
 //!   sketch so that `slots` is well above `total rate / per-key rate`
 //!   (and above the number of keys active within one burst period); the
 //!   bench report shows the allowed fraction next to the exact limiter's.
-//! * No refunds: lowering a shared cell could loosen another key.
+//! * No refunds: lowering a shared cell could loosen another key. Forced
+//!   charges ([`SketchLimiter::charge`]) raise the key's cells like a
+//!   check; their receipts have no refund path here either.
 //! * A caller-supplied time raises the cells of its key, and so can make
 //!   colliding keys stricter until the clock reaches it: a time more than
 //!   [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
@@ -68,7 +70,7 @@
 use crate::algorithms::{Gcra, Step, gcra_step};
 use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{CheckAtError, Decision, NeverAllowed};
+use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
 use crate::limiter::Mode;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
@@ -419,6 +421,47 @@ impl<C: Clock> SketchLimiter<C> {
                 .fetch_max(reading.saturating_add(MAX_AHEAD_NANOS), Ordering::Relaxed);
         }
         Ok(self.run_at(key, cost, Mode::Consume, at)?)
+    }
+
+    /// Spend `cost` units for `key` now, unconditionally: work already done
+    /// (response bytes, tokens) is counted even past the limit. The key's
+    /// arrival time becomes `max(TAT, now) + cost·T` as
+    /// [`Limiter::charge`](crate::Limiter::charge) sets it, raising every
+    /// cell of the key to at least that (saturating at the end of the
+    /// clock's range), so colliding keys can only be held tighter, as with
+    /// a check. Also in shadow mode.
+    ///
+    /// The sketch has no refunds (lowering a shared cell could loosen
+    /// another key), so the returned [`Receipt`] only records the charge.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::sketch::Shape;
+    /// use weir_rate::{Quota, SketchLimiter};
+    ///
+    /// let limiter = SketchLimiter::with_clock(Quota::per_second(NonZeroU32::new(2).unwrap()), Shape::rows::<4, 4096>(), ManualClock::new());
+    /// let receipt = limiter.charge(&"alice", 10);
+    /// assert_eq!(receipt.cost(), 10);
+    /// assert!(!limiter.check(&"alice").is_allowed());
+    /// ```
+    pub fn charge<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Receipt {
+        let now = self.clock.now_nanos();
+        let gcra = self.params.read();
+        let debt = u128::from(cost) * u128::from(gcra.interval_nanos());
+        let location = self.locator.locate(key);
+        loop {
+            let mut seen = [0u64; MAX_HASHES];
+            let (min, at) = self.cells.min(&location, &mut seen);
+            let new = u64::try_from(u128::from(min.max(now)) + debt).unwrap_or(u64::MAX);
+            // Committed on the minimum's cell, as a check's step is, so a
+            // concurrent check or charge of the key is never lost.
+            self.cells.raise(&location, new, &seen, Some(at));
+            if new == min || self.cells.commit(at, min, new) {
+                return Receipt::new(now, cost);
+            }
+            spin();
+        }
     }
 
     /// Change the quota for every key. Stored TATs are kept: what was spent

@@ -9,7 +9,9 @@ use crate::quota::Quota;
 /// window-long interval.
 ///
 /// A refund returns its spending only while the window it was charged to
-/// is the current one; no window ever serves more than `limit` units.
+/// is the current one; no window ever serves more than `limit` units
+/// through checks. A forced charge ([`Limiter::charge`]) counts in the
+/// current window however far past the limit.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -95,7 +97,8 @@ impl Limiter for FixedWindow {
         let end_in = s.start.saturating_add(self.quota.window_nanos()) - now;
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
         let window = self.quota.window();
-        if s.count + cost64 <= limit64 {
+        // Saturating: a forced charge can count far past the limit.
+        if s.count.saturating_add(cost64) <= limit64 {
             let after = s.count + cost64;
             if mode == Mode::Consume {
                 s.count = after;
@@ -117,6 +120,14 @@ impl Limiter for FixedWindow {
         if since_start.is_some_and(|d| d < self.quota.window_nanos()) {
             s.count = s.count.saturating_sub(u64::from(receipt.cost()));
         }
+    }
+
+    /// Counted in the current window, past the limit if need be; the window
+    /// refuses every check until it ends.
+    fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let now = self.roll(s, now_ns);
+        s.count = s.count.saturating_add(u64::from(cost));
+        Receipt::new(now, cost)
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {

@@ -16,7 +16,8 @@ use crate::quota::Quota;
 ///
 /// A refund moves TAT back by the part of the spending's `cost·T` that has
 /// not elapsed since it was charged, so never by more than that spending
-/// still holds of the schedule.
+/// still holds of the schedule. A forced charge moves TAT forward by
+/// `cost·T` past the tolerance if need be ([`Limiter::charge`]).
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -179,6 +180,14 @@ impl Limiter for Gcra {
     fn refund(&self, tat: &mut Self::State, now_ns: u64, receipt: Receipt) {
         let back = unelapsed(receipt, now_ns, self.interval);
         *tat = tat.saturating_sub(back).max(now_ns.min(*tat));
+    }
+
+    /// `TAT = max(TAT, now) + cost·T`, saturating at the end of the
+    /// clock's range (which then denies the key for good).
+    fn charge(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let debt = u128::from(cost) * u128::from(self.interval);
+        *tat = clamp_ns(u128::from((*tat).max(now_ns)) + debt);
+        Receipt::new(now_ns, cost)
     }
 
     fn is_idle(&self, tat: &Self::State, now_ns: u64) -> bool {

@@ -22,7 +22,8 @@ use std::time::Duration;
 /// Refunds follow [`TokenBucket`](crate::TokenBucket) for a meter. A
 /// shaper's refunds return nothing: every admitted request has been told
 /// when to leave, and giving its departure to a later one would send two
-/// at once.
+/// at once. Forced charges ([`Limiter::charge`]) take their units from a
+/// meter as from a token bucket, and from a shaper's queue (see there).
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -160,6 +161,19 @@ impl Limiter for LeakyBucket {
         if self.max_delay.is_none() {
             self.bucket.refund(&mut s.meter, now_ns, receipt);
         }
+    }
+
+    /// A meter charges as a token bucket does. A shaper's charge takes the
+    /// next `cost·T` of its queue (`drains_at = max(drains_at, now) +
+    /// cost·T`, saturating), so requests admitted after it wait that much
+    /// longer, and are denied while the wait would exceed `max_delay`.
+    fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        if self.max_delay.is_none() {
+            return self.bucket.charge(&mut s.meter, now_ns, cost);
+        }
+        let debt = u128::from(cost) * u128::from(self.interval);
+        s.drains_at = clamp_ns(u128::from(s.drains_at.max(now_ns)) + debt);
+        Receipt::new(now_ns, cost)
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {

@@ -11,7 +11,9 @@ use std::collections::VecDeque;
 ///
 /// A refund removes the refunded spending's own entry while it is in the
 /// log (less than a window old), and nothing after: the window around any
-/// instant then holds at most `limit` units that were served.
+/// instant then holds at most `limit` units that were served. A forced
+/// charge ([`Limiter::charge`]) is logged like a check, past the limit if
+/// need be.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -68,7 +70,9 @@ impl SlidingLog {
             if now - t < w {
                 break;
             }
-            s.total -= u64::from(c);
+            // Saturating: only a total past 2⁶⁴ (forced charges beyond any
+            // memory) could have lost count, and must not underflow here.
+            s.total = s.total.saturating_sub(u64::from(c));
             s.entries.pop_front();
         }
         now
@@ -106,7 +110,7 @@ impl Limiter for SlidingLog {
         let now = self.expire(s, now_ns);
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
         let window = self.quota.window();
-        if s.total + cost64 <= limit64 {
+        if s.total.saturating_add(cost64) <= limit64 {
             let remaining = (limit64 - s.total - cost64) as u32;
             let reset = if cost > 0 {
                 self.quota.window_nanos()
@@ -124,7 +128,7 @@ impl Limiter for SlidingLog {
             let mut left = s.total;
             let mut retry = 0;
             for &(t, c) in &s.entries {
-                left -= u64::from(c);
+                left = left.saturating_sub(u64::from(c));
                 if left + cost64 <= limit64 {
                     retry = w - (now - t);
                     break;
@@ -153,12 +157,30 @@ impl Limiter for SlidingLog {
             i -= 1;
             let take = left.min(s.entries[i].1);
             s.entries[i].1 -= take;
-            s.total -= u64::from(take);
+            s.total = s.total.saturating_sub(u64::from(take));
             left -= take;
             if s.entries[i].1 == 0 {
                 s.entries.remove(i);
             }
         }
+    }
+
+    /// One log entry of `cost`, as an allowed check's, past the limit if
+    /// need be (merged into the newest entry when that was charged at the
+    /// same instant and the sum fits, so charges at one instant take one
+    /// entry). The log then holds more than the limit until enough of it
+    /// has left the window; its memory grows with the units charged per
+    /// window, not only with the limit.
+    fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let now = self.expire(s, now_ns);
+        if cost > 0 {
+            match s.entries.back_mut() {
+                Some((t, c)) if *t == now && c.checked_add(cost).is_some() => *c += cost,
+                _ => s.entries.push_back((now, cost)),
+            }
+            s.total = s.total.saturating_add(u64::from(cost));
+        }
+        Receipt::new(now, cost)
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {

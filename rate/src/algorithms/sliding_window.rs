@@ -24,7 +24,9 @@ use crate::quota::{Quota, QuotaError};
 /// A refund takes its spending out of the sub-window it was charged to
 /// while that sub-window still counts (one of the `N` newest), and returns
 /// nothing after. So right after every allowed check the estimate, taken
-/// over the units served and not refunded, is at most `limit`.
+/// over the units served and not refunded, is at most `limit`. A forced
+/// charge ([`Limiter::charge`]) counts in the current sub-window however
+/// far past the limit, and those units count in that estimate too.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -257,6 +259,14 @@ impl Limiter for SlidingWindow {
         }
         let i = (s.head + n - age as usize) % n;
         s.counts[i] = s.counts[i].saturating_sub(u64::from(receipt.cost()));
+    }
+
+    /// Counted in the current sub-window, past the limit if need be: checks
+    /// are refused until enough of it has slid out.
+    fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let now = self.roll(s, now_ns);
+        s.counts[s.head] = s.counts[s.head].saturating_add(u64::from(cost));
+        Receipt::new(now, cost)
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {

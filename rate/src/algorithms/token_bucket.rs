@@ -83,7 +83,8 @@ impl Bucket {
         let mut drained = *s;
         let now = self.drain(&mut drained, now_ns);
         let cap = u128::from(burst) * ONE;
-        let need = drained.level + u128::from(cost) * ONE;
+        // Saturating: a forced charge can leave the level past the burst.
+        let need = drained.level.saturating_add(u128::from(cost) * ONE);
         let (limit, window) = (self.quota.limit(), self.quota.window());
         if need <= cap {
             if mode == Mode::Consume {
@@ -122,6 +123,16 @@ impl Bucket {
         let refilled = self.refill(now.saturating_sub(receipt.at_nanos()), true);
         let back = (u128::from(receipt.cost()) * ONE).saturating_sub(refilled);
         s.level = s.level.saturating_sub(back);
+    }
+
+    /// Drain to `now_ns`, then add `cost` to the level, past the burst if
+    /// need be (the level counts what was spent, so a debt is a level
+    /// above the burst; it saturates at 2¹²⁸ − 1 units of 2⁻³², which no
+    /// sum of `u32` costs reaches in practice).
+    pub(crate) fn charge(&self, s: &mut TokenBucketState, now_ns: u64, cost: u32) -> Receipt {
+        let now = self.drain(s, now_ns);
+        s.level = s.level.saturating_add(u128::from(cost) * ONE);
+        Receipt::new(now, cost)
     }
 
     pub(crate) fn is_idle(&self, s: &TokenBucketState, now_ns: u64) -> bool {
@@ -164,6 +175,9 @@ impl Bucket {
 ///
 /// A refund returns what of its spending the bucket cannot have refilled
 /// yet: `cost − limit·elapsed/window` tokens, nothing once that is zero.
+/// A forced charge ([`Limiter::charge`]) takes its tokens even from an
+/// empty bucket: the bucket then holds a debt, refilled before any check
+/// passes.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -222,6 +236,10 @@ impl Limiter for TokenBucket {
 
     fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
         self.bucket.refund(s, now_ns, receipt);
+    }
+
+    fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        self.bucket.charge(s, now_ns, cost)
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
