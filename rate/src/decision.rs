@@ -286,15 +286,6 @@ impl Decision {
         self.receipt
     }
 
-    /// This decision naming `receipt` as its spending.
-    #[inline]
-    pub(crate) fn with_receipt(self, receipt: Receipt) -> Self {
-        Self {
-            receipt: Some(receipt),
-            ..self
-        }
-    }
-
     /// The decision of a check of `cost` in `mode`, charged (if it spent
     /// anything) at `at_ns`: with a receipt when allowed, consumed and
     /// `cost > 0`.

@@ -31,7 +31,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use weir_rate::clock::ManualClock;
 use weir_rate::http::{KeyFn, RateLimitLayer, Settle, Usage};
-use weir_rate::{CheckKeyAsync, Decision, FixedWindow, KeyedLimiter, NeverAllowed, Quota, SettleKey};
+use weir_rate::{
+    CheckKeyAsync, Decision, FixedWindow, KeyedLimiter, NeverAllowed, Quota, SettleKey,
+};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -64,7 +66,8 @@ fn streamed(chunks: usize, size: usize, trailers: Option<HeaderMap>) -> Body {
             .expect("the receiver is here");
     }
     if let Some(trailers) = trailers {
-        tx.send(Frame::trailers(trailers)).expect("the receiver is here");
+        tx.send(Frame::trailers(trailers))
+            .expect("the receiver is here");
     }
     Body::new(Fed(rx))
 }
@@ -256,7 +259,9 @@ async fn a_client_gone_mid_stream_pays_for_what_was_sent<Ch: SettleKey<String>>(
 
     // Two chunks ready before the request, then read them and hang up.
     for _ in 0..2 {
-        feed_tx.send(Frame::data(Bytes::from(vec![b'x'; CHUNK]))).unwrap();
+        feed_tx
+            .send(Frame::data(Bytes::from(vec![b'x'; CHUNK])))
+            .unwrap();
     }
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -357,7 +362,10 @@ async fn only_server_errors_count<Ch: SettleKey<String>>(limiter: Ch) {
             break;
         }
         assert_eq!(got.status, StatusCode::OK);
-        assert!(tokio::time::Instant::now() < deadline, "three 500s never denied the key");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "three 500s never denied the key"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -389,7 +397,10 @@ async fn settled_debt_denies_and_denials_settle_nothing<Ch: SettleKey<String>>(l
         if got.status == StatusCode::TOO_MANY_REQUESTS {
             break got;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the debt never denied");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the debt never denied"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(denied.headers.contains_key("retry-after"));
@@ -530,7 +541,7 @@ impl SettleKey<String> for Unsettleable {
     type Error = std::io::Error;
     type Settling = Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>;
 
-    fn settle_key(&self, _key: &String, _admitted: &Decision, _cost: u32) -> Self::Settling {
+    fn settle_key(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
         Box::pin(async {
             tokio::time::sleep(Duration::from_millis(1)).await;
             Err(std::io::Error::other("backend down"))
@@ -597,12 +608,19 @@ fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
             }
             let deadline = tokio::time::Instant::now() + PATIENCE;
             while warnings::read(&count) < 3 {
-                assert!(tokio::time::Instant::now() < deadline, "failures unreported");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "failures unreported"
+                );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
     });
-    assert_eq!(warnings::read(&count), 3, "one report per failed settlement");
+    assert_eq!(
+        warnings::read(&count),
+        3,
+        "one report per failed settlement"
+    );
 }
 
 #[cfg(feature = "redis")]
@@ -642,18 +660,25 @@ mod on_redis {
         charges_the_bytes_streamed(limiter(&server, "bytes", 10_000).await, 10_000).await;
     });
 
-    on_redis!(redis_a_client_gone_mid_stream_pays_for_what_was_sent, |server| async {
-        let limiter = limiter(&server, "gone", 1_000_000).await;
-        a_client_gone_mid_stream_pays_for_what_was_sent(limiter, 1_000_000).await;
-    });
+    on_redis!(
+        redis_a_client_gone_mid_stream_pays_for_what_was_sent,
+        |server| async {
+            let limiter = limiter(&server, "gone", 1_000_000).await;
+            a_client_gone_mid_stream_pays_for_what_was_sent(limiter, 1_000_000).await;
+        }
+    );
 
     on_redis!(redis_only_server_errors_count, |server| async {
         only_server_errors_count(limiter(&server, "5xx", 3).await).await;
     });
 
-    on_redis!(redis_settled_debt_denies_and_denials_settle_nothing, |server| async {
-        settled_debt_denies_and_denials_settle_nothing(limiter(&server, "debt", 100).await).await;
-    });
+    on_redis!(
+        redis_settled_debt_denies_and_denials_settle_nothing,
+        |server| async {
+            settled_debt_denies_and_denials_settle_nothing(limiter(&server, "debt", 100).await)
+                .await;
+        }
+    );
 
     on_redis!(redis_tokens_from_header_trailer_or_usage, |server| async {
         let by_header = limiter(&server, "header", 1000).await;
@@ -711,7 +736,10 @@ mod on_redis {
                 assert_eq!(&body[..], b"firstsecond");
                 let deadline = tokio::time::Instant::now() + PATIENCE;
                 while warnings::read(&count) < 1 {
-                    assert!(tokio::time::Instant::now() < deadline, "the failure went unreported");
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the failure went unreported"
+                    );
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             });

@@ -161,7 +161,9 @@ impl<Ch, X: Clone, B, P: Clone> Clone for RateLimitLayer<Ch, X, B, P> {
     }
 }
 
-impl<Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug for RateLimitLayer<Ch, X, B, P> {
+impl<Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
+    for RateLimitLayer<Ch, X, B, P>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("extractor", &self.extractor)
@@ -255,7 +257,6 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
 }
 
 impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
-
     /// The name of the policy in the `RateLimit` header fields.
     pub fn policy_name(mut self, name: &str) -> Self {
         self.answering.policy = Arc::from(name);
@@ -467,7 +468,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.admit(request, |_, _| None)
+        self.admit(request, |_, _, _| None)
     }
 }
 
@@ -491,11 +492,11 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let settler: Arc<dyn Settler<X::Key>> = self.layer.clone();
-        self.admit(request, move |key, decision| {
+        self.admit(request, move |key, decision, checked| {
             // Only a spending can be settled: a denial let through (shadow
             // mode) spent nothing and is owed nothing.
             (decision.is_allowed() && decision.is_conforming())
-                .then(|| SettleGuard::new(settler, key, *decision))
+                .then(|| SettleGuard::new(settler, key, *decision, checked))
         })
     }
 }
@@ -511,19 +512,19 @@ where
         &self.post
     }
 
-    fn settle(&self, key: &X::Key, admitted: &Decision, cost: u32) {
+    fn settle(&self, key: &X::Key, admitted: &Decision, from: u32, to: u32) {
         super::settle::settle_through(
             &*self.checker,
             key,
             admitted,
-            cost,
+            (from, to),
             &self.answering.policy,
             &self.post,
         );
     }
 
-    fn failed(&self, admitted: &Decision, why: &dyn std::fmt::Display) {
-        super::settle::failed(&self.answering.policy, &self.post, admitted, why);
+    fn failed(&self, from: u32, why: &dyn std::fmt::Display) {
+        super::settle::failed(&self.answering.policy, &self.post, from, why);
     }
 }
 
@@ -538,11 +539,12 @@ where
     ResBody: Default + Send + 'static,
 {
     /// Decide for `request`, then answer it or call the inner service;
-    /// `ticket` makes what an admitted request carries to its response.
+    /// `ticket` makes what an admitted request carries to its response
+    /// from its key, its decision and the cost checked.
     fn admit<T: Send + 'static>(
         &mut self,
         request: Request<B>,
-        ticket: impl FnOnce(X::Key, &Decision) -> Option<T> + Send + 'static,
+        ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
     ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
         let Some(key) = self.layer.extractor.extract(&request) else {
             self.layer.answering.count(Outcome::Error);
@@ -555,7 +557,7 @@ where
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let outcome = match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(outcome) => outcome,
-            Poll::Pending => return self.wait_for(check, request, key, ticket),
+            Poll::Pending => return self.wait_for(check, request, (key, cost), ticket),
         };
         let decision = outcome.as_ref().ok().copied();
         match self.layer.answering.next(outcome) {
@@ -563,7 +565,7 @@ where
             Next::Forward(headers) => RateLimitFuture::Calling {
                 future: self.inner.call(request),
                 headers: Some(headers),
-                ticket: decision.and_then(|decision| ticket(key, &decision)),
+                ticket: decision.and_then(|decision| ticket(key, &decision, cost)),
             },
         }
     }
@@ -579,8 +581,8 @@ where
         &mut self,
         check: Ch::Future,
         request: Request<B>,
-        key: X::Key,
-        ticket: impl FnOnce(X::Key, &Decision) -> Option<T> + Send + 'static,
+        (key, cost): (X::Key, u32),
+        ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
     ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
         let mut inner = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, inner.clone()));
@@ -596,7 +598,7 @@ where
                         // Made only once the request is admitted and the
                         // service ready: a ticket dropped settles nothing,
                         // but there is no point carrying it through waits.
-                        let ticket = decision.and_then(|decision| ticket(key, &decision));
+                        let ticket = decision.and_then(|decision| ticket(key, &decision, cost));
                         let mut response = inner.call(request).await?;
                         headers.apply(&mut response);
                         Ok((response, ticket))
