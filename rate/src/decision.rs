@@ -86,8 +86,8 @@ impl Receipt {
     #[inline]
     pub(crate) fn part(self, cost: u32) -> Self {
         Self {
-            at_ns: self.at_ns,
             cost: cost.min(self.cost),
+            ..self
         }
     }
 }

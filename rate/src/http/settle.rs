@@ -658,13 +658,12 @@ mod tests {
         type Error = Infallible;
         type Settling = Pin<Box<dyn Future<Output = Result<(), Infallible>> + Send>>;
 
-        fn settle_key(&self, key: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        fn settle_key(&self, _: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
             let limiter = Arc::clone(&self.0);
             let admitted = *admitted;
-            let key = *key;
             Box::pin(async move {
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                limiter.settle_key(&key, &admitted, from, to).await
+                limiter.settle_key(&(), &admitted, from, to).await
             })
         }
     }
