@@ -623,6 +623,80 @@ fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
     );
 }
 
+/// The value of the sample of `metric` whose labels include every one of
+/// `labels`, or 0 when there is none.
+#[cfg(feature = "metrics")]
+fn sample(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn settlements_are_counted_by_outcome() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // A recorder of this thread's own, so other tests in the binary do not
+    // count here; one thread, so it sees the server's tasks too.
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let bytes = routes().layer(
+                RateLimitLayer::new(in_process(10_000), by_user())
+                    .policy_name("bytes")
+                    .settle(Settle::body_bytes()),
+            );
+            let down = routes().layer(
+                RateLimitLayer::new(Unsettleable(in_process(100)), by_user())
+                    .policy_name("down")
+                    .settle(Settle::body_bytes()),
+            );
+            let (bytes, down) = (serve(bytes).await, serve(down).await);
+            let client = client();
+            for path in ["/stream/4/500", "/stream/1/1", "/empty", "/empty"] {
+                assert_eq!(
+                    get_as(&client, bytes, "kim", path).await.status,
+                    StatusCode::OK
+                );
+            }
+            assert_eq!(
+                get_as(&client, down, "kim", "/stream/2/10").await.status,
+                StatusCode::OK
+            );
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            let metric = "weir_rate_settlements_total";
+            while sample(&handle.render(), metric, &["limiter=\"down\""]) < 1.0 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the failure went uncounted"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    });
+    let text = handle.render();
+    let count = |limiter: &str, outcome: &str| {
+        sample(
+            &text,
+            "weir_rate_settlements_total",
+            &[
+                &format!("limiter=\"{limiter}\""),
+                &format!("outcome=\"{outcome}\""),
+            ],
+        )
+    };
+    assert_eq!(count("bytes", "charge"), 1.0, "{text}");
+    assert_eq!(count("bytes", "refund"), 2.0, "{text}");
+    assert_eq!(count("bytes", "error"), 0.0, "{text}");
+    assert_eq!(count("down", "error"), 1.0, "{text}");
+}
+
 #[cfg(feature = "redis")]
 mod on_redis {
     use super::*;
