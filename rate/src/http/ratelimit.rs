@@ -247,11 +247,13 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// ```
     pub fn settle(self, settle: Settle) -> RateLimitLayer<Ch, X, B, Settle> {
         RateLimitLayer {
+            // Counters of this layer's own, labelled with its policy name,
+            // even when one rule is given to several layers.
+            post: settle.with_own_counters(),
             checker: self.checker,
             extractor: self.extractor,
             cost: self.cost,
             answering: self.answering,
-            post: settle,
         }
     }
 }

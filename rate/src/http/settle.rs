@@ -67,11 +67,18 @@ impl Settle {
 
     /// Keep the response header `name` from the head until the
     /// settlement, so the cost function can read it with
-    /// [`Sent::header`] (only this one header is kept: copying every
-    /// response's headers would cost every request).
+    /// [`Sent::header`]. One header only, replacing any kept before:
+    /// copying every response's headers would cost every request.
     pub fn keeping(mut self, name: HeaderName) -> Self {
         self.keep = Some(name);
         self
+    }
+
+    pub(crate) fn with_own_counters(self) -> Self {
+        Self {
+            settlements: Arc::default(),
+            ..self
+        }
     }
 
     /// One unit per byte of body sent ([`Sent::body_bytes`]), saturating
