@@ -47,6 +47,23 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     /// Decide `cost` units for `key`, spending them when allowed; an error
     /// when `cost` exceeds what the quota can ever allow at once.
     fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
+
+    /// Spend `cost` units for `key` unconditionally (see
+    /// [`Limiter::charge`]), returning the receipt; `None` from a limiter
+    /// that cannot charge (the default: a function of the key and cost
+    /// only decides). The Redis limiter's failure policy charges its local
+    /// limiter through this while Redis is down.
+    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        let _ = (key, cost);
+        None
+    }
+
+    /// Give back what `receipt` (of a check or charge of `key` by this
+    /// limiter) still counts for (see [`Limiter::refund`]); by default
+    /// nothing (a limiter without refunds).
+    fn refund_key(&self, key: &Q, receipt: Receipt) {
+        let _ = (key, receipt);
+    }
 }
 
 /// A keyed limiter whose decision may take a round trip.
@@ -193,6 +210,14 @@ where
     fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_n(key, cost)
     }
+
+    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        Some(self.charge(key, cost))
+    }
+
+    fn refund_key(&self, key: &Q, receipt: Receipt) {
+        self.refund(key, &receipt);
+    }
 }
 
 /// In-process limiters answer the async form with a completed future.
@@ -232,9 +257,15 @@ where
     }
 }
 
+/// Charges raise the key's cells; refunds give nothing back (the sketch
+/// has none).
 impl<Q: Hash + ?Sized, C: Clock> CheckKey<Q> for SketchLimiter<C> {
     fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_n(key, cost)
+    }
+
+    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        Some(self.charge(key, cost))
     }
 }
 

@@ -60,16 +60,44 @@ pub struct Decision {
 pub struct Receipt {
     at_ns: u64,
     cost: u32,
+    /// Charged on Redis (the instant is the server's clock), not in process:
+    /// a Redis limiter refunds such a receipt on Redis and any other on its
+    /// local fallback, where that spending was counted.
+    on_redis: bool,
 }
 
 impl Receipt {
     /// A spending of `cost` charged at `at_ns`, in process.
     #[inline]
     pub(crate) fn new(at_ns: u64, cost: u32) -> Self {
-        Self { at_ns, cost }
+        Self {
+            at_ns,
+            cost,
+            on_redis: false,
+        }
     }
 
-    /// The instant the spending was charged to, in clock nanoseconds.
+    /// A spending of `cost` charged on Redis at `at_ns` (server time).
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn on_redis(at_ns: u64, cost: u32) -> Self {
+        Self {
+            at_ns,
+            cost,
+            on_redis: true,
+        }
+    }
+
+    /// Whether Redis charged it.
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn is_on_redis(self) -> bool {
+        self.on_redis
+    }
+
+    /// The instant the spending was charged to, in clock nanoseconds (for
+    /// a Redis limiter's receipt, nanoseconds of the server's `TIME` since
+    /// the Unix epoch, whole microseconds).
     #[inline]
     pub fn at_nanos(self) -> u64 {
         self.at_ns

@@ -5,8 +5,12 @@
 //! sub-window) and capacity, so Redis and in-process limiting cannot drift
 //! apart.
 
-use crate::Limiter;
-use crate::algorithms::{FixedWindow, Gcra, SlidingWindow, TokenBucket};
+use crate::algorithms::{
+    FixedWindow, FixedWindowState, Gcra, GcraState, SlidingWindow, SlidingWindowState, TokenBucket,
+    TokenBucketState,
+};
+use crate::decision::{Decision, NeverAllowed, Receipt};
+use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
 use std::fmt;
 
@@ -75,6 +79,179 @@ pub struct Script {
 /// The script `algorithm` runs.
 pub(crate) fn script_of(algorithm: &impl RedisAlgorithm) -> Script {
     sealed::Sealed::script(algorithm)
+}
+
+impl Script {
+    /// The script's parameters (`ARGV[1..P]`), from the algorithm value.
+    pub(crate) fn params(&self) -> Vec<String> {
+        let q = &self.quota;
+        // Microseconds with their fraction, printed exactly (shortest
+        // round-trip form) for the script's doubles.
+        let us = |ns: f64| format!("{}", ns / 1000.0);
+        match self.algorithm {
+            // Refill at exactly limit / window, as `TokenBucket` does: ns
+            // per token with its fraction.
+            Algorithm::TokenBucket => vec![
+                format!("{}", q.window_nanos() as f64 / f64::from(q.limit())),
+                q.burst().to_string(),
+            ],
+            // The value's own emission interval (whole ns).
+            Algorithm::Gcra { interval_nanos } => {
+                vec![interval_nanos.to_string(), q.burst().to_string()]
+            }
+            Algorithm::FixedWindow => vec![us(q.window_nanos() as f64), q.limit().to_string()],
+            // The value's own whole-ns sub-windows.
+            Algorithm::SlidingWindow {
+                counters,
+                sub_window_nanos,
+            } => vec![
+                us(sub_window_nanos as f64),
+                q.limit().to_string(),
+                counters.to_string(),
+            ],
+        }
+    }
+
+    /// The in-process algorithm the script computes; `None` for a sliding
+    /// window whose counters do not fit its quota (the builder refuses it).
+    pub(crate) fn local(&self) -> Option<AnyLimiter> {
+        Some(match self.algorithm {
+            Algorithm::TokenBucket => AnyLimiter::TokenBucket(TokenBucket::new(self.quota)),
+            Algorithm::Gcra { .. } => AnyLimiter::Gcra(Gcra::new(self.quota)),
+            Algorithm::FixedWindow => AnyLimiter::FixedWindow(FixedWindow::new(self.quota)),
+            Algorithm::SlidingWindow { counters, .. } => {
+                AnyLimiter::SlidingWindow(SlidingWindow::try_new(self.quota, counters).ok()?)
+            }
+        })
+    }
+}
+
+/// Any algorithm with a script, as one in-process [`Limiter`] type: an
+/// all-of set's local fallback is an [`AllOf`](crate::AllOf) of these, so
+/// that it decides all-or-nothing like the set's script.
+#[derive(Debug, Clone)]
+pub(crate) enum AnyLimiter {
+    Gcra(Gcra),
+    TokenBucket(TokenBucket),
+    FixedWindow(FixedWindow),
+    SlidingWindow(SlidingWindow),
+}
+
+/// [`AnyLimiter`]'s state.
+#[derive(Debug, Clone)]
+pub(crate) enum AnyState {
+    Gcra(GcraState),
+    TokenBucket(TokenBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingWindow(SlidingWindowState),
+}
+
+/// `$body` with `$l` the algorithm and `$s` its state; a state of
+/// another kind (which no container hands over: the fallback's limits
+/// never change) is replaced with a fresh one and `$again` runs.
+macro_rules! on_state {
+    ($self:ident, $state:ident, $now:expr, |$l:ident, $s:ident| $body:expr, $again:expr) => {
+        match ($self, &mut *$state) {
+            (AnyLimiter::Gcra($l), AnyState::Gcra($s)) => $body,
+            (AnyLimiter::TokenBucket($l), AnyState::TokenBucket($s)) => $body,
+            (AnyLimiter::FixedWindow($l), AnyState::FixedWindow($s)) => $body,
+            (AnyLimiter::SlidingWindow($l), AnyState::SlidingWindow($s)) => $body,
+            _ => {
+                *$state = $self.new_state($now);
+                $again
+            }
+        }
+    };
+}
+
+/// `$body` with `$l` the algorithm and `$s` its state, or `$other` for a
+/// state of another kind.
+macro_rules! read_state {
+    ($self:ident, $state:ident, |$l:ident, $s:ident| $body:expr, $other:expr) => {
+        match ($self, $state) {
+            (AnyLimiter::Gcra($l), AnyState::Gcra($s)) => $body,
+            (AnyLimiter::TokenBucket($l), AnyState::TokenBucket($s)) => $body,
+            (AnyLimiter::FixedWindow($l), AnyState::FixedWindow($s)) => $body,
+            (AnyLimiter::SlidingWindow($l), AnyState::SlidingWindow($s)) => $body,
+            _ => $other,
+        }
+    };
+}
+
+impl Limiter for AnyLimiter {
+    type State = AnyState;
+
+    fn capacity(&self) -> u32 {
+        match self {
+            Self::Gcra(l) => l.capacity(),
+            Self::TokenBucket(l) => l.capacity(),
+            Self::FixedWindow(l) => l.capacity(),
+            Self::SlidingWindow(l) => l.capacity(),
+        }
+    }
+
+    fn new_state(&self, now_ns: u64) -> AnyState {
+        match self {
+            Self::Gcra(l) => AnyState::Gcra(l.new_state(now_ns)),
+            Self::TokenBucket(l) => AnyState::TokenBucket(l.new_state(now_ns)),
+            Self::FixedWindow(l) => AnyState::FixedWindow(l.new_state(now_ns)),
+            Self::SlidingWindow(l) => AnyState::SlidingWindow(l.new_state(now_ns)),
+        }
+    }
+
+    fn check(
+        &self,
+        state: &mut AnyState,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        on_state!(
+            self,
+            state,
+            now_ns,
+            |l, s| l.check(s, now_ns, cost, mode),
+            self.check(state, now_ns, cost, mode)
+        )
+    }
+
+    fn refund(&self, state: &mut AnyState, now_ns: u64, receipt: Receipt) {
+        on_state!(
+            self,
+            state,
+            now_ns,
+            |l, s| l.refund(s, now_ns, receipt),
+            self.refund(state, now_ns, receipt)
+        )
+    }
+
+    fn charge(&self, state: &mut AnyState, now_ns: u64, cost: u32) -> Receipt {
+        on_state!(
+            self,
+            state,
+            now_ns,
+            |l, s| l.charge(s, now_ns, cost),
+            self.charge(state, now_ns, cost)
+        )
+    }
+
+    fn is_idle(&self, state: &AnyState, now_ns: u64) -> bool {
+        // A state of another kind would be replaced with a fresh one.
+        read_state!(self, state, |l, s| l.is_idle(s, now_ns), true)
+    }
+
+    fn idle_at(&self, state: &AnyState, now_ns: u64) -> u64 {
+        read_state!(self, state, |l, s| l.idle_at(s, now_ns), now_ns)
+    }
+
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> AnyState {
+        match self {
+            Self::Gcra(l) => AnyState::Gcra(l.spent_until(idle_at, now_ns)),
+            Self::TokenBucket(l) => AnyState::TokenBucket(l.spent_until(idle_at, now_ns)),
+            Self::FixedWindow(l) => AnyState::FixedWindow(l.spent_until(idle_at, now_ns)),
+            Self::SlidingWindow(l) => AnyState::SlidingWindow(l.spent_until(idle_at, now_ns)),
+        }
+    }
 }
 
 /// Which script runs, with the parameters the quota does not hold.

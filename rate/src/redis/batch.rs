@@ -1,6 +1,8 @@
 //! Batching concurrent callers' decisions into shared script calls.
 //!
-//! Callers put `(key, cost, deadline, reply)` on a bounded queue. One task
+//! Callers put `(key, cost, deadline, reply)` on a bounded queue (the key
+//! is the base of a key's Redis keys: one per limit of an all-of set, all
+//! in one Cluster slot). One task
 //! waits for a free in-flight slot, then drains whatever is queued (up to
 //! `max_batch`), groups it by Cluster slot (a script may only touch keys
 //! of one slot; on a single server everything is one group), and spawns
@@ -38,7 +40,8 @@
 //! A script a caller gave up on may still run on Redis and count its
 //! units, as with any timeout on a request already sent.
 
-use super::{Core, Raw, RedisLimitError};
+use super::{Core, RedisLimitError};
+use crate::decision::Decision;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,7 +75,7 @@ impl Default for Batching {
 /// semaphore can count.
 pub(crate) const MAX_QUEUE: usize = Semaphore::MAX_PERMITS;
 
-type Reply = oneshot::Sender<Result<Raw, RedisLimitError>>;
+type Reply = oneshot::Sender<Result<Decision, RedisLimitError>>;
 
 struct Job {
     key: String,
@@ -108,7 +111,7 @@ impl Batcher {
         deadline: Instant,
         cell: usize,
         asked: u64,
-    ) -> Result<Raw, RedisLimitError> {
+    ) -> Result<Decision, RedisLimitError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Job {
@@ -253,10 +256,10 @@ async fn decide(core: &Core, mut batch: Vec<Job>) {
             biased;
             result = &mut call => {
                 match result {
-                    Ok(raws) => {
-                        for (reply, raw) in replies.into_iter().zip(raws) {
+                    Ok(decisions) => {
+                        for (reply, decision) in replies.into_iter().zip(decisions) {
                             if let Some(reply) = reply {
-                                let _ = reply.send(Ok(raw));
+                                let _ = reply.send(Ok(decision));
                             }
                         }
                     }

@@ -2,24 +2,27 @@
 //! turned into a [`RedisLimiter`] once, at [`connect`](RedisLimiterBuilder::connect),
 //! so that nothing on the check path has to validate or compute them.
 
-use super::algorithm::Script;
-use super::call::Core;
+use super::algorithm::{RedisAlgorithm, Script, script_of};
+use super::call::{Core, Limit};
 use super::conn::Link;
 use super::{
     Algorithm, Batching, CLUSTER_CELLS, FailurePolicy, Inner, PreAggregation, RedisLimitError,
     RedisLimiter, Target, batch, hot, scripts,
 };
-use crate::quota::Quota;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+/// The most limits an all-of limiter decides together
+/// ([`RedisLimiterBuilder::and`]): each takes Lua locals of the one
+/// script, which has room for a couple of hundred.
+pub const MAX_LIMITS: usize = 16;
+
 /// Configures and connects a [`RedisLimiter`].
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct RedisLimiterBuilder {
-    algorithm: Algorithm,
-    quota: Quota,
-    capacity: u32,
+    /// The limits, in the order given: one, or an all-of set.
+    limits: Vec<Script>,
     prefix: String,
     timeout: Duration,
     backoff: Duration,
@@ -33,9 +36,7 @@ impl RedisLimiterBuilder {
     /// its default ([`RedisLimiter::builder`]).
     pub(crate) fn new(script: Script) -> Self {
         Self {
-            algorithm: script.algorithm,
-            quota: script.quota,
-            capacity: script.capacity,
+            limits: vec![script],
             prefix: "weir".to_owned(),
             timeout: Duration::from_millis(100),
             backoff: Duration::from_millis(100),
@@ -43,6 +44,51 @@ impl RedisLimiterBuilder {
             batching: None,
             hot: None,
         }
+    }
+
+    /// Add a limit that every key must also meet: the limiter then decides
+    /// all of its limits of a key **all-or-nothing**, in one script call —
+    /// a request is allowed only if every limit allows it, and only then
+    /// is it spent from all of them, so a gateway limiting per second and
+    /// per day does not spend the per-second budget on requests the daily
+    /// limit refuses. The decision is the in-process
+    /// [`AllOf`](crate::AllOf)'s: the binding limit's limit, window and
+    /// remaining, the latest reset and retry. Costs above the smallest
+    /// capacity are [`NeverAllowed`](crate::NeverAllowed). At most
+    /// [`MAX_LIMITS`] limits.
+    ///
+    /// Each limit keeps its state in a Redis key of its own, all of one key
+    /// in one Cluster slot: `{<prefix>:<key>}:<i>:<alg>` for the `i`-th
+    /// limit (from 0, in the order given; `alg` as in a single limit's
+    /// key). The limits' order and kinds name the state: a limiter built
+    /// later on the same prefix with the same kinds in the same order
+    /// (other quotas allowed) takes it over, as a single limit's does.
+    ///
+    /// ```no_run
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::redis::{RedisLimiter, Target};
+    /// use weir_rate::{FixedWindow, Gcra, Quota};
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_second = Gcra::new(Quota::per_second(NonZeroU32::new(10).unwrap()));
+    /// let per_day = FixedWindow::new(Quota::try_new(10_000, Duration::from_secs(86_400))?);
+    /// let limiter = RedisLimiter::builder(per_second)
+    ///     .and(per_day)
+    ///     .prefix("api")
+    ///     .connect(Target::server("redis://127.0.0.1:6379/"))
+    ///     .await?;
+    /// assert_eq!(limiter.redis_keys("u1"), ["{api:u1}:0:gcra", "{api:u1}:1:fw"]);
+    /// let decision = limiter.check("u1").await;
+    /// if !decision.is_allowed() {
+    ///     // Neither limit was spent.
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn and(mut self, algorithm: impl RedisAlgorithm) -> Self {
+        self.limits.push(script_of(&algorithm));
+        self
     }
 
     /// The prefix of every Redis key (default `weir`); must not contain
@@ -101,8 +147,9 @@ impl RedisLimiterBuilder {
     /// [`RedisLimitError::Config`] for settings that cannot work (a prefix
     /// with `{` or `}`, a zero timeout, zero batching sizes, bad
     /// pre-aggregation settings, a sliding window outside 2 to 1024
-    /// counters), and [`RedisLimitError::Redis`] for a target no connection
-    /// could reach (an unparsable URL, no cluster node).
+    /// counters, more than [`MAX_LIMITS`] limits), and
+    /// [`RedisLimitError::Redis`] for a target no connection could reach
+    /// (an unparsable URL, no cluster node).
     pub async fn connect(self, target: Target) -> Result<RedisLimiter, RedisLimitError> {
         if self.prefix.contains(['{', '}']) {
             return Err(RedisLimitError::Config(
@@ -112,11 +159,18 @@ impl RedisLimiterBuilder {
         if self.timeout.is_zero() {
             return Err(RedisLimitError::Config("a zero timeout"));
         }
-        if let Algorithm::SlidingWindow { counters, .. } = self.algorithm {
-            if !(2..=crate::SlidingWindow::MAX_COUNTERS).contains(&counters) {
-                return Err(RedisLimitError::Config(
-                    "a sliding-window counter needs 2 to 1024 counters",
-                ));
+        if self.limits.len() > MAX_LIMITS {
+            return Err(RedisLimitError::Config(
+                "more than 16 limits in one limiter",
+            ));
+        }
+        for limit in &self.limits {
+            if let Algorithm::SlidingWindow { counters, .. } = limit.algorithm {
+                if !(2..=crate::SlidingWindow::MAX_COUNTERS).contains(&counters) {
+                    return Err(RedisLimitError::Config(
+                        "a sliding-window counter needs 2 to 1024 counters",
+                    ));
+                }
             }
         }
         if let Some(b) = &self.batching {
@@ -132,36 +186,42 @@ impl RedisLimiterBuilder {
         if let Some(h) = &self.hot {
             h.validate()?;
         }
-        let q = &self.quota;
-        // Microseconds with their fraction, printed exactly (shortest
-        // round-trip form) for the script's doubles.
-        let us = |ns: f64| format!("{}", ns / 1000.0);
-        let window_us = us(q.window_nanos() as f64);
-        let burst = q.burst().to_string();
-        let limit = q.limit().to_string();
-        let (source, params) = match self.algorithm {
-            // Refill at exactly limit / window, as `TokenBucket` does: ns
-            // per token with its fraction.
-            Algorithm::TokenBucket => (
-                scripts::token_bucket(),
-                vec![
-                    format!("{}", q.window_nanos() as f64 / f64::from(q.limit())),
-                    burst,
-                ],
-            ),
-            // The value's own emission interval (whole ns).
-            Algorithm::Gcra { interval_nanos } => {
-                (scripts::gcra(), vec![interval_nanos.to_string(), burst])
-            }
-            Algorithm::FixedWindow => (scripts::fixed_window(), vec![window_us, limit]),
-            // The value's own whole-ns sub-windows.
-            Algorithm::SlidingWindow {
-                counters,
-                sub_window_nanos,
-            } => (
-                scripts::sliding_window(),
-                vec![us(sub_window_nanos as f64), limit, counters.to_string()],
-            ),
+        let algorithms: Vec<Algorithm> = self.limits.iter().map(|l| l.algorithm).collect();
+        let params: Vec<String> = self.limits.iter().flat_map(Script::params).collect();
+        let first = self.limits[0];
+        // One limit keeps the layout it always had, `<prefix>:<alg>:{<key>}`;
+        // a set tags the prefix and key together, so its keys share a
+        // slot whatever the key (a tag of the key alone is empty, and then
+        // each whole key is hashed, for a key starting with `}`).
+        let all_of = self.limits.len() > 1;
+        let (source, label, key_head, limits) = if all_of {
+            let limits = self
+                .limits
+                .iter()
+                .enumerate()
+                .map(|(i, l)| Limit {
+                    suffix: format!(":{i}:{}", l.algorithm.tag()),
+                    quota: l.quota,
+                })
+                .collect();
+            (
+                scripts::all_of_check(&algorithms),
+                format!("{}:all:", self.prefix),
+                format!("{{{}:", self.prefix),
+                limits,
+            )
+        } else {
+            let label = format!("{}:{}:", self.prefix, first.algorithm.tag());
+            let limits = vec![Limit {
+                suffix: String::new(),
+                quota: first.quota,
+            }];
+            (
+                scripts::check(first.algorithm),
+                label.clone(),
+                format!("{label}{{"),
+                limits,
+            )
         };
         let link = Link::new(&target, self.timeout)?;
         // Connect now if Redis is there; if it is not (refused, or no
@@ -181,11 +241,10 @@ impl RedisLimiterBuilder {
         };
         let core = Arc::new(Core::new(
             link,
-            &source,
+            (&source, &scripts::settle(&algorithms)),
             params,
-            self.timeout,
-            target.is_cluster(),
-            cells,
+            limits,
+            (self.timeout, target.is_cluster(), cells),
         ));
         // Not connected: skip Redis for one back-off, as after any failure.
         let down = if connected {
@@ -197,7 +256,14 @@ impl RedisLimiterBuilder {
                 .max(1)
         };
         let policy = match self.policy {
-            FailurePolicy::PerInstance => FailurePolicy::per_instance(self.quota),
+            FailurePolicy::PerInstance if all_of => {
+                let locals = self.limits.iter().map(Script::local).collect::<Option<_>>();
+                let locals = locals.ok_or(RedisLimitError::Config(
+                    "a sliding window whose counters do not fit its quota",
+                ))?;
+                FailurePolicy::per_instance_all_of(locals)
+            }
+            FailurePolicy::PerInstance => FailurePolicy::per_instance(first.quota),
             policy => policy,
         };
         let batcher = self
@@ -206,10 +272,11 @@ impl RedisLimiterBuilder {
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 core,
-                algorithm: self.algorithm,
-                quota: self.quota,
-                capacity: self.capacity,
-                prefix: format!("{}:{}:", self.prefix, self.algorithm.tag()),
+                quota: first.quota,
+                capacity: self.limits.iter().map(|l| l.capacity).min().unwrap_or(0),
+                limits: self.limits.into_boxed_slice(),
+                prefix: label,
+                key_head,
                 policy,
                 backoff: self.backoff,
                 down_until: (0..cells).map(|_| AtomicU64::new(down)).collect(),

@@ -6,16 +6,31 @@
 
 use super::RedisLimitError;
 use super::conn::Link;
-use super::scripts::{self, Raw};
+use super::scripts::{self, Raw, Settle};
+use crate::decision::{Decision, Receipt};
+use crate::quota::Quota;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_limits::clock::duration_to_nanos;
 
+/// One limit of a limiter as its calls see it.
+pub(crate) struct Limit {
+    /// What follows a key's base in the limit's Redis key (empty for a
+    /// single limit, whose base is the whole key).
+    pub(crate) suffix: String,
+    /// The limit and window its decisions report.
+    pub(crate) quota: Quota,
+}
+
 /// The part of a limiter that talks to Redis, shared with the batcher.
 pub(crate) struct Core {
     link: Link,
+    /// Decides each key's limits (one, or all-or-nothing a set).
     script: redis::Script,
+    /// Forced charges and refunds ([`scripts::settle`]).
+    settle: redis::Script,
     params: Vec<String>,
+    limits: Box<[Limit]>,
     pub(crate) timeout: Duration,
     pub(crate) cluster: bool,
     /// The origin of the nanosecond times below and of the back-off's.
@@ -28,20 +43,22 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// A core running the script `source` with `params` over `link`, with
+    /// A core deciding with the script `source` and settling with
+    /// `settle`, both taking `params`, over `link`, for `limits`, with
     /// `cells` back-off cells; its `epoch` is now.
     pub(crate) fn new(
         link: Link,
-        source: &str,
+        (source, settle): (&str, &str),
         params: Vec<String>,
-        timeout: Duration,
-        cluster: bool,
-        cells: usize,
+        limits: Vec<Limit>,
+        (timeout, cluster, cells): (Duration, bool, usize),
     ) -> Self {
         Self {
             link,
             script: redis::Script::new(source),
+            settle: redis::Script::new(settle),
             params,
+            limits: limits.into_boxed_slice(),
             timeout,
             cluster,
             epoch: Instant::now(),
@@ -91,14 +108,15 @@ impl Core {
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
     }
 
-    /// One script call deciding `keys[i]` at `costs[i]`, given up at
-    /// `deadline`. Equal keys must be adjacent (see [`scripts`]).
+    /// One script call deciding the key of base `keys[i]` at `costs[i]`,
+    /// given up at `deadline`. Equal keys must be adjacent (see
+    /// [`scripts`]).
     pub(crate) async fn eval(
         &self,
         keys: &[&str],
         costs: &[u32],
         deadline: Instant,
-    ) -> Result<Vec<Raw>, RedisLimitError> {
+    ) -> Result<Vec<Decision>, RedisLimitError> {
         tokio::time::timeout_at(
             tokio::time::Instant::from_std(deadline),
             self.query(keys, costs),
@@ -122,13 +140,13 @@ impl Core {
         &self,
         keys: &[&str],
         costs: &[u32],
-    ) -> Result<Vec<Raw>, RedisLimitError> {
+    ) -> Result<Vec<Decision>, RedisLimitError> {
         let result = self.query_once(keys, costs).await;
         let moving = matches!(&result, Err(RedisLimitError::Redis(e)) if slot_moving(e));
         if !moving || keys.iter().all(|k| *k == keys[0]) {
             return result;
         }
-        let mut raws = Vec::with_capacity(keys.len());
+        let mut decisions = Vec::with_capacity(keys.len());
         let mut start = 0;
         while start < keys.len() {
             let end = start
@@ -136,27 +154,45 @@ impl Core {
                     .iter()
                     .take_while(|k| **k == keys[start])
                     .count();
-            raws.extend(
+            decisions.extend(
                 self.query_once(&keys[start..end], &costs[start..end])
                     .await?,
             );
             start = end;
         }
-        Ok(raws)
+        Ok(decisions)
     }
 
-    async fn query_once(&self, keys: &[&str], costs: &[u32]) -> Result<Vec<Raw>, RedisLimitError> {
+    async fn query_once(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+    ) -> Result<Vec<Decision>, RedisLimitError> {
         debug_assert!(
             keys.iter()
                 .enumerate()
                 .all(|(i, k)| i == 0 || keys[i - 1] == *k || !keys[..i].contains(k)),
             "equal keys must be adjacent"
         );
+        // Every limit's Redis key for each key base, limit by limit; a
+        // single limit's base is its key.
+        let (owned, expanded): (Vec<String>, Vec<&str>);
+        let names = match &*self.limits {
+            [one] if one.suffix.is_empty() => keys,
+            limits => {
+                owned = keys
+                    .iter()
+                    .flat_map(|base| limits.iter().map(move |l| format!("{base}{}", l.suffix)))
+                    .collect();
+                expanded = owned.iter().map(String::as_str).collect();
+                &expanded
+            }
+        };
         let mut cmd = redis::Cmd::new();
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
+            .arg(names.len())
+            .arg(names)
             .arg(&self.params);
         // One cost stands for all when they are equal (the usual case), which
         // spares Redis an argument and a number to parse per decision.
@@ -164,6 +200,88 @@ impl Core {
             [first, rest @ ..] if rest.iter().all(|c| c == first) => cmd.arg(first),
             _ => cmd.arg(costs),
         };
+        let reply = self.send(&cmd, &self.script).await?;
+        let l = self.limits.len();
+        let records = scripts::split_reply(&reply)
+            .filter(|(_, records)| records.len() == keys.len() * l * scripts::RECORD);
+        let Some((now_us, records)) = records else {
+            return Err(RedisLimitError::BadReply(format!(
+                "{} bytes for {} keys of {l} limits",
+                reply.len(),
+                keys.len()
+            )));
+        };
+        let at_ns = now_us.saturating_mul(1000);
+        Ok(records
+            .chunks_exact(scripts::RECORD * l)
+            .zip(costs)
+            .map(|(answers, &cost)| self.decision(answers, at_ns, cost))
+            .collect())
+    }
+
+    /// One key's decision from its limits' records (one per limit, in
+    /// order): combined as the in-process [`AllOf`](crate::AllOf) combines
+    /// its limits' decisions, and when allowed, charged at the server's
+    /// `at_ns`.
+    fn decision(&self, answers: &[u8], at_ns: u64, cost: u32) -> Decision {
+        let mut combined: Option<Decision> = None;
+        for (record, limit) in answers.chunks_exact(scripts::RECORD).zip(&*self.limits) {
+            let d = decision(scripts::decode(record), &limit.quota);
+            combined = Some(combined.map_or(d, |c| c.combine(d)));
+        }
+        let mut d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, 0));
+        if d.allowed && cost > 0 {
+            d.receipt = Some(Receipt::on_redis(at_ns, cost));
+        }
+        d
+    }
+
+    /// Charge `cost` units to, or refund the receipt of `cost` units at
+    /// `at_us` (server µs) from, every limit of the key of base `key`,
+    /// given up at `deadline`; returns the server's time (epoch µs).
+    pub(crate) async fn settle(
+        &self,
+        key: &str,
+        (op, cost, at_us): (Settle, u32, u64),
+        deadline: Instant,
+    ) -> Result<u64, RedisLimitError> {
+        let names: Vec<String> = self
+            .limits
+            .iter()
+            .map(|l| format!("{key}{}", l.suffix))
+            .collect();
+        let mut cmd = redis::Cmd::new();
+        cmd.arg("EVALSHA")
+            .arg(self.settle.get_hash())
+            .arg(names.len())
+            .arg(&names)
+            .arg(&self.params)
+            .arg(op.code())
+            .arg(cost)
+            .arg(at_us);
+        let call = async {
+            let reply = self.send(&cmd, &self.settle).await?;
+            match scripts::split_reply(&reply) {
+                Some((now_us, [])) => Ok(now_us),
+                _ => Err(RedisLimitError::BadReply(format!(
+                    "{} bytes for a charge or refund",
+                    reply.len()
+                ))),
+            }
+        };
+        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call)
+            .await
+            .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
+    }
+
+    /// Send `cmd`, an `EVALSHA` of `script`, loading the script on
+    /// `NOSCRIPT`; the connection is dropped on an error it cannot get
+    /// over, or when the call goes unanswered for half a timeout.
+    async fn send(
+        &self,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+    ) -> Result<Vec<u8>, RedisLimitError> {
         let (generation, mut conn) = self.link.get().await?;
         let outstanding = Outstanding {
             link: &self.link,
@@ -185,7 +303,7 @@ impl Core {
                                 == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
                         tries += 1;
-                        self.script.load_async(&mut conn).await?;
+                        script.load_async(&mut conn).await?;
                     }
                     r => return r,
                 }
@@ -193,18 +311,25 @@ impl Core {
         };
         let reply = attempts.await;
         outstanding.answered();
-        let reply = reply.inspect_err(|e| self.link.discard_on(generation, e))?;
-        if reply.len() != keys.len() * scripts::RECORD {
-            return Err(RedisLimitError::BadReply(format!(
-                "{} bytes for {} keys",
-                reply.len(),
-                keys.len()
-            )));
-        }
-        Ok(reply
-            .chunks_exact(scripts::RECORD)
-            .map(scripts::decode)
-            .collect())
+        Ok(reply.inspect_err(|e| self.link.discard_on(generation, e))?)
+    }
+}
+
+/// A limit's decision from its record: rounded as the in-process limiters
+/// round (see [`scripts::decode`]), with `quota`'s limit and window.
+fn decision(raw: Raw, quota: &Quota) -> Decision {
+    let remaining = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
+    let reset = raw.reset_after_us.saturating_mul(1000);
+    if raw.allowed {
+        Decision::allow(quota.limit(), quota.window(), remaining, reset)
+    } else {
+        Decision::deny(
+            quota.limit(),
+            quota.window(),
+            remaining,
+            reset,
+            raw.retry_after_us.saturating_mul(1000),
+        )
     }
 }
 

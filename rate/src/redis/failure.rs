@@ -4,12 +4,14 @@
 //! skipped during the back-off after a failure) is decided on the check
 //! path in the parent module; this file holds only the answers.
 
+use super::algorithm::AnyLimiter;
 use super::{Outcome, RedisLimitError, RedisLimiter, Source};
-use crate::CheckKey;
 use crate::decision::Decision;
 use crate::quota::Quota;
 use crate::sketch::{Shape, SketchLimiter};
+use crate::{AllOf, CheckKey, KeyedLimiter};
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use weir_limits::clock::duration_to_nanos;
 
@@ -28,6 +30,12 @@ pub enum FailurePolicy {
     /// [sizing rule](crate::sketch::shape_for_load); 110 000 checks a
     /// second at 10 a second per key). For more, give
     /// [`Local`](Self::Local) a limiter sized for the load.
+    ///
+    /// An all-of limiter ([`RedisLimiterBuilder::and`](super::RedisLimiterBuilder::and))
+    /// keeps its limits all-or-nothing here too: an exact
+    /// [`KeyedLimiter`] of an [`AllOf`] of the same algorithms and quotas,
+    /// remembering up to 65 536 keys (beyond that it forgets the keys
+    /// closest to idle, never loosening a limit; see its memory bound).
     /// With `N` instances sharing the traffic, up to `N ×` the limit
     /// passes while Redis is down, never more; a colliding key in the
     /// sketch can only be held tighter, never looser. Answers carry
@@ -70,10 +78,32 @@ pub enum FailurePolicy {
 /// The sketch behind [`FailurePolicy::PerInstance`].
 const PER_INSTANCE_SHAPE: Shape = Shape::rows::<4, 65_536>();
 
+/// The keys an all-of limiter's [`FailurePolicy::PerInstance`] remembers.
+const PER_INSTANCE_KEYS: NonZeroUsize = NonZeroUsize::new(65_536).unwrap();
+
 impl FailurePolicy {
     /// The [`PerInstance`](Self::PerInstance) policy made concrete.
     pub(crate) fn per_instance(quota: Quota) -> Self {
         Self::Local(Arc::new(SketchLimiter::new(quota, PER_INSTANCE_SHAPE)))
+    }
+
+    /// The [`PerInstance`](Self::PerInstance) policy of an all-of
+    /// limiter: all of `limits`, all-or-nothing, per key.
+    pub(crate) fn per_instance_all_of(limits: Vec<AnyLimiter>) -> Self {
+        let local = KeyedLimiter::<String, _>::with_capacity(
+            AllOf::new(limits),
+            crate::clock::MonotonicClock::new(),
+            PER_INSTANCE_KEYS,
+        );
+        Self::Local(Arc::new(local))
+    }
+
+    /// The in-process limiter answering for Redis, if the policy has one.
+    pub(crate) fn local(&self) -> Option<&dyn CheckKey<str>> {
+        match self {
+            Self::Local(local) => Some(&**local),
+            _ => None,
+        }
     }
 }
 

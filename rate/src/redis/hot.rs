@@ -1,6 +1,6 @@
 //! Local pre-aggregation of hot keys through leases.
 
-use super::{Outcome, Raw, RedisLimitError, RedisLimiter, Source};
+use super::{Outcome, RedisLimitError, RedisLimiter, Source};
 use crate::decision::Decision;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -98,10 +98,24 @@ struct Entry {
     /// an answer from the lease reports the time left until then, not
     /// the time left when Redis answered.
     reset_at: u64,
+    /// The limit and window of the last Redis answer (of an all-of
+    /// limiter, the binding limit's), which answers from the lease report.
+    policy: Option<(u32, Duration)>,
     fetching: bool,
     /// Bumped and notified when a fetch finishes.
     generation: u64,
     notify: Arc<Notify>,
+}
+
+/// What a lease answers with: the last Redis answer's remaining units
+/// and the lease's unused ones, the time until the Redis answer's reset,
+/// and its limit and window.
+#[derive(Clone, Copy)]
+struct Granted {
+    remaining: u64,
+    left: u32,
+    reset_ns: u64,
+    policy: Option<(u32, Duration)>,
 }
 
 enum Step {
@@ -137,11 +151,13 @@ impl Hot {
         duration_to_nanos(self.epoch.elapsed())
     }
 
-    fn lease_decision(lim: &RedisLimiter, remaining: u64, left: u32, reset_ns: u64) -> Outcome {
+    fn lease_decision(lim: &RedisLimiter, granted: Granted) -> Outcome {
         let q = lim.quota();
-        let r = u32::try_from(remaining.saturating_add(u64::from(left))).unwrap_or(u32::MAX);
+        let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
+        let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
+            .unwrap_or(u32::MAX);
         Outcome {
-            decision: Decision::allow(q.limit(), q.window(), r, reset_ns),
+            decision: Decision::allow(limit, window, r, granted.reset_ns),
             source: Source::Lease,
             error: None,
         }
@@ -186,8 +202,13 @@ impl Hot {
                     if prefetch {
                         e.fetching = true;
                     }
-                    let reset = e.reset_at.saturating_sub(now);
-                    Step::Answer(Self::lease_decision(lim, rem, e.left, reset), prefetch)
+                    let granted = Granted {
+                        remaining: rem,
+                        left: e.left,
+                        reset_ns: e.reset_at.saturating_sub(now),
+                        policy: e.policy,
+                    };
+                    Step::Answer(Self::lease_decision(lim, granted), prefetch)
                 } else if e.fetching && round == 0 && !near_limit && e.hits >= self.cfg.hot_after {
                     Step::Wait(e.notify.clone(), e.generation)
                 } else if e.hits < self.cfg.hot_after || e.fetching || near_limit {
@@ -226,8 +247,7 @@ impl Hot {
                         }
                         Err(_) => fetch.run(cost).await,
                     };
-                    return granted
-                        .map(|(rem, left, reset)| Self::lease_decision(lim, rem, left, reset));
+                    return granted.map(|granted| Self::lease_decision(lim, granted));
                 }
                 Step::Wait(notify, generation) => {
                     let woken = notify.notified();
@@ -289,14 +309,14 @@ impl Hot {
     }
 
     /// Record a lease fetch: on success `lease - taken` more units, valid
-    /// for `max_age`. Returns (remaining, left, reset) when granted.
+    /// for `max_age`. Returns what was granted.
     fn finish(
         &self,
         key: &str,
-        result: Option<Raw>,
+        result: Option<Decision>,
         lease: u32,
         taken: u32,
-    ) -> Option<(u64, u32, u64)> {
+    ) -> Option<Granted> {
         let now = self.now();
         let mut map = self.map.lock();
         let e = map.get_mut(key)?;
@@ -305,16 +325,23 @@ impl Hot {
         // Waiters registered (and checked `generation`) under this lock,
         // so none misses the wake-up.
         e.notify.notify_waiters();
-        let raw = result?;
-        e.remaining = Some((raw.remaining, now));
-        let reset = raw.reset_after_us.saturating_mul(1000);
+        let d = result?;
+        let remaining = u64::from(d.remaining());
+        e.remaining = Some((remaining, now));
+        let reset = duration_to_nanos(d.reset_after());
         e.reset_at = now.saturating_add(reset);
-        if !raw.allowed {
+        e.policy = Some((d.limit(), d.window()));
+        if !d.is_allowed() {
             return None;
         }
         e.left = e.left.saturating_add(lease - taken);
         e.expires = now.saturating_add(duration_to_nanos(self.cfg.max_age));
-        Some((raw.remaining, e.left, reset))
+        Some(Granted {
+            remaining,
+            left: e.left,
+            reset_ns: reset,
+            policy: e.policy,
+        })
     }
 }
 
@@ -340,10 +367,10 @@ impl Fetch {
         }
     }
 
-    /// Take the lease from Redis, `taken` of it for the caller; (remaining,
-    /// left, reset) when granted.
-    async fn run(mut self, taken: u32) -> Option<(u64, u32, u64)> {
-        let result = self.lim.raw(&self.key, self.lease).await.ok();
+    /// Take the lease from Redis, `taken` of it for the caller; what was
+    /// granted, if it was.
+    async fn run(mut self, taken: u32) -> Option<Granted> {
+        let result = self.lim.ask(&self.key, self.lease).await.ok();
         self.done = true;
         let hot = self.lim.inner.hot.as_ref()?;
         hot.finish(&self.key, result, self.lease, taken)

@@ -34,7 +34,7 @@
 //!   in-process [`TokenBucket`](crate::TokenBucket) and
 //!   [`Gcra`](crate::Gcra) (to the doubles' 2⁻⁵³ for the token bucket's
 //!   fractional refill), durations rounded up to whole microseconds.
-//! * **Keys.** One Redis key per limiter key: `{prefix}:{alg}:{<key>}`,
+//! * **Keys.** One Redis key per limiter key and limit: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
 //!   Cluster slot. The state is one string per key, a few packed doubles
@@ -81,6 +81,27 @@
 //!   without an answer (its caller dropped the future mid-call) is handed
 //!   to the next caller at once, so a cancelled probe never keeps Redis,
 //!   and its limit, out of the way for another back-off.
+//! * **All-or-nothing** ([`RedisLimiterBuilder::and`]). Several limits of
+//!   one key (per second and per day, say) are decided in one script call:
+//!   the script peeks every limit and spends from all of them only if all
+//!   allow, as the in-process [`AllOf`](crate::AllOf) does, so a refusal
+//!   by one spends nothing of the others (redis-cell's issue 22). Each
+//!   limit keeps its state in a Redis key of its own, all of one key in
+//!   one Cluster slot (`{<prefix>:<key>}:<i>:<alg>`); plain and batched
+//!   paths alike. The default failure policy keeps them all-or-nothing
+//!   too, in process.
+//! * **Refunds and forced charges** ([`RedisLimiter::refund`],
+//!   [`RedisLimiter::charge`]). A decision from Redis carries a receipt
+//!   naming the server's instant; a refund gives back what that spending
+//!   still counts for by [`Limiter::refund`](crate::Limiter::refund)'s
+//!   rules, and a charge spends past the limit as
+//!   [`Limiter::charge`](crate::Limiter::charge) does, both computed by a
+//!   script against the server's `TIME`, on every limit. Each goes where
+//!   the spending was counted: while Redis is down, a charge goes to the
+//!   failure policy's local limiter, and a refund of a receipt the local
+//!   limiter issued goes back to it; a refund of a Redis receipt that
+//!   Redis cannot take is an error, never given to the fallback (which
+//!   never counted it).
 //! * **Local overload** is not a Redis failure. A caller that finds the
 //!   batching queue full, or whose deadline passes while it waits in the
 //!   queue behind this instance's own load (no call to Redis failed
@@ -147,19 +168,19 @@ mod failure;
 mod hot;
 mod scripts;
 
-use algorithm::Algorithm;
 pub use algorithm::RedisAlgorithm;
+use algorithm::{Algorithm, Script};
 pub use batch::Batching;
-pub use builder::RedisLimiterBuilder;
+pub use builder::{MAX_LIMITS, RedisLimiterBuilder};
 pub use conn::Target;
 pub use error::RedisLimitError;
 pub use failure::FailurePolicy;
 pub use hot::PreAggregation;
 
-use crate::decision::{Decision, NeverAllowed};
+use crate::decision::{Decision, NeverAllowed, Receipt, Spending};
 use crate::quota::Quota;
 use call::Core;
-use scripts::Raw;
+use scripts::Settle;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -241,11 +262,18 @@ pub struct Outcome {
 
 struct Inner {
     core: Arc<Core>,
-    algorithm: Algorithm,
+    /// The limits: one, or an all-of set.
+    limits: Box<[Script]>,
+    /// The first limit's quota: what a denial of the failure policy (or a
+    /// lease's answer) reports.
     quota: Quota,
-    /// The largest cost the algorithm can ever allow at once.
+    /// The largest cost every limit can allow at once.
     capacity: u32,
+    /// The limiter's name in metrics: `<prefix>:<alg>:`, or for an all-of
+    /// set `<prefix>:all:`.
     prefix: String,
+    /// A key's Redis key base is this, the key, then `}`.
+    key_head: String,
     policy: FailurePolicy,
     backoff: Duration,
     /// Per back-off cell: nanoseconds since the core's `epoch` until which
@@ -328,8 +356,7 @@ pub struct RedisLimiter {
 impl fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
-            .field("algorithm", &self.inner.algorithm)
-            .field("quota", &self.inner.quota)
+            .field("limits", &self.inner.limits)
             .field("prefix", &self.inner.prefix)
             .field("policy", &self.inner.policy)
             .finish_non_exhaustive()
@@ -358,12 +385,20 @@ impl RedisLimiter {
         self.inner.capacity
     }
 
-    /// The quota.
+    /// The quota (of the first limit, for an all-of limiter: see
+    /// [`quotas`](Self::quotas)).
     pub fn quota(&self) -> Quota {
         self.inner.quota
     }
 
-    /// The Redis key holding `key`'s state: `{prefix}:{alg}:{<key>}`.
+    /// Every limit's quota, in the order the builder was given them.
+    pub fn quotas(&self) -> Vec<Quota> {
+        self.inner.limits.iter().map(|l| l.quota).collect()
+    }
+
+    /// The Redis key holding `key`'s state: `{prefix}:{alg}:{<key>}`
+    /// (for an all-of limiter, its first limit's; see
+    /// [`redis_keys`](Self::redis_keys)).
     ///
     /// ```no_run
     /// # async fn demo(limiter: weir_rate::redis::RedisLimiter) {
@@ -371,12 +406,47 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub fn redis_key(&self, key: &str) -> String {
-        let mut s = String::with_capacity(self.inner.prefix.len() + key.len() + 2);
-        s.push_str(&self.inner.prefix);
-        s.push('{');
+        let mut keys = self.redis_keys(key);
+        keys.truncate(1);
+        keys.pop().unwrap_or_default()
+    }
+
+    /// The Redis keys holding `key`'s state, one per limit: for a single
+    /// limit `{prefix}:{alg}:{<key>}`, for an all-of limiter
+    /// `{<prefix>:<key>}:<i>:<alg>` (see
+    /// [`RedisLimiterBuilder::and`]).
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        let base = self.base_key(key);
+        if self.inner.limits.len() == 1 {
+            return vec![base];
+        }
+        self.inner
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| format!("{base}:{i}:{}", l.algorithm.tag()))
+            .collect()
+    }
+
+    /// What `key`'s Redis keys start with (all of them, for one limit):
+    /// their hash tag included, so it names their Cluster slot.
+    fn base_key(&self, key: &str) -> String {
+        let head = &self.inner.key_head;
+        let mut s = String::with_capacity(head.len() + key.len() + 1);
+        s.push_str(head);
         s.push_str(key);
         s.push('}');
         s
+    }
+
+    /// The back-off cell of a key base: one per 64 Cluster slots.
+    fn cell_of(&self, base: &str) -> usize {
+        let cells = self.inner.down_until.len();
+        if cells > 1 {
+            usize::from(cluster_slot(base)) * cells / 16384
+        } else {
+            0
+        }
     }
 
     /// Spend one unit for `key`. Always answers within the timeout: from
@@ -457,20 +527,153 @@ impl RedisLimiter {
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity).map_err(RedisLimitError::NeverAllowed)?;
-        let raw = self.raw(key, cost).await?;
-        Ok(self.decision(raw))
+        self.ask(key, cost).await
     }
 
     /// One Redis decision, through the batcher if there is one, honouring
     /// the back-off.
-    pub(crate) async fn raw(&self, key: &str, cost: u32) -> Result<Raw, RedisLimitError> {
-        let inner = &*self.inner;
-        let rkey = self.redis_key(key);
-        let cell_index = if inner.down_until.len() > 1 {
-            usize::from(cluster_slot(&rkey)) * inner.down_until.len() / 16384
-        } else {
-            0
+    pub(crate) async fn ask(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
+        let base = self.base_key(key);
+        let cell = self.cell_of(&base);
+        let core = &self.inner.core;
+        self.on_redis(cell, |deadline, asked| async move {
+            match &self.inner.batcher {
+                Some(b) => b.submit(base, cost, deadline, cell, asked).await,
+                None => core
+                    .eval(&[base.as_str()], &[cost], deadline)
+                    .await
+                    .and_then(|mut v| {
+                        v.pop()
+                            .ok_or_else(|| RedisLimitError::BadReply("no record".to_owned()))
+                    }),
+            }
+        })
+        .await
+    }
+
+    /// Spend `cost` units for `key` unconditionally, on every limit, for
+    /// work already done (response bytes, LLM tokens): past the limit a
+    /// charge is a debt that the key's later checks wait out, as
+    /// [`Limiter::charge`](crate::Limiter::charge) keeps it in process
+    /// (the script computes the same, against the server's `TIME`). The
+    /// receipt names the server's instant; [`refund`](Self::refund) takes
+    /// it. Not batched, and never answered from a lease.
+    ///
+    /// While Redis cannot take it (an error, a timeout, the back-off
+    /// after a failure), the charge goes to the failure policy's local
+    /// limiter if it has one ([`FailurePolicy::PerInstance`], or a
+    /// [`FailurePolicy::Local`] that can charge,
+    /// [`CheckKey::charge_key`](crate::CheckKey::charge_key)), so the
+    /// fallback that decides meanwhile counts the work; the receipt is
+    /// then the local limiter's, and a refund of it goes there. A charge
+    /// that timed out may have been counted by Redis as well: counted
+    /// twice, never lost.
+    ///
+    /// # Errors
+    ///
+    /// Why Redis could not take the charge, when no local limiter took it
+    /// either ([`FailurePolicy::Open`], [`FailurePolicy::Closed`], a
+    /// local limiter that cannot charge): then nothing counted it.
+    ///
+    /// ```no_run
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::redis::{RedisLimiter, Target};
+    /// use weir_rate::{Quota, TokenBucket};
+    ///
+    /// # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
+    /// // 100 000 LLM tokens a minute per customer.
+    /// let tokens = TokenBucket::new(Quota::per_minute(NonZeroU32::new(100_000).unwrap()));
+    /// let limiter = RedisLimiter::builder(tokens)
+    ///     .prefix("llm")
+    ///     .connect(Target::server("redis://127.0.0.1:6379/"))
+    ///     .await?;
+    /// let admitted = limiter.check("customer-42").await;
+    /// if admitted.is_allowed() {
+    ///     let used = 3_500; // the completion's tokens, known once it is done
+    ///     let receipt = limiter.charge("customer-42", used).await?;
+    ///     # let reply_lost = true;
+    ///     if reply_lost {
+    ///         // Not delivered after all: give back what it still counts for.
+    ///         limiter.refund("customer-42", &receipt).await?;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn charge(&self, key: &str, cost: u32) -> Result<Receipt, RedisLimitError> {
+        let base = self.base_key(key);
+        let cell = self.cell_of(&base);
+        let core = &self.inner.core;
+        let settled = self
+            .on_redis(cell, |deadline, _| {
+                core.settle(&base, (Settle::Charge, cost, 0), deadline)
+            })
+            .await;
+        match settled {
+            Ok(now_us) => Ok(Receipt::on_redis(now_us.saturating_mul(1000), cost)),
+            Err(e) => {
+                let local = self.inner.policy.local();
+                local.and_then(|l| l.charge_key(key, cost)).ok_or(e)
+            }
+        }
+    }
+
+    /// Give back what `spent` (a [`Decision`] of `key` by this limiter, or
+    /// the [`Receipt`] of a [`charge`](Self::charge)) still counts for, by
+    /// the rules of [`Limiter::refund`](crate::Limiter::refund) for each
+    /// limit, computed by the script against the server's `TIME` from the
+    /// receipt's server instant. Nothing for a decision that spent nothing
+    /// or carries no receipt (a denial, a peek, an answer from a lease,
+    /// fail-open or shedding). Refund each spending at most once.
+    ///
+    /// A refund goes where the spending was counted: a receipt from Redis
+    /// to Redis, one from the failure policy's local limiter (a decision
+    /// or charge it answered during an outage) to that limiter
+    /// ([`CheckKey::refund_key`](crate::CheckKey::refund_key)), whatever
+    /// the state of Redis.
+    ///
+    /// # Errors
+    ///
+    /// Why Redis could not take the refund of a Redis receipt (an error, a
+    /// timeout, the back-off after a failure). Nothing was given back: the
+    /// local fallback never counted that spending, and giving it back
+    /// there would loosen it. A refund that timed out may still have been
+    /// applied.
+    pub async fn refund(
+        &self,
+        key: &str,
+        spent: &(impl Spending + ?Sized),
+    ) -> Result<(), RedisLimitError> {
+        let Some(receipt) = spent.receipt() else {
+            return Ok(());
         };
+        if !receipt.is_on_redis() {
+            if let Some(local) = self.inner.policy.local() {
+                local.refund_key(key, receipt);
+            }
+            return Ok(());
+        }
+        let base = self.base_key(key);
+        let cell = self.cell_of(&base);
+        let core = &self.inner.core;
+        let at_us = receipt.at_nanos() / 1000;
+        self.on_redis(cell, |deadline, _| {
+            core.settle(&base, (Settle::Refund, receipt.cost(), at_us), deadline)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// A call to Redis for back-off cell `cell_index` (`call` gets its
+    /// deadline and the time it was asked, in ns since the core's epoch),
+    /// or [`RedisLimitError::BackingOff`] while the back-off after a
+    /// failure there holds; records a failure, or the end of one.
+    async fn on_redis<T, F, Fut>(&self, cell_index: usize, call: F) -> Result<T, RedisLimitError>
+    where
+        F: FnOnce(Instant, u64) -> Fut,
+        Fut: Future<Output = Result<T, RedisLimitError>>,
+    {
+        let inner = &*self.inner;
         let cell = &inner.down_until[cell_index];
         // One clock reading serves the back-off check and the deadline.
         let asked = Instant::now();
@@ -498,17 +701,7 @@ impl RedisLimiter {
             limiter: self,
             started: asked,
         };
-        let result = match &inner.batcher {
-            Some(b) => b.submit(rkey, cost, deadline, cell_index, now).await,
-            None => inner
-                .core
-                .eval(&[rkey.as_str()], &[cost], deadline)
-                .await
-                .and_then(|mut v| {
-                    v.pop()
-                        .ok_or_else(|| RedisLimitError::BadReply("no record".to_owned()))
-                }),
-        };
+        let result = call(deadline, now).await;
         match &result {
             Ok(_) => {
                 if cell.load(Ordering::Relaxed) != 0 {
@@ -530,32 +723,10 @@ impl RedisLimiter {
         result
     }
 
-    pub(crate) fn decision(&self, raw: Raw) -> Decision {
-        let q = &self.inner.quota;
-        let remaining = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
-        let reset = raw.reset_after_us.saturating_mul(1000);
-        if raw.allowed {
-            Decision::allow(q.limit(), q.window(), remaining, reset)
-        } else {
-            Decision::deny(
-                q.limit(),
-                q.window(),
-                remaining,
-                reset,
-                raw.retry_after_us.saturating_mul(1000),
-            )
-        }
-    }
-
     /// Whether Redis is being skipped for `key` after a recent failure.
     pub fn is_backing_off(&self, key: &str) -> bool {
-        let cells = &self.inner.down_until;
-        let i = if cells.len() > 1 {
-            usize::from(cluster_slot(&self.redis_key(key))) * cells.len() / 16384
-        } else {
-            0
-        };
-        let down = cells[i].load(Ordering::Relaxed);
+        let i = self.cell_of(&self.base_key(key));
+        let down = self.inner.down_until[i].load(Ordering::Relaxed);
         down != 0 && self.inner.now_nanos() < down
     }
 }

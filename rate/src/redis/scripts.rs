@@ -52,6 +52,8 @@
 //! * equal costs travel as one argument;
 //! * the answers go back as packed doubles, rounded by the client.
 
+use super::Algorithm;
+
 /// The skeleton every script shares. An algorithm fills in four pieces of
 /// Lua ([`Body`]), pasted in place rather than called, because a Lua
 /// function call per key and step is a measurable share of a batched
@@ -75,11 +77,13 @@
 /// `DECIDE` and `STORE` run in their own `do … end` block, so their own
 /// locals cannot shadow the loop's (`key`, `i`).
 ///
-/// The reply is one string of 25-byte records, one per decision in `KEYS`
-/// order: `allowed` as a byte, then `remaining`, `reset` and `retry` as
-/// little-endian doubles, rounded by the client ([`decode`]). One string
-/// instead of four integers a decision saves Redis a Lua table slot and a
-/// reply integer per number, and the client a parsed value per number.
+/// The reply is one string: the server's `now` (epoch µs, a little-endian
+/// double: the instant every allowed decision's receipt names), then
+/// 25-byte records, one per decision in `KEYS` order: `allowed` as a byte,
+/// then `remaining`, `reset` and `retry` as little-endian doubles, rounded
+/// by the client ([`decode`]). One string instead of four integers a
+/// decision saves Redis a Lua table slot and a reply integer per number,
+/// and the client a parsed value per number.
 const SKELETON: &str = r#"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -103,7 +107,9 @@ else
     for j = from, to do vals[j] = got[j - from + 1] end
   end
 end
-local out, i = {}, 1
+-- the plain path commits every allowed decision (see `all_of_check`)
+local commit = true
+local out, i = { pack('<d', now) }, 1
 while i <= n do
   local key, v = KEYS[i], vals[i]
   local dirty = false
@@ -115,7 +121,7 @@ while i <= n do
       --[[DECIDE]]
     end
     if allowed == 1 then dirty = true end
-    out[i] = pack('<Bddd', allowed, remaining, reset, retry)
+    out[i + 1] = pack('<Bddd', allowed, remaining, reset, retry)
     i = i + 1
   until KEYS[i] ~= key
   if dirty then
@@ -139,12 +145,25 @@ end
 return table.concat(out)
 "#;
 
-/// One algorithm's pieces of the [`SKELETON`].
+/// One algorithm's pieces of the [`SKELETON`], and of the all-of and
+/// settling scripts ([`all_of_check`], [`settle`]).
+///
+/// `DECIDE` changes the state only when `commit` is true (the all-of
+/// script peeks every limit before it commits any). `CHARGE` and `REFUND`
+/// are the forced charge and the refund by receipt of
+/// [`Limiter::charge`](crate::Limiter::charge) and
+/// [`Limiter::refund`](crate::Limiter::refund): given `cost` (and for a
+/// refund `at`, the receipt's server time in µs), they update the state
+/// locals and set `dirty` when they changed them.
 struct Body {
+    /// How many `ARGV` entries `params` reads (its `P`).
+    params_len: usize,
     params: &'static str,
     load: &'static str,
     decide: &'static str,
     store: &'static str,
+    charge: &'static str,
+    refund: &'static str,
 }
 
 /// Token bucket. `ARGV[1]` = nanoseconds per token (`T`, may be
@@ -158,6 +177,7 @@ struct Body {
 /// key is then written again, with a later expiry, whatever the decision,
 /// so it never vanishes and comes back full early.
 const TOKEN_BUCKET: Body = Body {
+    params_len: 2,
     params: r#"
 local P = 2
 local T = tonumber(ARGV[1])
@@ -188,7 +208,7 @@ end
 local tokens = -z / T
 if tokens + EPS >= cost then
   tokens = tokens - cost
-  z = z + cost * T
+  if commit then z = z + cost * T end
   allowed, remaining, reset, retry = 1, tokens, (burst - tokens) * Tu, 0
 else
   allowed, remaining, reset, retry = 0, tokens, (burst - tokens) * Tu, (cost - tokens) * Tu
@@ -198,6 +218,25 @@ end
 second = now + (z + full) / 1000
 second = second - second % 1000000
 value = pack('<dd', second, z - (second - now) * 1000)
+"#,
+    // The level may go past the burst: `z` (when the bucket was empty)
+    // moves into the future, a debt refilled before any check passes.
+    charge: r#"
+z = z + cost * T
+if z > DEBT then z = DEBT end
+dirty = true
+"#,
+    // What of the spending the bucket cannot have refilled since it was
+    // charged, never leaving more than a full bucket.
+    refund: r#"
+local elapsed = (now - at) * 1000
+if elapsed < 0 then elapsed = 0 end
+local back = cost * T - elapsed
+if back > 0 then
+  z = z - back
+  if z < -full then z = -full end
+  dirty = true
+end
 "#,
 };
 
@@ -215,6 +254,7 @@ value = pack('<dd', second, z - (second - now) * 1000)
 /// The stored second is the key's expiry, not derived from the quota, so
 /// an overwrite in place never keeps an expiry that a new quota outgrew.
 const GCRA: Body = Body {
+    params_len: 2,
     params: r#"
 local P = 2
 local T = tonumber(ARGV[1])
@@ -239,7 +279,7 @@ local new = tat + cost * T
 if new > tau then
   allowed, remaining, reset, retry = 0, (tau - tat) / T, tat / 1000, (new - tau) / 1000
 else
-  tat = new
+  if commit then tat = new end
   allowed, remaining, reset, retry = 1, (tau - new) / T, new / 1000, 0
 end
 "#,
@@ -248,12 +288,29 @@ second = now + tat / 1000 -- fresh once tat has passed
 second = second - second % 1000000
 value = pack('<dd', second, tat - (second - now) * 1000)
 "#,
+    charge: r#"
+tat = tat + cost * T
+if tat > DEBT then tat = DEBT end
+dirty = true
+"#,
+    // Back by the part of the spending's `cost·T` not yet elapsed.
+    refund: r#"
+local whole = cost * T
+local back = (at - now) * 1000 + whole
+if back > whole then back = whole end
+if back > 0 then
+  tat = tat - back
+  if tat < 0 then tat = 0 end
+  dirty = true
+end
+"#,
 };
 
 /// Fixed window aligned to the server clock. `ARGV[1]` = window in
 /// microseconds, `ARGV[2]` = limit. State: two numbers, the window index
 /// and the units counted in it.
 const FIXED_WINDOW: Body = Body {
+    params_len: 2,
     params: r#"
 local P = 2
 local W = tonumber(ARGV[1])
@@ -273,14 +330,27 @@ end
 "#,
     decide: r#"
 if count + cost <= limit then
-  count = count + cost
-  allowed, remaining, reset, retry = 1, limit - count, window_reset, 0
+  local after = count + cost
+  if commit then count = after end
+  allowed, remaining, reset, retry = 1, limit - after, window_reset, 0
 else
   allowed, remaining, reset, retry = 0, limit - count, window_reset, window_reset
 end
 "#,
     store: r#"
 value, second = pack('<dd', idx, count), window_second
+"#,
+    charge: r#"
+count = count + cost
+dirty = true
+"#,
+    // Only to the window it was charged to, while that is the current one.
+    refund: r#"
+if floor(at / W) == idx and count > 0 then
+  count = count - cost
+  if count < 0 then count = 0 end
+  dirty = true
+end
 "#,
 };
 
@@ -294,6 +364,7 @@ value, second = pack('<dd', idx, count), window_second
 /// so no window key is ever computed inside the script. Its loops over the
 /// ring stay functions, defined once per call.
 const SLIDING_WINDOW: Body = Body {
+    params_len: 3,
     params: r#"
 local P = 3
 local S = tonumber(ARGV[1])
@@ -371,7 +442,7 @@ local ring, counts, stored_second = load_ring(v)
 local full, old = segment(counts, 0)
 local est = full + old * (S - e) / S
 if est + cost <= limit + EPS then
-  counts[0] = counts[0] + cost
+  if commit then counts[0] = counts[0] + cost end
   allowed, remaining, reset, retry = 1, limit - est - cost, reset_after(counts), 0
 else
   allowed, remaining, reset, retry = 0, limit - est, reset_after(counts), retry_after(counts, cost)
@@ -382,9 +453,29 @@ ring[slot] = idx
 ring[slot + 1] = counts[0]
 value, second = pack(FORMAT, unpack(ring, 1, 2 * c)), ring_second
 "#,
+    charge: r#"
+counts[0] = counts[0] + cost
+dirty = true
+"#,
+    // Out of the sub-window it was charged to, while that one still
+    // counts (one of the `c` newest); an older sub-window's count is
+    // written back to its own ring slot here, the current one's by STORE.
+    refund: r#"
+local k = idx - floor(at / S)
+if k >= 0 and k < c and counts[k] > 0 then
+  local left = counts[k] - cost
+  if left < 0 then left = 0 end
+  counts[k] = left
+  if k > 0 then
+    local j = 2 * ((idx - k) % c) + 1
+    ring[j], ring[j + 1] = idx - k, left
+  end
+  dirty = true
+end
+"#,
 };
 
-/// The full source of one algorithm's script.
+/// The full source of one algorithm's single-limit script.
 fn source(body: &Body) -> String {
     SKELETON
         .replacen("--[[PARAMS]]", body.params, 1)
@@ -406,6 +497,17 @@ pub(crate) struct Raw {
 /// Bytes per decision in a script's reply.
 pub(crate) const RECORD: usize = 25;
 
+/// Bytes of a reply's header, the server's `now`.
+pub(crate) const HEADER: usize = 8;
+
+/// The server's time heading a reply (whole epoch µs) and the records
+/// after it; `None` for a reply too short to hold it.
+pub(crate) fn split_reply(reply: &[u8]) -> Option<(u64, &[u8])> {
+    let (head, records) = reply.split_first_chunk::<HEADER>()?;
+    // `as` saturates: a negative or NaN time becomes 0.
+    Some((f64::from_le_bytes(*head) as u64, records))
+}
+
 /// One decision's record of a script's reply, rounded as the in-process
 /// limiters round: `remaining` down, the durations up, to whole
 /// microseconds, never below zero (`EPS` absorbs the doubles' error).
@@ -426,22 +528,247 @@ pub(crate) fn decode(record: &[u8]) -> Raw {
     }
 }
 
-pub(crate) fn token_bucket() -> String {
-    source(&TOKEN_BUCKET)
+fn body(algorithm: Algorithm) -> &'static Body {
+    match algorithm {
+        Algorithm::TokenBucket => &TOKEN_BUCKET,
+        Algorithm::Gcra { .. } => &GCRA,
+        Algorithm::FixedWindow => &FIXED_WINDOW,
+        Algorithm::SlidingWindow { .. } => &SLIDING_WINDOW,
+    }
 }
-pub(crate) fn gcra() -> String {
-    source(&GCRA)
+
+/// The script deciding one limit per key (the plain and batched paths of
+/// a single limit).
+pub(crate) fn check(algorithm: Algorithm) -> String {
+    source(body(algorithm))
 }
-pub(crate) fn fixed_window() -> String {
-    source(&FIXED_WINDOW)
+
+/// What the generated scripts ([`all_of_check`], [`settle`]) start with:
+/// the clock and helpers of [`SKELETON`], `ALL` (the whole `ARGV`, which
+/// each limit's block shadows with its own parameters), the most a debt
+/// may run ahead, and the key reads and writes.
+const GENERATED_HEADER: &str = r#"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local EPS = 1e-9
+local floor = math.floor
+local pack, unpack_state = struct.pack, struct.unpack
+local ALL = ARGV
+-- A forced charge keeps a debt up to 2^61 ns (73 years) ahead of now:
+-- further, the key's expiry would no longer be a plain integer to Redis.
+local DEBT = 2305843009213693952
+local function read(keys)
+  local n = #keys
+  if n <= 256 then return redis.call('MGET', unpack(keys)) end
+  -- `unpack` of a very long list would overflow Lua's C stack
+  local vals = {}
+  for from = 1, n, 256 do
+    local to = math.min(n, from + 255)
+    local got = redis.call('MGET', unpack(keys, from, to))
+    for j = from, to do vals[j] = got[j - from + 1] end
+  end
+  return vals
+end
+-- As SKELETON writes: in place while the expiry second stays put.
+local function write(key, v, value, second, stored_second)
+  if second == stored_second and #v == #value then
+    redis.call('SETRANGE', key, '0', value)
+  else
+    redis.call('SET', key, value, 'PXAT', second / 1000 + 2000)
+  end
+end
+"#;
+
+/// Each limit's parameters, in a block of its own: `ARGV` shadowed by the
+/// limit's slice of the call's arguments, so its `PARAMS` read them as in
+/// [`SKELETON`], and `make` (Lua source defining `<name>_<k>` from the
+/// block's locals) pasted after them. Returns the source and the number
+/// of parameters in all.
+fn limit_blocks(
+    algorithms: &[Algorithm],
+    name: &str,
+    make: &dyn Fn(&Body) -> String,
+) -> (String, usize) {
+    let mut out = String::new();
+    let mut from = 1;
+    for (k, &algorithm) in algorithms.iter().enumerate() {
+        let body = body(algorithm);
+        let to = from + body.params_len - 1;
+        out.push_str(&format!(
+            "local {name}_{k}\ndo\nlocal ARGV = {{ unpack(ALL, {from}, {to}) }}\n{}\n{name}_{k} = {}\nend\n",
+            body.params,
+            make(body)
+        ));
+        from = to + 1;
+    }
+    (out, from - 1)
 }
-pub(crate) fn sliding_window() -> String {
-    source(&SLIDING_WINDOW)
+
+/// The script deciding a set of limits of each key all-or-nothing, one
+/// Redis key per limit.
+///
+/// `KEYS` holds `L` keys per decision (`L = algorithms.len()`, in the
+/// order of `algorithms`), decisions of one key adjacent; `ARGV` holds
+/// every limit's parameters in that order, then the costs as in
+/// [`SKELETON`]. Each limit's `LOAD`, `DECIDE` and `STORE` run as in
+/// [`SKELETON`], but inside closures over the limit's own locals (a Lua
+/// function call per limit and step, which the single-limit script
+/// avoids): every limit is peeked (`commit` false) and, only if all
+/// allow, decided again committing — which cannot then deny, as
+/// in-process [`AllOf`](crate::AllOf) does. The reply is the server's
+/// `now` then `L` records per decision, each limit's own answer (the
+/// client combines them as [`Decision::combine`](crate::Decision::combine)
+/// does in process).
+pub(crate) fn all_of_check(algorithms: &[Algorithm]) -> String {
+    let (blocks, params) = limit_blocks(algorithms, "open", &|body| {
+        format!(
+            r#"function(v)
+  local dirty = false
+  {load}
+  local function decide(cost, commit)
+    local allowed, remaining, reset, retry
+    do
+      {decide}
+    end
+    if commit and allowed == 1 then dirty = true end
+    return allowed, remaining, reset, retry
+  end
+  local function store(key)
+    if not dirty then return end
+    local value, second
+    do
+      {store}
+    end
+    write(key, v, value, second, stored_second)
+  end
+  return decide, store
+end"#,
+            load = body.load,
+            decide = body.decide,
+            store = body.store,
+        )
+    });
+    let l = algorithms.len();
+    let each = |f: &dyn Fn(usize) -> String, sep: &str| (0..l).map(f).collect::<Vec<_>>().join(sep);
+    let answers = |k: usize| format!("a{k}, r{k}, t{k}, y{k}");
+    format!(
+        r#"{GENERATED_HEADER}
+{blocks}
+local P, L = {params}, {l}
+local m = #KEYS / L
+if m == 0 then return pack('<d', now) end
+local one_cost = #ALL == P + 1 and tonumber(ALL[P + 1])
+local vals = read(KEYS)
+local out, i = {{ pack('<d', now) }}, 1
+while i <= m do
+  local base = (i - 1) * L
+  local key = KEYS[base + 1]
+  {open}
+  repeat
+    local cost = one_cost or tonumber(ALL[P + i])
+    {peek}
+    if {all} then
+      {commit}
+    end
+    out[i + 1] = pack('<{format}', {records})
+    i = i + 1
+  until KEYS[(i - 1) * L + 1] ~= key
+  {store}
+end
+return table.concat(out)
+"#,
+        open = each(
+            &|k| format!(
+                "local decide_{k}, store_{k} = open_{k}(vals[base + {}])",
+                k + 1
+            ),
+            "\n  "
+        ),
+        peek = each(
+            &|k| format!("local {} = decide_{k}(cost, false)", answers(k)),
+            "\n    "
+        ),
+        all = each(&|k| format!("a{k} == 1"), " and "),
+        commit = each(
+            &|k| format!("{} = decide_{k}(cost, true)", answers(k)),
+            "\n      "
+        ),
+        format = "Bddd".repeat(l),
+        records = each(&answers, ", "),
+        store = each(&|k| format!("store_{k}(KEYS[base + {}])", k + 1), "\n  "),
+    )
+}
+
+/// What a [`settle`] call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// A forced charge of `cost` units.
+    Charge,
+    /// A refund of the receipt of `cost` units at `at` (server µs).
+    Refund,
+}
+
+impl Settle {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Self::Charge => 1,
+            Self::Refund => 2,
+        }
+    }
+}
+
+/// The script of forced charges and refunds for a set of limits of one
+/// key (one limit for a single limiter): `KEYS` holds the key's `L` Redis
+/// keys, `ARGV` every limit's parameters, then the operation
+/// ([`Settle::code`]), the cost and the receipt's time (µs). Every limit
+/// is charged, or refunded by the receipt, by its `CHARGE` or `REFUND`
+/// and written back if that changed it. The reply is the server's `now`
+/// (a charge's receipt instant).
+pub(crate) fn settle(algorithms: &[Algorithm]) -> String {
+    let (blocks, params) = limit_blocks(algorithms, "settle", &|body| {
+        format!(
+            r#"function(key, v, op, cost, at)
+  local dirty = false
+  {load}
+  if op == 1 then
+    {charge}
+  else
+    {refund}
+  end
+  if dirty then
+    local value, second
+    do
+      {store}
+    end
+    write(key, v, value, second, stored_second)
+  end
+end"#,
+            load = body.load,
+            charge = body.charge,
+            refund = body.refund,
+            store = body.store,
+        )
+    });
+    let calls: Vec<String> = (0..algorithms.len())
+        .map(|k| format!("settle_{k}(KEYS[{0}], vals[{0}], op, cost, at)", k + 1))
+        .collect();
+    format!(
+        r#"{GENERATED_HEADER}
+{blocks}
+local P = {params}
+local op, cost, at = tonumber(ALL[P + 1]), tonumber(ALL[P + 2]), tonumber(ALL[P + 3])
+local vals = read(KEYS)
+{calls}
+return pack('<d', now)
+"#,
+        calls = calls.join("\n")
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::Algorithm;
 
     fn record(allowed: u8, remaining: f64, reset: f64, retry: f64) -> Vec<u8> {
         let mut r = vec![allowed];
@@ -492,11 +819,46 @@ mod tests {
         assert!(!decode(&record(2, 0.0, 0.0, 0.0)).allowed);
     }
 
+    const ALL_KINDS: [Algorithm; 4] = [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra { interval_nanos: 1 },
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow {
+            counters: 2,
+            sub_window_nanos: 1,
+        },
+    ];
+
+    /// Each limit's block reads its own slice of the arguments, in order.
+    #[test]
+    fn generated_scripts_give_each_limit_its_own_arguments() {
+        let set = [ALL_KINDS[3], ALL_KINDS[1], ALL_KINDS[2]];
+        let script = all_of_check(&set);
+        assert!(script.contains("local ARGV = { unpack(ALL, 1, 3) }"));
+        assert!(script.contains("local ARGV = { unpack(ALL, 4, 5) }"));
+        assert!(script.contains("local ARGV = { unpack(ALL, 6, 7) }"));
+        assert!(script.contains("local P, L = 7, 3"));
+        assert!(
+            script
+                .contains("pack('<BdddBdddBddd', a0, r0, t0, y0, a1, r1, t1, y1, a2, r2, t2, y2)")
+        );
+        let settle = settle(&set);
+        assert!(settle.contains("local P = 7"));
+        assert!(settle.contains("settle_2(KEYS[3], vals[3], op, cost, at)"));
+        assert!(!script.contains("--[[") && !settle.contains("--[["));
+    }
+
     #[test]
     fn every_script_has_its_pieces_pasted_in() {
-        for script in [token_bucket(), gcra(), fixed_window(), sliding_window()] {
+        for algorithm in ALL_KINDS {
+            let script = check(algorithm);
             assert!(!script.contains("--[["), "a placeholder was left in");
-            assert!(script.contains("local P = "));
+            let body = body(algorithm);
+            assert!(
+                body.params
+                    .contains(&format!("local P = {}", body.params_len)),
+                "{algorithm}: params_len is not its P"
+            );
         }
     }
 }
