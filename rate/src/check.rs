@@ -299,6 +299,35 @@ where
     }
 }
 
+/// The Redis limiter settles on Redis, after a round trip, against the
+/// server's clock: a refund of the surplus by its receipt, a charge of the
+/// shortfall ([`RedisLimiter::refund`](crate::redis::RedisLimiter::refund),
+/// [`RedisLimiter::charge`](crate::redis::RedisLimiter::charge)), for the
+/// key's `Display` form as its checks use. While Redis is down a charge
+/// goes to the failure policy's local limiter if it has one; otherwise the
+/// settlement fails and the key keeps what its check charged.
+#[cfg(feature = "redis")]
+impl<Q: std::fmt::Display + ?Sized> SettleKey<Q> for crate::redis::RedisLimiter {
+    type Error = crate::redis::RedisLimitError;
+    type Settling = std::pin::Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;
+
+    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        let settlement = Settlement::of(admitted, from, to);
+        if settlement == Settlement::Keep {
+            return Box::pin(ready(Ok(())));
+        }
+        let limiter = self.clone();
+        let key = key.to_string();
+        Box::pin(async move {
+            match settlement {
+                Settlement::Keep => Ok(()),
+                Settlement::Refund(surplus) => limiter.refund(&key, &surplus).await,
+                Settlement::Charge(more) => limiter.charge(&key, more).await.map(|_| ()),
+            }
+        })
+    }
+}
+
 /// A function of the key and cost decides too (a test double, or a policy
 /// written inline).
 impl<Q: ?Sized, F> CheckKey<Q> for F

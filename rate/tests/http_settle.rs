@@ -232,6 +232,27 @@ async fn charges_the_bytes_streamed<Ch: SettleKey<String>>(limiter: Ch, limit: u
     );
 }
 
+/// A request admitted on a generous estimate gives back what it did not
+/// use: part of its admission's own spending is refunded.
+async fn a_generous_admission_is_partly_refunded<Ch: SettleKey<String>>(limiter: Ch, limit: u64) {
+    let app = routes().layer(
+        RateLimitLayer::new(limiter, by_user())
+            .cost_fn(|_: &Request<Body>| 100)
+            .settle(Settle::body_bytes()),
+    );
+    let addr = serve(app).await;
+    let client = client();
+    let got = get_as(&client, addr, "lee", "/stream/3/10").await;
+    assert_eq!((got.status, got.body.len()), (StatusCode::OK, 30));
+    assert_eq!(got.remaining(), limit - 100, "admitted at the estimate");
+    // Each probe is admitted at 100 too, and refunded in full.
+    assert_eq!(
+        remaining_once(&client, addr, "lee", limit - 30 - 100).await,
+        limit - 30 - 100,
+        "70 of the 100 refunded"
+    );
+}
+
 /// A client that hangs up mid-stream is charged for the bytes the server
 /// handed out before it noticed, settled when hyper drops the body.
 async fn a_client_gone_mid_stream_pays_for_what_was_sent<Ch: SettleKey<String>>(
@@ -505,6 +526,11 @@ async fn in_process_charges_the_bytes_streamed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_a_generous_admission_is_partly_refunded() {
+    a_generous_admission_is_partly_refunded(in_process(1000), 1000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_a_client_gone_mid_stream_pays_for_what_was_sent() {
     a_client_gone_mid_stream_pays_for_what_was_sent(in_process(1_000_000), 1_000_000).await;
 }
@@ -555,8 +581,20 @@ mod warnings {
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
 
-    /// Counts warnings, and nothing else.
+    /// Counts warnings of failed settlements, and nothing else.
     pub struct Warnings(pub Arc<AtomicUsize>);
+
+    /// The message of an event.
+    #[derive(Default)]
+    struct Message(String);
+
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
 
     impl Subscriber for Warnings {
         fn enabled(&self, _: &Metadata<'_>) -> bool {
@@ -568,7 +606,11 @@ mod warnings {
         fn record(&self, _: &Id, _: &Record<'_>) {}
         fn record_follows_from(&self, _: &Id, _: &Id) {}
         fn event(&self, event: &Event<'_>) {
-            if *event.metadata().level() == tracing::Level::WARN {
+            let mut message = Message::default();
+            event.record(&mut message);
+            if *event.metadata().level() == tracing::Level::WARN
+                && message.0.contains("a settlement failed")
+            {
                 self.0.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -733,6 +775,14 @@ mod on_redis {
     on_redis!(redis_charges_the_bytes_streamed, |server| async {
         charges_the_bytes_streamed(limiter(&server, "bytes", 10_000).await, 10_000).await;
     });
+
+    on_redis!(
+        redis_a_generous_admission_is_partly_refunded,
+        |server| async {
+            a_generous_admission_is_partly_refunded(limiter(&server, "partial", 1000).await, 1000)
+                .await;
+        }
+    );
 
     on_redis!(
         redis_a_client_gone_mid_stream_pays_for_what_was_sent,
