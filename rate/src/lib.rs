@@ -96,7 +96,9 @@ pub mod clock {
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
-pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, TOO_MANY_REQUESTS};
+pub use decision::{
+    CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending, TOO_MANY_REQUESTS,
+};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};

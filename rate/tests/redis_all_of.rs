@@ -504,8 +504,8 @@ fn outages_keep_all_of_and_charges_on_the_local_fallback() -> TestResult {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(outage, "the outage was never noticed");
-        // All-or-nothing locally: three pass (the daily limit), and the
-        // refusals leave the hourly five at two, not spent to nothing.
+        // All-or-nothing locally, as the in-process `AllOf`: three of
+        // eight pass (the daily limit).
         let mut passed = 0;
         for _ in 0..8 {
             let v = limiter.check_verbose("victim", 1).await?;
@@ -581,4 +581,58 @@ fn all_of_on_a_cluster() -> TestResult {
         }
     }
     Ok(())
+}
+
+/// The most limits a limiter takes fit one script (each takes Lua locals,
+/// of which a function has room for about two hundred), batched too; one
+/// more is a configuration error, not a script that fails on every call.
+#[test]
+fn the_most_limits_fit_one_script() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("the_most_limits_fit_one_script")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let builder = || {
+            // Limits of 3 to 18 an hour, of the four kinds in turn: the
+            // tightest binds.
+            let mut b = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(18))));
+            for i in 1..weir_rate::redis::MAX_LIMITS as u32 {
+                let q = Quota::per_hour(nz(18 - i));
+                b = match i % 4 {
+                    0 => b.and(Gcra::new(q)),
+                    1 => b.and(TokenBucket::new(q)),
+                    2 => b.and(FixedWindow::new(q)),
+                    _ => b.and(SlidingWindow::try_new(q, 3).expect("three counters fit an hour")),
+                };
+            }
+            b.prefix(unique_prefix("most"))
+                .on_failure(FailurePolicy::Closed)
+        };
+        for batched in [false, true] {
+            let mut b = builder();
+            if batched {
+                b = b.batching(Batching::default());
+            }
+            let limiter = b.connect(Target::server(server.url())).await?;
+            let mut allowed = 0;
+            for _ in 0..5 {
+                let v = limiter.check_verbose("k", 1).await?;
+                assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+                allowed += u32::from(v.decision.is_allowed());
+            }
+            assert_eq!(
+                allowed, 3,
+                "the tightest of sixteen limits (batched {batched})"
+            );
+            let receipt = limiter.charge("k", 2).await?;
+            limiter.refund("k", &receipt).await?;
+        }
+        let too_many = builder()
+            .and(Gcra::new(Quota::per_hour(nz(1))))
+            .connect(Target::server(server.url()))
+            .await;
+        assert!(matches!(too_many, Err(RedisLimitError::Config(_))));
+        Ok::<_, BoxError>(())
+    })
 }

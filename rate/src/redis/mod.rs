@@ -630,7 +630,9 @@ impl RedisLimiter {
     /// to Redis, one from the failure policy's local limiter (a decision
     /// or charge it answered during an outage) to that limiter
     /// ([`CheckKey::refund_key`](crate::CheckKey::refund_key)), whatever
-    /// the state of Redis.
+    /// the state of Redis. (A single limit's default fallback is a
+    /// [`SketchLimiter`](crate::SketchLimiter), which has no refunds: its
+    /// charges stay spent, which is never looser.)
     ///
     /// # Errors
     ///
