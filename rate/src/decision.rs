@@ -108,6 +108,16 @@ impl Receipt {
     pub fn cost(self) -> u32 {
         self.cost
     }
+
+    /// `cost` units of this spending (at most all of it), charged at the
+    /// same instant: what a refund of part of it names.
+    #[inline]
+    pub(crate) fn part(self, cost: u32) -> Self {
+        Self {
+            cost: cost.min(self.cost),
+            ..self
+        }
+    }
 }
 
 /// What names a spending in a refund: a [`Decision`] (its receipt, if it

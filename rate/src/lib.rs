@@ -18,12 +18,15 @@
 //! * Feature `metrics`: decisions by outcome and limiter, and Redis
 //!   answers by source with the script calls' latency, through the
 //!   `metrics` facade (names and labels: `weir_rate_decisions_total`,
-//!   `weir_rate_redis_decisions_total`, `weir_rate_redis_call_seconds`).
+//!   `weir_rate_settlements_total`, `weir_rate_redis_decisions_total`,
+//!   `weir_rate_redis_call_seconds`).
 //! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready` wait until
 //!   a limit allows, with jitter, on weir-timeout's cheap sleeps.
 //! * One way to ask any keyed limiter, in process or on Redis, for a key:
 //!   [`CheckKey`] (answers at once) and [`CheckKeyAsync`] (answers with a
-//!   future); the tower layer and the Redis fallback take these.
+//!   future); the tower layer and the Redis fallback take these. After the
+//!   fact, [`SettleKey`] refunds or charges the difference once a request's
+//!   real cost is known ([`Settlement`]).
 //!
 //! * [`adaptive`] — concurrency limits learned from latency (AIMD, Vegas,
 //!   Gradient2), per origin or per key, with an RAII guard.
@@ -92,7 +95,7 @@ pub mod clock {
 }
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
-pub use check::{CheckKey, CheckKeyAsync};
+pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use decision::{
     CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending, TOO_MANY_REQUESTS,
 };

@@ -5,6 +5,7 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `weir_rate_decisions_total` | counter | `limiter` (the layer's policy name), `outcome`: `ok`, `over_limit`, `shadow_over_limit`, `error` (no key, or a cost never allowed) |
+//! | `weir_rate_settlements_total` | counter | `limiter` (the layer's policy name), `outcome`: `refund`, `charge`, `error` (the settlement failed: the key keeps what its check charged) |
 //! | `weir_rate_redis_decisions_total` | counter | `limiter` (the key prefix), `source`: `redis`, `lease`, `fail_open`, `fail_closed`, `local`, `shed`; `allowed`: `true`/`false` |
 //! | `weir_rate_redis_call_seconds` | histogram | `limiter`: time of each script call, answered or not |
 //!
@@ -52,6 +53,45 @@ impl Decisions {
                 })
             });
             counters[outcome as usize].increment(1);
+        }
+    }
+}
+
+/// What became of a settlement that had something to do.
+#[cfg(feature = "tower")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Refund,
+    Charge,
+    Error,
+}
+
+/// One layer's settlement counters, registered on first use.
+#[cfg(feature = "tower")]
+#[derive(Debug, Default)]
+pub(crate) struct Settlements {
+    #[cfg(feature = "metrics")]
+    counters: OnceLock<[metrics::Counter; 3]>,
+}
+
+#[cfg(feature = "tower")]
+impl Settlements {
+    /// Count one settlement of the limiter named `limiter`.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn count(&self, limiter: &str, settled: Settled) {
+        #[cfg(feature = "metrics")]
+        {
+            let counters = self.counters.get_or_init(|| {
+                ["refund", "charge", "error"].map(|o| {
+                    metrics::counter!(
+                        "weir_rate_settlements_total",
+                        "limiter" => limiter.to_owned(),
+                        "outcome" => o
+                    )
+                })
+            });
+            counters[settled as usize].increment(1);
         }
     }
 }

@@ -1,10 +1,26 @@
-//! The response body the in-flight layers return: the wrapped body, and
-//! the request's hold on its limit until the body has ended. A streaming
-//! download counts as in flight for as long as it streams.
+//! The response body the in-flight layers and a settling rate limit
+//! return: the wrapped body, and the request's hold on its limit until the
+//! body has ended. A streaming download counts as in flight for as long as
+//! it streams, and is settled for what it turned out to send.
 
+use http::HeaderMap;
 use pin_project_lite::pin_project;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+
+/// What a watched body tells its guard, frame by frame.
+pub(crate) enum Seen<'a> {
+    /// A data frame of this many bytes went out.
+    Data(u64),
+    /// The trailers went out.
+    Trailers(&'a HeaderMap),
+    /// The body ended: nothing more will be sent. Not told of a body that
+    /// failed or was dropped before its end.
+    End,
+}
+
+/// How a guard hears of its body's frames.
+pub(crate) type Watch<G> = fn(&mut G, Seen<'_>);
 
 pin_project! {
     /// A response body that keeps its request counted in flight, by
@@ -14,18 +30,45 @@ pin_project! {
         #[pin]
         inner: B,
         guard: Option<G>,
+        // Set for a guard that settles by what was sent: it hears of every
+        // frame, and is released as soon as the body says it has ended
+        // (hyper drops a body whose `is_end_stream` holds without polling
+        // it again, which would otherwise look like a body cut short).
+        watch: Option<Watch<G>>,
     }
 }
 
 impl<B, G> CountedBody<B, G> {
     /// `inner`, released from `guard` when it ends.
     pub(crate) fn counted(inner: B, guard: Option<G>) -> Self {
-        Self { inner, guard }
+        Self {
+            inner,
+            guard,
+            watch: None,
+        }
     }
 
     /// `inner`, holding nothing (a refusal's body).
     pub(crate) fn uncounted(inner: B) -> Self {
-        Self { inner, guard: None }
+        Self::counted(inner, None)
+    }
+
+    /// `inner`, telling `guard` of every frame through `watch` and then
+    /// releasing it; a body already at its end releases it at once.
+    pub(crate) fn watched(inner: B, mut guard: G, watch: Watch<G>) -> Self
+    where
+        B: http_body::Body,
+    {
+        if inner.is_end_stream() {
+            watch(&mut guard, Seen::End);
+            drop(guard);
+            return Self::uncounted(inner);
+        }
+        Self {
+            inner,
+            guard: Some(guard),
+            watch: Some(watch),
+        }
     }
 
     /// The wrapped body.
@@ -57,10 +100,26 @@ impl<B: http_body::Body, G> http_body::Body for CountedBody<B, G> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            drop(this.guard.take());
+        let mut this = self.project();
+        let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+        match (&frame, *this.watch) {
+            (Some(Ok(frame)), Some(watch)) => {
+                if let Some(guard) = this.guard.as_mut() {
+                    if let Some(data) = frame.data_ref() {
+                        watch(guard, Seen::Data(bytes::Buf::remaining(data) as u64));
+                    } else if let Some(trailers) = frame.trailers_ref() {
+                        watch(guard, Seen::Trailers(trailers));
+                    }
+                }
+                if this.inner.is_end_stream() {
+                    end(this.guard, watch);
+                }
+            }
+            (Some(Ok(_)), None) => {}
+            (None, Some(watch)) => end(this.guard, watch),
+            // Failed, or ended without a watch: released, not settled as
+            // complete.
+            (Some(Err(_)), _) | (None, None) => drop(this.guard.take()),
         }
         Poll::Ready(frame)
     }
@@ -71,5 +130,12 @@ impl<B: http_body::Body, G> http_body::Body for CountedBody<B, G> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The body has ended: tell the guard, then release it.
+fn end<G>(guard: &mut Option<G>, watch: Watch<G>) {
+    if let Some(mut guard) = guard.take() {
+        watch(&mut guard, Seen::End);
     }
 }

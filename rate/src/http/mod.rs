@@ -3,7 +3,9 @@
 //!
 //! * [`RateLimitLayer`] — a rate limit per key: 429 (or 503) with
 //!   `Retry-After` when denied, the IETF `RateLimit-Policy` / `RateLimit`
-//!   fields on every response, cost-weighted requests, shadow mode.
+//!   fields on every response, cost-weighted requests, shadow mode, and
+//!   charging by the response ([`Settle`]: bytes sent, 5xx only, tokens
+//!   in a header or a [`Usage`]) settled when the body ends or is dropped.
 //! * [`InflightLayer`] — at most N requests per key in progress, 503 beyond
 //!   (pingora's per-origin connection limit), counted exactly per key.
 //! * [`AdaptiveInflightLayer`] — the same, with each key's limit learned
@@ -39,6 +41,7 @@ mod inflight;
 mod key;
 mod ratelimit;
 mod response;
+mod settle;
 
 pub use adaptive::{
     AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
@@ -52,3 +55,4 @@ pub use key::{
     KeyFn, PeerAddr, PeerIp,
 };
 pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
+pub use settle::{Sent, Settle, SettleBody, SettleGuard, Usage};

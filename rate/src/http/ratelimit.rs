@@ -7,11 +7,16 @@
 //! [`SketchLimiter`](crate::SketchLimiter), or the Redis limiter. That is
 //! [`CheckKeyAsync`]; in-process limiters answer it with an
 //! already-completed future, which the service polls once and never boxes.
+//!
+//! With [`settle`](RateLimitLayer::settle) the layer charges by the
+//! response instead: the limiter must also be [`SettleKey`], and the
+//! response body becomes a [`SettleBody`] that settles when it ends.
 
 use super::key::KeyExtractor;
 use super::response::Unkeyed;
+use super::settle::{Finish, Settle, SettleBody, SettleGuard, Settler};
 use crate::telemetry::Outcome;
-use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName};
+use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName, SettleKey};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::Future;
 use std::pin::Pin;
@@ -49,11 +54,15 @@ type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 /// let service = app.into_make_service_with_connect_info::<SocketAddr>();
 /// # let _ = service;
 /// ```
-pub struct RateLimitLayer<Ch, X, B = ()> {
+///
+/// `P` is what happens after the response: `()` (nothing, the default) or
+/// [`Settle`] once [`settle`](Self::settle) has been called.
+pub struct RateLimitLayer<Ch, X, B = (), P = ()> {
     checker: Arc<Ch>,
     extractor: X,
     cost: Option<CostFn<B>>,
     answering: Answering,
+    post: P,
 }
 
 /// How the layer turns a limiter's answer into a response: everything the
@@ -140,18 +149,21 @@ impl Answering {
     }
 }
 
-impl<Ch, X: Clone, B> Clone for RateLimitLayer<Ch, X, B> {
+impl<Ch, X: Clone, B, P: Clone> Clone for RateLimitLayer<Ch, X, B, P> {
     fn clone(&self) -> Self {
         Self {
             checker: Arc::clone(&self.checker),
             extractor: self.extractor.clone(),
             cost: self.cost.clone(),
             answering: self.answering.clone(),
+            post: self.post.clone(),
         }
     }
 }
 
-impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
+impl<Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
+    for RateLimitLayer<Ch, X, B, P>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("extractor", &self.extractor)
@@ -159,6 +171,7 @@ impl<Ch, X: std::fmt::Debug, B> std::fmt::Debug for RateLimitLayer<Ch, X, B> {
             .field("denied_status", &self.answering.denied_status)
             .field("shadow", &self.answering.shadow)
             .field("missing_key_status", &self.answering.unkeyed.status())
+            .field("settle", &self.post)
             .finish_non_exhaustive()
     }
 }
@@ -186,9 +199,66 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
                 unkeyed: Unkeyed::new("RateLimitLayer", "x-ratelimit-error"),
                 decisions: Arc::default(),
             },
+            post: (),
         }
     }
 
+    /// Charge by the response: admit each request on a check of its
+    /// up-front cost (1, or [`cost_fn`](Self::cost_fn)'s), then, once its
+    /// response body has ended or been dropped (the client gone), settle
+    /// at the cost `settle` finds from what was [`Sent`](super::Sent):
+    /// refund the surplus or charge the shortfall, exactly once
+    /// ([`Settlement`](crate::Settlement) has the rule, and why a refund
+    /// never loosens the limit). A key left in debt by a charge is denied
+    /// until its spending has aged out.
+    ///
+    /// A denied request settles nothing; nor does one that never got a
+    /// response (it keeps what its check charged). A settlement that fails
+    /// (the limiter's backend down) keeps the check's charge, and is
+    /// logged through `tracing` and counted as
+    /// `weir_rate_settlements_total{outcome="error"}` (feature `metrics`).
+    /// One that a backend answers later runs as a task on the current
+    /// tokio runtime.
+    ///
+    /// ```
+    /// use axum::body::Body;
+    /// use http::{Request, StatusCode};
+    /// use std::num::NonZeroU32;
+    /// use tower::{Layer, ServiceExt};
+    /// use weir_rate::http::{GlobalKey, RateLimitLayer, Settle};
+    /// use weir_rate::{FixedWindow, KeyedLimiter, Quota};
+    ///
+    /// // 1000 response bytes a minute; a request needs 1 to be let in.
+    /// let bytes = KeyedLimiter::new(FixedWindow::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
+    /// let layer = RateLimitLayer::new(bytes, GlobalKey).settle(Settle::body_bytes());
+    /// let service = layer.layer(tower::service_fn(|_: Request<Body>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(Body::from(vec![b'x'; 1500])))
+    /// }));
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use http_body_util::BodyExt;
+    /// let response = service.clone().oneshot(Request::new(Body::empty())).await.unwrap();
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// // Sending the body settles the request at 1500 bytes: 500 in debt.
+    /// let body = response.into_body().collect().await.unwrap().to_bytes();
+    /// assert_eq!(body.len(), 1500);
+    /// let next = service.oneshot(Request::new(Body::empty())).await.unwrap();
+    /// assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// # });
+    /// ```
+    pub fn settle(self, settle: Settle) -> RateLimitLayer<Ch, X, B, Settle> {
+        RateLimitLayer {
+            // Counters of this layer's own, labelled with its policy name,
+            // even when one rule is given to several layers.
+            post: settle.with_own_counters(),
+            checker: self.checker,
+            extractor: self.extractor,
+            cost: self.cost,
+            answering: self.answering,
+        }
+    }
+}
+
+impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
     /// The name of the policy in the `RateLimit` header fields.
     pub fn policy_name(mut self, name: &str) -> Self {
         self.answering.policy = Arc::from(name);
@@ -244,8 +314,8 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     }
 }
 
-impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
-    type Service = RateLimitService<S, Ch, X, B>;
+impl<S, Ch, X: Clone, B, P: Clone> Layer<S> for RateLimitLayer<Ch, X, B, P> {
+    type Service = RateLimitService<S, Ch, X, B, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService {
@@ -256,13 +326,13 @@ impl<S, Ch, X: Clone, B> Layer<S> for RateLimitLayer<Ch, X, B> {
 }
 
 /// The service [`RateLimitLayer`] produces.
-pub struct RateLimitService<S, Ch, X, B> {
+pub struct RateLimitService<S, Ch, X, B, P = ()> {
     inner: S,
     /// Shared: services are cloned per connection (and by axum per request).
-    layer: Arc<RateLimitLayer<Ch, X, B>>,
+    layer: Arc<RateLimitLayer<Ch, X, B, P>>,
 }
 
-impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
+impl<S: Clone, Ch, X: Clone, B, P> Clone for RateLimitService<S, Ch, X, B, P> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -271,8 +341,8 @@ impl<S: Clone, Ch, X: Clone, B> Clone for RateLimitService<S, Ch, X, B> {
     }
 }
 
-impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B> std::fmt::Debug
-    for RateLimitService<S, Ch, X, B>
+impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
+    for RateLimitService<S, Ch, X, B, P>
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
@@ -337,35 +407,46 @@ pin_project_lite::pin_project! {
     /// In-process limiters decide inside `call`, so the common path is the
     /// inner service's future plus precomputed headers: no allocation.
     /// Limiters that must wait (a network round trip) take the boxed path.
+    /// `T` is what an admitted request carries to its response: `()`, or
+    /// a [`SettleGuard`] for a settling layer.
     #[project = RateLimitProj]
     #[allow(missing_docs)]
-    pub enum RateLimitFuture<F, B, E> {
+    pub enum RateLimitFuture<F, B, E, T = ()> {
         Answered { response: Option<Response<B>> },
-        Calling { #[pin] future: F, headers: Option<DecisionHeaders> },
-        Waiting { future: Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>> },
+        Calling { #[pin] future: F, headers: Option<DecisionHeaders>, ticket: Option<T> },
+        Waiting { future: Pin<Box<dyn Future<Output = Result<(Response<B>, Option<T>), E>> + Send>> },
     }
 }
 
-impl<F, B, E> Future for RateLimitFuture<F, B, E>
+impl<F, B, E, T> Future for RateLimitFuture<F, B, E, T>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    T: Finish<B>,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<T::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             RateLimitProj::Answered { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response)),
+                Some(response) => Poll::Ready(Ok(T::finish(None, response))),
                 None => panic!("RateLimitFuture polled after completion"),
             },
-            RateLimitProj::Calling { future, headers } => {
-                let mut result = std::task::ready!(future.poll(cx));
-                if let (Ok(response), Some(headers)) = (&mut result, headers.take()) {
-                    headers.apply(response);
+            RateLimitProj::Calling {
+                future,
+                headers,
+                ticket,
+            } => {
+                // An error drops the ticket: no response, nothing settled.
+                let mut response = std::task::ready!(future.poll(cx))?;
+                if let Some(headers) = headers.take() {
+                    headers.apply(&mut response);
                 }
-                Poll::Ready(result)
+                Poll::Ready(Ok(T::finish(ticket.take(), response)))
             }
-            RateLimitProj::Waiting { future } => future.as_mut().poll(cx),
+            RateLimitProj::Waiting { future } => {
+                let (response, ticket) = std::task::ready!(future.as_mut().poll(cx))?;
+                Poll::Ready(Ok(T::finish(ticket, response)))
+            }
         }
     }
 }
@@ -389,6 +470,84 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.admit(request, |_, _, _| None)
+    }
+}
+
+impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B, Settle>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    Ch: SettleKey<X::Key>,
+    X: KeyExtractor<B>,
+    B: Send + 'static,
+    ResBody: http_body::Body + Default + Send + 'static,
+{
+    type Response = Response<SettleBody<ResBody, X::Key>>;
+    type Error = S::Error;
+    type Future = RateLimitFuture<S::Future, ResBody, S::Error, SettleGuard<X::Key>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let settler: Arc<dyn Settler<X::Key>> = self.layer.clone();
+        self.admit(request, move |key, decision, checked| {
+            // Only a spending can be settled: a denial let through (shadow
+            // mode) spent nothing and is owed nothing.
+            (decision.is_allowed() && decision.is_conforming())
+                .then(|| SettleGuard::new(settler, key, *decision, checked))
+        })
+    }
+}
+
+/// A settling layer settles through its limiter, reporting as its policy.
+impl<Ch, X, B> Settler<X::Key> for RateLimitLayer<Ch, X, B, Settle>
+where
+    Ch: SettleKey<X::Key>,
+    X: KeyExtractor<B>,
+    B: 'static,
+{
+    fn rule(&self) -> &Settle {
+        &self.post
+    }
+
+    fn settle(&self, key: &X::Key, admitted: &Decision, from: u32, to: u32) {
+        super::settle::settle_through(
+            &*self.checker,
+            key,
+            admitted,
+            (from, to),
+            &self.answering.policy,
+            &self.post,
+        );
+    }
+
+    fn failed(&self, from: u32, why: &dyn std::fmt::Display) {
+        super::settle::failed(&self.answering.policy, &self.post, from, why);
+    }
+}
+
+impl<S, Ch, X, B, P, ResBody> RateLimitService<S, Ch, X, B, P>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    Ch: CheckKeyAsync<X::Key>,
+    X: KeyExtractor<B>,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    /// Decide for `request`, then answer it or call the inner service;
+    /// `ticket` makes what an admitted request carries to its response
+    /// from its key, its decision and the cost checked.
+    fn admit<T: Send + 'static>(
+        &mut self,
+        request: Request<B>,
+        ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
         let Some(key) = self.layer.extractor.extract(&request) else {
             self.layer.answering.count(Outcome::Error);
             return answered(self.layer.answering.unkeyed.respond());
@@ -400,28 +559,19 @@ where
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let outcome = match Pin::new(&mut check).poll(&mut cx) {
             Poll::Ready(outcome) => outcome,
-            Poll::Pending => return self.wait_for(check, request),
+            Poll::Pending => return self.wait_for(check, request, (key, cost), ticket),
         };
+        let decision = outcome.as_ref().ok().copied();
         match self.layer.answering.next(outcome) {
             Next::Answer(response) => answered(response),
             Next::Forward(headers) => RateLimitFuture::Calling {
                 future: self.inner.call(request),
                 headers: Some(headers),
+                ticket: decision.and_then(|decision| ticket(key, &decision, cost)),
             },
         }
     }
-}
 
-impl<S, Ch, X, B, ResBody> RateLimitService<S, Ch, X, B>
-where
-    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    Ch: CheckKeyAsync<X::Key>,
-    X: KeyExtractor<B>,
-    B: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
     /// The boxed path, for a decision that is not ready yet.
     ///
     /// The readiness `poll_ready` reserved (a concurrency permit, a buffer
@@ -429,23 +579,31 @@ where
     /// asked for again only if the decision admits the request: a request
     /// waiting on a round trip, which may yet be denied, must not hold
     /// capacity the origin's admitted requests need.
-    fn wait_for(
+    fn wait_for<T: Send + 'static>(
         &mut self,
         check: Ch::Future,
         request: Request<B>,
-    ) -> RateLimitFuture<S::Future, ResBody, S::Error> {
+        (key, cost): (X::Key, u32),
+        ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
         let mut inner = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
         RateLimitFuture::Waiting {
             future: Box::pin(async move {
-                match answering.next(check.await) {
-                    Next::Answer(response) => Ok(response),
+                let outcome = check.await;
+                let decision = outcome.as_ref().ok().copied();
+                match answering.next(outcome) {
+                    Next::Answer(response) => Ok((response, None)),
                     Next::Forward(headers) => {
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                        // Made only once the request is admitted and the
+                        // service ready: a ticket dropped settles nothing,
+                        // but there is no point carrying it through waits.
+                        let ticket = decision.and_then(|decision| ticket(key, &decision, cost));
                         let mut response = inner.call(request).await?;
                         headers.apply(&mut response);
-                        Ok(response)
+                        Ok((response, ticket))
                     }
                 }
             }),
@@ -453,7 +611,7 @@ where
     }
 }
 
-fn answered<F, B, E>(response: Response<B>) -> RateLimitFuture<F, B, E> {
+fn answered<F, B, E, T>(response: Response<B>) -> RateLimitFuture<F, B, E, T> {
     RateLimitFuture::Answered {
         response: Some(response),
     }

@@ -1,0 +1,775 @@
+//! Charging by the response ([`RateLimitLayer::settle`](super::RateLimitLayer::settle)):
+//! a request is admitted on a check of its up-front cost, and once its
+//! response has been sent (its body ended, failed, or was dropped with the
+//! client gone) the cost it turned out to have is settled against the
+//! check: the surplus refunded or the shortfall charged
+//! ([`Settlement`](crate::Settlement)), exactly once.
+//!
+//! The response's head (status, one kept header, a [`Usage`]) is read when
+//! the service answers; the body is counted as it streams, through the
+//! same [`CountedBody`] the in-flight layers hold their count in; the
+//! settlement runs when that body lets go of its [`SettleGuard`].
+
+use super::body::{CountedBody, Seen};
+use crate::telemetry::{Settled, Settlements};
+use crate::{Decision, SettleKey, Settlement};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+type CostFn = Arc<dyn Fn(&Sent<'_>) -> u32 + Send + Sync>;
+
+/// How a [`RateLimitLayer`](super::RateLimitLayer) finds what a request
+/// cost once its response has been sent.
+///
+/// The common rules are one line each; [`by`](Self::by) takes any
+/// function of what was [`Sent`].
+///
+/// ```
+/// use http::HeaderName;
+/// use weir_rate::http::Settle;
+///
+/// let bytes = Settle::body_bytes();
+/// let failures = Settle::server_errors();
+/// let tokens = Settle::count_in(HeaderName::from_static("x-tokens-used"));
+/// let streamed_tokens = Settle::usage();
+/// let kib = Settle::by(|sent| u32::try_from(sent.body_bytes().div_ceil(1024)).unwrap_or(u32::MAX));
+/// # let _ = (bytes, failures, tokens, streamed_tokens, kib);
+/// ```
+#[derive(Clone)]
+pub struct Settle {
+    cost: CostFn,
+    keep: Option<HeaderName>,
+    settlements: Arc<Settlements>,
+}
+
+impl fmt::Debug for Settle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settle")
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settle {
+    /// The request costs `cost(&sent)` units.
+    pub fn by(cost: impl Fn(&Sent<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        Self {
+            cost: Arc::new(cost),
+            keep: None,
+            settlements: Arc::default(),
+        }
+    }
+
+    /// Keep the response header `name` from the head until the
+    /// settlement, so the cost function can read it with
+    /// [`Sent::header`]. One header only, replacing any kept before:
+    /// copying every response's headers would cost every request.
+    pub fn keeping(mut self, name: HeaderName) -> Self {
+        self.keep = Some(name);
+        self
+    }
+
+    pub(crate) fn with_own_counters(self) -> Self {
+        Self {
+            settlements: Arc::default(),
+            ..self
+        }
+    }
+
+    /// One unit per byte of body sent ([`Sent::body_bytes`]), saturating
+    /// at `u32::MAX`.
+    pub fn body_bytes() -> Self {
+        Self::by(|sent| saturate(sent.body_bytes()))
+    }
+
+    /// Only server errors count: a 5xx keeps what its check charged, any
+    /// other status is refunded in full (limit failing requests, as a
+    /// circuit breaker or a login throttle does).
+    pub fn server_errors() -> Self {
+        Self::by(|sent| {
+            if sent.status().is_server_error() {
+                sent.admitted()
+            } else {
+                0
+            }
+        })
+    }
+
+    /// The count in the header `name` (a decimal integer, e.g. the tokens
+    /// an LLM call used), read from the trailers if the body sent them,
+    /// else from the response head. A response without a readable count
+    /// keeps what its check charged.
+    pub fn count_in(name: HeaderName) -> Self {
+        let read = name.clone();
+        Self::by(move |sent| sent.count(&read).unwrap_or(sent.admitted())).keeping(name)
+    }
+
+    /// The count in the response's [`Usage`] extension, as it stands when
+    /// the body ends (the handler may add to it while it streams). A
+    /// response without one keeps what its check charged.
+    pub fn usage() -> Self {
+        Self::by(|sent| sent.usage().map_or(sent.admitted(), saturate))
+    }
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// What a response turned out to be, for a [`Settle`] cost function.
+#[derive(Debug)]
+pub struct Sent<'a> {
+    status: StatusCode,
+    body_bytes: u64,
+    completed: bool,
+    admitted: u32,
+    kept: Option<(&'a HeaderName, &'a HeaderValue)>,
+    trailers: Option<&'a HeaderMap>,
+    usage: Option<u64>,
+}
+
+impl Sent<'_> {
+    /// The response's status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Bytes of body data handed to the server to send: all of it for a
+    /// body that ended, what went out before the client left for one cut
+    /// short (a frame the server had taken but not yet written counts).
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    /// Whether the body reached its end; `false` when it failed or was
+    /// dropped first (the client went away, the connection broke).
+    pub fn completed(&self) -> bool {
+        self.completed
+    }
+
+    /// What the check admitting the request charged.
+    pub fn admitted(&self) -> u32 {
+        self.admitted
+    }
+
+    /// The trailers, if the body sent them.
+    pub fn trailers(&self) -> Option<&HeaderMap> {
+        self.trailers
+    }
+
+    /// The header `name`: from the trailers if they have it, else from the
+    /// response head if the [`Settle`] keeps it ([`Settle::keeping`]).
+    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        self.trailers.and_then(|t| t.get(name)).or_else(|| {
+            self.kept
+                .and_then(|(kept, value)| (kept == name).then_some(value))
+        })
+    }
+
+    /// The decimal count in the header `name` ([`header`](Self::header)),
+    /// saturating at `u32::MAX`; `None` if it is absent or not a number.
+    pub fn count(&self, name: &HeaderName) -> Option<u32> {
+        let digits = self.header(name)?.to_str().ok()?.trim();
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(saturate(digits.bytes().fold(0u64, |n, b| {
+            n.saturating_mul(10).saturating_add(u64::from(b - b'0'))
+        })))
+    }
+
+    /// The count of the response's [`Usage`] extension, if it had one.
+    pub fn usage(&self) -> Option<u64> {
+        self.usage
+    }
+}
+
+/// A count a handler reports with its response, for [`Settle::usage`]:
+/// put a clone in the response's extensions and add to it while the body
+/// streams (the tokens of a streamed LLM answer); the layer reads it when
+/// the body ends.
+///
+/// ```
+/// use axum::body::Body;
+/// use axum::response::Response;
+/// use weir_rate::http::Usage;
+///
+/// async fn generate() -> Response {
+///     let usage = Usage::new();
+///     let mut response = Response::new(Body::from("one two three"));
+///     response.extensions_mut().insert(usage.clone());
+///     usage.add(3); // as the tokens are produced
+///     response
+/// }
+/// # let _ = generate;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Usage(Arc<AtomicU64>);
+
+impl Usage {
+    /// A count of zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add `n`, saturating.
+    pub fn add(&self, n: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_add(n))
+            });
+    }
+
+    /// Replace the count with `n`.
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
+    /// The count now.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Settles one admission: what a settling layer holds for it.
+pub(crate) trait Settler<K>: Send + Sync {
+    /// The layer's rule.
+    fn rule(&self) -> &Settle;
+
+    /// Settle `admitted` (a check of `from` units) for `key` at `to`,
+    /// reporting a failure.
+    fn settle(&self, key: &K, admitted: &Decision, from: u32, to: u32);
+
+    /// Report a settlement of a check of `from` units that could not even
+    /// be attempted.
+    fn failed(&self, from: u32, why: &dyn fmt::Display);
+}
+
+/// Settle through `checker`, and report what happened: a settlement that
+/// fails (now, or in the task that finishes one a backend answers later)
+/// is counted and logged, never dropped silently.
+pub(crate) fn settle_through<Ch, K>(
+    checker: &Ch,
+    key: &K,
+    admitted: &Decision,
+    (from, to): (u32, u32),
+    policy: &Arc<str>,
+    rule: &Settle,
+) where
+    Ch: SettleKey<K> + ?Sized,
+    K: ?Sized,
+{
+    let settled = match Settlement::of(admitted, from, to) {
+        Settlement::Keep => return,
+        Settlement::Refund(_) => Settled::Refund,
+        Settlement::Charge(_) => Settled::Charge,
+    };
+    let report = Report {
+        policy: Arc::clone(policy),
+        settlements: Arc::clone(&rule.settlements),
+        from,
+        to,
+        settled,
+    };
+    let mut settling = checker.settle_key(key, admitted, from, to);
+    // In-process limiters have settled by now; only a round trip waits.
+    let mut cx = Context::from_waker(Waker::noop());
+    match Pin::new(&mut settling).poll(&mut cx) {
+        Poll::Ready(result) => report.outcome(result),
+        Poll::Pending => match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { report.outcome(settling.await) });
+            }
+            Err(_) => report.failure(&"no tokio runtime to finish it on"),
+        },
+    }
+}
+
+/// Where a settlement's outcome is told.
+struct Report {
+    policy: Arc<str>,
+    settlements: Arc<Settlements>,
+    from: u32,
+    to: u32,
+    settled: Settled,
+}
+
+impl Report {
+    fn outcome<E: std::error::Error>(&self, result: Result<(), E>) {
+        match result {
+            Ok(()) => self.settlements.count(&self.policy, self.settled),
+            Err(error) => self.failure(&error),
+        }
+    }
+
+    fn failure(&self, why: &dyn fmt::Display) {
+        self.settlements.count(&self.policy, Settled::Error);
+        tracing::warn!(
+            limiter = %self.policy,
+            from = self.from,
+            to = self.to,
+            "weir-rate: a settlement failed ({why}); the key keeps the {} units its check charged instead of {}",
+            self.from,
+            self.to,
+        );
+    }
+}
+
+/// Report a settlement of a check of `from` units that could not be
+/// attempted.
+pub(crate) fn failed(policy: &Arc<str>, rule: &Settle, from: u32, why: &dyn fmt::Display) {
+    Report {
+        policy: Arc::clone(policy),
+        settlements: Arc::clone(&rule.settlements),
+        from,
+        to: from,
+        settled: Settled::Error,
+    }
+    .failure(why);
+}
+
+/// What the head of a response told, kept until the settlement.
+struct Head {
+    status: StatusCode,
+    kept: Option<HeaderValue>,
+    usage: Option<Usage>,
+}
+
+/// One admitted request's claim to a settlement: carried by the response
+/// future, then held by the response body ([`SettleBody`]) until it ends;
+/// the settlement runs when it is dropped, exactly once. A request that
+/// never got a response (its future dropped, the service failed) keeps
+/// what its check charged.
+pub struct SettleGuard<K> {
+    settler: Arc<dyn Settler<K>>,
+    key: K,
+    admitted: Decision,
+    /// The cost the admitting check asked for.
+    checked: u32,
+    head: Option<Head>,
+    body_bytes: u64,
+    trailers: Option<HeaderMap>,
+    completed: bool,
+}
+
+/// The response body of a settling [`RateLimitLayer`](super::RateLimitLayer):
+/// counted as it streams, settled when it ends or is dropped.
+pub type SettleBody<B, K> = CountedBody<B, SettleGuard<K>>;
+
+impl<K> fmt::Debug for SettleGuard<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SettleGuard")
+            .field("checked", &self.checked)
+            .field("body_bytes", &self.body_bytes)
+            .field("completed", &self.completed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> SettleGuard<K> {
+    pub(crate) fn new(
+        settler: Arc<dyn Settler<K>>,
+        key: K,
+        admitted: Decision,
+        checked: u32,
+    ) -> Self {
+        Self {
+            settler,
+            key,
+            admitted,
+            checked,
+            head: None,
+            body_bytes: 0,
+            trailers: None,
+            completed: false,
+        }
+    }
+
+    fn seen(&mut self, seen: Seen<'_>) {
+        match seen {
+            Seen::Data(n) => self.body_bytes = self.body_bytes.saturating_add(n),
+            Seen::Trailers(trailers) => self.trailers = Some(trailers.clone()),
+            Seen::End => self.completed = true,
+        }
+    }
+}
+
+impl<K> Drop for SettleGuard<K> {
+    fn drop(&mut self) {
+        let Some(head) = self.head.take() else {
+            return;
+        };
+        let rule = self.settler.rule();
+        let sent = Sent {
+            status: head.status,
+            body_bytes: self.body_bytes,
+            completed: self.completed,
+            admitted: self.checked,
+            kept: rule.keep.as_ref().zip(head.kept.as_ref()),
+            trailers: self.trailers.as_ref(),
+            usage: head.usage.as_ref().map(Usage::get),
+        };
+        // A panicking cost function must not take the connection down
+        // (nor abort the process, were this drop part of an unwind).
+        let cost = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (rule.cost)(&sent)));
+        match cost {
+            Ok(cost) => self
+                .settler
+                .settle(&self.key, &self.admitted, self.checked, cost),
+            Err(_) => self
+                .settler
+                .failed(self.checked, &"the cost function panicked"),
+        }
+    }
+}
+
+/// How a response future hands its response on: as it is, or wrapped to
+/// settle when its body ends. Not nameable outside the crate.
+pub trait Finish<B>: Sized {
+    /// The body of the response handed on.
+    type Body;
+
+    /// `response`, with `ticket` (if any) attached.
+    fn finish(ticket: Option<Self>, response: Response<B>) -> Response<Self::Body>;
+}
+
+impl<B> Finish<B> for () {
+    type Body = B;
+
+    #[inline]
+    fn finish(_: Option<()>, response: Response<B>) -> Response<B> {
+        response
+    }
+}
+
+impl<B: http_body::Body, K> Finish<B> for SettleGuard<K> {
+    type Body = SettleBody<B, K>;
+
+    fn finish(ticket: Option<Self>, response: Response<B>) -> Response<Self::Body> {
+        let Some(mut guard) = ticket else {
+            return response.map(CountedBody::uncounted);
+        };
+        let kept = guard
+            .settler
+            .rule()
+            .keep
+            .as_ref()
+            .and_then(|name| response.headers().get(name))
+            .cloned();
+        guard.head = Some(Head {
+            status: response.status(),
+            kept,
+            usage: response.extensions().get::<Usage>().cloned(),
+        });
+        response.map(|body| CountedBody::watched(body, guard, Self::seen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::http::{GlobalKey, RateLimitLayer};
+    use crate::{CheckKeyAsync, FixedWindow, KeyedLimiter, NeverAllowed, Quota};
+    use http::Request;
+    use http_body::{Body, Frame};
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+    use std::sync::Mutex;
+    use tower::{Layer, Service, ServiceExt};
+
+    type Limiter = KeyedLimiter<(), FixedWindow, ManualClock>;
+
+    fn limiter(n: u32) -> Arc<Limiter> {
+        let quota = Quota::per_minute(NonZeroU32::new(n).unwrap());
+        Arc::new(KeyedLimiter::with_clock(
+            FixedWindow::new(quota),
+            ManualClock::new(),
+        ))
+    }
+
+    /// Units left for the key, without spending them.
+    fn left(limiter: &Limiter) -> u32 {
+        limiter.peek_n(&(), 0).unwrap().remaining()
+    }
+
+    /// A body of the given chunks, of unknown length until they are gone.
+    #[derive(Default)]
+    struct Chunks(VecDeque<&'static str>);
+
+    impl Body for Chunks {
+        type Data = bytes::Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<bytes::Bytes>, Infallible>>> {
+            Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|c| Ok(Frame::data(bytes::Bytes::from(c)))),
+            )
+        }
+    }
+
+    fn chunks(parts: &[&'static str]) -> Chunks {
+        Chunks(parts.iter().copied().collect())
+    }
+
+    /// What each settlement saw: (status, body bytes, completed, admitted).
+    type Seen = Arc<Mutex<Vec<(u16, u64, bool, u32)>>>;
+
+    fn recording() -> (Settle, Seen) {
+        let seen = Seen::default();
+        let log = Arc::clone(&seen);
+        let settle = Settle::by(move |sent| {
+            log.lock().unwrap().push((
+                sent.status().as_u16(),
+                sent.body_bytes(),
+                sent.completed(),
+                sent.admitted(),
+            ));
+            saturate(sent.body_bytes())
+        });
+        (settle, seen)
+    }
+
+    async fn frames<B: Body + Unpin>(body: &mut B, n: usize) {
+        for _ in 0..n {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+            assert!(matches!(frame, Some(Ok(_))));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_mid_stream_settles_once_for_what_it_sent() {
+        let limiter = limiter(100);
+        let (settle, seen) = recording();
+        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+            .settle(settle)
+            .layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(chunks(&["abc", "defg", "hi"])))
+            }));
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(left(&limiter), 99, "admitted at 1");
+        let mut body = response.into_body();
+        frames(&mut body, 2).await;
+        assert!(seen.lock().unwrap().is_empty(), "still streaming");
+        drop(body);
+        assert_eq!(*seen.lock().unwrap(), [(200, 7, false, 1)]);
+        assert_eq!(left(&limiter), 93, "charged the 7 bytes sent");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_says_it_has_ended_settles_as_complete_and_empty_ones_at_once() {
+        let limiter = limiter(100);
+        let (settle, seen) = recording();
+        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+            .settle(settle)
+            .layer(tower::service_fn(|req: Request<()>| async move {
+                let body = if req.uri().path() == "/empty" {
+                    String::new()
+                } else {
+                    "hello".to_string()
+                };
+                Ok::<_, Infallible>(Response::new(body))
+            }));
+        // A known-length body: its last frame ends it, and hyper drops it
+        // without polling again; that is still a complete body.
+        let mut body = service
+            .clone()
+            .oneshot(Request::new(()))
+            .await
+            .unwrap()
+            .into_body();
+        frames(&mut body, 1).await;
+        assert_eq!(*seen.lock().unwrap(), [(200, 5, true, 1)]);
+        drop(body);
+        assert_eq!(seen.lock().unwrap().len(), 1, "exactly once");
+        assert_eq!(left(&limiter), 95);
+        // An empty body has ended before it is sent: settled right away.
+        let request = Request::get("/empty").body(()).unwrap();
+        let response = service.oneshot(request).await.unwrap();
+        assert_eq!(seen.lock().unwrap()[1], (200, 0, true, 1));
+        assert_eq!(left(&limiter), 95, "refunded its admission");
+        drop(response);
+        assert_eq!(seen.lock().unwrap().len(), 2, "exactly once");
+    }
+
+    #[tokio::test]
+    async fn requests_without_a_response_or_denied_or_let_through_settle_nothing() {
+        let limiter = limiter(2);
+        let (settle, seen) = recording();
+        let failing = tower::service_fn(|req: Request<()>| async move {
+            if req.uri().path() == "/fail" {
+                Err("broken")
+            } else {
+                Ok(Response::new(String::new()))
+            }
+        });
+        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+            .settle(settle.clone())
+            .layer(failing);
+        // The service failed: no response, so the check's charge stands.
+        let failed = service
+            .clone()
+            .oneshot(Request::get("/fail").body(()).unwrap())
+            .await;
+        assert!(failed.is_err());
+        // Cancelled before the service answered: the same.
+        let mut pending = service.clone();
+        let future = pending.call(Request::new(()));
+        drop(future);
+        assert_eq!(left(&limiter), 0);
+        let denied = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        drop(denied);
+        // In shadow mode a denial is let through but spent nothing.
+        let shadow = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+            .shadow(true)
+            .settle(settle)
+            .layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new("let through".to_string()))
+            }));
+        let response = shadow.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.headers()["x-ratelimit-shadow"], "denied");
+        drop(response);
+        assert!(seen.lock().unwrap().is_empty());
+        assert_eq!(left(&limiter), 0);
+    }
+
+    /// A checker that answers after a real wait, settling in process.
+    struct Slow(Arc<Limiter>);
+
+    impl CheckKeyAsync<()> for Slow {
+        type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+        fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+            let outcome = self.0.check_n(key, cost);
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                outcome
+            })
+        }
+    }
+
+    impl SettleKey<()> for Slow {
+        type Error = Infallible;
+        type Settling = Pin<Box<dyn Future<Output = Result<(), Infallible>> + Send>>;
+
+        fn settle_key(&self, _: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+            let limiter = Arc::clone(&self.0);
+            let admitted = *admitted;
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                limiter.settle_key(&(), &admitted, from, to).await
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn limiters_that_must_wait_settle_in_a_task() {
+        let limiter = limiter(100);
+        let service = RateLimitLayer::new(Slow(Arc::clone(&limiter)), GlobalKey)
+            .cost_fn(|_: &Request<()>| 10)
+            .settle(Settle::body_bytes())
+            .layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(chunks(&["abc", "de"])))
+            }));
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(left(&limiter), 90);
+        let mut body = response.into_body();
+        frames(&mut body, 2).await;
+        let end = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        assert!(end.is_none());
+        for _ in 0..200 {
+            if left(&limiter) == 95 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        panic!(
+            "never refunded down to the 5 bytes sent: {} left",
+            left(&limiter)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_cost_function_keeps_the_check_and_spares_the_connection() {
+        let limiter = limiter(100);
+        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+            .cost_fn(|_: &Request<()>| 3)
+            .settle(Settle::by(|_| panic!("a bug in the cost function")))
+            .layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }));
+        let response = service.oneshot(Request::new(())).await.unwrap();
+        drop(response);
+        assert_eq!(left(&limiter), 97);
+    }
+
+    #[test]
+    fn counts_in_headers_are_decimal_and_saturate() {
+        let name = HeaderName::from_static("x-tokens-used");
+        let mut trailers = HeaderMap::new();
+        let sent = |value: &'static str, trailers: &mut HeaderMap| {
+            trailers.insert(name.clone(), HeaderValue::from_static(value));
+        };
+        let count = |trailers: &HeaderMap| {
+            Sent {
+                status: StatusCode::OK,
+                body_bytes: 0,
+                completed: true,
+                admitted: 1,
+                kept: None,
+                trailers: Some(trailers),
+                usage: None,
+            }
+            .count(&name)
+        };
+        for (value, expected) in [
+            ("42", Some(42)),
+            (" 7 ", Some(7)),
+            ("99999999999999999999999", Some(u32::MAX)),
+            ("4294967296", Some(u32::MAX)),
+            ("-1", None),
+            ("1e3", None),
+            ("", None),
+            ("0x10", None),
+        ] {
+            sent(value, &mut trailers);
+            assert_eq!(count(&trailers), expected, "{value:?}");
+        }
+        let kept = HeaderValue::from_static("12");
+        let head_only = Sent {
+            status: StatusCode::OK,
+            body_bytes: 0,
+            completed: true,
+            admitted: 1,
+            kept: Some((&name, &kept)),
+            trailers: None,
+            usage: None,
+        };
+        assert_eq!(head_only.count(&name), Some(12));
+        assert_eq!(head_only.count(&HeaderName::from_static("other")), None);
+    }
+
+    #[test]
+    fn usage_adds_saturating() {
+        let usage = Usage::new();
+        let shared = usage.clone();
+        shared.add(5);
+        usage.add(u64::MAX);
+        assert_eq!(shared.get(), u64::MAX);
+        usage.set(3);
+        assert_eq!(shared.get(), 3);
+    }
+}
