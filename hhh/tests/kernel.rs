@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use weir_hhh::clock::{ManualClock, Timestamp};
-use weir_hhh::kernel::{KernelFilter, KernelStats, ethernet_frame};
+use weir_hhh::kernel::{KernelFilter, KernelStats};
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Addr, Port, Scenario, ScenarioOutcome, Stream};
 use weir_hhh::sketch::{Layout, Shape};
-use weir_hhh::tuple::udp_packet;
+use weir_hhh::test_util::{ethernet_frame, paper, udp_packet};
 use weir_hhh::{
     Classifier, ClassifierBuilder, FixedRate, FourTuple, Generalisation, Limited, ParseError,
     Prefixes, Verdict,
@@ -101,7 +101,7 @@ fn replay_both(
     let mut filter = load_or_skip(test, builder())?;
     let coin = SharedCoin::default();
     let rake = builder().random(coin.clone()).build().unwrap();
-    let epoch = rake.window();
+    let epoch = rake.level_windows()[0];
     let mut coins = SplitMix64::new(99);
     let user = sim::run_with(
         scenario,
@@ -263,8 +263,8 @@ fn summary(o: &ScenarioOutcome) -> Vec<(String, u64, u64, [u64; 5])> {
 
 #[test]
 fn kernel_and_classifier_agree_packet_for_packet() {
-    let (_, _, limit1, s1) = sim::paper::all().remove(0);
-    let (_, _, limit2, s2) = sim::paper::all().remove(1);
+    let (_, _, limit1, s1) = paper::all().remove(0);
+    let (_, _, limit2, s2) = paper::all().remove(1);
     type MakeBuilder = Box<dyn Fn(u64) -> ClassifierBuilder>;
     let cases: Vec<(&str, u64, Scenario, MakeBuilder)> = vec![
         (
@@ -288,7 +288,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         (
             "paper scenario 1 (IPv4), blocked layout 3 x 1000",
             limit1,
-            shorten(sim::paper::all().remove(0).3, 10),
+            shorten(paper::all().remove(0).3, 10),
             Box::new(|limit| {
                 Classifier::builder(limit)
                     .seed(4)
@@ -298,7 +298,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
         (
             "paper scenario 1 (IPv4), blocked layout 2 x 1024 (a program compiled for it)",
             limit1,
-            shorten(sim::paper::all().remove(0).3, 10),
+            shorten(paper::all().remove(0).3, 10),
             Box::new(|limit| {
                 Classifier::builder(limit)
                     .seed(5)
@@ -343,7 +343,7 @@ fn kernel_and_classifier_agree_packet_for_packet() {
 /// only the default's and one blocked layout's.
 #[test]
 fn every_compiled_program_loads_and_agrees_with_the_classifier() {
-    let (_, _, limit, s1) = sim::paper::all().remove(0);
+    let (_, _, limit, s1) = paper::all().remove(0);
     let scenario = shorten(s1, 6);
     let shapes = [
         Shape::rows::<1, 1024>(),
@@ -370,7 +370,7 @@ fn every_compiled_program_loads_and_agrees_with_the_classifier() {
 
 #[test]
 fn kernel_random_coin_holds_the_same_rates_as_the_classifier() {
-    let (_, _, limit, s1) = sim::paper::all().remove(0);
+    let (_, _, limit, s1) = paper::all().remove(0);
     let scenario = shorten(s1, 60);
     let Some(Replayed { user, kernel, .. }) = replay_both(
         "kernel_random_coin_holds_the_same_rates_as_the_classifier",
@@ -636,8 +636,9 @@ fn kernel_and_classifier_publish_the_same_counts() {
     else {
         return;
     };
+    let clock = ManualClock::new();
     let rake = builder()
-        .clock(ManualClock::new())
+        .clock(clock.clone())
         .random(ConstantRandom(u32::MAX))
         .build()
         .unwrap();
@@ -674,7 +675,7 @@ fn kernel_and_classifier_publish_the_same_counts() {
             filter
                 .test_run_at(&frame, now, Some(u32::MAX))
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            rake.clock().set(Duration::from_nanos(now));
+            clock.set(Duration::from_nanos(now));
             let _ = rake.classify_packet(packet);
         }
     }
