@@ -80,3 +80,8 @@ pub use tuple::{Attribution, FourTuple, Layer, ParseError, TupleV4, TupleV6, UNK
 pub use weir_limits::ConfigError;
 /// A packet rate in fixed point: the [`Limited::rate`] and limit of a verdict.
 pub use weir_rate::ewma::FixedRate;
+
+// The README's examples run as doc tests too (its kernel example needs `bpf`).
+#[cfg(all(doctest, feature = "bpf"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
