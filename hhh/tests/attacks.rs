@@ -1,7 +1,7 @@
 //! Attacks on the user-space limiter that stay in CI: hostile packets (the
 //! classification rule: what can be attributed to a source is never passed
 //! unclassified), wild caller-supplied times, and a spray of distinct
-//! sources. The kernel filter meets the same packets in `tests/kernel.rs`.
+//! sources. The kernel filter meets the same packets in `tests/kernel/`.
 #![cfg(not(loom))]
 
 mod hostile;

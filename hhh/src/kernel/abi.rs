@@ -14,7 +14,7 @@
 //! straight-line code; [`Config::program`] picks the one that fits. With
 //! the time and the coin pinned (`KernelFilter::test_run_at`, feature
 //! `test-util`), the kernel's verdicts equal the classifier's packet for
-//! packet; `tests/kernel.rs` checks it.
+//! packet; `tests/kernel/` checks it.
 
 use super::KernelError;
 use crate::FixedRate;
