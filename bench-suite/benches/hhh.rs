@@ -7,7 +7,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use weir_bench_suite::hhh::{tuples, unlimited};
 use weir_hhh::FourTuple;
-use weir_hhh::tuple::udp_packet;
+use weir_hhh::test_util::udp_packet;
 use weir_limits::clock::Timestamp;
 use weir_limits::sketch::Layout;
 

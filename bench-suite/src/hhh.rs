@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 use weir_hhh::random::{RandomSource, SeededRandom};
 use weir_hhh::sim::{self, Scenario};
-use weir_hhh::tuple::udp_packet;
+use weir_hhh::test_util::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
 use weir_limits::clock::Timestamp;
@@ -187,7 +187,7 @@ pub fn publish_cost_ns<R: RandomSource>(
 
 /// The paper's scenarios, as `(file stem, title, limit, scenario)`.
 pub fn scenarios() -> Vec<(&'static str, &'static str, u64, Scenario)> {
-    weir_hhh::sim::paper::all()
+    weir_hhh::test_util::paper::all()
 }
 
 /// The weir-hhh section of the report.

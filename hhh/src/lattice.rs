@@ -1,20 +1,6 @@
-//! The lattice of generalisations of a 4-tuple (rakelimit's hierarchy).
-//!
-//! The destination address always stays exact (a limiter protects its own
-//! addresses). The other three fields may each be generalised:
-//!
-//! | field | steps |
-//! |---|---|
-//! | source address | exact (`/32`, `/128`) → subnet (`/24`, `/48`) → any (`/0`) |
-//! | source port | exact → any |
-//! | destination port | exact → any |
-//!
-//! That gives 3 × 2 × 2 = 12 [`Generalisation`]s. The **level** of a
-//! generalisation is the number of steps taken: 1 generalisation at level 0
-//! (the exact 4-tuple), 3 at level 1, 4 at level 2, 3 at level 3 and 1 at
-//! level 4 (everything sent to one destination address). The prefix lengths
-//! for "exact" and "subnet" source addresses are configurable
-//! ([`Prefixes`]).
+//! The lattice of generalisations of a 4-tuple (rakelimit's hierarchy):
+//! its twelve nodes in level order, and the source prefixes that define
+//! "exact" and "subnet" addresses.
 
 use crate::ClassifierConfigError;
 use crate::tuple::{FourTuple, TupleV4, TupleV6};
@@ -22,6 +8,13 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// How much of the source address a generalisation keeps.
+///
+/// ```
+/// use weir_hhh::{AddrScope, Generalisation};
+///
+/// let subnets = Generalisation::ALL.iter().filter(|g| g.src == AddrScope::Subnet).count();
+/// assert_eq!(subnets, 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AddrScope {
     /// The "exact" prefix (`/32` and `/128` by default).
@@ -33,6 +26,14 @@ pub enum AddrScope {
 }
 
 /// Whether a generalisation keeps a port.
+///
+/// ```
+/// use weir_hhh::{Generalisation, PortScope};
+///
+/// // The most general node keeps neither port.
+/// let everything = Generalisation::ALL[11];
+/// assert_eq!((everything.src_port, everything.dst_port), (PortScope::Any, PortScope::Any));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PortScope {
     /// The port as sent.
@@ -41,16 +42,31 @@ pub enum PortScope {
     Any,
 }
 
-/// One node of the lattice: which parts of the source address and which
-/// ports are kept (the destination address is always kept).
+/// One node of rakelimit's lattice: which parts of the source address and
+/// which ports a sketch keys its packets by.
+///
+/// The destination address always stays exact (a limiter protects its own
+/// addresses). The other three fields may each be generalised:
+///
+/// | field | steps |
+/// |---|---|
+/// | source address | exact (`/32`, `/128`) → subnet (`/24`, `/48`) → any (`/0`) |
+/// | source port | exact → any |
+/// | destination port | exact → any |
+///
+/// That gives 3 × 2 × 2 = 12 generalisations ([`ALL`](Self::ALL)). The
+/// **level** of a generalisation is the number of steps taken: 1 at level 0
+/// (the exact 4-tuple), 3 at level 1, 4 at level 2, 3 at level 3 and 1 at
+/// level 4 (everything sent to one destination address). The prefix lengths
+/// of "exact" and "subnet" source addresses are configurable
+/// ([`Prefixes`]).
 ///
 /// ```
 /// use weir_hhh::{AddrScope, Generalisation, PortScope};
 ///
-/// assert_eq!(Generalisation::ALL.len(), 12);
-/// let g = Generalisation::new(AddrScope::Subnet, PortScope::Any, PortScope::Exact);
+/// let g = Generalisation { src: AddrScope::Subnet, src_port: PortScope::Any, dst_port: PortScope::Exact };
 /// assert_eq!(g.level(), 2);
-/// assert_eq!(Generalisation::ALL[g.index()], g);
+/// assert!(Generalisation::ALL.contains(&g));
 /// assert_eq!(g.to_string(), "src/subnet:* -> dst:dport");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,10 +80,10 @@ pub struct Generalisation {
 }
 
 /// Number of generalisations in the lattice.
-pub const GENERALISATIONS: usize = 12;
+pub(crate) const GENERALISATIONS: usize = 12;
 
 /// Number of levels in the lattice (0 to 4).
-pub const LEVELS: usize = 5;
+pub(crate) const LEVELS: usize = 5;
 
 /// For each level, the range of indices into [`Generalisation::ALL`].
 pub(crate) const LEVEL_RANGES: [(usize, usize); LEVELS] =
@@ -107,11 +123,6 @@ impl Generalisation {
         ]
     };
 
-    /// A generalisation.
-    pub const fn new(src: AddrScope, src_port: PortScope, dst_port: PortScope) -> Self {
-        g(src, src_port, dst_port)
-    }
-
     /// Number of generalisation steps taken (0–4).
     pub const fn level(self) -> u8 {
         let src = match self.src {
@@ -124,7 +135,7 @@ impl Generalisation {
     }
 
     /// Position in [`Generalisation::ALL`].
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         // Twelve entries: a scan is as fast as anything cleverer.
         Self::ALL
             .iter()
@@ -150,12 +161,16 @@ impl Generalisation {
     /// The tuple as this generalisation sees it: the source address masked
     /// to the kept prefix, dropped ports set to 0.
     ///
-    /// ```
-    /// use weir_hhh::{AddrScope, FourTuple, Generalisation, PortScope, Prefixes};
+    /// With the classifier's [`prefixes`](crate::Classifier::prefixes),
+    /// this names the aggregate a drop was charged to:
     ///
+    /// ```
+    /// use weir_hhh::{AddrScope, Classifier, FourTuple, Generalisation, PortScope};
+    ///
+    /// let rake = Classifier::try_new(1_000).unwrap();
     /// let t = FourTuple::from_socket_addrs("10.1.2.3:999".parse().unwrap(), "10.0.0.1:53".parse().unwrap());
-    /// let g = Generalisation::new(AddrScope::Subnet, PortScope::Any, PortScope::Exact);
-    /// assert_eq!(g.apply(&t, &Prefixes::default()).to_string(), "10.1.2.0:0 -> 10.0.0.1:53");
+    /// let g = Generalisation { src: AddrScope::Subnet, src_port: PortScope::Any, dst_port: PortScope::Exact };
+    /// assert_eq!(g.apply(&t, &rake.prefixes()).to_string(), "10.1.2.0:0 -> 10.0.0.1:53");
     /// ```
     pub fn apply(self, tuple: &FourTuple, prefixes: &Prefixes) -> FourTuple {
         let port = |scope: PortScope, p: u16| match scope {
@@ -198,17 +213,20 @@ impl fmt::Display for Generalisation {
     }
 }
 
-/// Prefix lengths of "exact" and "subnet" source addresses.
+/// Prefix lengths of "exact" and "subnet" source addresses
+/// ([`ClassifierBuilder::prefixes`](crate::ClassifierBuilder::prefixes)):
+/// `subnet ≤ exact ≤` the address length, for both families.
 ///
 /// ```
-/// use weir_hhh::Prefixes;
+/// use weir_hhh::{Classifier, ClassifierConfigError, Prefixes};
 ///
 /// let p = Prefixes::default();
 /// assert_eq!((p.v4_exact, p.v4_subnet, p.v6_exact, p.v6_subnet), (32, 24, 128, 48));
 /// // rakelimit's IPv6 choice: a /64 counts as one host.
-/// let rake = Prefixes { v6_exact: 64, ..Prefixes::default() };
-/// assert!(rake.validate().is_ok());
-/// assert!(Prefixes { v4_subnet: 33, ..p }.validate().is_err());
+/// let rake = Classifier::builder(1_000).prefixes(Prefixes { v6_exact: 64, ..p }).build();
+/// assert!(rake.is_ok());
+/// let bad = Classifier::builder(1_000).prefixes(Prefixes { v4_subnet: 33, ..p }).build();
+/// assert!(matches!(bad, Err(ClassifierConfigError::InvalidPrefix { family: "IPv4", .. })));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prefixes {
@@ -235,7 +253,7 @@ impl Default for Prefixes {
 
 impl Prefixes {
     /// Check `subnet ≤ exact ≤ address length` for both families.
-    pub fn validate(&self) -> Result<(), ClassifierConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ClassifierConfigError> {
         if self.v4_subnet > self.v4_exact || self.v4_exact > 32 {
             return Err(ClassifierConfigError::InvalidPrefix {
                 family: "IPv4",

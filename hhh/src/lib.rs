@@ -1,81 +1,87 @@
-//! weir-hhh: rakelimit's fair-share flood limiter for UDP services, in user
-//! space.
+//! A fair-share flood limiter for UDP services: Cloudflare's rakelimit
+//! (hierarchical heavy hitters over the 4-tuple) in user space, and the same
+//! algorithm as an in-kernel socket filter.
 //!
 //! A [`Classifier`] watches the packet rate of every generalisation of each
-//! packet's 4-tuple (the exact tuple, its source subnet, any source port, ...;
-//! twelve in all, see [`lattice`]) with count-min sketches of EWMA rates, and
-//! limits floods at the most specific generalisation that explains them:
-//! a flood from one address and port is held to the limit while the rest of
-//! its subnet is untouched; a reflection attack from thousands of addresses
-//! but one source port is held as one stream. Every drop says why
-//! ([`Verdict`], [`Limited`]).
-//!
-//! * [`Classifier`] / [`ClassifierBuilder`] — the limiter, with injectable clock and
-//!   randomness for deterministic tests.
-//! * [`FourTuple`] — the input, from socket addresses or parsed from raw
-//!   IPv4/IPv6 UDP packets ([`mod@tuple`]).
-//! * `udp` (feature `tokio`, on by default) — a guarded tokio UDP socket
-//!   that drops flood packets before the application sees them.
-//! * `kernel` (feature `bpf`) — the same filter as a BPF socket filter,
-//!   dropping floods in the kernel.
-//! * [`sim`] — replay the paper's scenarios (floods beside legitimate
-//!   streams) on a simulated clock.
-//! * Feature `metrics` — the counts through the `metrics` facade,
-//!   published on demand (nothing per packet): packets passed and dropped
-//!   per level and generalisation and `classify_packet`'s parse outcomes
-//!   (`Classifier::publish_metrics`: `weir_hhh_unlimited_packets_total`,
-//!   `weir_hhh_limited_packets_total`, `weir_hhh_parsed_packets_total`),
-//!   and the kernel filter's counters (`KernelFilter::publish_metrics`:
-//!   `weir_hhh_kernel_*`).
+//! packet's 4-tuple (the exact tuple, its source subnet, any source port,
+//! ...; twelve in all, see [`Generalisation`]) and limits floods at the
+//! most specific generalisation that explains them: a flood from one address
+//! and port is held to the limit while the rest of its subnet is untouched;
+//! a reflection attack from thousands of addresses but one source port is
+//! held as one stream. Every drop says why ([`Verdict`], [`Limited`]).
 //!
 //! ```
 //! use weir_hhh::{Classifier, FourTuple, Verdict};
 //!
-//! let rake = Classifier::try_new(100).unwrap(); // packets per second
+//! let rake = Classifier::try_new(100)?; // packets per second, per generalisation
 //! let tuple = FourTuple::from_socket_addrs(
-//!     "203.0.113.9:40000".parse().unwrap(),
-//!     "192.0.2.1:443".parse().unwrap(),
+//!     "203.0.113.9:40000".parse()?,
+//!     "192.0.2.1:443".parse()?,
 //! );
 //! match rake.classify(&tuple) {
 //!     Verdict::Drop(why) => eprintln!("dropped: {why}"),
 //!     _ => { /* deliver */ }
 //! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! * [`Classifier`] / [`ClassifierBuilder`]: the limiter, with an injectable
+//!   [`clock`] and [`random`] source for deterministic tests.
+//! * [`FourTuple`]: the input, from socket addresses or read from raw
+//!   IPv4/IPv6 packets ([`FourTuple::attribute`]).
+//! * `udp` (feature `tokio`, on by default): a tokio UDP socket that drops
+//!   flood packets before the application sees them.
+//! * `kernel` (feature `bpf`): the same limiter as a BPF socket filter,
+//!   dropping floods before they cost a wake-up, a copy or a system call.
+//! * [`sim`]: replay streams of packets against a classifier on a simulated
+//!   clock, to see what a limit does to a traffic mix.
+//! * Feature `metrics`: the counters through the `metrics` facade, published
+//!   on demand (`Classifier::publish_metrics`, and the kernel filter's).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod classifier;
 mod error;
 #[cfg(feature = "bpf")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bpf")))]
 pub mod kernel;
-pub mod lattice;
+mod lattice;
 pub mod random;
 pub mod sim;
 mod sync;
 #[cfg(feature = "metrics")]
 mod telemetry;
-pub mod tuple;
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub mod test_util;
+mod tuple;
 // tokio compiles its networking out under `--cfg loom`.
 #[cfg(all(feature = "tokio", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod udp;
 
-/// The clocks a [`Classifier`] reads ([`ClassifierBuilder::clock`]), re-exported so
-/// depending on weir-hhh is enough to drive one by hand.
+/// The clocks a [`Classifier`] reads ([`ClassifierBuilder::clock`]),
+/// re-exported from weir-limits so that depending on weir-hhh is enough to
+/// drive one by hand.
 pub mod clock {
-    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
+    pub use weir_limits::clock::{Clock, ManualClock, MonotonicClock, Timestamp};
 }
 
-/// Sketch shapes ([`ClassifierBuilder::shape`]) and the locator a [`Classifier`]
-/// exposes, re-exported from weir-limits.
+/// The shape of the classifier's sketches ([`ClassifierBuilder::shape`]),
+/// re-exported from weir-limits.
 pub mod sketch {
-    pub use weir_limits::sketch::{Layout, Location, Locator, Shape};
+    pub use weir_limits::sketch::{Layout, Shape};
 }
 
-pub use classifier::{
-    Classifier, ClassifierBuilder, DEFAULT_WINDOW, DEFAULT_WINDOW_GROWTH, LevelStats, Limited,
-    Stats, Verdict,
-};
+pub use classifier::{Classifier, ClassifierBuilder, LevelStats, Limited, Stats, Verdict};
 pub use error::ClassifierConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
-pub use tuple::{Attribution, FourTuple, ParseError};
+pub use tuple::{Attribution, FourTuple, Layer, ParseError, TupleV4, TupleV6, UNKNOWN_PORT};
 /// The sketch and window errors a [`ClassifierConfigError::Limits`] carries.
 pub use weir_limits::ConfigError;
+/// A packet rate in fixed point: the [`Limited::rate`] and limit of a verdict.
 pub use weir_rate::ewma::FixedRate;
+
+// The README's examples run as doc tests too (its kernel example needs `bpf`).
+#[cfg(all(doctest, feature = "bpf"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -5,8 +5,8 @@
 //! a per-thread generator, no shared state, seeded from the OS-randomised
 //! std hasher), [`SeededRandom`] (one shared seeded sequence, for
 //! reproducible simulations), or [`ConstantRandom`] (the same number every
-//! time: `u32::MAX` drops every limited packet, `0` passes every one, which is
-//! how rakelimit's own tests pin the outcome).
+//! time: `u32::MAX` drops every limited packet, `0` passes every one).
+//! Implement [`RandomSource`] for anything else.
 //!
 //! The coin is only drawn for packets over the limit, so its cost is off the
 //! path of ordinary traffic.
@@ -15,7 +15,27 @@ use crate::sync::{AtomicU64, Ordering};
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
 
-/// A source of uniformly distributed 32-bit numbers, shared between threads.
+/// A source of uniformly distributed 32-bit numbers, shared between threads
+/// ([`ClassifierBuilder::random`](crate::ClassifierBuilder::random)).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use weir_hhh::Classifier;
+/// use weir_hhh::random::RandomSource;
+///
+/// /// A coin a test sets by hand.
+/// #[derive(Default)]
+/// struct Coin(AtomicU32);
+///
+/// impl RandomSource for Coin {
+///     fn next_u32(&self) -> u32 {
+///         self.0.load(Ordering::Relaxed)
+///     }
+/// }
+///
+/// let rake = Classifier::builder(100).random(Coin::default()).build().unwrap();
+/// # let _ = rake;
+/// ```
 pub trait RandomSource: Send + Sync {
     /// The next number.
     fn next_u32(&self) -> u32;

@@ -1,4 +1,6 @@
-//! Replaying traffic scenarios against a [`Classifier`] on a simulated clock.
+//! Replaying traffic scenarios against a [`Classifier`] on a simulated clock:
+//! what a limit does to a mix of floods and legitimate streams, before it
+//! meets real traffic.
 //!
 //! A [`Scenario`] is a set of [`Stream`]s, each sending at a constant rate
 //! (evenly spaced packets, as rakelimit's own scenario generator does) with
@@ -45,6 +47,15 @@ use std::time::Duration;
 use weir_limits::clock::{Clock, Timestamp, duration_to_nanos};
 
 /// Where a stream's addresses come from.
+///
+/// ```
+/// use weir_hhh::sim::Addr;
+///
+/// let one_host = Addr::Fixed("192.0.2.7".parse().unwrap());
+/// // A fresh source in 198.51.100.0/24 for every packet.
+/// let spoofed = Addr::Random { base: "198.51.100.0".parse().unwrap(), prefix: 24 };
+/// assert_ne!(one_host, spoofed);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Addr {
     /// Always this address.
@@ -60,6 +71,14 @@ pub enum Addr {
 }
 
 /// Where a stream's ports come from.
+///
+/// ```
+/// use weir_hhh::sim::Port;
+///
+/// let dns = Port::Fixed(53);
+/// let ephemeral = Port::Random;
+/// assert_ne!(dns, ephemeral);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Port {
     /// Always this port.
@@ -69,6 +88,19 @@ pub enum Port {
 }
 
 /// One stream of packets at a constant rate.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::sim::{Addr, Port, Stream};
+///
+/// let server = Addr::Fixed("192.0.2.1".parse().unwrap());
+/// // A reflection attack: random sources, source port 53, from second 5 on.
+/// let attack = Stream {
+///     start: Duration::from_secs(5),
+///     ..Stream::new("attack", 10_000, Addr::Random { base: "0.0.0.0".parse().unwrap(), prefix: 0 }, Port::Fixed(53), server, Port::Fixed(443))
+/// };
+/// assert_eq!(attack.rate, 10_000);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stream {
     /// Label for reports.
@@ -107,15 +139,25 @@ impl Stream {
             dst_port,
         }
     }
-
-    /// The same stream starting `start` into the scenario.
-    pub fn starting_at(mut self, start: Duration) -> Self {
-        self.start = start;
-        self
-    }
 }
 
-/// Streams sent together for a while.
+/// Streams sent together for a while ([`run`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::sim::{Addr, Port, Scenario, Stream};
+///
+/// let host = |a: &str| Addr::Fixed(a.parse().unwrap());
+/// let scenario = Scenario {
+///     duration: Duration::from_secs(60),
+///     seed: 1, // of the random addresses and ports
+///     streams: vec![
+///         Stream::new("flood", 100, host("10.1.1.1"), Port::Fixed(80), host("192.0.2.1"), Port::Fixed(53)),
+///         Stream::new("legit", 5, host("10.1.1.2"), Port::Random, host("192.0.2.1"), Port::Fixed(53)),
+///     ],
+/// };
+/// assert_eq!(scenario.streams.len(), 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
     /// How long the scenario runs.
@@ -126,7 +168,25 @@ pub struct Scenario {
     pub seed: u64,
 }
 
-/// What happened to one stream.
+/// What happened to one stream of a [`run`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::Classifier;
+/// use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+///
+/// let rake = Classifier::builder(50).seed(1).build().unwrap();
+/// let host = |a: &str| Addr::Fixed(a.parse().unwrap());
+/// let scenario = Scenario {
+///     duration: Duration::from_secs(3),
+///     seed: 1,
+///     streams: vec![Stream::new("steady", 20, host("10.0.0.1"), Port::Fixed(4000), host("192.0.2.1"), Port::Fixed(53))],
+/// };
+/// let steady = &sim::run(&scenario, &rake).streams[0];
+/// assert_eq!(steady.received, [20, 20, 20]);
+/// assert_eq!((steady.forwarded_total(), steady.dropped_total()), (60, 0));
+/// assert!(steady.first_drop.is_none());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamOutcome {
     /// The stream's label.
@@ -164,7 +224,27 @@ impl StreamOutcome {
     }
 }
 
-/// What happened to every stream of a scenario.
+/// What happened to every stream of a scenario ([`run`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_hhh::Classifier;
+/// use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+///
+/// let rake = Classifier::builder(25).seed(1).build().unwrap();
+/// let host = |a: &str| Addr::Fixed(a.parse().unwrap());
+/// let scenario = Scenario {
+///     duration: Duration::from_secs(10),
+///     seed: 1,
+///     streams: vec![
+///         Stream::new("flood", 100, host("10.1.1.1"), Port::Fixed(80), host("192.0.2.1"), Port::Fixed(53)),
+///         Stream::new("legit", 5, host("10.1.1.2"), Port::Fixed(80), host("192.0.2.1"), Port::Fixed(53)),
+///     ],
+/// };
+/// let outcome = sim::run(&scenario, &rake);
+/// assert_eq!(outcome.stream("legit").unwrap().dropped_total(), 0);
+/// assert!(outcome.stream("flood").unwrap().dropped_total() > 0);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScenarioOutcome {
     /// One entry per stream, in the scenario's order.
@@ -175,17 +255,6 @@ impl ScenarioOutcome {
     /// The outcome of the stream called `name`.
     pub fn stream(&self, name: &str) -> Option<&StreamOutcome> {
         self.streams.iter().find(|s| s.name == name)
-    }
-
-    /// Per-second series as CSV: `second,stream,received,forwarded`.
-    pub fn to_csv(&self) -> String {
-        let mut out = String::from("second,stream,received,forwarded\n");
-        for s in &self.streams {
-            for (i, (r, f)) in s.received.iter().zip(&s.forwarded).enumerate() {
-                out.push_str(&format!("{i},{},{r},{f}\n", s.name));
-            }
-        }
-        out
     }
 }
 
@@ -248,7 +317,7 @@ pub fn run<C: Clock, R: RandomSource>(
     run_with(
         scenario,
         |tuple, now| classifier.classify_at(tuple, Timestamp::from_nanos(now)),
-        classifier.window(),
+        classifier.level_windows()[0],
     )
 }
 
@@ -309,150 +378,4 @@ pub fn run_with(
         }
     }
     ScenarioOutcome { streams: outcomes }
-}
-
-/// The rakelimit paper's scenarios (and rakelimit's own attack-propagation
-/// check), defined once for the acceptance tests and the bench report.
-pub mod paper {
-    use super::{Addr, Port, Scenario, Stream};
-    use std::net::{IpAddr, Ipv4Addr};
-    use std::time::Duration;
-
-    /// All four, as `(file stem, title, limit, scenario)`.
-    pub fn all() -> Vec<(&'static str, &'static str, u64, Scenario)> {
-        let fixed = |s: &str| Addr::Fixed(s.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
-        let any4 = Addr::Random {
-            base: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            prefix: 0,
-        };
-        vec![
-            (
-                "hhh-scenario-1",
-                "Scenario 1: 100 pps flood from one address and port, 5 pps legit from the same /24, limit 25 pps",
-                25,
-                Scenario {
-                    duration: Duration::from_secs(60),
-                    seed: 1,
-                    streams: vec![
-                        Stream::new(
-                            "flood",
-                            100,
-                            fixed("10.1.1.1"),
-                            Port::Fixed(80),
-                            fixed("192.0.2.1"),
-                            Port::Fixed(53),
-                        ),
-                        Stream::new(
-                            "legit",
-                            5,
-                            fixed("10.1.1.2"),
-                            Port::Fixed(80),
-                            fixed("192.0.2.1"),
-                            Port::Fixed(53),
-                        ),
-                    ],
-                },
-            ),
-            (
-                "hhh-scenario-2",
-                "Scenario 2: reflection attack (random sources, source port 53) at 100 pps beside 100 pps of random 4-tuples, limit 25 pps",
-                25,
-                Scenario {
-                    duration: Duration::from_secs(60),
-                    seed: 2,
-                    streams: vec![
-                        Stream::new(
-                            "attack",
-                            100,
-                            any4,
-                            Port::Fixed(53),
-                            fixed("192.0.2.1"),
-                            Port::Fixed(443),
-                        ),
-                        Stream::new("random", 100, any4, Port::Random, any4, Port::Random),
-                    ],
-                },
-            ),
-            (
-                "hhh-scenario-3",
-                "Scenario 3: 1 M pps for 5 s against a limit of 250 k pps",
-                250_000,
-                Scenario {
-                    duration: Duration::from_secs(5),
-                    seed: 3,
-                    streams: vec![Stream::new(
-                        "flood",
-                        1_000_000,
-                        fixed("10.9.9.9"),
-                        Port::Fixed(1234),
-                        fixed("192.0.2.1"),
-                        Port::Fixed(443),
-                    )],
-                },
-            ),
-            (
-                "hhh-attack-propagation",
-                "rakelimit's attack propagation: 3x the limit from 7.6.5.4:53 beside limit/2 from 7.6.5.4 on random ports, limit 2645 pps",
-                2645,
-                Scenario {
-                    duration: Duration::from_secs(10),
-                    seed: 6,
-                    streams: vec![
-                        Stream::new(
-                            "attack",
-                            3 * 2645,
-                            fixed("7.6.5.4"),
-                            Port::Fixed(53),
-                            fixed("1.2.3.4"),
-                            Port::Fixed(443),
-                        ),
-                        Stream::new(
-                            "legit",
-                            2645 / 2,
-                            fixed("7.6.5.4"),
-                            Port::Random,
-                            fixed("1.2.3.4"),
-                            Port::Fixed(443),
-                        ),
-                    ],
-                },
-            ),
-        ]
-    }
-
-    fn find(stem: &str) -> (u64, Scenario) {
-        all()
-            .into_iter()
-            .find(|(s, ..)| *s == stem)
-            .map(|(_, _, limit, scenario)| (limit, scenario))
-            .expect("a scenario of the paper")
-    }
-
-    /// Scenario 1: a 100 pps flood from one address and port beside 5 pps
-    /// of legitimate traffic from the same /24; limit 25 pps.
-    ///
-    /// ```
-    /// let (limit, scenario) = weir_hhh::sim::paper::single_flood();
-    /// assert_eq!((limit, scenario.streams.len()), (25, 2));
-    /// ```
-    pub fn single_flood() -> (u64, Scenario) {
-        find("hhh-scenario-1")
-    }
-
-    /// Scenario 2: a 100 pps reflection attack from random addresses and
-    /// one source port beside 100 pps of random 4-tuples; limit 25 pps.
-    pub fn reflection() -> (u64, Scenario) {
-        find("hhh-scenario-2")
-    }
-
-    /// Scenario 3: 1 M pps for 5 s against a 250 k pps limit.
-    pub fn high_rate() -> (u64, Scenario) {
-        find("hhh-scenario-3")
-    }
-
-    /// rakelimit's attack propagation: an attacker at 3× the limit beside
-    /// legitimate traffic at half the limit from the same address.
-    pub fn attack_propagation() -> (u64, Scenario) {
-        find("hhh-attack-propagation")
-    }
 }

@@ -10,9 +10,12 @@
 //! address then).
 //!
 //! Draining the socket in user space still costs a system call per flood
-//! packet (rakelimit filters in the kernel instead), but the flood never
-//! reaches the application's queues or work, and the classifier costs far
-//! less than the `recvfrom` that delivered the packet.
+//! packet (the kernel filter, `weir_hhh::kernel` with feature `bpf`, drops
+//! them before that), but the flood never reaches the application's queues or
+//! work, and the classifier costs far less than the `recvfrom` that
+//! delivered the packet.
+//!
+//! An echo server that floods cannot overwhelm:
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -40,6 +43,24 @@ use tokio::net::UdpSocket;
 use weir_limits::clock::{Clock, MonotonicClock};
 
 /// A UDP socket whose receive side drops what its classifier drops.
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir_hhh::Classifier;
+/// use weir_hhh::udp::GuardedUdpSocket;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+/// let guard = GuardedUdpSocket::try_new(socket, Arc::new(Classifier::try_new(1_000)?))?;
+/// let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+/// client.send_to(b"ping", guard.local_addr()).await?;
+/// let mut buf = [0u8; 1500];
+/// let (len, peer) = guard.recv_from(&mut buf).await?;
+/// assert_eq!((&buf[..len], peer), (&b"ping"[..], client.local_addr()?));
+/// assert_eq!(guard.classifier().stats().unlimited, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct GuardedUdpSocket<C = MonotonicClock, R = ThreadRandom> {
     socket: UdpSocket,
@@ -50,6 +71,10 @@ pub struct GuardedUdpSocket<C = MonotonicClock, R = ThreadRandom> {
 impl<C: Clock, R: RandomSource> GuardedUdpSocket<C, R> {
     /// Guard `socket` with `classifier` (which may be shared by several
     /// sockets and tasks).
+    ///
+    /// # Errors
+    ///
+    /// The socket's error if its local address cannot be read.
     pub fn try_new(socket: UdpSocket, classifier: Arc<Classifier<C, R>>) -> io::Result<Self> {
         let local = socket.local_addr()?;
         Ok(Self {
@@ -61,12 +86,20 @@ impl<C: Clock, R: RandomSource> GuardedUdpSocket<C, R> {
 
     /// Receive the next datagram that passes the classifier; datagrams it
     /// drops are discarded silently.
+    ///
+    /// # Errors
+    ///
+    /// The socket's receive error.
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.recv_from_inspect(buf, |_, _| {}).await
     }
 
     /// [`recv_from`](Self::recv_from), calling `on_verdict(peer, verdict)`
     /// for every datagram read (passed or dropped), e.g. to log drops.
+    ///
+    /// # Errors
+    ///
+    /// The socket's receive error.
     pub async fn recv_from_inspect(
         &self,
         buf: &mut [u8],
@@ -84,12 +117,16 @@ impl<C: Clock, R: RandomSource> GuardedUdpSocket<C, R> {
 
     /// The verdict for a datagram from `peer` to this socket, now.
     #[inline]
-    pub fn check(&self, peer: SocketAddr) -> Verdict {
+    fn check(&self, peer: SocketAddr) -> Verdict {
         self.classifier
             .classify(&FourTuple::from_socket_addrs(peer, self.local))
     }
 
     /// Send a datagram (not limited).
+    ///
+    /// # Errors
+    ///
+    /// The socket's send error.
     pub async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
         self.socket.send_to(buf, target).await
     }

@@ -1,7 +1,7 @@
 //! Attacks on the user-space limiter that stay in CI: hostile packets (the
 //! classification rule: what can be attributed to a source is never passed
 //! unclassified), wild caller-supplied times, and a spray of distinct
-//! sources. The kernel filter meets the same packets in `tests/kernel.rs`.
+//! sources. The kernel filter meets the same packets in `tests/kernel/`.
 #![cfg(not(loom))]
 
 mod hostile;
@@ -13,9 +13,12 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 use weir_hhh::clock::{ManualClock, MonotonicClock, Timestamp};
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
-use weir_hhh::tuple::{MAX_EXTENSION_HEADERS, UNKNOWN_PORT};
-use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation};
+use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation, UNKNOWN_PORT};
 use weir_limits::sketch::SplitMix64;
+
+/// The most IPv6 extension headers walked to the ports, as documented on
+/// `FourTuple::parse` and `ParseError::TooManyExtensionHeaders`.
+const MAX_EXTENSION_HEADERS: usize = 8;
 
 /// What a receive loop delivers when it judges raw packets with
 /// `classify_packet`: an error it cannot attribute is passed (a limiter must

@@ -82,7 +82,7 @@ fn over_loopback<R: RandomSource + 'static>(
             )
         })
         .collect();
-    let epoch = rake.window();
+    let epoch = rake.level_windows()[0];
     let outcome = sim::run_with(
         scenario,
         |tuple, now| {

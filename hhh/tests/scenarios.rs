@@ -5,7 +5,8 @@ use std::time::Duration;
 use weir_hhh::clock::ManualClock;
 use weir_hhh::clock::Timestamp;
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
-use weir_hhh::sim::{self, Addr, Port, Scenario, Stream, paper};
+use weir_hhh::sim::{self, Addr, Port, Scenario, Stream};
+use weir_hhh::test_util::paper;
 use weir_hhh::{AddrScope, Classifier, Generalisation, PortScope, Verdict};
 
 fn ip(s: &str) -> IpAddr {
@@ -66,7 +67,11 @@ fn scenario_2_reflection_attack() {
     let (_, why) = attack.first_drop.unwrap();
     assert_eq!(
         why.generalisation,
-        Generalisation::new(AddrScope::Any, PortScope::Exact, PortScope::Exact)
+        Generalisation {
+            src: AddrScope::Any,
+            src_port: PortScope::Exact,
+            dst_port: PortScope::Exact,
+        }
     );
     assert_eq!(
         random.dropped_total(),

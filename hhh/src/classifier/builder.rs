@@ -17,13 +17,18 @@ use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 /// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
 /// with one second and noted that a shorter window shortens the initial
 /// spike of a flood).
-pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
+const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
 
 /// Default growth of the EWMA window from one level to the next: level `l`
 /// averages over `DEFAULT_WINDOW · 2^l` (100 ms at level 0, 1.6 s at level 4).
-pub const DEFAULT_WINDOW_GROWTH: u32 = 2;
+const DEFAULT_WINDOW_GROWTH: u32 = 2;
 
-/// Configures and builds a [`Classifier`].
+/// Configures and builds a [`Classifier`] ([`Classifier::builder`]).
+///
+/// Every setting has a default: a 100 ms EWMA window at level 0, doubling
+/// per level; twelve sketches of 2 × 1024 cells in rows; /32 and /24 IPv4,
+/// /128 and /48 IPv6 source prefixes; a random hash seed; the monotonic
+/// clock; a per-thread random source. [`build`](Self::build) checks them.
 ///
 /// ```
 /// use std::time::Duration;
@@ -82,23 +87,27 @@ impl ClassifierBuilder {
 }
 
 impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
-    /// The EWMA window of level 0 (default [`DEFAULT_WINDOW`]).
+    /// The EWMA window of level 0 (default 100 ms). A shorter window reacts
+    /// to a starting flood sooner and forgets a past one sooner.
     pub fn window(mut self, window: Duration) -> Self {
         self.settings.window = window;
         self
     }
 
     /// Each level's window is this many times the previous level's
-    /// (default [`DEFAULT_WINDOW_GROWTH`]; 1 gives rakelimit's single
-    /// window). See the module documentation for why aggregates remember
-    /// longer.
+    /// (default 2: 100 ms at level 0, 1.6 s at level 4; 1 gives every level
+    /// the same window, as rakelimit does). An aggregate carries at least
+    /// the rate of every stream inside it, so with equal windows a starting
+    /// flood can push an aggregate over the limit before its own 4-tuple,
+    /// and its neighbours in that aggregate lose packets for a moment;
+    /// longer windows for aggregates single out the culprit first.
     pub fn window_growth(mut self, factor: u32) -> Self {
         self.settings.window_growth = factor;
         self
     }
 
-    /// The shape of every generalisation's sketch (default
-    /// [`Classifier::DEFAULT_SHAPE`]): twelve sketches of 16 bytes a cell,
+    /// The shape of every generalisation's sketch (default 2 × 1024 cells,
+    /// rows layout): twelve sketches of 16 bytes a cell,
     /// at most 2³² cells in all ([`build`](Self::build) says
     /// `TooManyCells` otherwise). Its seed, if it has one, seeds the
     /// classifier as [`seed`](Self::seed) does; without one, a seed set
@@ -143,7 +152,13 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
         }
     }
 
-    /// Build it, or say what is wrong with the configuration.
+    /// Build the classifier, allocating its sketches.
+    ///
+    /// # Errors
+    ///
+    /// A [`ClassifierConfigError`] naming what is wrong: a zero limit or
+    /// window growth, source prefixes out of order, or a window or sketch
+    /// shape weir-limits rejects (zero, too long, too many cells).
     pub fn build(self) -> Result<Classifier<C, R>, ClassifierConfigError> {
         let p = self.params()?;
         let cells_per_sketch = p.cells_per_sketch();
@@ -226,7 +241,7 @@ pub(crate) struct Params {
 impl Params {
     /// The key hash of generalisation `g` of `tuple` (what the classifier's
     /// cells are located by).
-    #[cfg(feature = "bpf")]
+    #[cfg(all(feature = "bpf", any(test, feature = "test-util")))]
     pub(crate) fn hash(&self, tuple: &crate::tuple::FourTuple, g: usize) -> u64 {
         use super::hashing::{digest, generalised_hash_dyn};
         let (digest, keys) = digest(&self.keys, &self.v4_masks, &self.v6_masks, tuple);

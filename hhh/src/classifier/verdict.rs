@@ -8,7 +8,22 @@ use std::fmt;
 use weir_rate::ewma::FixedRate;
 
 /// Why a packet was limited: the level and generalisation whose estimated
-/// rate exceeded the limit.
+/// rate exceeded the limit ([`Verdict::limited`]).
+///
+/// ```
+/// use weir_hhh::{Classifier, FourTuple};
+/// use weir_hhh::clock::Timestamp;
+///
+/// let rake = Classifier::try_new(10).unwrap();
+/// let t = FourTuple::from_socket_addrs("10.0.0.1:53".parse().unwrap(), "10.0.0.2:53".parse().unwrap());
+/// let mut verdict = rake.classify_at(&t, Timestamp::from_nanos(0));
+/// for i in 1..100 {
+///     verdict = rake.classify_at(&t, Timestamp::from_nanos(i * 10_000));
+/// }
+/// let why = verdict.limited().unwrap();
+/// assert_eq!((why.level, why.generalisation.to_string().as_str()), (0, "src:sport -> dst:dport"));
+/// assert!(why.rate > why.limit);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limited {
     /// The level (0–4) at which the rate first exceeded the limit.
@@ -24,7 +39,7 @@ pub struct Limited {
 impl Limited {
     /// The probability with which a packet limited like this passes
     /// (`limit / rate`).
-    pub fn pass_probability(&self) -> f64 {
+    fn pass_probability(&self) -> f64 {
         if self.rate.to_bits() == 0 {
             1.0
         } else {
@@ -102,7 +117,15 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// Packets limited at one level.
+/// Packets limited at one level ([`Stats::levels`]).
+///
+/// ```
+/// use weir_hhh::Classifier;
+///
+/// let rake = Classifier::try_new(100).unwrap();
+/// let exact = rake.stats().levels[0];
+/// assert_eq!((exact.passed, exact.dropped), (0, 0));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LevelStats {
     /// Limited here but let through by the lottery.
@@ -111,7 +134,7 @@ pub struct LevelStats {
     pub dropped: u64,
 }
 
-/// Counters of every verdict so far.
+/// Counters of every verdict so far ([`Classifier::stats`](crate::Classifier::stats)).
 ///
 /// ```
 /// use weir_hhh::Classifier;

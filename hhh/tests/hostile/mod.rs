@@ -1,5 +1,5 @@
 //! Hostile raw IP packets, shared by `tests/attacks.rs` (user space) and
-//! `tests/kernel.rs` (the kernel filter against user space): IPv6
+//! `tests/kernel/` (the kernel filter against user space): IPv6
 //! extension-header chains of any length, fragments, other protocols,
 //! truncations at every offset, lengths that contradict each other, and
 //! random bytes. Built from the wire format here, not with the parser under
