@@ -430,11 +430,7 @@ mod tests {
     fn a_sketch_settles_upward_only() {
         let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
         let sketch = || {
-            SketchLimiter::with_clock(
-                quota,
-                crate::sketch::Shape::rows::<4, 1024>(),
-                ManualClock::new(),
-            )
+            SketchLimiter::with_clock(quota, crate::Shape::rows::<4, 1024>(), ManualClock::new())
         };
         let left = |s: &SketchLimiter<ManualClock>| {
             (0..100).take_while(|_| s.check(&"k").is_allowed()).count()

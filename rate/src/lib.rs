@@ -46,19 +46,19 @@
 //! ```
 
 pub mod adaptive;
-pub mod algorithms;
+mod algorithms;
 mod check;
-pub mod decision;
+mod decision;
 pub mod ewma;
 #[cfg(feature = "tower")]
 pub mod http;
-pub mod keyed;
+mod keyed;
 mod limiter;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod single;
-pub mod sketch;
+mod sketch;
 mod sync;
 #[cfg(any(feature = "tower", feature = "redis"))]
 mod telemetry;
@@ -69,7 +69,7 @@ pub mod wait;
 /// it a caller-supplied time may be.
 pub mod clock {
     pub use weir_limits::clock::{
-        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
     };
 
     /// How far past a limiter's clock a time given to `check_n_at` may
@@ -96,15 +96,13 @@ pub mod clock {
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
-pub use decision::{
-    CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending, TOO_MANY_REQUESTS,
-};
+pub use decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
-pub use weir_limits::ConfigError;
+pub use weir_limits::{ConfigError, Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(all(doctest, feature = "axum"))]

@@ -23,9 +23,10 @@ mod sliding_window;
 mod token_bucket;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
-pub use gcra::{Gcra, GcraState};
-pub use leaky_bucket::{LeakyBucket, LeakyState};
-pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use gcra::Gcra;
+pub(crate) use gcra::GcraState;
+pub use leaky_bucket::LeakyBucket;
+pub use sliding_log::SlidingLog;
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 

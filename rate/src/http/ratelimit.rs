@@ -15,8 +15,9 @@
 use super::key::KeyExtractor;
 use super::response::Unkeyed;
 use super::settle::{Finish, Settle, SettleBody, SettleGuard, Settler};
+use crate::decision::PolicyName;
 use crate::telemetry::Outcome;
-use crate::{CheckKeyAsync, Decision, NeverAllowed, PolicyName, SettleKey};
+use crate::{CheckKeyAsync, Decision, NeverAllowed, SettleKey};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use std::future::Future;
 use std::pin::Pin;

@@ -8,8 +8,8 @@ use super::algorithm::AnyLimiter;
 use super::{Outcome, RedisLimitError, RedisLimiter, Source};
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::sketch::{Shape, SketchLimiter};
 use crate::{AllOf, CheckKey, KeyedLimiter};
+use crate::{Shape, SketchLimiter};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub enum FailurePolicy {
     /// bounded memory: a GCRA [`SketchLimiter`] of 4 × 65 536 cells
     /// (2 MiB), which keeps wrong denials near 0.1% while an instance sees
     /// up to about 11 000 times the per-key rate in checks a second (its
-    /// [sizing rule](crate::sketch::shape_for_load); 110 000 checks a
+    /// [sizing rule](crate::SketchLimiter::shape_for_load); 110 000 checks a
     /// second at 10 a second per key). For more, give
     /// [`Local`](Self::Local) a limiter sized for the load.
     ///

@@ -1,94 +1,19 @@
-//! One limit per key, exactly up to a capacity of keys: a sharded map from
-//! key to state.
-//!
-//! Each key's state lives in one of `shards` hash maps, each behind its own
-//! short lock and on its own cache lines, so threads working on different
-//! keys rarely meet. Keys are remembered only while they matter: a key is
-//! inserted when it first spends something, and a shard sweeps out idle keys
-//! (whose state equals a fresh one, so forgetting them changes no decision)
-//! whenever it has doubled in size since its last sweep, which costs
-//! amortised O(1) per insert. Compare [`SketchLimiter`](crate::SketchLimiter),
-//! which keeps GCRA times only, all in a sketch.
-//!
-//! # Memory
-//!
-//! A limiter remembers at most its capacity of keys
-//! ([`DEFAULT_CAPACITY`] unless built with
-//! [`with_capacity`](KeyedLimiter::with_capacity)), `capacity / shards` (rounded
-//! up) per shard. A key spray cannot grow it past that: a full shard first
-//! forgets its idle keys, and if they are fewer than an eighth of it, the
-//! keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
-//! arrival times), found from a sample of 64 and always including the
-//! soonest. Each of those leaves behind only when it turns idle, stored
-//! under its hash in the shard's spill sketch: two rows of cells, each the
-//! latest time stored in it (the cell logic of the sketch limiter). A key
-//! not remembered is restored from the earliest of its cells, as having
-//! spent all it could until then ([`Limiter::spent_until`]); no cell is
-//! earlier than the key's own time, so a key that comes back is judged **no
-//! looser than if it had stayed**: for unit costs it is never allowed more,
-//! in any prefix of its requests, than the exact limiter would allow it
-//! (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
-//! one, and that decisions are identical until the capacity is first
-//! reached). It may be judged stricter: as spent until its own idle time
-//! (for GCRA and the buckets that is exact; a window restores as full), or
-//! until a later one stored in all of its cells by other keys. The sketch
-//! is small (2 bytes per key of capacity), allocated when a shard first
-//! spills and freed once every time in it has passed; while it can say
-//! anything, a key's first check reads two of its cells.
-//!
-//! **Sizing**: give the limiter room for the keys that spend within the
-//! time a state takes to turn idle (`burst × window / limit` for GCRA and
-//! the buckets, one window for the fixed window and the log, up to two for
-//! the sliding window) at peak, so that only a spray is forgotten early.
-//! Beyond it, a key spray can make an honest key that is not remembered
-//! start as spent as the most spent of the forgotten keys in each of its
-//! cells (for one-shot keys, one request), and an honest key that is
-//! remembered is forgotten only if it turns idle sooner than they do. Memory is then
-//! bounded by: in each shard, a hash table of the next power of two of
-//! `8/7 × capacity / shards` slots, each the size of the key, its state and
-//! one byte (a key's and a state's own heap, such as a `String`'s bytes or
-//! a sliding log's entries, comes on top); the spill sketches; a second
-//! table per shard during its rebuild; and, only for keys judged at a
-//! caller's time ahead of the clock, up to `capacity` keys again with 8
-//! bytes each (see [Time](self#time)). Tables rebuild in place of growing
-//! past their capacity's size, and shrink when sweeps leave them a quarter
-//! full, so after a spray the memory goes back once the keys turn idle
-//! ([`evict_idle`](KeyedLimiter::evict_idle) or the next sweeps).
-//!
-//! # Time
-//!
-//! A key is never judged earlier than it has been judged before: a thread
-//! that read the clock before waiting for the lock, or a caller-supplied
-//! time earlier than the key's last, counts as no time passing for that key.
-//! That is what lets one receipt refund every limit of a pair (each charged
-//! the check to the same instant).
-//!
-//! A shard keeps a time, the latest **clock reading** it has judged at,
-//! below which nothing in it is judged: a key forgotten as idle is idle
-//! only from then on, so no check stamped earlier may find it fresh. Only
-//! readings of the clock raise it: a time given to
-//! [`check_n_at`](KeyedLimiter::check_n_at) is judged at for its own key, and
-//! raises the shard's time no further than the clock's reading, which is
-//! read only then (when the time is later than the shard's). So a caller's
-//! time, however far ahead, changes no other key's decisions, while batches
-//! and replays keep their meaning for their own keys. A key judged at a
-//! caller's time ahead of the shard's keeps that time in a side table until
-//! the shard's time reaches it; live checks never need it, so it costs
-//! nothing unless callers' times run ahead of the clock (a replay on a
-//! clock left standing). Dropping those times, when the table is full,
-//! only judges their keys earlier, which no algorithm finds looser. A time
-//! more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
-//! refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
-//! key judged there until the clock caught up.
+//! [`KeyedLimiter`]: one limit per key, exactly up to a capacity of keys,
+//! in a sharded map from key to state.
+
+mod shard;
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 use crate::limiter::{Limiter, Mode};
-use crate::sketch::{Cells, Layout, Shape};
 use crate::sync::SpinLock;
+use crate::{Layout, Shape};
 use hashbrown::HashTable;
+use shard::{
+    Entry, KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, Padded,
+    SPILL_HASHES, Shard, at_reading, find, spent, stamped,
+};
 use std::borrow::Borrow;
-use std::convert::Infallible;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,77 +21,11 @@ use weir_limits::sketch::Locator;
 
 const DEFAULT_SHARDS: usize = 64;
 
-/// The most keys a [`KeyedLimiter`] remembers unless a constructor says
-/// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
-/// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
-/// waste no slots. For a `u64` key and a GCRA state that is 17 bytes a
-/// slot, 18 MB in all at most, plus 1.8 MB of spill sketches.
-///
-/// ```
-/// use std::num::NonZeroU32;
-/// use weir_rate::keyed::DEFAULT_CAPACITY;
-/// use weir_rate::{Gcra, KeyedLimiter, Quota};
-///
-/// let limiter = KeyedLimiter::<u64, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
-/// assert_eq!(limiter.capacity(), DEFAULT_CAPACITY.get());
-/// ```
-pub const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
-
-const MIN_SWEEP: usize = 64;
-
-/// The most shards [`KeyedLimiter::with_shards`] makes: far more than
-/// threads contend, few enough that each still holds many keys.
-const MAX_SHARDS: usize = 1 << 16;
-
-/// A full shard forgets about this share of its keys at once, so the scan
-/// that finds them costs O(1) per insert.
-const EVICT_SHARE: usize = 8;
-
-/// Idle times sampled to find the share of keys closest to idle.
-const SAMPLE: usize = 64;
-
-/// Spill sketch: rows, and keys of capacity per cell of a row (2 bytes per
-/// key in all), within bounds.
-const SPILL_HASHES: usize = 2;
-const KEYS_PER_SPILL_SLOT: usize = 8;
-const MAX_SPILL_SLOTS: usize = 1 << 20;
-
-#[repr(align(128))]
-struct Padded<T>(T);
-
-type LockedShard<K, L> = Padded<SpinLock<Shard<K, L>>>;
-
-struct Shard<K, L: Limiter> {
-    limiter: L,
-    /// Keys and states, found by the hash that also picked the shard (so a
-    /// check hashes its key once).
-    map: HashTable<Entry<K, L::State>>,
-    sweep_at: usize,
-    /// The latest clock reading this shard has judged at (check, refund or
-    /// sweep), never a caller's time beyond it: see [Time](self#time).
-    latest: u64,
-    /// The most keys the shard remembers.
-    capacity: usize,
-    /// When the keys forgotten before they were idle turn idle, by their
-    /// hash; allocated at the first: see [Memory](self#memory).
-    spilled: Option<Cells>,
-    /// The latest of those times; from then on they say nothing.
-    spilled_until: u64,
-    /// Keys judged at a caller's time later than `latest`, with the latest
-    /// such time: see [Time](self#time). Empty unless callers' times run
-    /// ahead of the clock.
-    ahead: HashTable<(K, u64)>,
-}
-
-/// A remembered key.
-struct Entry<K, S> {
-    key: K,
-    state: S,
-}
+const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 
 /// A per-key limiter over any [`Limiter`]: exact for the keys it
 /// remembers, at most its capacity of them, and never looser for the keys
-/// it had to forget (see the [module docs](self#memory)).
+/// it had to forget (see [Memory](Self#memory)).
 ///
 /// Keys are looked up borrowed, as `HashMap::get` does: a
 /// `KeyedLimiter<String, _>` checks a `&str` and allocates only when the
@@ -190,6 +49,86 @@ struct Entry<K, S> {
 /// per_client.evict_idle();
 /// assert_eq!(per_client.len(), 0);
 /// ```
+///
+/// Each key's state lives in one of `shards` hash maps, each behind its own
+/// short lock and on its own cache lines, so threads working on different
+/// keys rarely meet. Keys are remembered only while they matter: a key is
+/// inserted when it first spends something, and a shard sweeps out idle keys
+/// (whose state equals a fresh one, so forgetting them changes no decision)
+/// whenever it has doubled in size since its last sweep, which costs
+/// amortised O(1) per insert. Compare [`SketchLimiter`](crate::SketchLimiter),
+/// which keeps GCRA times only, all in a sketch.
+///
+/// # Memory
+///
+/// A limiter remembers at most its capacity of keys
+/// ([`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) unless built with
+/// [`with_capacity`](Self::with_capacity)), `capacity / shards` (rounded
+/// up) per shard. A key spray cannot grow it past that: a full shard first
+/// forgets its idle keys, and if they are fewer than an eighth of it, the
+/// keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
+/// arrival times), found from a sample of 64 and always including the
+/// soonest. Each of those leaves behind only when it turns idle, stored
+/// under its hash in the shard's spill sketch: two rows of cells, each the
+/// latest time stored in it (the cell logic of the sketch limiter). A key
+/// not remembered is restored from the earliest of its cells, as having
+/// spent all it could until then ([`Limiter::spent_until`]); no cell is
+/// earlier than the key's own time, so a key that comes back is judged **no
+/// looser than if it had stayed**: for unit costs it is never allowed more,
+/// in any prefix of its requests, than the exact limiter would allow it
+/// (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
+/// one, and that decisions are identical until the capacity is first
+/// reached). It may be judged stricter: as spent until its own idle time
+/// (for GCRA and the buckets that is exact; a window restores as full), or
+/// until a later one stored in all of its cells by other keys. The sketch
+/// is small (2 bytes per key of capacity), allocated when a shard first
+/// spills and freed once every time in it has passed; while it can say
+/// anything, a key's first check reads two of its cells.
+///
+/// **Sizing**: give the limiter room for the keys that spend within the
+/// time a state takes to turn idle (`burst × window / limit` for GCRA and
+/// the buckets, one window for the fixed window and the log, up to two for
+/// the sliding window) at peak, so that only a spray is forgotten early.
+/// Beyond it, a key spray can make an honest key that is not remembered
+/// start as spent as the most spent of the forgotten keys in each of its
+/// cells (for one-shot keys, one request), and an honest key that is
+/// remembered is forgotten only if it turns idle sooner than they do. Memory is then
+/// bounded by: in each shard, a hash table of the next power of two of
+/// `8/7 × capacity / shards` slots, each the size of the key, its state and
+/// one byte (a key's and a state's own heap, such as a `String`'s bytes or
+/// a sliding log's entries, comes on top); the spill sketches; a second
+/// table per shard during its rebuild; and, only for keys judged at a
+/// caller's time ahead of the clock, up to `capacity` keys again with 8
+/// bytes each (see [Time](Self#time)). Tables rebuild in place of growing
+/// past their capacity's size, and shrink when sweeps leave them a quarter
+/// full, so after a spray the memory goes back once the keys turn idle
+/// ([`evict_idle`](Self::evict_idle) or the next sweeps).
+///
+/// # Time
+///
+/// A key is never judged earlier than it has been judged before: a thread
+/// that read the clock before waiting for the lock, or a caller-supplied
+/// time earlier than the key's last, counts as no time passing for that key.
+/// That is what lets one receipt refund every limit of a pair (each charged
+/// the check to the same instant).
+///
+/// A shard keeps a time, the latest **clock reading** it has judged at,
+/// below which nothing in it is judged: a key forgotten as idle is idle
+/// only from then on, so no check stamped earlier may find it fresh. Only
+/// readings of the clock raise it: a time given to
+/// [`check_n_at`](Self::check_n_at) is judged at for its own key, and
+/// raises the shard's time no further than the clock's reading, which is
+/// read only then (when the time is later than the shard's). So a caller's
+/// time, however far ahead, changes no other key's decisions, while batches
+/// and replays keep their meaning for their own keys. A key judged at a
+/// caller's time ahead of the shard's keeps that time in a side table until
+/// the shard's time reaches it; live checks never need it, so it costs
+/// nothing unless callers' times run ahead of the clock (a replay on a
+/// clock left standing). Dropping those times, when the table is full,
+/// only judges their keys earlier, which no algorithm finds looser. A time
+/// more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
+/// refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
+/// key judged there until the clock caught up.
 pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
     shards: Box<[LockedShard<K, L>]>,
     hasher: ahash::RandomState,
@@ -202,9 +141,26 @@ pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
     shard_capacity: usize,
 }
 
+impl<K, L: Limiter, C> KeyedLimiter<K, L, C> {
+    /// The most keys a [`KeyedLimiter`] remembers unless a constructor says
+    /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
+    /// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
+    /// waste no slots. For a `u64` key and a GCRA state that is 17 bytes a
+    /// slot, 18 MB in all at most, plus 1.8 MB of spill sketches.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::<u64, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+    /// assert_eq!(limiter.capacity(), KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get());
+    /// ```
+    pub const DEFAULT_CAPACITY: NonZeroUsize = DEFAULT_CAPACITY;
+}
+
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
     /// A keyed limiter on the monotonic clock, with 64 shards and room for
-    /// [`DEFAULT_CAPACITY`] keys.
+    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
     pub fn new(limiter: L) -> Self {
         Self::with_clock(limiter, MonotonicClock::new())
     }
@@ -212,19 +168,19 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, Monoton
 
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
     /// A keyed limiter reading time from `clock`, with 64 shards and room
-    /// for [`DEFAULT_CAPACITY`] keys.
+    /// for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
     pub fn with_clock(limiter: L, clock: C) -> Self {
         Self::with_shards(limiter, clock, DEFAULT_SHARDS)
     }
 
     /// A keyed limiter with `shards` shards (rounded up to a power of two,
-    /// at least one, at most 65 536) and room for [`DEFAULT_CAPACITY`] keys.
+    /// at least one, at most 65 536) and room for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
     pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
         Self::with_shards_and_capacity(limiter, clock, shards, DEFAULT_CAPACITY)
     }
 
     /// A keyed limiter with 64 shards remembering at most `capacity` keys
-    /// (rounded up to a multiple of 64); see [sizing](self#memory).
+    /// (rounded up to a multiple of 64); see [sizing](Self#memory).
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroUsize};
@@ -360,7 +316,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// [`check_n`](Self::check_n) at a time read from this limiter's clock
     /// (e.g. once for a batch of requests, or replayed from a trace). The
-    /// time is judged at for `key` alone (see [Time](self#time)); the clock
+    /// time is judged at for `key` alone (see [Time](Self#time)); the clock
     /// is read only when it is later than any reading the key's shard has
     /// judged at.
     ///
@@ -634,215 +590,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
         Ok(result)
     }
-}
-
-/// Whether a check spent anything (so its key must be remembered).
-#[inline]
-fn spent(result: &Result<Decision, NeverAllowed>) -> bool {
-    result.as_ref().is_ok_and(|d| d.receipt().is_some())
-}
-
-/// The `when` of a check at a reading of the limiter's own clock: it
-/// raises the shard's time.
-#[inline]
-fn at_reading(now: u64) -> impl FnOnce(&mut u64) -> Result<u64, Infallible> {
-    move |latest| {
-        *latest = now.max(*latest);
-        Ok(*latest)
-    }
-}
-
-impl<K: Hash, L: Limiter> Shard<K, L> {
-    /// The state of a key not remembered, at `now`: restored from its
-    /// spilled time while that may say something, else fresh.
-    #[inline]
-    fn restore(&self, spill: &Locator, hash: u64, now: u64) -> L::State {
-        if self.spilled_until > now
-            && let Some(cells) = &self.spilled
-        {
-            let idle_at = cells.load(&spill.locate_hash(hash));
-            return self.limiter.spent_until(idle_at, now);
-        }
-        self.limiter.new_state(now)
-    }
-
-    /// Forget the keys idle at the shard's time (and the times of keys
-    /// judged ahead of it that it has reached), and give memory back when
-    /// few keys are left. A key idle then is idle at its own later time
-    /// too, and its time stays: forgotten, it is judged as if kept.
-    fn sweep(&mut self, hasher: &ahash::RandomState) {
-        let (limiter, latest) = (&self.limiter, self.latest);
-        self.map.retain(|e| !limiter.is_idle(&e.state, latest));
-        self.prune_stamps(hasher);
-        let len = self.map.len();
-        self.sweep_at = (len * 2).max(MIN_SWEEP);
-        // A table never shrinks by itself: after a spray it would keep its
-        // size for good. A quarter full leaves room to grow without
-        // shrinking and growing back and forth.
-        if self.map.capacity() / 4 > len {
-            self.map.shrink_to(len * 2, |e| hasher.hash_one(&e.key));
-        }
-        if self.spilled_until <= latest {
-            self.spilled = None;
-        }
-    }
-
-    /// Remember that `key` was judged at `at`, a caller's time later than
-    /// the shard's, so that it is never judged earlier. At most `capacity`
-    /// keys' times are kept: forgetting them all, when full, judges those
-    /// keys at the shard's time, which is never looser (every algorithm
-    /// takes a time before its state's own as its own, or judges it more
-    /// strictly); a refund may then find less to return.
-    #[cold]
-    fn stamp<Q>(&mut self, hasher: &ahash::RandomState, hash: u64, key: &Q, at: u64)
-    where
-        K: Borrow<Q>,
-        Q: Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        if let Some((_, t)) = self.ahead.find_mut(hash, |(k, _)| k.borrow() == key) {
-            *t = (*t).max(at);
-            return;
-        }
-        if self.ahead.len() >= self.capacity {
-            self.prune_stamps(hasher);
-            if self.ahead.len() >= self.capacity {
-                self.ahead.clear();
-            }
-        }
-        self.ahead
-            .insert_unique(hash, (key.to_owned(), at), |(k, _)| hasher.hash_one(k));
-    }
-
-    /// Drop the times the shard's own time has reached. Rebuilt rather
-    /// than filtered in place, which would leave tombstones that grow it.
-    fn prune_stamps(&mut self, hasher: &ahash::RandomState) {
-        if self.ahead.is_empty() {
-            return;
-        }
-        let latest = self.latest;
-        let old = std::mem::take(&mut self.ahead);
-        for (key, at) in old {
-            if at > latest {
-                self.ahead
-                    .insert_unique(hasher.hash_one(&key), (key, at), |(k, _)| {
-                        hasher.hash_one(k)
-                    });
-            }
-        }
-    }
-
-    /// Room for one more key within the capacity, and within the table
-    /// size the capacity needs.
-    fn make_room(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
-        if self.map.len() >= self.capacity {
-            self.evict(hasher, spill);
-        } else if self.map.len() == self.map.capacity() && self.map.len() >= self.capacity / 2 {
-            // Removals leave tombstones, which hashbrown frees only by
-            // rehashing: in place if the table is at most half full,
-            // otherwise by doubling it. A table at its capacity's size
-            // whose free slots are all tombstones would double on this
-            // insert; rebuilt at that size it has room again.
-            let old = std::mem::replace(&mut self.map, HashTable::with_capacity(self.capacity));
-            for e in old {
-                self.map
-                    .insert_unique(hasher.hash_one(&e.key), e, |e| hasher.hash_one(&e.key));
-            }
-        }
-    }
-
-    /// Make a full shard about an eighth empty: forget its idle keys, and
-    /// if they are too few, the keys that turn idle soonest (by a sample of
-    /// their idle times, and always the soonest), keeping in the spill
-    /// sketch when each turns idle. The survivors move to a new table, so
-    /// the removals leave no tombstones to grow it.
-    #[cold]
-    fn evict(&mut self, hasher: &ahash::RandomState, spill: &Locator) {
-        let (limiter, latest) = (&self.limiter, self.latest);
-        let len = self.map.len();
-        let stride = (len / SAMPLE).max(1);
-        let mut sample = [u64::MAX; SAMPLE];
-        let (mut taken, mut soonest, mut idle) = (0, u64::MAX, 0);
-        for (i, e) in self.map.iter().enumerate() {
-            let idle_at = limiter.idle_at(&e.state, latest);
-            if idle_at <= latest {
-                idle += 1;
-                continue;
-            }
-            soonest = soonest.min(idle_at);
-            if i % stride == 0 && taken < SAMPLE {
-                sample[taken] = idle_at;
-                taken += 1;
-            }
-        }
-        let busy = len - idle;
-        let target = (len / EVICT_SHARE).max(1).saturating_sub(idle).min(busy);
-        // The sampled time with about `target / busy` of the sample at or
-        // below it (every key sampled in a small shard).
-        let sample = &mut sample[..taken];
-        let threshold = match sample.len() {
-            _ if target == 0 => latest,
-            0 => u64::MAX,
-            n => {
-                let rank = (n * target).div_ceil(busy).clamp(1, n) - 1;
-                *sample.select_nth_unstable(rank).1
-            }
-        };
-        if target > 0 && self.spilled.is_none() {
-            self.spilled = Some(Cells::new(spill.cells()));
-        }
-        let old = std::mem::replace(&mut self.map, HashTable::with_capacity(busy));
-        let (mut spilled, mut until) = (0, self.spilled_until);
-        for e in old {
-            let idle_at = limiter.idle_at(&e.state, latest);
-            if idle_at <= latest {
-                continue;
-            }
-            let hash = hasher.hash_one(&e.key);
-            if idle_at <= threshold
-                && (spilled < target || idle_at <= soonest)
-                && let Some(cells) = &self.spilled
-            {
-                cells.store(&spill.locate_hash(hash), idle_at);
-                until = until.max(idle_at);
-                spilled += 1;
-                continue;
-            }
-            self.map.insert_unique(hash, e, |e| hasher.hash_one(&e.key));
-        }
-        self.spilled_until = until;
-        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
-        self.prune_stamps(hasher);
-    }
-}
-
-/// The time to judge `key` (whose hash is `hash`) at, from `now`: its own
-/// time if it was judged at a later caller's time.
-#[inline]
-fn stamped<K, Q>(ahead: &HashTable<(K, u64)>, hash: u64, key: &Q, now: u64) -> u64
-where
-    K: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    if ahead.is_empty() {
-        return now;
-    }
-    ahead
-        .find(hash, |(k, _)| k.borrow() == key)
-        .map_or(now, |&(_, at)| at.max(now))
-}
-
-/// The entry of `key` (whose hash is `hash`) in a shard's map.
-#[inline]
-fn find<'a, K, Q, S>(
-    map: &'a mut HashTable<Entry<K, S>>,
-    hash: u64,
-    key: &Q,
-) -> Option<&'a mut Entry<K, S>>
-where
-    K: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    map.find_mut(hash, |e| e.key.borrow() == key)
 }
 
 impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
