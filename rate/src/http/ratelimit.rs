@@ -28,7 +28,32 @@ use tower::{Layer, Service};
 /// A quota's `(limit, window)` and its rendered `RateLimit-Policy` value.
 type PolicyHeader = ((u32, std::time::Duration), HeaderValue);
 
-type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
+/// What a request costs: one unit by default, or what the layer's
+/// [`cost_fn`](RateLimitLayer::cost_fn) says. Implemented for every
+/// `Fn(&Request<B>) -> u32`; the layer is generic over it rather than over
+/// the request body, so building a layer never names a body type.
+pub trait Cost<B>: Send + Sync + 'static {
+    /// The units `request` costs.
+    fn cost(&self, request: &Request<B>) -> u32;
+}
+
+/// The cost of a layer without a cost function: every request costs 1.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnitCost;
+
+impl<B> Cost<B> for UnitCost {
+    #[inline]
+    fn cost(&self, _: &Request<B>) -> u32 {
+        1
+    }
+}
+
+impl<B, F: Fn(&Request<B>) -> u32 + Send + Sync + 'static> Cost<B> for F {
+    #[inline]
+    fn cost(&self, request: &Request<B>) -> u32 {
+        self(request)
+    }
+}
 
 /// A tower layer that rate-limits requests per key.
 ///
@@ -56,12 +81,14 @@ type CostFn<B> = Arc<dyn Fn(&Request<B>) -> u32 + Send + Sync>;
 /// # let _ = service;
 /// ```
 ///
-/// `P` is what happens after the response: `()` (nothing, the default) or
-/// [`Settle`] once [`settle`](Self::settle) has been called.
-pub struct RateLimitLayer<Ch, X, B = (), P = ()> {
+/// `F` is the cost function ([`cost_fn`](Self::cost_fn); by default every
+/// request costs 1), and `P` what happens after the response: `()`
+/// (nothing, the default) or [`Settle`] once [`settle`](Self::settle) has
+/// been called.
+pub struct RateLimitLayer<Ch, X, F = UnitCost, P = ()> {
     checker: Arc<Ch>,
     extractor: X,
-    cost: Option<CostFn<B>>,
+    cost: Arc<F>,
     answering: Answering,
     post: P,
 }
@@ -150,20 +177,20 @@ impl Answering {
     }
 }
 
-impl<Ch, X: Clone, B, P: Clone> Clone for RateLimitLayer<Ch, X, B, P> {
+impl<Ch, X: Clone, F, P: Clone> Clone for RateLimitLayer<Ch, X, F, P> {
     fn clone(&self) -> Self {
         Self {
             checker: Arc::clone(&self.checker),
             extractor: self.extractor.clone(),
-            cost: self.cost.clone(),
+            cost: Arc::clone(&self.cost),
             answering: self.answering.clone(),
             post: self.post.clone(),
         }
     }
 }
 
-impl<Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
-    for RateLimitLayer<Ch, X, B, P>
+impl<Ch, X: std::fmt::Debug, F, P: std::fmt::Debug> std::fmt::Debug
+    for RateLimitLayer<Ch, X, F, P>
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
@@ -177,7 +204,7 @@ impl<Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
     }
 }
 
-impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
+impl<Ch, X> RateLimitLayer<Ch, X> {
     /// Limit with `checker`, keying requests with `extractor`; every request
     /// costs 1, denials answer 429, the policy is called `"default"`.
     pub fn new(checker: Ch, extractor: X) -> Self {
@@ -190,7 +217,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
         Self {
             checker,
             extractor,
-            cost: None,
+            cost: Arc::new(UnitCost),
             answering: Answering {
                 policy: Arc::from("default"),
                 quoted: Arc::new(PolicyName::new("default")),
@@ -203,7 +230,9 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
             post: (),
         }
     }
+}
 
+impl<Ch, X, F> RateLimitLayer<Ch, X, F> {
     /// Charge by the response: admit each request on a check of its
     /// up-front cost (1, or [`cost_fn`](Self::cost_fn)'s), then, once its
     /// response body has ended or been dropped (the client gone), settle
@@ -246,7 +275,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     /// assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
     /// # });
     /// ```
-    pub fn settle(self, settle: Settle) -> RateLimitLayer<Ch, X, B, Settle> {
+    pub fn settle(self, settle: Settle) -> RateLimitLayer<Ch, X, F, Settle> {
         RateLimitLayer {
             // Counters of this layer's own, labelled with its policy name,
             // even when one rule is given to several layers.
@@ -259,7 +288,7 @@ impl<Ch, X, B> RateLimitLayer<Ch, X, B> {
     }
 }
 
-impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
+impl<Ch, X, F, P> RateLimitLayer<Ch, X, F, P> {
     /// The name of the policy in the `RateLimit` header fields.
     pub fn policy_name(mut self, name: &str) -> Self {
         self.answering.policy = Arc::from(name);
@@ -269,10 +298,31 @@ impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
     }
 
     /// Weigh requests: `cost(request)` units instead of 1 (e.g. by route or
-    /// by body size).
-    pub fn cost_fn(mut self, cost: impl Fn(&Request<B>) -> u32 + Send + Sync + 'static) -> Self {
-        self.cost = Some(Arc::new(cost));
-        self
+    /// by body size). The closure names the request type it is given.
+    ///
+    /// ```
+    /// use axum::body::Body;
+    /// use http::Request;
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::http::{PeerIp, RateLimitLayer};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_ip = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+    /// let layer = RateLimitLayer::new(per_ip, PeerIp::new())
+    ///     .cost_fn(|req: &Request<Body>| if req.uri().path() == "/search" { 10 } else { 1 });
+    /// # let _ = layer;
+    /// ```
+    pub fn cost_fn<B, G>(self, cost: G) -> RateLimitLayer<Ch, X, G, P>
+    where
+        G: Fn(&Request<B>) -> u32 + Send + Sync + 'static,
+    {
+        RateLimitLayer {
+            checker: self.checker,
+            extractor: self.extractor,
+            cost: Arc::new(cost),
+            answering: self.answering,
+            post: self.post,
+        }
     }
 
     /// Answer denials with 503 instead of 429, for limits that protect the
@@ -296,7 +346,7 @@ impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
     ///     req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
     /// });
     /// let limiter = KeyedLimiter::<Vec<u8>, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())));
-    /// let layer = RateLimitLayer::<_, _, ()>::new(limiter, by_api_key).missing_key_status(StatusCode::UNAUTHORIZED);
+    /// let layer = RateLimitLayer::new(limiter, by_api_key).missing_key_status(StatusCode::UNAUTHORIZED);
     /// # let _ = layer;
     /// ```
     pub fn missing_key_status(mut self, status: StatusCode) -> Self {
@@ -315,8 +365,8 @@ impl<Ch, X, B, P> RateLimitLayer<Ch, X, B, P> {
     }
 }
 
-impl<S, Ch, X: Clone, B, P: Clone> Layer<S> for RateLimitLayer<Ch, X, B, P> {
-    type Service = RateLimitService<S, Ch, X, B, P>;
+impl<S, Ch, X: Clone, F, P: Clone> Layer<S> for RateLimitLayer<Ch, X, F, P> {
+    type Service = RateLimitService<S, Ch, X, F, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService {
@@ -327,13 +377,13 @@ impl<S, Ch, X: Clone, B, P: Clone> Layer<S> for RateLimitLayer<Ch, X, B, P> {
 }
 
 /// The service [`RateLimitLayer`] produces.
-pub struct RateLimitService<S, Ch, X, B, P = ()> {
+pub struct RateLimitService<S, Ch, X, F = UnitCost, P = ()> {
     inner: S,
     /// Shared: services are cloned per connection (and by axum per request).
-    layer: Arc<RateLimitLayer<Ch, X, B, P>>,
+    layer: Arc<RateLimitLayer<Ch, X, F, P>>,
 }
 
-impl<S: Clone, Ch, X: Clone, B, P> Clone for RateLimitService<S, Ch, X, B, P> {
+impl<S: Clone, Ch, X: Clone, F, P> Clone for RateLimitService<S, Ch, X, F, P> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -342,8 +392,8 @@ impl<S: Clone, Ch, X: Clone, B, P> Clone for RateLimitService<S, Ch, X, B, P> {
     }
 }
 
-impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, B, P: std::fmt::Debug> std::fmt::Debug
-    for RateLimitService<S, Ch, X, B, P>
+impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, F, P: std::fmt::Debug> std::fmt::Debug
+    for RateLimitService<S, Ch, X, F, P>
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
@@ -452,8 +502,9 @@ where
     }
 }
 
-impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B>
+impl<S, Ch, X, F, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, F>
 where
+    F: Cost<B>,
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
@@ -475,8 +526,9 @@ where
     }
 }
 
-impl<S, Ch, X, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, B, Settle>
+impl<S, Ch, X, F, B, ResBody> Service<Request<B>> for RateLimitService<S, Ch, X, F, Settle>
 where
+    F: Cost<B>,
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
@@ -505,17 +557,17 @@ where
 }
 
 /// A settling layer settles through its limiter, reporting as its policy.
-impl<Ch, X, B> Settler<X::Key> for RateLimitLayer<Ch, X, B, Settle>
+impl<Ch, X, F, K> Settler<K> for RateLimitLayer<Ch, X, F, Settle>
 where
-    Ch: SettleKey<X::Key>,
-    X: KeyExtractor<B>,
-    B: 'static,
+    Ch: SettleKey<K>,
+    X: Send + Sync,
+    F: Send + Sync,
 {
     fn rule(&self) -> &Settle {
         &self.post
     }
 
-    fn settle(&self, key: &X::Key, admitted: &Decision, from: u32, to: u32) {
+    fn settle(&self, key: &K, admitted: &Decision, from: u32, to: u32) {
         super::settle::settle_through(
             &*self.checker,
             key,
@@ -531,29 +583,30 @@ where
     }
 }
 
-impl<S, Ch, X, B, P, ResBody> RateLimitService<S, Ch, X, B, P>
-where
-    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    Ch: CheckKeyAsync<X::Key>,
-    X: KeyExtractor<B>,
-    B: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
+impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
     /// Decide for `request`, then answer it or call the inner service;
     /// `ticket` makes what an admitted request carries to its response
     /// from its key, its decision and the cost checked.
-    fn admit<T: Send + 'static>(
+    fn admit<B, ResBody, T: Send + 'static>(
         &mut self,
         request: Request<B>,
         ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
-    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T>
+    where
+        F: Cost<B>,
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        Ch: CheckKeyAsync<X::Key>,
+        X: KeyExtractor<B>,
+        B: Send + 'static,
+        ResBody: Default + Send + 'static,
+    {
         let Some(key) = self.layer.extractor.extract(&request) else {
             self.layer.answering.count(Outcome::Error);
             return answered(self.layer.answering.unkeyed.respond());
         };
-        let cost = self.layer.cost.as_ref().map_or(1, |cost| cost(&request));
+        let cost = self.layer.cost.cost(&request);
         let mut check = self.layer.checker.check_key_async(&key, cost);
         // In-process limiters are ready at once; only a limiter that must
         // wait (a network round trip) needs the boxed path.
@@ -580,13 +633,23 @@ where
     /// asked for again only if the decision admits the request: a request
     /// waiting on a round trip, which may yet be denied, must not hold
     /// capacity the origin's admitted requests need.
-    fn wait_for<T: Send + 'static>(
+    fn wait_for<B, ResBody, T: Send + 'static>(
         &mut self,
-        check: Ch::Future,
+        check: <Ch as CheckKeyAsync<X::Key>>::Future,
         request: Request<B>,
         (key, cost): (X::Key, u32),
         ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
-    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T> {
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error, T>
+    where
+        F: Cost<B>,
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        Ch: CheckKeyAsync<X::Key>,
+        X: KeyExtractor<B>,
+        B: Send + 'static,
+        ResBody: Default + Send + 'static,
+    {
         let mut inner = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
