@@ -190,10 +190,12 @@ where
             return AdaptiveFuture::rejected(self.layer.unkeyed.respond());
         };
         match self.layer.limiter.try_acquire(&key) {
-            Ok(guard) => AdaptiveFuture::Running {
-                future: self.inner.call(request),
-                guard: Some(guard),
-                classify: self.layer.classify,
+            Ok(guard) => AdaptiveFuture {
+                state: AdaptiveFutureState::Running {
+                    future: self.inner.call(request),
+                    guard: Some(guard),
+                    classify: self.layer.classify,
+                },
             },
             Err(_) => AdaptiveFuture::rejected(overloaded()),
         }
@@ -204,9 +206,15 @@ pin_project! {
     /// The response future of [`AdaptiveInflightService`]: holds the
     /// request's guard until it hands it to the response body, or is
     /// dropped (which reports a drop).
+    pub struct AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
+        #[pin]
+        state: AdaptiveFutureState<F, B, A, C>,
+    }
+}
+
+pin_project! {
     #[project = AdaptiveProj]
-    #[allow(missing_docs)]
-    pub enum AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
+    enum AdaptiveFutureState<F, B, A: Algorithm, C: Clock> {
         Rejected { response: Option<Response<B>> },
         Running {
             #[pin] future: F,
@@ -218,8 +226,10 @@ pin_project! {
 
 impl<F, B, A: Algorithm, C: Clock> AdaptiveFuture<F, B, A, C> {
     fn rejected(response: Response<B>) -> Self {
-        Self::Rejected {
-            response: Some(response),
+        Self {
+            state: AdaptiveFutureState::Rejected {
+                response: Some(response),
+            },
         }
     }
 }
@@ -232,7 +242,7 @@ where
     type Output = Result<Response<AdaptiveBody<B, A, C>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             AdaptiveProj::Rejected { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("AdaptiveFuture polled after completion"),

@@ -159,13 +159,15 @@ where
         if !admitted {
             return InflightFuture::rejected(overloaded());
         }
-        InflightFuture::Running {
-            future: self.inner.call(request),
-            guard: Some(InflightPermit {
-                table: Arc::clone(table),
-                hash,
-            }),
-            shadow_exceeded: exceeded,
+        InflightFuture {
+            state: InflightFutureState::Running {
+                future: self.inner.call(request),
+                guard: Some(InflightPermit {
+                    table: Arc::clone(table),
+                    hash,
+                }),
+                shadow_exceeded: exceeded,
+            },
         }
     }
 }
@@ -173,9 +175,15 @@ where
 pin_project! {
     /// The response future of [`InflightService`]; holds the in-flight
     /// count until it hands it to the response body, or is dropped.
+    pub struct InflightFuture<F, B> {
+        #[pin]
+        state: InflightFutureState<F, B>,
+    }
+}
+
+pin_project! {
     #[project = InflightProj]
-    #[allow(missing_docs)]
-    pub enum InflightFuture<F, B> {
+    enum InflightFutureState<F, B> {
         Rejected { response: Option<Response<B>> },
         Running { #[pin] future: F, guard: Option<InflightPermit>, shadow_exceeded: bool },
     }
@@ -183,8 +191,10 @@ pin_project! {
 
 impl<F, B> InflightFuture<F, B> {
     fn rejected(response: Response<B>) -> Self {
-        Self::Rejected {
-            response: Some(response),
+        Self {
+            state: InflightFutureState::Rejected {
+                response: Some(response),
+            },
         }
     }
 }
@@ -197,7 +207,7 @@ where
     type Output = Result<Response<InflightBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             InflightProj::Rejected { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("InflightFuture polled after completion"),

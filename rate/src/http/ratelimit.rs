@@ -460,9 +460,15 @@ pin_project_lite::pin_project! {
     /// Limiters that must wait (a network round trip) take the boxed path.
     /// `T` is what an admitted request carries to its response: `()`, or
     /// a [`SettleGuard`] for a settling layer.
+    pub struct RateLimitFuture<F, B, E, T = ()> {
+        #[pin]
+        state: RateLimitFutureState<F, B, E, T>,
+    }
+}
+
+pin_project_lite::pin_project! {
     #[project = RateLimitProj]
-    #[allow(missing_docs)]
-    pub enum RateLimitFuture<F, B, E, T = ()> {
+    enum RateLimitFutureState<F, B, E, T> {
         Answered { response: Option<Response<B>> },
         Calling { #[pin] future: F, headers: Option<DecisionHeaders>, ticket: Option<T> },
         Waiting { future: Pin<Box<dyn Future<Output = Result<(Response<B>, Option<T>), E>> + Send>> },
@@ -477,7 +483,7 @@ where
     type Output = Result<Response<T::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             RateLimitProj::Answered { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(T::finish(None, response))),
                 None => panic!("RateLimitFuture polled after completion"),
@@ -618,10 +624,12 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         let decision = outcome.as_ref().ok().copied();
         match self.layer.answering.next(outcome) {
             Next::Answer(response) => answered(response),
-            Next::Forward(headers) => RateLimitFuture::Calling {
-                future: self.inner.call(request),
-                headers: Some(headers),
-                ticket: decision.and_then(|decision| ticket(key, &decision, cost)),
+            Next::Forward(headers) => RateLimitFuture {
+                state: RateLimitFutureState::Calling {
+                    future: self.inner.call(request),
+                    headers: Some(headers),
+                    ticket: decision.and_then(|decision| ticket(key, &decision, cost)),
+                },
             },
         }
     }
@@ -653,31 +661,34 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         let mut inner = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
-        RateLimitFuture::Waiting {
-            future: Box::pin(async move {
-                let outcome = check.await;
-                let decision = outcome.as_ref().ok().copied();
-                match answering.next(outcome) {
-                    Next::Answer(response) => Ok((response, None)),
-                    Next::Forward(headers) => {
-                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                        // Made only once the request is admitted and the
-                        // service ready: a ticket dropped settles nothing,
-                        // but there is no point carrying it through waits.
-                        let ticket = decision.and_then(|decision| ticket(key, &decision, cost));
-                        let mut response = inner.call(request).await?;
-                        headers.apply(&mut response);
-                        Ok((response, ticket))
-                    }
+        let future = Box::pin(async move {
+            let outcome = check.await;
+            let decision = outcome.as_ref().ok().copied();
+            match answering.next(outcome) {
+                Next::Answer(response) => Ok((response, None)),
+                Next::Forward(headers) => {
+                    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                    // Made only once the request is admitted and the
+                    // service ready: a ticket dropped settles nothing,
+                    // but there is no point carrying it through waits.
+                    let ticket = decision.and_then(|decision| ticket(key, &decision, cost));
+                    let mut response = inner.call(request).await?;
+                    headers.apply(&mut response);
+                    Ok((response, ticket))
                 }
-            }),
+            }
+        });
+        RateLimitFuture {
+            state: RateLimitFutureState::Waiting { future },
         }
     }
 }
 
 fn answered<F, B, E, T>(response: Response<B>) -> RateLimitFuture<F, B, E, T> {
-    RateLimitFuture::Answered {
-        response: Some(response),
+    RateLimitFuture {
+        state: RateLimitFutureState::Answered {
+            response: Some(response),
+        },
     }
 }
 
