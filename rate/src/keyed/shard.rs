@@ -3,6 +3,8 @@
 //! forgotten before they were idle, and its side table of keys judged
 //! ahead of the clock.
 
+use super::KeyedLimiter;
+use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::Limiter;
 use crate::sketch::Cells;
@@ -272,4 +274,64 @@ where
     Q: Eq + ?Sized,
 {
     map.find_mut(hash, |e| e.key.borrow() == key)
+}
+
+/// Deciding for a key in its shard.
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+    /// Run `decide` on `key`'s state at the time `when` picks from the
+    /// shard's time (which it may raise), or later if the key has been
+    /// judged later. A key not remembered gets a fresh state (or the one
+    /// its spilled time restores), kept only if `keep`, `decide` `spent`
+    /// something and left it not idle.
+    #[inline]
+    pub(super) fn decide_at<Q, R, E>(
+        &self,
+        key: &Q,
+        keep: bool,
+        when: impl FnOnce(&mut u64) -> Result<u64, E>,
+        decide: impl FnOnce(&L, &mut L::State, u64) -> R,
+        spent: impl FnOnce(&R) -> bool,
+    ) -> Result<R, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (hash, shard) = self.shard(key);
+        let hasher = &self.hasher;
+        let mut guard = shard.lock();
+        let shard = &mut *guard;
+        let now = when(&mut shard.latest)?;
+        // Later than the shard's time only for a caller's time ahead of it.
+        let ahead = now > shard.latest;
+        let now = stamped(&shard.ahead, hash, key, now);
+        if let Some(entry) = find(&mut shard.map, hash, key) {
+            let result = decide(&shard.limiter, &mut entry.state, now);
+            if ahead {
+                shard.stamp(hasher, hash, key, now);
+            }
+            return Ok(result);
+        }
+        let mut state = shard.restore(&self.spill, hash, now);
+        let result = decide(&shard.limiter, &mut state, now);
+        // A check that spent nothing leaves a restored state as its spilled
+        // time would restore it again, and a fresh one idle.
+        if keep && spent(&result) && !shard.limiter.is_idle(&state, now) {
+            shard.make_room(hasher, &self.spill);
+            // The only allocation a borrowed key costs: on first spend.
+            let entry = Entry {
+                key: key.to_owned(),
+                state,
+            };
+            shard
+                .map
+                .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
+            if ahead {
+                shard.stamp(hasher, hash, key, now);
+            }
+            if shard.map.len() >= shard.sweep_at {
+                shard.sweep(hasher);
+            }
+        }
+        Ok(result)
+    }
 }

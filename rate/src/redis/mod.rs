@@ -166,16 +166,20 @@ mod conn;
 mod error;
 mod failure;
 mod hot;
+mod inner;
+mod outcome;
 mod scripts;
 
+use algorithm::Algorithm;
 pub use algorithm::RedisAlgorithm;
-use algorithm::{Algorithm, Script};
 pub use batch::Batching;
 pub use builder::{MAX_LIMITS, RedisLimiterBuilder};
-pub use conn::Target;
+pub use conn::{Target, cluster_slot};
 pub use error::RedisLimitError;
 pub use failure::FailurePolicy;
 pub use hot::PreAggregation;
+use inner::{CallTimer, Inner, Probe};
+pub use outcome::{Outcome, Source};
 
 use crate::decision::{Decision, NeverAllowed, Receipt, Spending};
 use crate::quota::Quota;
@@ -185,164 +189,13 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
-
-/// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
-/// (the text between the first `{` and the next `}`, when non-empty) or of
-/// the whole key, modulo 16384 — what `CLUSTER KEYSLOT` answers.
-///
-/// ```
-/// use weir_rate::redis::cluster_slot;
-///
-/// assert_eq!(cluster_slot("123456789"), 12739); // the CRC16/XMODEM check value
-/// assert_eq!(cluster_slot("api:gcra:{user1}"), cluster_slot("user1"));
-/// ```
-pub fn cluster_slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
-        let rest = &b[open + 1..];
-        let close = rest.iter().position(|&c| c == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    let mut crc: u16 = 0;
-    for &byte in tagged.unwrap_or(b) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Back-off cells: one for a single server; for a cluster one per 64
 /// consecutive slots, so a dead master only sends its own slots' keys to
 /// the failure policy while the other masters keep deciding.
 const CLUSTER_CELLS: usize = 256;
-
-/// Where a decision came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Source {
-    /// A script run on Redis.
-    Redis,
-    /// A lease held locally ([`PreAggregation`]).
-    Lease,
-    /// [`FailurePolicy::Open`].
-    FailOpen,
-    /// [`FailurePolicy::Closed`] (also a local limiter that can never allow the cost).
-    FailClosed,
-    /// [`FailurePolicy::Local`].
-    Local,
-    /// Shed: this instance had more decisions to send to Redis than it
-    /// could ([`RedisLimitError::Overloaded`]). A denial with a
-    /// `Retry-After` of one second, whatever the failure policy; Redis is
-    /// not taken for down.
-    Shed,
-}
-
-/// A decision, where it came from, and the error that forced the failure
-/// policy (or shed the caller), if one did.
-#[derive(Debug, Clone)]
-#[must_use = "an outcome holds the decision: drop it and the answer is lost"]
-pub struct Outcome {
-    /// The decision, as the in-process limiters give it.
-    pub decision: Decision,
-    /// Who decided.
-    pub source: Source,
-    /// Why the failure policy answered instead of Redis, or why the caller
-    /// was shed.
-    pub error: Option<RedisLimitError>,
-}
-
-struct Inner {
-    core: Arc<Core>,
-    /// The limits: one, or an all-of set.
-    limits: Box<[Script]>,
-    /// The first limit's quota: what a denial of the failure policy (or a
-    /// lease's answer) reports.
-    quota: Quota,
-    /// The largest cost every limit can allow at once.
-    capacity: u32,
-    /// The limiter's name in metrics: `<prefix>:<alg>:`, or for an all-of
-    /// set `<prefix>:all:`.
-    prefix: String,
-    /// A key's Redis key base is this, the key, then `}`.
-    key_head: String,
-    policy: FailurePolicy,
-    backoff: Duration,
-    /// Per back-off cell: nanoseconds since the core's `epoch` until which
-    /// Redis is skipped; 0 = healthy.
-    down_until: Box<[AtomicU64]>,
-    batcher: Option<batch::Batcher>,
-    hot: Option<hot::Hot>,
-    /// Decisions by source and call times (feature `metrics`).
-    outcomes: crate::telemetry::RedisOutcomes,
-}
-
-impl Inner {
-    /// Nanoseconds since the core's `epoch` (saturating: ~584 years).
-    fn now_nanos(&self) -> u64 {
-        self.core.nanos_at(Instant::now())
-    }
-
-    /// The back-off in nanoseconds (saturating, so any `Duration` works).
-    fn backoff_nanos(&self) -> u64 {
-        duration_to_nanos(self.backoff)
-    }
-}
-
-/// The claim of the one caller that probes Redis once a back-off is over.
-/// A probe that ends without an answer from Redis (its caller's future
-/// dropped mid-call, or this instance too busy to send it) is handed on:
-/// the cell goes back to its expired back-off, so the next caller probes at
-/// once instead of Redis being skipped, and the failure policy answering,
-/// for one more back-off.
-struct Probe<'a> {
-    cell: &'a AtomicU64,
-    /// What the claim stored: skip Redis until then.
-    claimed: u64,
-    /// The back-off the claim replaced (over, and never 0).
-    expired: u64,
-}
-
-impl Probe<'_> {
-    /// Redis answered (or failed): the caller has recorded it.
-    fn answered(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Probe<'_> {
-    fn drop(&mut self) {
-        // Only if nothing has been recorded since the claim.
-        let _ = self.cell.compare_exchange(
-            self.claimed,
-            self.expired,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
-}
-
-/// Records a script call's time when it ends, answered or dropped
-/// (feature `metrics`).
-struct CallTimer<'a> {
-    limiter: &'a RedisLimiter,
-    started: Instant,
-}
-
-impl Drop for CallTimer<'_> {
-    fn drop(&mut self) {
-        let inner = &self.limiter.inner;
-        inner.outcomes.called(&inner.prefix, self.started.elapsed());
-    }
-}
 
 /// A rate limiter whose state lives in Redis. Cheap to clone; clones share
 /// the connection, the batching task and the leases.

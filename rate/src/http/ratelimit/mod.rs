@@ -12,48 +12,24 @@
 //! response instead: the limiter must also be [`SettleKey`], and the
 //! response body becomes a [`SettleBody`] that settles when it ends.
 
+mod answer;
+mod cost;
+
 use super::key::KeyExtractor;
 use super::response::Unkeyed;
 use super::settle::{Finish, Settle, SettleBody, SettleGuard, Settler};
 use crate::decision::PolicyName;
 use crate::telemetry::Outcome;
-use crate::{CheckKeyAsync, Decision, NeverAllowed, SettleKey};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use crate::{CheckKeyAsync, Decision, SettleKey};
+use http::{Request, Response, StatusCode};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-/// A quota's `(limit, window)` and its rendered `RateLimit-Policy` value.
-type PolicyHeader = ((u32, std::time::Duration), HeaderValue);
-
-/// What a request costs: one unit by default, or what the layer's
-/// [`cost_fn`](RateLimitLayer::cost_fn) says. Implemented for every
-/// `Fn(&Request<B>) -> u32`; the layer is generic over it rather than over
-/// the request body, so building a layer never names a body type.
-pub trait Cost<B>: Send + Sync + 'static {
-    /// The units `request` costs.
-    fn cost(&self, request: &Request<B>) -> u32;
-}
-
-/// The cost of a layer without a cost function: every request costs 1.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnitCost;
-
-impl<B> Cost<B> for UnitCost {
-    #[inline]
-    fn cost(&self, _: &Request<B>) -> u32 {
-        1
-    }
-}
-
-impl<B, F: Fn(&Request<B>) -> u32 + Send + Sync + 'static> Cost<B> for F {
-    #[inline]
-    fn cost(&self, request: &Request<B>) -> u32 {
-        self(request)
-    }
-}
+use answer::{Answering, DecisionHeaders, Next};
+pub use cost::{Cost, UnitCost};
 
 /// A tower layer that rate-limits requests per key.
 ///
@@ -91,90 +67,6 @@ pub struct RateLimitLayer<Ch, X, F = UnitCost, P = ()> {
     cost: Arc<F>,
     answering: Answering,
     post: P,
-}
-
-/// How the layer turns a limiter's answer into a response: everything the
-/// ready path and the waiting path share.
-#[derive(Debug, Clone)]
-struct Answering {
-    policy: Arc<str>,
-    /// The policy name quoted once, for the per-response `RateLimit` field.
-    quoted: Arc<PolicyName>,
-    /// The `RateLimit-Policy` value of the first quota seen (services are
-    /// cloned per request by some routers, so it lives here, shared).
-    policy_header: Arc<OnceLock<PolicyHeader>>,
-    denied_status: StatusCode,
-    shadow: bool,
-    unkeyed: Unkeyed,
-    /// Decisions by outcome (feature `metrics`), shared by every clone.
-    decisions: Arc<crate::telemetry::Decisions>,
-}
-
-/// What to do with a request once the limiter has answered.
-enum Next<B> {
-    /// Answer it without calling the inner service.
-    Answer(Response<B>),
-    /// Call the inner service and put these headers on its response.
-    Forward(DecisionHeaders),
-}
-
-impl Answering {
-    /// The `RateLimit-Policy` value for this decision's quota, formatted
-    /// once per quota rather than per request.
-    fn policy_header(&self, decision: &Decision) -> Option<HeaderValue> {
-        let quota = (decision.limit(), decision.window());
-        // Read-only after the first request, so cores share the line
-        // without bouncing it; a quota changed at run time is formatted
-        // per request (correct, just slower).
-        if let Some((cached, value)) = self.policy_header.get() {
-            if *cached == quota {
-                return Some(value.clone());
-            }
-        }
-        let value = HeaderValue::from_str(&decision.ratelimit_policy(&self.policy)).ok()?;
-        let _ = self.policy_header.set((quota, value.clone()));
-        Some(value)
-    }
-
-    fn count(&self, outcome: Outcome) {
-        self.decisions.count(&self.policy, outcome);
-    }
-
-    fn next<B: Default>(&self, outcome: Result<Decision, NeverAllowed>) -> Next<B> {
-        match outcome {
-            Err(_) if self.shadow => {
-                self.count(Outcome::ShadowOverLimit);
-                Next::Forward(DecisionHeaders {
-                    policy: None,
-                    ratelimit: None,
-                    retry_after: None,
-                    shadow_denied: true,
-                })
-            }
-            Err(never) => {
-                self.count(Outcome::Error);
-                Next::Answer(never_allowed(never, self.denied_status))
-            }
-            Ok(decision) => {
-                let policy = self.policy_header(&decision);
-                let headers = DecisionHeaders::new(&decision, &self.quoted, policy, self.shadow);
-                self.count(if headers.shadow_denied {
-                    Outcome::ShadowOverLimit
-                } else if decision.is_allowed() {
-                    Outcome::Ok
-                } else {
-                    Outcome::OverLimit
-                });
-                if !decision.is_allowed() && !self.shadow {
-                    let mut response = Response::new(B::default());
-                    *response.status_mut() = self.denied_status;
-                    headers.apply(&mut response);
-                    return Next::Answer(response);
-                }
-                Next::Forward(headers)
-            }
-        }
-    }
 }
 
 impl<Ch, X: Clone, F, P: Clone> Clone for RateLimitLayer<Ch, X, F, P> {
@@ -400,55 +292,6 @@ impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, F, P: std::fmt::Debug> std::fmt
             .field("inner", &self.inner)
             .field("layer", &self.layer)
             .finish()
-    }
-}
-
-/// The headers a decision puts on a response.
-#[derive(Debug, Clone)]
-struct DecisionHeaders {
-    policy: Option<HeaderValue>,
-    ratelimit: Option<HeaderValue>,
-    retry_after: Option<HeaderValue>,
-    shadow_denied: bool,
-}
-
-impl DecisionHeaders {
-    /// `shadow` is the layer's mode: a denial it lets through is a shadow
-    /// denial, and so is an admission a shadowed limiter marks
-    /// non-conforming. A denial the layer enforces is not.
-    fn new(
-        decision: &Decision,
-        policy_name: &PolicyName,
-        policy: Option<HeaderValue>,
-        shadow: bool,
-    ) -> Self {
-        let let_through = decision.is_allowed() || shadow;
-        let would_deny = !decision.is_allowed() || !decision.is_conforming();
-        Self {
-            policy,
-            // From a String: the header takes the buffer without copying.
-            ratelimit: HeaderValue::try_from(decision.ratelimit_for(policy_name)).ok(),
-            retry_after: decision
-                .retry_after_header()
-                .and_then(|v| HeaderValue::from_str(&v).ok()),
-            shadow_denied: let_through && would_deny,
-        }
-    }
-
-    fn apply<B>(self, response: &mut Response<B>) {
-        let headers = response.headers_mut();
-        if let Some(v) = self.policy {
-            headers.insert(HeaderName::from_static("ratelimit-policy"), v);
-        }
-        if let Some(v) = self.ratelimit {
-            headers.insert(HeaderName::from_static("ratelimit"), v);
-        }
-        if let Some(v) = self.retry_after {
-            headers.insert(http::header::RETRY_AFTER, v);
-        }
-        if self.shadow_denied {
-            mark_shadow(response);
-        }
     }
 }
 
@@ -692,196 +535,5 @@ fn answered<F, B, E, T>(response: Response<B>) -> RateLimitFuture<F, B, E, T> {
     }
 }
 
-fn mark_shadow<B>(response: &mut Response<B>) {
-    response
-        .headers_mut()
-        .insert("x-ratelimit-shadow", HeaderValue::from_static("denied"));
-}
-
-/// A cost the limiter can never allow: retrying will not help, so no
-/// `Retry-After`; the body is empty and the reason is in a header.
-fn never_allowed<B: Default>(never: NeverAllowed, status: StatusCode) -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = status;
-    if let Ok(value) = HeaderValue::from_str(&never.to_string()) {
-        response.headers_mut().insert("x-ratelimit-error", value);
-    }
-    response
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::{GlobalKey, KeyFn};
-    use crate::{FixedWindow, KeyedLimiter, Quota};
-    use std::convert::Infallible;
-    use std::num::NonZeroU32;
-    use std::time::Duration;
-    use tower::ServiceExt;
-    use weir_limits::clock::ManualClock;
-
-    fn hello()
-    -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
-    + Clone
-    + Send
-    + 'static {
-        tower::service_fn(|_req: Request<()>| async {
-            Ok::<_, Infallible>(Response::new("hello".to_string()))
-        })
-    }
-
-    fn per_minute(n: u32) -> (KeyedLimiter<(), FixedWindow, ManualClock>, ManualClock) {
-        let clock = ManualClock::new();
-        let quota = Quota::per_minute(NonZeroU32::new(n).unwrap());
-        (
-            KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone()),
-            clock,
-        )
-    }
-
-    #[tokio::test]
-    async fn allows_the_quota_then_answers_429_with_headers() {
-        let (limiter, clock) = per_minute(3);
-        let service = RateLimitLayer::new(limiter, GlobalKey)
-            .policy_name("api")
-            .layer(hello());
-        for remaining in [2, 1, 0] {
-            let response = service.clone().oneshot(Request::new(())).await.unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
-            assert_eq!(
-                response.headers()["ratelimit"],
-                format!("\"api\";r={remaining};t=60").as_str()
-            );
-            assert!(response.headers().get("retry-after").is_none());
-        }
-        let denied = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(denied.headers()["retry-after"], "60");
-        assert_eq!(denied.headers()["ratelimit"], "\"api\";r=0;t=60");
-        clock.advance(Duration::from_secs(60));
-        let again = service.oneshot(Request::new(())).await.unwrap();
-        assert_eq!(again.status(), StatusCode::OK);
-    }
-
-    #[tokio::test]
-    async fn costs_weigh_requests_and_impossible_costs_are_refused_without_retry_after() {
-        let (limiter, _clock) = per_minute(10);
-        let service = RateLimitLayer::new(limiter, GlobalKey)
-            .cost_fn(|req: &Request<()>| if req.uri().path() == "/heavy" { 6 } else { 1 })
-            .layer(hello());
-        let heavy = || Request::builder().uri("/heavy").body(()).unwrap();
-        assert_eq!(
-            service.clone().oneshot(heavy()).await.unwrap().status(),
-            StatusCode::OK
-        );
-        assert_eq!(
-            service.clone().oneshot(heavy()).await.unwrap().status(),
-            StatusCode::TOO_MANY_REQUESTS
-        );
-        let light = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert_eq!(light.status(), StatusCode::OK);
-        let (limiter, _clock) = per_minute(2);
-        let service = RateLimitLayer::new(limiter, GlobalKey)
-            .cost_fn(|_: &Request<()>| 3)
-            .layer(hello());
-        let never = service.oneshot(Request::new(())).await.unwrap();
-        assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert!(never.headers().get("retry-after").is_none());
-        assert!(never.headers().contains_key("x-ratelimit-error"));
-    }
-
-    #[tokio::test]
-    async fn a_quota_changed_at_run_time_shows_in_the_policy_header() {
-        let (limiter, _clock) = per_minute(3);
-        let limiter = Arc::new(limiter);
-        let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey).layer(hello());
-        let before = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert_eq!(before.headers()["ratelimit-policy"], "\"default\";q=3;w=60");
-        limiter.set_limit(FixedWindow::new(Quota::per_minute(
-            NonZeroU32::new(5).unwrap(),
-        )));
-        let after = service.oneshot(Request::new(())).await.unwrap();
-        assert_eq!(after.headers()["ratelimit-policy"], "\"default\";q=5;w=60");
-        assert_eq!(after.headers()["ratelimit"], "\"default\";r=3;t=60");
-    }
-
-    #[tokio::test]
-    async fn shadow_mode_never_denies_but_marks() {
-        let (limiter, _clock) = per_minute(1);
-        let service = RateLimitLayer::new(limiter, GlobalKey)
-            .shadow(true)
-            .layer(hello());
-        let first = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert!(first.headers().get("x-ratelimit-shadow").is_none());
-        let second = service.oneshot(Request::new(())).await.unwrap();
-        assert_eq!(second.status(), StatusCode::OK);
-        assert_eq!(second.headers()["x-ratelimit-shadow"], "denied");
-    }
-
-    /// A checker that answers only after a real wait, like a network backend.
-    struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
-
-    impl CheckKeyAsync<()> for Slow {
-        type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
-
-        fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
-            let outcome = self.0.check_n(key, cost);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                outcome
-            })
-        }
-    }
-
-    #[tokio::test]
-    async fn checkers_that_must_wait_take_the_same_decisions() {
-        let (limiter, _clock) = per_minute(2);
-        let service = RateLimitLayer::new(Slow(limiter), GlobalKey)
-            .policy_name("api")
-            .layer(hello());
-        let first = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert_eq!(first.status(), StatusCode::OK);
-        assert_eq!(first.headers()["ratelimit"], "\"api\";r=1;t=60");
-        assert_eq!(
-            service
-                .clone()
-                .oneshot(Request::new(()))
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-        let denied = service.oneshot(Request::new(())).await.unwrap();
-        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(denied.headers()["retry-after"], "60");
-    }
-
-    #[tokio::test]
-    async fn overload_limits_answer_503_and_keys_are_separate() {
-        let clock = ManualClock::new();
-        let quota = Quota::per_minute(NonZeroU32::new(1).unwrap());
-        let limiter = KeyedLimiter::with_clock(FixedWindow::new(quota), clock);
-        let by_header = KeyFn::new(|req: &Request<()>| {
-            req.headers()
-                .get("x-user")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        });
-        let service = RateLimitLayer::new(limiter, by_header)
-            .overload_status()
-            .layer(hello());
-        let status_for = |user: &str| {
-            let request = Request::builder().header("x-user", user).body(()).unwrap();
-            let service = service.clone();
-            async move { service.oneshot(request).await.unwrap().status() }
-        };
-        assert_eq!(status_for("a").await, StatusCode::OK);
-        assert_eq!(status_for("b").await, StatusCode::OK);
-        assert_eq!(status_for("a").await, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            service.oneshot(Request::new(())).await.unwrap().status(),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
-    }
-}
+mod tests;
