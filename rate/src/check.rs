@@ -307,6 +307,7 @@ where
 /// goes to the failure policy's local limiter if it has one; otherwise the
 /// settlement fails and the key keeps what its check charged.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl<Q: std::fmt::Display + ?Sized> SettleKey<Q> for crate::redis::RedisLimiter {
     type Error = crate::redis::RedisLimitError;
     type Settling = std::pin::Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;

@@ -379,11 +379,21 @@ impl<C: Clock> SketchLimiter<C> {
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn check_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Consume)
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn peek_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Peek)
     }

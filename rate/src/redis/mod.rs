@@ -315,12 +315,22 @@ impl RedisLimiter {
 
     /// Spend `cost` units for `key`; an error only when `cost` exceeds
     /// what the quota can ever allow at once.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_verbose(key, cost).await.map(|v| v.decision)
     }
 
     /// Like [`check_n`](Self::check_n), also telling who decided and why
     /// the failure policy did, if it did.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Outcome, NeverAllowed> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity)?;
@@ -377,6 +387,12 @@ impl RedisLimiter {
 
     /// Ask Redis only: no lease, no failure policy (the back-off after a
     /// failure still applies). For callers that handle errors themselves.
+    ///
+    /// # Errors
+    ///
+    /// Every [`RedisLimitError`]: Redis unreachable, slow or failing, a
+    /// reply that cannot be read, this instance overloaded, or a cost the
+    /// quota can never allow.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity).map_err(RedisLimitError::NeverAllowed)?;

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-/// An IP network (`addr/prefix`) for [`ForwardedIp`].
+/// An IP network (`addr/prefix`) for [`ForwardedIp`](crate::http::ForwardedIp).
 ///
 /// ```
 /// use weir_rate::http::IpNet;

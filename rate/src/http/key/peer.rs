@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// The peer's socket address, as a request extension.
 ///
-/// [`PeerIp`] and [`ForwardedIp`] read it, and find the peer without it
+/// [`PeerIp`] and [`ForwardedIp`](crate::http::ForwardedIp) read it, and find the peer without it
 /// too: in a bare `SocketAddr` extension, and with the `axum` feature in
 /// axum's `ConnectInfo<SocketAddr>` (what
 /// `into_make_service_with_connect_info::<SocketAddr>()` inserts). Servers

@@ -199,7 +199,7 @@ impl<Ch, X, F, P> RateLimitLayer<Ch, X, F, P> {
     /// use weir_rate::http::{PeerIp, RateLimitLayer};
     /// use weir_rate::{Gcra, KeyedLimiter, Quota};
     ///
-    /// let per_ip = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+    /// let per_ip = KeyedLimiter::<std::net::IpAddr, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
     /// let layer = RateLimitLayer::new(per_ip, PeerIp::new())
     ///     .cost_fn(|req: &Request<Body>| if req.uri().path() == "/search" { 10 } else { 1 });
     /// # let _ = layer;
