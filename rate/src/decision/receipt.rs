@@ -13,6 +13,20 @@ use super::Decision;
 /// containers' `charge`). Refund each one at most once, and only to the
 /// limiter and key that issued it: another spending charged at the same
 /// instant would be given back in its place.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
+/// let limiter = RateLimiter::with_clock(Gcra::new(quota), ManualClock::new());
+/// let receipt = limiter.check_n(2).unwrap().receipt().unwrap();
+/// assert_eq!(receipt.cost(), 2);
+/// assert!(!limiter.check().is_allowed());
+/// limiter.refund(&receipt); // the work was never done
+/// assert!(limiter.check().is_allowed());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Receipt {
     at_ns: u64,

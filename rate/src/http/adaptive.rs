@@ -154,6 +154,28 @@ impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
 }
 
 /// The service [`AdaptiveInflightLayer`] produces.
+///
+/// ```
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use tower::{Layer, Service, ServiceExt};
+/// use weir_rate::http::{AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, GlobalKey};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let inner = tower::service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let limiter = weir_rate::adaptive::KeyedAdaptiveLimiter::new(
+///     weir_rate::adaptive::Aimd::default(),
+///     std::num::NonZeroUsize::MIN,
+/// );
+/// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter);
+/// let mut service: AdaptiveInflightService<_, _, _, _> = layer.layer(inner);
+/// let future: AdaptiveFuture<_, _, _, _> = service.ready().await.unwrap().call(Request::new(String::new()));
+/// let response = future.await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct AdaptiveInflightService<S, X, A, C = MonotonicClock> {
     inner: S,
@@ -206,6 +228,8 @@ pin_project! {
     /// The response future of [`AdaptiveInflightService`]: holds the
     /// request's guard until it hands it to the response body, or is
     /// dropped (which reports a drop).
+    ///
+    /// The [`AdaptiveInflightService`] example names it.
     pub struct AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
         #[pin]
         state: AdaptiveFutureState<F, B, A, C>,

@@ -129,6 +129,24 @@ impl<S, X: Clone> Layer<S> for InflightLayer<X> {
 }
 
 /// The service [`InflightLayer`] produces.
+///
+/// ```
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use tower::{Layer, Service, ServiceExt};
+/// use weir_rate::http::{InflightFuture, InflightLayer, InflightService, GlobalKey};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let inner = tower::service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let layer = InflightLayer::new(GlobalKey, 10);
+/// let mut service: InflightService<_, _> = layer.layer(inner);
+/// let future: InflightFuture<_, _> = service.ready().await.unwrap().call(Request::new(String::new()));
+/// let response = future.await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # });
+/// ```
 #[derive(Clone, Debug)]
 pub struct InflightService<S, X> {
     inner: S,
@@ -175,6 +193,8 @@ where
 pin_project! {
     /// The response future of [`InflightService`]; holds the in-flight
     /// count until it hands it to the response body, or is dropped.
+    ///
+    /// The [`InflightService`] example names it.
     pub struct InflightFuture<F, B> {
         #[pin]
         state: InflightFutureState<F, B>,

@@ -20,6 +20,17 @@ use weir_limits::clock::duration_to_nanos;
 /// The default, [`PerInstance`](Self::PerInstance), keeps a limit: no
 /// Redis fault, and no attacker able to slow Redis down, switches the
 /// limits off unless [`Open`](Self::Open) is asked for by name.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::redis::{FailurePolicy, RedisLimiter};
+/// use weir_rate::{Gcra, Quota};
+///
+/// // Protection over availability: while Redis is down, deny.
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let builder = RedisLimiter::builder(Gcra::new(quota)).on_failure(FailurePolicy::Closed);
+/// # let _ = builder;
+/// ```
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {

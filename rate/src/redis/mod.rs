@@ -41,10 +41,9 @@
 //!   (read with `MGET`, written with one `SET` only when a decision changed
 //!   it); the sliding-window counter keeps its whole ring of sub-window
 //!   counters in that one string, never in per-window keys that a script
-//!   would have to name itself. Redis's time per decision, which every
-//!   instance shares, is what the scripts are written for: the measured
-//!   costs behind this layout are in the `scripts` module's source. A key that itself contains `}`
-//!   still maps to one slot, just through a shorter tag.
+//!   would have to name itself: Redis's time per decision, which every
+//!   instance shares, is what the scripts are written for. A key that
+//!   itself contains `}` still maps to one slot, just through a shorter tag.
 //! * **TTL.** Every key carries an expiry no earlier than the moment its
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
 //!   passed arrival time, a past window), so idle keys vanish on their own.
@@ -201,6 +200,22 @@ const CLUSTER_CELLS: usize = 256;
 /// the connection, the batching task and the leases.
 ///
 /// See the [module documentation](self) for the design.
+///
+/// ```no_run
+/// use std::num::NonZeroU32;
+/// use weir_rate::redis::{RedisLimiter, Target};
+/// use weir_rate::{Gcra, Quota};
+///
+/// # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let limiter = RedisLimiter::builder(Gcra::new(quota))
+///     .connect(Target::server("redis://127.0.0.1:6379/"))
+///     .await?;
+/// let shared = limiter.clone(); // clones share the connection
+/// assert!(shared.check("alice").await.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct RedisLimiter {
     inner: Arc<Inner>,

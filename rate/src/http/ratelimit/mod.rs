@@ -269,6 +269,26 @@ impl<S, Ch, X: Clone, F, P: Clone> Layer<S> for RateLimitLayer<Ch, X, F, P> {
 }
 
 /// The service [`RateLimitLayer`] produces.
+///
+/// ```
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use tower::{Layer, Service, ServiceExt};
+/// use weir_rate::http::{GlobalKey, RateLimitFuture, RateLimitLayer, RateLimitService};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let inner = tower::service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+/// let limiter = KeyedLimiter::new(Gcra::new(Quota::per_second(std::num::NonZeroU32::MIN)));
+/// let layer = RateLimitLayer::new(limiter, GlobalKey);
+/// let mut service: RateLimitService<_, _, _> = layer.layer(inner);
+/// let future: RateLimitFuture<_, _, _> = service.ready().await.unwrap().call(Request::new(String::new()));
+/// let response = future.await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # });
+/// ```
 pub struct RateLimitService<S, Ch, X, F = UnitCost, P = ()> {
     inner: S,
     /// Shared: services are cloned per connection (and by axum per request).
@@ -297,6 +317,8 @@ impl<S: std::fmt::Debug, Ch, X: std::fmt::Debug, F, P: std::fmt::Debug> std::fmt
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimitService`].
+    ///
+    /// The [`RateLimitService`] example names it.
     ///
     /// In-process limiters decide inside `call`, so the common path is the
     /// inner service's future plus precomputed headers: no allocation.

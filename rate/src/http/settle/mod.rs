@@ -122,6 +122,16 @@ fn saturate(n: u64) -> u32 {
 }
 
 /// What a response turned out to be, for a [`Settle`] cost function.
+///
+/// ```
+/// use weir_rate::http::{Sent, Settle};
+///
+/// // Charge a request by the kilobytes its response sent, at least one.
+/// let by_kilobyte = Settle::by(|sent: &Sent<'_>| {
+///     u32::try_from(sent.body_bytes() / 1024).unwrap_or(u32::MAX).max(1)
+/// });
+/// # let _ = by_kilobyte;
+/// ```
 #[derive(Debug)]
 pub struct Sent<'a> {
     status: StatusCode,
@@ -346,6 +356,28 @@ struct Head {
 /// the settlement runs when it is dropped, exactly once. A request that
 /// never got a response (its future dropped, the service failed) keeps
 /// what its check charged.
+///
+/// ```
+/// use axum::body::Body;
+/// use http::{Request, Response};
+/// use std::num::NonZeroU32;
+/// use tower::{Layer, ServiceExt};
+/// use weir_rate::http::{GlobalKey, RateLimitLayer, Settle, SettleBody};
+/// use weir_rate::{FixedWindow, KeyedLimiter, Quota};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let bytes = KeyedLimiter::new(FixedWindow::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
+/// let layer = RateLimitLayer::new(bytes, GlobalKey).settle(Settle::body_bytes());
+/// let service = layer.layer(tower::service_fn(|_: Request<Body>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Body::from("hello")))
+/// }));
+/// let response = service.oneshot(Request::new(Body::empty())).await.unwrap();
+/// // The body holds the request's SettleGuard: dropping it settles at
+/// // the bytes sent so far (none).
+/// let body: SettleBody<Body, ()> = response.into_body();
+/// drop(body);
+/// # });
+/// ```
 pub struct SettleGuard<K> {
     settler: Arc<dyn Settler<K>>,
     key: K,
