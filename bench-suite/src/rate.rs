@@ -561,7 +561,7 @@ pub fn benchmark(report: &mut Report) {
     let repetitions: usize = scale.pick(3, 5);
     report.section("weir-rate: keyed limiters against governor");
     let q = bench_quota();
-    let shape = weir_rate::sketch::shape_for_load(
+    let shape = weir_rate::SketchLimiter::shape_for_load(
         q,
         std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
         WRONG_DENIALS,
@@ -792,7 +792,7 @@ pub fn benchmark(report: &mut Report) {
 fn allowed_on_a_timed_stream(keys: &[u32]) -> (u64, u64) {
     let q = bench_quota();
     let exact = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
-    let shape = weir_rate::sketch::shape_for_load(
+    let shape = weir_rate::SketchLimiter::shape_for_load(
         q,
         std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
         WRONG_DENIALS,
@@ -900,7 +900,7 @@ pub fn spray(report: &mut Report) {
          is never judged looser); governor's keyed limiter grows with the keys. Heap from the counting allocator; three repetitions \
          alternating the two, min / median / max.",
         thousands(keys),
-        thousands(weir_rate::keyed::DEFAULT_CAPACITY.get() as u64),
+        thousands(KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get() as u64),
     ));
     let mut runs: [Vec<(f64, AllocStats)>; 2] = [Vec::new(), Vec::new()];
     for repetition in 0..3 {

@@ -114,6 +114,20 @@ pub trait CheckKeyAsync<Q: ?Sized>: Send + Sync + 'static {
 ///   later instant than the spending it stands for.) A decision without a
 ///   [`receipt`](Decision::receipt) (a limiter without refunds, such as
 ///   the sketch) keeps what it spent.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{FixedWindow, Quota, RateLimiter, Settlement};
+///
+/// let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
+/// let limiter = RateLimiter::with_clock(FixedWindow::new(quota), ManualClock::new());
+/// let admitted = limiter.check_n(8).unwrap(); // 8 expected, 5 used
+/// let Settlement::Refund(surplus) = Settlement::of(&admitted, 8, 5) else { unreachable!() };
+/// limiter.refund(&surplus);
+/// assert!(limiter.check_n(5).unwrap().is_allowed());
+/// assert!(!limiter.check().is_allowed());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {
     /// Nothing to do.
@@ -307,6 +321,7 @@ where
 /// goes to the failure policy's local limiter if it has one; otherwise the
 /// settlement fails and the key keeps what its check charged.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl<Q: std::fmt::Display + ?Sized> SettleKey<Q> for crate::redis::RedisLimiter {
     type Error = crate::redis::RedisLimitError;
     type Settling = std::pin::Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;
@@ -430,11 +445,7 @@ mod tests {
     fn a_sketch_settles_upward_only() {
         let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
         let sketch = || {
-            SketchLimiter::with_clock(
-                quota,
-                crate::sketch::Shape::rows::<4, 1024>(),
-                ManualClock::new(),
-            )
+            SketchLimiter::with_clock(quota, crate::Shape::rows::<4, 1024>(), ManualClock::new())
         };
         let left = |s: &SketchLimiter<ManualClock>| {
             (0..100).take_while(|_| s.check(&"k").is_allowed()).count()

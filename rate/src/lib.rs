@@ -31,7 +31,24 @@
 //! * [`adaptive`] — concurrency limits learned from latency (AIMD, Vegas,
 //!   Gradient2), per origin or per key, with an RAII guard.
 //!
-//! The algorithms' error bounds are listed in [`algorithms`].
+//! # The algorithms' bounds
+//!
+//! | algorithm | state per key | bound on units allowed in any interval of length `t` |
+//! |---|---|---|
+//! | [`FixedWindow`] | start + count | `≤ 2·limit` in any window-long interval (`limit` on each side of a boundary) |
+//! | [`SlidingLog`] | one entry per allowed request (≤ limit) | `≤ limit` per window: exact |
+//! | [`SlidingWindow`] (N counters) | N counters | `≤ 2·limit` per window in the worst case; under steady traffic error shrinks with N |
+//! | [`TokenBucket`] | spent tokens + time | `≤ burst + limit·t/window` |
+//! | [`LeakyBucket`] meter | water level + time | `≤ burst + limit·t/window` (the token bucket seen from the other side) |
+//! | [`LeakyBucket`] shaper | time the queue drains | admitted `≤ (max_delay + t)/T + 1`, released `≤ t/T + 1` with `T = window/limit` |
+//! | [`Gcra`] | one timestamp | `≤ burst + t/T` (`T` = window/limit rounded up to 1 ns) |
+//!
+//! These bounds hold with refunds too, counting refunded units as never
+//! served: a refund names its spending by the [`Receipt`]
+//! of its check and gives back only what that spending still counts for
+//! (see [`Limiter::refund`]).
+//!
+//! # Example
 //!
 //! ```
 //! use std::num::NonZeroU32;
@@ -45,31 +62,36 @@
 //! }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod adaptive;
-pub mod algorithms;
+mod algorithms;
 mod check;
-pub mod decision;
+mod decision;
 pub mod ewma;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
-pub mod keyed;
+mod keyed;
 mod limiter;
 mod quota;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod single;
-pub mod sketch;
+mod sketch;
 mod sync;
 #[cfg(any(feature = "tower", feature = "redis"))]
 mod telemetry;
 #[cfg(feature = "wait")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 pub mod wait;
 
 /// The injectable clock, shared with `weir-limits`, and how far ahead of
 /// it a caller-supplied time may be.
 pub mod clock {
     pub use weir_limits::clock::{
-        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
     };
 
     /// How far past a limiter's clock a time given to `check_n_at` may
@@ -96,15 +118,13 @@ pub mod clock {
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
-pub use decision::{
-    CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending, TOO_MANY_REQUESTS,
-};
+pub use decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 pub use keyed::KeyedLimiter;
 pub use limiter::{AllOf, Limiter, Mode};
 pub use quota::{Quota, QuotaError};
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
-pub use weir_limits::ConfigError;
+pub use weir_limits::{ConfigError, Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(all(doctest, feature = "axum"))]

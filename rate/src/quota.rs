@@ -110,6 +110,12 @@ impl Quota {
     }
 
     /// `limit` units per `window`, checked at run time.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::ZeroRate`] for a zero limit,
+    /// [`QuotaError::ZeroWindow`] for a zero window and
+    /// [`QuotaError::WindowTooLong`] for one of 2⁶⁴ ns (584 years) or more.
     pub fn try_new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroRate)?;
         if window.is_zero() {
@@ -130,6 +136,10 @@ impl Quota {
     /// assert_eq!((q.limit(), q.burst(), q.emission_interval_nanos()), (1, 1, 100_000_000));
     /// assert_eq!(Quota::try_with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`try_new`](Self::try_new) for a window of `period`.
     pub fn try_with_period(period: Duration) -> Result<Self, QuotaError> {
         Self::try_new(1, period)
     }
@@ -140,6 +150,10 @@ impl Quota {
     }
 
     /// [`allow_burst`](Self::allow_burst) checked at run time.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::ZeroBurst`] for a zero burst.
     pub fn try_burst(self, burst: u32) -> Result<Self, QuotaError> {
         Ok(self.allow_burst(NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?))
     }

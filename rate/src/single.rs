@@ -77,6 +77,11 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// Check `cost` units, spending them if allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn check_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Consume)
     }
@@ -120,6 +125,11 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn peek_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Peek)
     }

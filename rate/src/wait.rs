@@ -152,6 +152,7 @@ where
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// Wait until `cost` units may be spent, then spend them (see the
     /// [module docs](self)).
@@ -164,6 +165,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 impl<K, L, C> KeyedLimiter<K, L, C>
 where
     K: Hash + Eq + Clone + Send,
@@ -204,6 +206,7 @@ where
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 impl<C: Clock> SketchLimiter<C> {
     /// Wait until `key` may spend `cost` units, then spend them (see the
     /// [module docs](self)).

@@ -7,11 +7,11 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
-use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     AllOf, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, Receipt,
     SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
+use weir_rate::{Layout, Shape};
 
 const MS: u64 = 1_000_000;
 

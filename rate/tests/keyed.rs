@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
-use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{
     AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, RateLimiter, SketchLimiter,
     SlidingWindow,
 };
+use weir_rate::{Layout, Shape};
 
 fn per_second(n: u32) -> Quota {
     Quota::per_second(NonZeroU32::new(n).unwrap())

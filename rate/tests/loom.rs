@@ -9,8 +9,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::ewma::{Ewma, FixedRate};
-use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
+use weir_rate::{Layout, Shape};
 
 fn sketch(burst: u32, slots: usize) -> SketchLimiter<ManualClock> {
     let quota =

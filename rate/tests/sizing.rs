@@ -9,9 +9,8 @@ use std::num::{NonZeroU32, NonZeroU64};
 use weir_limits::clock::ManualClock;
 use weir_limits::sketch::SplitMix64;
 use weir_rate::clock::Timestamp;
-use weir_rate::sketch::shape_for_load;
-use weir_rate::sketch::{Layout, Shape};
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
+use weir_rate::{Layout, Shape};
 
 const KEYS: u64 = 2_000;
 /// Each key's mean rate: half its quota.
@@ -72,7 +71,7 @@ fn at_the_rules_size_keys_within_quota_are_rarely_wrongly_denied() {
     let load = NonZeroU64::new((KEYS as f64 * KEY_RATE) as u64).unwrap();
     let events = arrivals(5);
     for target in [0.01, 0.05] {
-        let shape = shape_for_load(quota, load, target).unwrap();
+        let shape = SketchLimiter::shape_for_load(quota, load, target).unwrap();
         let (hashes, slots) = (shape.hashes(), shape.slots());
         let at_size = wrong_denials(quota, hashes, slots, &events);
         assert!(
@@ -94,7 +93,10 @@ fn the_rule_rejects_impossible_targets() {
     let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
     let load = NonZeroU64::new(1000).unwrap();
     for bad in [0.0, 1.0, -0.5, f64::NAN] {
-        assert!(shape_for_load(quota, load, bad).is_err(), "{bad}");
+        assert!(
+            SketchLimiter::shape_for_load(quota, load, bad).is_err(),
+            "{bad}"
+        );
     }
-    assert!(shape_for_load(quota, NonZeroU64::MAX, 1e-9).is_err());
+    assert!(SketchLimiter::shape_for_load(quota, NonZeroU64::MAX, 1e-9).is_err());
 }

@@ -72,7 +72,7 @@ async fn a_dropped_wait_spends_nothing() {
 async fn an_impossible_cost_fails_at_once() {
     let limiter = SketchLimiter::with_clock(
         per_second(10),
-        weir_rate::sketch::Shape::rows::<2, 64>(),
+        weir_rate::Shape::rows::<2, 64>(),
         TokioClock::new(),
     );
     let start = tokio::time::Instant::now();

@@ -37,7 +37,7 @@ pub struct Gcra {
 }
 
 /// [`Gcra`]'s state: the theoretical arrival time, in clock nanoseconds.
-pub type GcraState = u64;
+pub(crate) type GcraState = u64;
 
 /// What one GCRA step decided.
 pub(crate) enum Step {

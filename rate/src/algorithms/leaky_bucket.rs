@@ -69,6 +69,11 @@ impl LeakyBucket {
 
     /// A shaper releasing one unit every `window / limit` (rounded up to
     /// whole nanoseconds) and queueing at most `max_delay` of waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::WindowTooLong`] when `max_delay` is 2⁶⁴ ns (584
+    /// years) or longer.
     pub fn try_shaper(quota: Quota, max_delay: Duration) -> Result<Self, QuotaError> {
         let max_delay =
             u64::try_from(max_delay.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;

@@ -113,6 +113,10 @@ pub struct Ewma<C = MonotonicClock> {
 
 impl Ewma<MonotonicClock> {
     /// An EWMA over `window` on the monotonic clock, starting at rate zero.
+    ///
+    /// # Errors
+    ///
+    /// As [`EwmaWindow::try_new`]: a zero window or one of 2⁶⁴ ns or more.
     pub fn try_new(window: Duration) -> Result<Self, ConfigError> {
         Self::try_with_clock(window, MonotonicClock::new())
     }
@@ -121,6 +125,10 @@ impl Ewma<MonotonicClock> {
 impl<C: Clock> Ewma<C> {
     /// An EWMA over `window` reading time from `clock`, starting at rate
     /// zero at the clock's current time.
+    ///
+    /// # Errors
+    ///
+    /// As [`EwmaWindow::try_new`]: a zero window or one of 2⁶⁴ ns or more.
     pub fn try_with_clock(window: Duration, clock: C) -> Result<Self, ConfigError> {
         let window = EwmaWindow::try_new(window)?;
         let now = clock.now_nanos();

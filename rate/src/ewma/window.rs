@@ -31,8 +31,12 @@ impl EwmaWindow {
         OneEventUpdate::new(self)
     }
 
-    /// An EWMA over `window`; zero and windows of 2⁶⁴ ns (584 years) or more
-    /// are rejected.
+    /// An EWMA over `window`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for a zero window or one of 2⁶⁴ ns (584 years) or
+    /// more.
     pub fn try_new(window: Duration) -> Result<Self, ConfigError> {
         if window.is_zero() {
             return Err(ConfigError::ZeroInterval);

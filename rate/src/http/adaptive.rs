@@ -154,6 +154,28 @@ impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
 }
 
 /// The service [`AdaptiveInflightLayer`] produces.
+///
+/// ```
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use tower::{Layer, Service, ServiceExt};
+/// use weir_rate::http::{AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, GlobalKey};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let inner = tower::service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let limiter = weir_rate::adaptive::KeyedAdaptiveLimiter::new(
+///     weir_rate::adaptive::Aimd::default(),
+///     std::num::NonZeroUsize::MIN,
+/// );
+/// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter);
+/// let mut service: AdaptiveInflightService<_, _, _, _> = layer.layer(inner);
+/// let future: AdaptiveFuture<_, _, _, _> = service.ready().await.unwrap().call(Request::new(String::new()));
+/// let response = future.await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct AdaptiveInflightService<S, X, A, C = MonotonicClock> {
     inner: S,
@@ -190,10 +212,12 @@ where
             return AdaptiveFuture::rejected(self.layer.unkeyed.respond());
         };
         match self.layer.limiter.try_acquire(&key) {
-            Ok(guard) => AdaptiveFuture::Running {
-                future: self.inner.call(request),
-                guard: Some(guard),
-                classify: self.layer.classify,
+            Ok(guard) => AdaptiveFuture {
+                state: AdaptiveFutureState::Running {
+                    future: self.inner.call(request),
+                    guard: Some(guard),
+                    classify: self.layer.classify,
+                },
             },
             Err(_) => AdaptiveFuture::rejected(overloaded()),
         }
@@ -204,9 +228,17 @@ pin_project! {
     /// The response future of [`AdaptiveInflightService`]: holds the
     /// request's guard until it hands it to the response body, or is
     /// dropped (which reports a drop).
+    ///
+    /// The [`AdaptiveInflightService`] example names it.
+    pub struct AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
+        #[pin]
+        state: AdaptiveFutureState<F, B, A, C>,
+    }
+}
+
+pin_project! {
     #[project = AdaptiveProj]
-    #[allow(missing_docs)]
-    pub enum AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
+    enum AdaptiveFutureState<F, B, A: Algorithm, C: Clock> {
         Rejected { response: Option<Response<B>> },
         Running {
             #[pin] future: F,
@@ -218,8 +250,10 @@ pin_project! {
 
 impl<F, B, A: Algorithm, C: Clock> AdaptiveFuture<F, B, A, C> {
     fn rejected(response: Response<B>) -> Self {
-        Self::Rejected {
-            response: Some(response),
+        Self {
+            state: AdaptiveFutureState::Rejected {
+                response: Some(response),
+            },
         }
     }
 }
@@ -232,7 +266,7 @@ where
     type Output = Result<Response<AdaptiveBody<B, A, C>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             AdaptiveProj::Rejected { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("AdaptiveFuture polled after completion"),

@@ -26,6 +26,29 @@ pin_project! {
     /// A response body that keeps its request counted in flight, by
     /// holding `G` (the layer's permit or guard), until the body has ended
     /// (or failed, or been dropped).
+    ///
+    /// ```
+    /// use http::{Request, Response};
+    /// use http_body_util::BodyExt;
+    /// use std::convert::Infallible;
+    /// use tower::{Layer, ServiceExt};
+    /// use weir_rate::http::{GlobalKey, InflightBody, InflightLayer};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let layer = InflightLayer::new(GlobalKey, 1);
+    /// let service = layer.layer(tower::service_fn(|_: Request<String>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+    /// }));
+    /// let response = service.clone().oneshot(Request::new(String::new())).await.unwrap();
+    /// let body: InflightBody<String> = response.into_body();
+    /// // While the body is held, the request counts in flight: the next waits.
+    /// let busy = service.clone().oneshot(Request::new(String::new())).await.unwrap();
+    /// assert_eq!(busy.status(), 503);
+    /// assert_eq!(body.collect().await.unwrap().to_bytes(), "hello");
+    /// let next = service.oneshot(Request::new(String::new())).await.unwrap();
+    /// assert_eq!(next.status(), 200);
+    /// # });
+    /// ```
     pub struct CountedBody<B, G> {
         #[pin]
         inner: B,

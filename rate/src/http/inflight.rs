@@ -129,6 +129,24 @@ impl<S, X: Clone> Layer<S> for InflightLayer<X> {
 }
 
 /// The service [`InflightLayer`] produces.
+///
+/// ```
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use tower::{Layer, Service, ServiceExt};
+/// use weir_rate::http::{InflightFuture, InflightLayer, InflightService, GlobalKey};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let inner = tower::service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let layer = InflightLayer::new(GlobalKey, 10);
+/// let mut service: InflightService<_, _> = layer.layer(inner);
+/// let future: InflightFuture<_, _> = service.ready().await.unwrap().call(Request::new(String::new()));
+/// let response = future.await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # });
+/// ```
 #[derive(Clone, Debug)]
 pub struct InflightService<S, X> {
     inner: S,
@@ -159,13 +177,15 @@ where
         if !admitted {
             return InflightFuture::rejected(overloaded());
         }
-        InflightFuture::Running {
-            future: self.inner.call(request),
-            guard: Some(InflightPermit {
-                table: Arc::clone(table),
-                hash,
-            }),
-            shadow_exceeded: exceeded,
+        InflightFuture {
+            state: InflightFutureState::Running {
+                future: self.inner.call(request),
+                guard: Some(InflightPermit {
+                    table: Arc::clone(table),
+                    hash,
+                }),
+                shadow_exceeded: exceeded,
+            },
         }
     }
 }
@@ -173,9 +193,17 @@ where
 pin_project! {
     /// The response future of [`InflightService`]; holds the in-flight
     /// count until it hands it to the response body, or is dropped.
+    ///
+    /// The [`InflightService`] example names it.
+    pub struct InflightFuture<F, B> {
+        #[pin]
+        state: InflightFutureState<F, B>,
+    }
+}
+
+pin_project! {
     #[project = InflightProj]
-    #[allow(missing_docs)]
-    pub enum InflightFuture<F, B> {
+    enum InflightFutureState<F, B> {
         Rejected { response: Option<Response<B>> },
         Running { #[pin] future: F, guard: Option<InflightPermit>, shadow_exceeded: bool },
     }
@@ -183,8 +211,10 @@ pin_project! {
 
 impl<F, B> InflightFuture<F, B> {
     fn rejected(response: Response<B>) -> Self {
-        Self::Rejected {
-            response: Some(response),
+        Self {
+            state: InflightFutureState::Rejected {
+                response: Some(response),
+            },
         }
     }
 }
@@ -197,7 +227,7 @@ where
     type Output = Result<Response<InflightBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
+        match self.project().state.project() {
             InflightProj::Rejected { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response.map(CountedBody::uncounted))),
                 None => panic!("InflightFuture polled after completion"),

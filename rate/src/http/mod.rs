@@ -30,10 +30,9 @@
 //!
 //! With axum, apply both layers in one `Router::layer` call through a
 //! `tower::ServiceBuilder`: axum boxes and clones a route's service once per
-//! `layer` call on every request, so composing first saves that work (about
-//! 100 ns a request in `cargo xtask bench --only http`). What each layer
-//! costs a request, in-process and as a share of the server's CPU time for a
-//! loopback hello-world request, is in that report's HTTP section.
+//! `layer` call on every request, so composing first saves that work. What
+//! each layer costs a request is in the benchmark report's HTTP section
+//! (`cargo xtask bench --only http`).
 
 mod adaptive;
 mod body;

@@ -48,6 +48,17 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// Settings for the batching path ([`RedisLimiterBuilder::batching`](super::RedisLimiterBuilder::batching)).
+///
+/// ```
+/// use weir_rate::redis::{Batching, RedisLimiter};
+/// use weir_rate::{Gcra, Quota};
+///
+/// let quota = Quota::per_second(std::num::NonZeroU32::new(100).unwrap());
+/// // Up to 64 decisions a call, 4 calls in flight, 4096 callers queued.
+/// let batching = Batching { max_batch: 64, max_in_flight: 4, queue: 4096 };
+/// let builder = RedisLimiter::builder(Gcra::new(quota)).batching(batching);
+/// # let _ = builder;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
     /// Most decisions in one script call (at least 1; any larger value

@@ -19,6 +19,20 @@ use std::time::Duration;
 pub const MAX_LIMITS: usize = 16;
 
 /// Configures and connects a [`RedisLimiter`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rate::redis::{FailurePolicy, RedisLimiter};
+/// use weir_rate::{Gcra, Quota};
+///
+/// let quota = Quota::per_minute(std::num::NonZeroU32::new(100).unwrap());
+/// let builder = RedisLimiter::builder(Gcra::new(quota))
+///     .prefix("api")
+///     .timeout(Duration::from_millis(50))
+///     .on_failure(FailurePolicy::Closed);
+/// // `builder.connect(Target::server(...)).await` makes the limiter.
+/// # let _ = builder;
+/// ```
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct RedisLimiterBuilder {
     /// The limits, in the order given: one, or an all-of set.

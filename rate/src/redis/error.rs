@@ -12,6 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Why Redis could not decide.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rate::redis::RedisLimitError;
+///
+/// let slow = RedisLimitError::Timeout(Duration::from_millis(50));
+/// assert!(slow.to_string().contains("50ms"));
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum RedisLimitError {

@@ -8,8 +8,8 @@ use super::algorithm::AnyLimiter;
 use super::{Outcome, RedisLimitError, RedisLimiter, Source};
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::sketch::{Shape, SketchLimiter};
 use crate::{AllOf, CheckKey, KeyedLimiter};
+use crate::{Shape, SketchLimiter};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -20,6 +20,17 @@ use weir_limits::clock::duration_to_nanos;
 /// The default, [`PerInstance`](Self::PerInstance), keeps a limit: no
 /// Redis fault, and no attacker able to slow Redis down, switches the
 /// limits off unless [`Open`](Self::Open) is asked for by name.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::redis::{FailurePolicy, RedisLimiter};
+/// use weir_rate::{Gcra, Quota};
+///
+/// // Protection over availability: while Redis is down, deny.
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let builder = RedisLimiter::builder(Gcra::new(quota)).on_failure(FailurePolicy::Closed);
+/// # let _ = builder;
+/// ```
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
@@ -27,7 +38,7 @@ pub enum FailurePolicy {
     /// bounded memory: a GCRA [`SketchLimiter`] of 4 × 65 536 cells
     /// (2 MiB), which keeps wrong denials near 0.1% while an instance sees
     /// up to about 11 000 times the per-key rate in checks a second (its
-    /// [sizing rule](crate::sketch::shape_for_load); 110 000 checks a
+    /// [sizing rule](crate::SketchLimiter::shape_for_load); 110 000 checks a
     /// second at 10 a second per key). For more, give
     /// [`Local`](Self::Local) a limiter sized for the load.
     ///

@@ -41,10 +41,9 @@
 //!   (read with `MGET`, written with one `SET` only when a decision changed
 //!   it); the sliding-window counter keeps its whole ring of sub-window
 //!   counters in that one string, never in per-window keys that a script
-//!   would have to name itself. Redis's time per decision, which every
-//!   instance shares, is what the scripts are written for: the measured
-//!   costs behind this layout are in the `scripts` module's source. A key that itself contains `}`
-//!   still maps to one slot, just through a shorter tag.
+//!   would have to name itself: Redis's time per decision, which every
+//!   instance shares, is what the scripts are written for. A key that
+//!   itself contains `}` still maps to one slot, just through a shorter tag.
 //! * **TTL.** Every key carries an expiry no earlier than the moment its
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
 //!   passed arrival time, a past window), so idle keys vanish on their own.
@@ -166,188 +165,57 @@ mod conn;
 mod error;
 mod failure;
 mod hot;
+mod inner;
+mod outcome;
 mod scripts;
+mod settle;
 
+use algorithm::Algorithm;
 pub use algorithm::RedisAlgorithm;
-use algorithm::{Algorithm, Script};
 pub use batch::Batching;
 pub use builder::{MAX_LIMITS, RedisLimiterBuilder};
-pub use conn::Target;
+pub use conn::{Target, cluster_slot};
 pub use error::RedisLimitError;
 pub use failure::FailurePolicy;
 pub use hot::PreAggregation;
+use inner::{CallTimer, Inner, Probe};
+pub use outcome::{Outcome, Source};
 
-use crate::decision::{Decision, NeverAllowed, Receipt, Spending};
+use crate::decision::{Decision, NeverAllowed};
 use crate::quota::Quota;
 use call::Core;
-use scripts::Settle;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
-
-/// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
-/// (the text between the first `{` and the next `}`, when non-empty) or of
-/// the whole key, modulo 16384 — what `CLUSTER KEYSLOT` answers.
-///
-/// ```
-/// use weir_rate::redis::cluster_slot;
-///
-/// assert_eq!(cluster_slot("123456789"), 12739); // the CRC16/XMODEM check value
-/// assert_eq!(cluster_slot("api:gcra:{user1}"), cluster_slot("user1"));
-/// ```
-pub fn cluster_slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
-        let rest = &b[open + 1..];
-        let close = rest.iter().position(|&c| c == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    let mut crc: u16 = 0;
-    for &byte in tagged.unwrap_or(b) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Back-off cells: one for a single server; for a cluster one per 64
 /// consecutive slots, so a dead master only sends its own slots' keys to
 /// the failure policy while the other masters keep deciding.
 const CLUSTER_CELLS: usize = 256;
 
-/// Where a decision came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Source {
-    /// A script run on Redis.
-    Redis,
-    /// A lease held locally ([`PreAggregation`]).
-    Lease,
-    /// [`FailurePolicy::Open`].
-    FailOpen,
-    /// [`FailurePolicy::Closed`] (also a local limiter that can never allow the cost).
-    FailClosed,
-    /// [`FailurePolicy::Local`].
-    Local,
-    /// Shed: this instance had more decisions to send to Redis than it
-    /// could ([`RedisLimitError::Overloaded`]). A denial with a
-    /// `Retry-After` of one second, whatever the failure policy; Redis is
-    /// not taken for down.
-    Shed,
-}
-
-/// A decision, where it came from, and the error that forced the failure
-/// policy (or shed the caller), if one did.
-#[derive(Debug, Clone)]
-#[must_use = "an outcome holds the decision: drop it and the answer is lost"]
-pub struct Outcome {
-    /// The decision, as the in-process limiters give it.
-    pub decision: Decision,
-    /// Who decided.
-    pub source: Source,
-    /// Why the failure policy answered instead of Redis, or why the caller
-    /// was shed.
-    pub error: Option<RedisLimitError>,
-}
-
-struct Inner {
-    core: Arc<Core>,
-    /// The limits: one, or an all-of set.
-    limits: Box<[Script]>,
-    /// The first limit's quota: what a denial of the failure policy (or a
-    /// lease's answer) reports.
-    quota: Quota,
-    /// The largest cost every limit can allow at once.
-    capacity: u32,
-    /// The limiter's name in metrics: `<prefix>:<alg>:`, or for an all-of
-    /// set `<prefix>:all:`.
-    prefix: String,
-    /// A key's Redis key base is this, the key, then `}`.
-    key_head: String,
-    policy: FailurePolicy,
-    backoff: Duration,
-    /// Per back-off cell: nanoseconds since the core's `epoch` until which
-    /// Redis is skipped; 0 = healthy.
-    down_until: Box<[AtomicU64]>,
-    batcher: Option<batch::Batcher>,
-    hot: Option<hot::Hot>,
-    /// Decisions by source and call times (feature `metrics`).
-    outcomes: crate::telemetry::RedisOutcomes,
-}
-
-impl Inner {
-    /// Nanoseconds since the core's `epoch` (saturating: ~584 years).
-    fn now_nanos(&self) -> u64 {
-        self.core.nanos_at(Instant::now())
-    }
-
-    /// The back-off in nanoseconds (saturating, so any `Duration` works).
-    fn backoff_nanos(&self) -> u64 {
-        duration_to_nanos(self.backoff)
-    }
-}
-
-/// The claim of the one caller that probes Redis once a back-off is over.
-/// A probe that ends without an answer from Redis (its caller's future
-/// dropped mid-call, or this instance too busy to send it) is handed on:
-/// the cell goes back to its expired back-off, so the next caller probes at
-/// once instead of Redis being skipped, and the failure policy answering,
-/// for one more back-off.
-struct Probe<'a> {
-    cell: &'a AtomicU64,
-    /// What the claim stored: skip Redis until then.
-    claimed: u64,
-    /// The back-off the claim replaced (over, and never 0).
-    expired: u64,
-}
-
-impl Probe<'_> {
-    /// Redis answered (or failed): the caller has recorded it.
-    fn answered(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Probe<'_> {
-    fn drop(&mut self) {
-        // Only if nothing has been recorded since the claim.
-        let _ = self.cell.compare_exchange(
-            self.claimed,
-            self.expired,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
-}
-
-/// Records a script call's time when it ends, answered or dropped
-/// (feature `metrics`).
-struct CallTimer<'a> {
-    limiter: &'a RedisLimiter,
-    started: Instant,
-}
-
-impl Drop for CallTimer<'_> {
-    fn drop(&mut self) {
-        let inner = &self.limiter.inner;
-        inner.outcomes.called(&inner.prefix, self.started.elapsed());
-    }
-}
-
 /// A rate limiter whose state lives in Redis. Cheap to clone; clones share
 /// the connection, the batching task and the leases.
 ///
 /// See the [module documentation](self) for the design.
+///
+/// ```no_run
+/// use std::num::NonZeroU32;
+/// use weir_rate::redis::{RedisLimiter, Target};
+/// use weir_rate::{Gcra, Quota};
+///
+/// # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
+/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let limiter = RedisLimiter::builder(Gcra::new(quota))
+///     .connect(Target::server("redis://127.0.0.1:6379/"))
+///     .await?;
+/// let shared = limiter.clone(); // clones share the connection
+/// assert!(shared.check("alice").await.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct RedisLimiter {
     inner: Arc<Inner>,
@@ -462,12 +330,22 @@ impl RedisLimiter {
 
     /// Spend `cost` units for `key`; an error only when `cost` exceeds
     /// what the quota can ever allow at once.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_verbose(key, cost).await.map(|v| v.decision)
     }
 
     /// Like [`check_n`](Self::check_n), also telling who decided and why
     /// the failure policy did, if it did.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Outcome, NeverAllowed> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity)?;
@@ -524,6 +402,12 @@ impl RedisLimiter {
 
     /// Ask Redis only: no lease, no failure policy (the back-off after a
     /// failure still applies). For callers that handle errors themselves.
+    ///
+    /// # Errors
+    ///
+    /// Every [`RedisLimitError`]: Redis unreachable, slow or failing, a
+    /// reply that cannot be read, this instance overloaded, or a cost the
+    /// quota can never allow.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, RedisLimitError> {
         let capacity = self.inner.capacity;
         NeverAllowed::check(cost, capacity).map_err(RedisLimitError::NeverAllowed)?;
@@ -549,121 +433,6 @@ impl RedisLimiter {
             }
         })
         .await
-    }
-
-    /// Spend `cost` units for `key` unconditionally, on every limit, for
-    /// work already done (response bytes, LLM tokens): past the limit a
-    /// charge is a debt that the key's later checks wait out, as
-    /// [`Limiter::charge`](crate::Limiter::charge) keeps it in process
-    /// (the script computes the same, against the server's `TIME`). The
-    /// receipt names the server's instant; [`refund`](Self::refund) takes
-    /// it. Not batched, and never answered from a lease.
-    ///
-    /// While Redis cannot take it (an error, a timeout, the back-off
-    /// after a failure), the charge goes to the failure policy's local
-    /// limiter if it has one ([`FailurePolicy::PerInstance`], or a
-    /// [`FailurePolicy::Local`] that can charge,
-    /// [`CheckKey::charge_key`](crate::CheckKey::charge_key)), so the
-    /// fallback that decides meanwhile counts the work; the receipt is
-    /// then the local limiter's, and a refund of it goes there. A charge
-    /// that timed out may have been counted by Redis as well: counted
-    /// twice, never lost.
-    ///
-    /// # Errors
-    ///
-    /// Why Redis could not take the charge, when no local limiter took it
-    /// either ([`FailurePolicy::Open`], [`FailurePolicy::Closed`], a
-    /// local limiter that cannot charge): then nothing counted it.
-    ///
-    /// ```no_run
-    /// use std::num::NonZeroU32;
-    /// use weir_rate::redis::{RedisLimiter, Target};
-    /// use weir_rate::{Quota, TokenBucket};
-    ///
-    /// # async fn demo() -> Result<(), weir_rate::redis::RedisLimitError> {
-    /// // 100 000 LLM tokens a minute per customer.
-    /// let tokens = TokenBucket::new(Quota::per_minute(NonZeroU32::new(100_000).unwrap()));
-    /// let limiter = RedisLimiter::builder(tokens)
-    ///     .prefix("llm")
-    ///     .connect(Target::server("redis://127.0.0.1:6379/"))
-    ///     .await?;
-    /// let admitted = limiter.check("customer-42").await;
-    /// if admitted.is_allowed() {
-    ///     let used = 3_500; // the completion's tokens, known once it is done
-    ///     let receipt = limiter.charge("customer-42", used).await?;
-    ///     # let reply_lost = true;
-    ///     if reply_lost {
-    ///         // Not delivered after all: give back what it still counts for.
-    ///         limiter.refund("customer-42", &receipt).await?;
-    ///     }
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn charge(&self, key: &str, cost: u32) -> Result<Receipt, RedisLimitError> {
-        let base = self.base_key(key);
-        let cell = self.cell_of(&base);
-        let core = &self.inner.core;
-        let settled = self
-            .on_redis(cell, |deadline, _| {
-                core.settle(&base, (Settle::Charge, cost, 0), deadline)
-            })
-            .await;
-        match settled {
-            Ok(now_us) => Ok(Receipt::on_redis(now_us.saturating_mul(1000), cost)),
-            Err(e) => {
-                let local = self.inner.policy.local();
-                local.and_then(|l| l.charge_key(key, cost)).ok_or(e)
-            }
-        }
-    }
-
-    /// Give back what `spent` (a [`Decision`] of `key` by this limiter, or
-    /// the [`Receipt`] of a [`charge`](Self::charge)) still counts for, by
-    /// the rules of [`Limiter::refund`](crate::Limiter::refund) for each
-    /// limit, computed by the script against the server's `TIME` from the
-    /// receipt's server instant. Nothing for a decision that spent nothing
-    /// or carries no receipt (a denial, a peek, an answer from a lease,
-    /// fail-open or shedding). Refund each spending at most once.
-    ///
-    /// A refund goes where the spending was counted: a receipt from Redis
-    /// to Redis, one from the failure policy's local limiter (a decision
-    /// or charge it answered during an outage) to that limiter
-    /// ([`CheckKey::refund_key`](crate::CheckKey::refund_key)), whatever
-    /// the state of Redis. (A single limit's default fallback is a
-    /// [`SketchLimiter`](crate::SketchLimiter), which has no refunds: its
-    /// charges stay spent, which is never looser.)
-    ///
-    /// # Errors
-    ///
-    /// Why Redis could not take the refund of a Redis receipt (an error, a
-    /// timeout, the back-off after a failure). Nothing was given back: the
-    /// local fallback never counted that spending, and giving it back
-    /// there would loosen it. A refund that timed out may still have been
-    /// applied.
-    pub async fn refund(
-        &self,
-        key: &str,
-        spent: &(impl Spending + ?Sized),
-    ) -> Result<(), RedisLimitError> {
-        let Some(receipt) = spent.receipt() else {
-            return Ok(());
-        };
-        if !receipt.is_on_redis() {
-            if let Some(local) = self.inner.policy.local() {
-                local.refund_key(key, receipt);
-            }
-            return Ok(());
-        }
-        let base = self.base_key(key);
-        let cell = self.cell_of(&base);
-        let core = &self.inner.core;
-        let at_us = receipt.at_nanos() / 1000;
-        self.on_redis(cell, |deadline, _| {
-            core.settle(&base, (Settle::Refund, receipt.cost(), at_us), deadline)
-        })
-        .await
-        .map(|_| ())
     }
 
     /// A call to Redis for back-off cell `cell_index` (`call` gets its

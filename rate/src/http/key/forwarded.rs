@@ -29,7 +29,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// not, among other parameters. Empty entries are skipped, as HTTP lists
 /// allow. IPv4-mapped addresses (`::ffff:10.0.0.1`, how a dual-stack
 /// listener sees an IPv4 proxy) are matched as IPv4, and an address client
-/// is keyed as [`PeerIp`] keys it (IPv6 by its /64 unless
+/// is keyed as [`PeerIp`](crate::http::PeerIp) keys it (IPv6 by its /64 unless
 /// [`ipv6_prefix`](Self::ipv6_prefix) says otherwise, IPv4 clients behind
 /// a NAT64/SIIT translator apart): [`ClientKey::Ip`].
 ///
@@ -124,7 +124,7 @@ impl ForwardedHeader {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ClientKey {
-    /// The client's address, keyed as [`PeerIp`] keys it.
+    /// The client's address, keyed as [`PeerIp`](crate::http::PeerIp) keys it.
     Ip(IpAddr),
     /// A client entry that is not an address (`unknown`, `_hidden`, ...),
     /// as its bytes (unquoted, without surrounding whitespace), at most
@@ -167,7 +167,7 @@ impl ForwardedIp {
     }
 
     /// Key IPv6 clients by their first `prefix` bits (default 64), but
-    /// those behind a NAT64/SIIT translator as [`PeerIp`] keys them.
+    /// those behind a NAT64/SIIT translator as [`PeerIp`](crate::http::PeerIp) keys them.
     ///
     /// # Panics
     ///
@@ -178,7 +178,7 @@ impl ForwardedIp {
     }
 
     /// Find the peer's address with `lookup` first, for servers that keep
-    /// it in an extension of their own; [`PeerIp::peer_from`] has an
+    /// it in an extension of their own; [`PeerIp::peer_from`](crate::http::PeerIp::peer_from) has an
     /// example.
     pub fn peer_from(mut self, lookup: fn(&Extensions) -> Option<SocketAddr>) -> Self {
         self.peer = PeerLookup(Some(lookup));

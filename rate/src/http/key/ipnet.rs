@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-/// An IP network (`addr/prefix`) for [`ForwardedIp`].
+/// An IP network (`addr/prefix`) for [`ForwardedIp`](crate::http::ForwardedIp).
 ///
 /// ```
 /// use weir_rate::http::IpNet;
@@ -47,6 +47,13 @@ pub(super) fn prefix_mask(prefix: u8) -> u128 {
 }
 
 /// A network that could not be parsed.
+///
+/// ```
+/// use weir_rate::http::IpNet;
+///
+/// let err = "10.0.0.0/33".parse::<IpNet>().unwrap_err();
+/// println!("{err}");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpNetParseError(String);
 

@@ -7,12 +7,23 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// The peer's socket address, as a request extension.
 ///
-/// [`PeerIp`] and [`ForwardedIp`] read it, and find the peer without it
+/// [`PeerIp`] and [`ForwardedIp`](crate::http::ForwardedIp) read it, and find the peer without it
 /// too: in a bare `SocketAddr` extension, and with the `axum` feature in
 /// axum's `ConnectInfo<SocketAddr>` (what
 /// `into_make_service_with_connect_info::<SocketAddr>()` inserts). Servers
 /// that keep it elsewhere (tonic's `TcpConnectInfo`) can insert this, or
 /// point the extractor at theirs with [`PeerIp::peer_from`].
+///
+/// ```
+/// use http::Request;
+/// use std::net::SocketAddr;
+/// use weir_rate::http::{KeyExtractor, PeerAddr, PeerIp};
+///
+/// let mut request = Request::new(());
+/// let peer: SocketAddr = "192.0.2.7:4711".parse().unwrap();
+/// request.extensions_mut().insert(PeerAddr(peer));
+/// assert_eq!(PeerIp::new().extract(&request), Some(peer.ip()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub SocketAddr);
 

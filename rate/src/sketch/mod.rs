@@ -23,50 +23,6 @@
 //! commit's TAT; a failed attempt leaves its raises behind, which can only
 //! make colliding keys stricter. The loom models check both cases.
 //!
-//! # Trade-off against the exact [`KeyedLimiter`](crate::KeyedLimiter)
-//!
-//! * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
-//!   keys; the keyed limiter's grows with the keys active within a window,
-//!   up to its capacity (beyond which it forgets keys into a sketch like
-//!   this one).
-//! * Wrong denials: a key is over-limited when all of its cells are shared
-//!   with keys that spent recently. Each cell accumulates the spending of
-//!   every key hashed to it, so once the request rate landing on one cell
-//!   (about `total rate × hashes / cells` for uniform keys) approaches the
-//!   per-key rate, cells saturate and keys start being denied. Size the
-//!   sketch so that `slots` is well above `total rate / per-key rate`
-//!   (and above the number of keys active within one burst period); the
-//!   bench report shows the allowed fraction next to the exact limiter's.
-//! * No refunds: lowering a shared cell could loosen another key. Forced
-//!   charges ([`SketchLimiter::charge`]) raise the key's cells like a
-//!   check; their receipts have no refund path here either.
-//! * A caller-supplied time raises the cells of its key, and so can make
-//!   colliding keys stricter until the clock reaches it: a time more than
-//!   [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
-//!   ([`CheckAtError::AheadOfClock`]), so no check can hold a cell beyond
-//!   that (plus the key's burst); at the end of the clock's range it
-//!   would deny every key sharing the cell for good.
-//!
-//! # Sizing
-//!
-//! [`SketchLimiter::try_sized_for`] picks the shape from the expected load
-//! ([`shape_for_load`] is the rule alone). A cell's TAT runs ahead of
-//! the clock while the requests landing on it keep it "busy": with `R`
-//! requests a second spread by the hash over `slots` cells per row and a
-//! per-key rate `r`, a cell is busy a fraction `ρ ≤ R / (slots · r)` of the
-//! time, and a request arriving independently of the others finds it busy
-//! with that probability. A key within its quota is wrongly denied only if
-//! **every** one of its `hashes` cells is busy with other keys' spending,
-//! which, the rows being hashed independently, happens in about `ρ^hashes`
-//! of its checks; a burst tolerance above one request only lowers that. So
-//! for a target wrong-denial fraction `δ`: `slots = ⌈R / (r · δ^(1/hashes))⌉`,
-//! with `hashes` (at most [`MAX_SIZED_HASHES`], since every allowed check
-//! writes every row) chosen to need the least memory. Coordinated bursts
-//! (many keys arriving in lockstep) are outside the bound. The bound is
-//! conservative: on the simulated load of `rate/tests/sizing.rs` (2000 keys
-//! at half their quota, burst 1) the admissions lost at the rule's size are
-//! about a tenth of the target, and an eighth of that size loses 18–27%.
-
 use crate::algorithms::{Gcra, Step, gcra_step};
 use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
@@ -78,83 +34,11 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-use weir_limits::sketch::{Location, Locator, MAX_HASHES};
+use weir_limits::sketch::{Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
 
-/// Times kept in a sketch: a key's time is the smallest of its cells, and
-/// storing it raises every cell to at least that, so each cell stays at or
-/// above the time of every key stored in it and a key reads back no earlier
-/// than its own. [`SketchLimiter`] keeps GCRA arrival times here; a bounded
-/// [`KeyedLimiter`](crate::KeyedLimiter) keeps the idle times of the keys it
-/// had to forget.
-pub(crate) struct Cells(Box<[AtomicU64]>);
-
-impl Cells {
-    pub(crate) fn new(len: usize) -> Self {
-        Self((0..len).map(|_| AtomicU64::new(0)).collect())
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// The smallest of `location`'s cells and which cell holds it, with
-    /// each cell's value in `seen`. The first cell wins ties, so a key
-    /// whose cells are all saturated still names one of its own.
-    #[inline]
-    pub(crate) fn min(&self, location: &Location, seen: &mut [u64; MAX_HASHES]) -> (u64, usize) {
-        let (mut min, mut at) = (u64::MAX, 0);
-        for (i, cell) in location.iter().enumerate() {
-            // Acquire: pairs with the raises' release half, so the
-            // never-under-a-key's-time argument holds in the memory model,
-            // not just on x86 (free there).
-            let v = self.0[cell].load(Ordering::Acquire);
-            seen[i] = v;
-            if i == 0 || v < min {
-                (min, at) = (v, cell);
-            }
-        }
-        (min, at)
-    }
-
-    /// Raise every cell of `location` except `skip` to at least `time`;
-    /// `seen` holds values read earlier (a cell seen at or above `time`
-    /// can only have grown since).
-    #[inline]
-    pub(crate) fn raise(
-        &self,
-        location: &Location,
-        time: u64,
-        seen: &[u64; MAX_HASHES],
-        skip: Option<usize>,
-    ) {
-        for (i, cell) in location.iter().enumerate() {
-            if Some(cell) != skip && seen[i] < time {
-                self.0[cell].fetch_max(time, Ordering::SeqCst);
-            }
-        }
-    }
-
-    /// Store `time` for the key at `location`.
-    pub(crate) fn store(&self, location: &Location, time: u64) {
-        let mut seen = [0; MAX_HASHES];
-        self.min(location, &mut seen);
-        self.raise(location, time, &seen, None);
-    }
-
-    /// The key at `location`'s time: never earlier than any it was stored with.
-    pub(crate) fn load(&self, location: &Location) -> u64 {
-        self.min(location, &mut [0; MAX_HASHES]).0
-    }
-
-    /// Replace `cell`'s value `current` with `new`; false if it had moved.
-    #[inline]
-    fn commit(&self, cell: usize, current: u64, new: u64) -> bool {
-        self.0[cell]
-            .compare_exchange(current, new, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-    }
-}
+mod cells;
+pub(crate) use cells::Cells;
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -227,14 +111,17 @@ fn spin() {
     std::hint::spin_loop();
 }
 
-/// A per-key GCRA limiter in fixed memory; see the [module docs](crate::sketch) for
-/// the guarantees and the trade-off.
+/// One GCRA limit per key in bounded memory: theoretical arrival times kept
+/// in a count-min-style sketch. A key's time is the smallest of its cells
+/// and an allowed request raises all of them, so a colliding key can only
+/// make a key **stricter**, never looser: with unit costs a key is never
+/// allowed more than the exact [`KeyedLimiter`](crate::KeyedLimiter) would
+/// allow it on the same requests.
 ///
 /// ```
 /// use std::num::NonZeroU32;
 /// use weir_rate::clock::ManualClock;
-/// use weir_rate::sketch::Shape;
-/// use weir_rate::{Quota, SketchLimiter};
+/// use weir_rate::{Quota, Shape, SketchLimiter};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
 /// let shape = Shape::rows::<4, 4096>().with_seed(7);
@@ -245,6 +132,48 @@ fn spin() {
 /// assert!(!limiter.check(&10u32).is_allowed());
 /// assert!(limiter.check(&11u32).is_allowed());
 /// ```
+///
+/// # Trade-off against the exact [`KeyedLimiter`](crate::KeyedLimiter)
+///
+/// * Memory is fixed (`8 · hashes · slots` bytes) whatever the number of
+///   keys; the keyed limiter's grows with the keys active within a window,
+///   up to its capacity (beyond which it forgets keys into a sketch like
+///   this one).
+/// * Wrong denials: a key is over-limited when all of its cells are shared
+///   with keys that spent recently. Each cell accumulates the spending of
+///   every key hashed to it, so once the request rate landing on one cell
+///   (about `total rate × hashes / cells` for uniform keys) approaches the
+///   per-key rate, cells saturate and keys start being denied. Size the
+///   sketch so that `slots` is well above `total rate / per-key rate`
+///   (and above the number of keys active within one burst period); the
+///   bench report shows the allowed fraction next to the exact limiter's.
+/// * No refunds: lowering a shared cell could loosen another key. Forced
+///   charges ([`charge`](Self::charge)) raise the key's cells like a
+///   check; their receipts have no refund path here either.
+/// * A caller-supplied time raises the cells of its key, and so can make
+///   colliding keys stricter until the clock reaches it: a time more than
+///   [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is refused
+///   ([`CheckAtError::AheadOfClock`]), so no check can hold a cell beyond
+///   that (plus the key's burst); at the end of the clock's range it
+///   would deny every key sharing the cell for good.
+///
+/// # Sizing
+///
+/// [`try_sized_for`](Self::try_sized_for) picks the shape from the expected load
+/// ([`shape_for_load`](Self::shape_for_load) is the rule alone). A cell's TAT runs ahead of
+/// the clock while the requests landing on it keep it "busy": with `R`
+/// requests a second spread by the hash over `slots` cells per row and a
+/// per-key rate `r`, a cell is busy a fraction `ρ ≤ R / (slots · r)` of the
+/// time, and a request arriving independently of the others finds it busy
+/// with that probability. A key within its quota is wrongly denied only if
+/// **every** one of its `hashes` cells is busy with other keys' spending,
+/// which, the rows being hashed independently, happens in about `ρ^hashes`
+/// of its checks; a burst tolerance above one request only lowers that. So
+/// for a target wrong-denial fraction `δ`: `slots = ⌈R / (r · δ^(1/hashes))⌉`,
+/// with `hashes` (at most [`MAX_SIZED_HASHES`](Self::MAX_SIZED_HASHES), since every allowed check
+/// writes every row) chosen to need the least memory. Coordinated bursts
+/// (many keys arriving in lockstep) are outside the bound. The bound is
+/// conservative (`rate/tests/sizing.rs` checks it on a simulated load).
 pub struct SketchLimiter<C = MonotonicClock> {
     locator: Locator,
     cells: Cells,
@@ -265,8 +194,12 @@ impl SketchLimiter<MonotonicClock> {
 
     /// A sketch sized for `requests_per_second` checks across all keys so
     /// that a key within its quota is wrongly denied in at most about
-    /// `wrong_denials` of its checks (see [sizing](crate::sketch#sizing)
-    /// for the rule and its assumptions), or why no sketch can be.
+    /// `wrong_denials` of its checks (see [sizing](Self#sizing)
+    /// for the rule and its assumptions).
+    ///
+    /// # Errors
+    ///
+    /// As [`shape_for_load`](Self::shape_for_load).
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroU64};
@@ -284,59 +217,65 @@ impl SketchLimiter<MonotonicClock> {
         requests_per_second: NonZeroU64,
         wrong_denials: f64,
     ) -> Result<Self, ConfigError> {
-        let shape = shape_for_load(quota, requests_per_second, wrong_denials)?;
+        let shape = Self::shape_for_load(quota, requests_per_second, wrong_denials)?;
         Ok(Self::new(quota, shape))
     }
-}
 
-/// The most hashes [`shape_for_load`] chooses: every allowed check
-/// writes each of a key's cells, so more rows cost time on every check for
-/// a little less memory.
-pub const MAX_SIZED_HASHES: usize = 4;
+    /// The most hashes [`shape_for_load`](Self::shape_for_load) chooses: every allowed check
+    /// writes each of a key's cells, so more rows cost time on every check for
+    /// a little less memory.
+    pub const MAX_SIZED_HASHES: usize = 4;
 
-/// The rows-layout shape of a [`SketchLimiter`] enforcing `quota` under
-/// `requests_per_second` checks across all keys, so that a key within its
-/// quota is wrongly denied in at most about `wrong_denials` (in (0, 1)) of
-/// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤`
-/// [`MAX_SIZED_HASHES`] chosen for the least memory (see
-/// [sizing](crate::sketch#sizing)).
-///
-/// ```
-/// use std::num::{NonZeroU32, NonZeroU64};
-/// use weir_rate::{Quota, sketch::shape_for_load};
-///
-/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
-/// let load = NonZeroU64::new(10_000).unwrap();
-/// // ρ = 0.01^(1/4) ≈ 0.316 per cell, so ⌈1000 / 0.316⌉ slots per row.
-/// let shape = shape_for_load(quota, load, 0.01)?;
-/// assert_eq!((shape.hashes(), shape.slots()), (4, 3163));
-/// # Ok::<(), weir_rate::ConfigError>(())
-/// ```
-pub fn shape_for_load(
-    quota: Quota,
-    requests_per_second: NonZeroU64,
-    wrong_denials: f64,
-) -> Result<Shape, ConfigError> {
-    if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
-        return Err(ConfigError::InvalidProbability(wrong_denials));
+    /// The rows-layout shape of a [`SketchLimiter`] enforcing `quota` under
+    /// `requests_per_second` checks across all keys, so that a key within its
+    /// quota is wrongly denied in at most about `wrong_denials` (in (0, 1)) of
+    /// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤`
+    /// [`MAX_SIZED_HASHES`](Self::MAX_SIZED_HASHES) chosen for the least
+    /// memory (see [sizing](Self#sizing)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidProbability`] unless `wrong_denials` lies in
+    /// (0, 1); [`ConfigError::TooManyCells`] when the sketch would need more
+    /// than 2³² cells.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroU64};
+    /// use weir_rate::{Quota, SketchLimiter};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+    /// let load = NonZeroU64::new(10_000).unwrap();
+    /// // ρ = 0.01^(1/4) ≈ 0.316 per cell, so ⌈1000 / 0.316⌉ slots per row.
+    /// let shape = SketchLimiter::shape_for_load(quota, load, 0.01)?;
+    /// assert_eq!((shape.hashes(), shape.slots()), (4, 3163));
+    /// # Ok::<(), weir_rate::ConfigError>(())
+    /// ```
+    pub fn shape_for_load(
+        quota: Quota,
+        requests_per_second: NonZeroU64,
+        wrong_denials: f64,
+    ) -> Result<Shape, ConfigError> {
+        if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
+            return Err(ConfigError::InvalidProbability(wrong_denials));
+        }
+        let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
+        let cells_per_row = requests_per_second.get() as f64 / per_key;
+        let slots_for = |hashes: usize| {
+            (cells_per_row / wrong_denials.powf(1.0 / hashes as f64))
+                .ceil()
+                .max(1.0)
+        };
+        let hashes = (1..=Self::MAX_SIZED_HASHES)
+            .min_by(|&a, &b| (a as f64 * slots_for(a)).total_cmp(&(b as f64 * slots_for(b))))
+            .unwrap_or(1);
+        let slots = slots_for(hashes);
+        if slots * hashes as f64 > (u64::from(u32::MAX) + 1) as f64 {
+            return Err(ConfigError::TooManyCells {
+                requested: (slots * hashes as f64) as u128,
+            });
+        }
+        Shape::try_new(hashes, slots as usize, Layout::Rows)
     }
-    let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
-    let cells_per_row = requests_per_second.get() as f64 / per_key;
-    let slots_for = |hashes: usize| {
-        (cells_per_row / wrong_denials.powf(1.0 / hashes as f64))
-            .ceil()
-            .max(1.0)
-    };
-    let hashes = (1..=MAX_SIZED_HASHES)
-        .min_by(|&a, &b| (a as f64 * slots_for(a)).total_cmp(&(b as f64 * slots_for(b))))
-        .unwrap_or(1);
-    let slots = slots_for(hashes);
-    if slots * hashes as f64 > (u64::from(u32::MAX) + 1) as f64 {
-        return Err(ConfigError::TooManyCells {
-            requested: (slots * hashes as f64) as u128,
-        });
-    }
-    Shape::try_new(hashes, slots as usize, Layout::Rows)
 }
 
 impl<C: Clock> SketchLimiter<C> {
@@ -368,11 +307,21 @@ impl<C: Clock> SketchLimiter<C> {
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn check_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Consume)
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
     pub fn peek_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Peek)
     }
@@ -398,7 +347,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// ```
     /// use std::num::NonZeroU32;
     /// use std::time::Duration;
-    /// use weir_rate::{CheckAtError, Quota, SketchLimiter, sketch::Shape};
+    /// use weir_rate::{CheckAtError, Quota, SketchLimiter, Shape};
     ///
     /// let limiter = SketchLimiter::new(Quota::per_second(NonZeroU32::MIN), Shape::rows::<2, 64>());
     /// let now = limiter.now();
@@ -437,7 +386,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// ```
     /// use std::num::NonZeroU32;
     /// use weir_rate::clock::ManualClock;
-    /// use weir_rate::sketch::Shape;
+    /// use weir_rate::Shape;
     /// use weir_rate::{Quota, SketchLimiter};
     ///
     /// let limiter = SketchLimiter::with_clock(Quota::per_second(NonZeroU32::new(2).unwrap()), Shape::rows::<4, 4096>(), ManualClock::new());
@@ -516,7 +465,7 @@ impl<C: Clock> SketchLimiter<C> {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Quota, SketchLimiter, sketch::Shape};
+    /// use weir_rate::{Quota, Shape, SketchLimiter};
     ///
     /// let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
     /// let limiter = SketchLimiter::new(quota, Shape::rows::<4, 4096>());

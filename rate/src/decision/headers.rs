@@ -1,0 +1,194 @@
+//! Rendering a decision as HTTP header fields.
+//!
+//! Headers follow draft-ietf-httpapi-ratelimit-headers (revision 10):
+//! `RateLimit-Policy: "name";q=<quota>;w=<window seconds>` and
+//! `RateLimit: "name";r=<remaining>;t=<seconds until reset>`, plus the
+//! standard `Retry-After: <seconds>` on a denial. Seconds are rounded **up**
+//! so a client that obeys them never retries too early.
+
+use super::Decision;
+use std::fmt;
+#[cfg(test)]
+use std::time::Duration;
+
+/// The HTTP status of a request denied by a rate limit (Too Many Requests).
+pub(crate) const TOO_MANY_REQUESTS: u16 = 429;
+
+fn ceil_secs(d: std::time::Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+impl Decision {
+    /// The `RateLimit-Policy` field value for a policy called `name`.
+    pub(crate) fn ratelimit_policy(&self, name: &str) -> String {
+        format!(
+            "{};q={};w={}",
+            Quoted(name),
+            self.limit,
+            ceil_secs(self.window).max(1)
+        )
+    }
+
+    /// The `RateLimit` field value for a policy called `name`.
+    pub(crate) fn ratelimit(&self, name: &str) -> String {
+        self.ratelimit_for(&PolicyName::new(name))
+    }
+
+    /// [`ratelimit`](Self::ratelimit) for a name quoted once in advance:
+    /// one allocation and no formatting machinery, for the layer that
+    /// renders this field on every response.
+    pub(crate) fn ratelimit_for(&self, policy: &PolicyName) -> String {
+        let mut out = String::with_capacity(policy.0.len() + 26);
+        out.push_str(&policy.0);
+        out.push_str(";r=");
+        push_decimal(&mut out, u64::from(self.remaining()));
+        out.push_str(";t=");
+        push_decimal(&mut out, ceil_secs(self.reset_after));
+        out
+    }
+
+    /// The `Retry-After` value (whole seconds, rounded up) for a denial.
+    pub(crate) fn retry_after_header(&self) -> Option<String> {
+        if self.allowed {
+            return None;
+        }
+        self.retry_after.map(|d| ceil_secs(d).to_string())
+    }
+
+    /// The response header fields for a policy called `name`, as
+    /// `(field name, value)` pairs: `RateLimit-Policy`, `RateLimit`, and
+    /// `Retry-After` when denied.
+    ///
+    /// The name is rendered as an RFC 8941 string (quotes and backslashes
+    /// escaped, other characters outside printable ASCII replaced by `?`);
+    /// seconds are rounded up, so a client that obeys them never retries
+    /// too early.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, Quota, RateLimiter};
+    ///
+    /// let quota = Quota::per_minute(NonZeroU32::new(2).unwrap());
+    /// let limiter = RateLimiter::with_clock(Gcra::new(quota), ManualClock::new());
+    /// assert_eq!(
+    ///     limiter.check().headers("api"),
+    ///     [("RateLimit-Policy", "\"api\";q=2;w=60".to_owned()), ("RateLimit", "\"api\";r=1;t=30".to_owned())]
+    /// );
+    /// limiter.check();
+    /// assert_eq!(
+    ///     limiter.check().headers("api"),
+    ///     [
+    ///         ("RateLimit-Policy", "\"api\";q=2;w=60".to_owned()),
+    ///         ("RateLimit", "\"api\";r=0;t=60".to_owned()),
+    ///         ("Retry-After", "30".to_owned()),
+    ///     ]
+    /// );
+    /// ```
+    pub fn headers(&self, name: &str) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            ("RateLimit-Policy", self.ratelimit_policy(name)),
+            ("RateLimit", self.ratelimit(name)),
+        ];
+        if let Some(retry) = self.retry_after_header() {
+            headers.push(("Retry-After", retry));
+        }
+        headers
+    }
+}
+
+/// A policy name rendered once as an RFC 8941 string (quoted, escaped), for
+/// [`Decision::ratelimit_for`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PolicyName(String);
+
+impl PolicyName {
+    /// Quote `name` (non-printable characters become `?`).
+    pub(crate) fn new(name: &str) -> Self {
+        Self(Quoted(name).to_string())
+    }
+
+    /// The quoted form, e.g. `"api"`.
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Append `n` in decimal without the formatting machinery.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
+/// An RFC 8941 string: quotes and backslashes escaped, other characters
+/// outside printable ASCII replaced by `?`.
+struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            match c {
+                '"' | '\\' => {
+                    f.write_char('\\')?;
+                    f.write_char(c)?;
+                }
+                ' '..='~' => f.write_char(c)?,
+                _ => f.write_char('?')?,
+            }
+        }
+        f.write_char('"')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_render_like_display() {
+        for n in [0u64, 7, 10, 99, 1000, 4_294_967_295, u64::MAX] {
+            let mut out = String::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+    }
+
+    #[test]
+    fn header_values_round_up_and_escape() {
+        let d = Decision::deny(10, Duration::from_millis(1500), 0, 1_000_000_001, 1);
+        assert_eq!(d.ratelimit_policy("a\"b"), "\"a\\\"b\";q=10;w=2");
+        assert_eq!(d.ratelimit("x"), "\"x\";r=0;t=2");
+        assert_eq!(d.retry_after_header().as_deref(), Some("1"));
+        assert_eq!(d.headers("x").len(), 3);
+        let ok = Decision::allow(10, Duration::from_secs(1), 3, 0);
+        assert_eq!(ok.status(), None);
+        assert_eq!(ok.headers("x").len(), 2);
+        assert_eq!(d.status(), Some(429));
+        assert!(!ok.combine(d).is_allowed());
+        assert_eq!(ok.combine(d).remaining(), 0);
+        assert!(d.shadowed().is_allowed() && !d.shadowed().is_conforming());
+    }
+
+    #[test]
+    fn a_policy_name_is_quoted_once() {
+        let d = Decision::allow(5, Duration::from_secs(60), 4, 60_000_000_000);
+        let api = PolicyName::new("api");
+        assert_eq!(api.as_str(), "\"api\"");
+        assert_eq!(d.ratelimit_for(&api), d.ratelimit("api"));
+        assert_eq!(d.ratelimit_for(&api), "\"api\";r=4;t=60");
+    }
+}

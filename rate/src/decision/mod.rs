@@ -1,0 +1,282 @@
+//! The outcome of a check, with everything an HTTP response needs.
+
+mod error;
+mod headers;
+mod receipt;
+
+pub use error::{CheckAtError, NeverAllowed};
+#[cfg(feature = "tower")]
+pub(crate) use headers::PolicyName;
+use headers::TOO_MANY_REQUESTS;
+pub use receipt::{Receipt, Spending};
+
+use crate::limiter::Mode;
+use std::fmt;
+use std::time::Duration;
+
+/// The result of a check.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let quota = Quota::per_minute(NonZeroU32::new(2).unwrap());
+/// let limiter = RateLimiter::with_clock(Gcra::new(quota), ManualClock::new());
+/// assert!(limiter.check().is_allowed());
+/// let d = limiter.check();
+/// assert_eq!(d.remaining(), 0);
+/// let denied = limiter.check();
+/// assert!(!denied.is_allowed());
+/// assert_eq!(denied.status(), Some(429));
+/// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_secs(30)));
+/// for (name, value) in denied.headers("api") {
+///     println!("{name}: {value}"); // RateLimit-Policy, RateLimit, Retry-After
+/// }
+/// ```
+#[must_use = "a decision not looked at lets every request through"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) conforming: bool,
+    pub(crate) limit: u32,
+    pub(crate) window: Duration,
+    pub(crate) remaining: Remaining,
+    pub(crate) reset_after: Duration,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) delay: Duration,
+    pub(crate) receipt: Option<Receipt>,
+}
+
+/// Units remaining as a quotient, divided only when asked for (the
+/// division is the dearest step of a GCRA check).
+#[derive(Clone, Copy)]
+pub(crate) struct Remaining {
+    num: u64,
+    den: u64,
+}
+
+impl Remaining {
+    #[inline]
+    pub(crate) fn exact(n: u32) -> Self {
+        Self {
+            num: u64::from(n),
+            den: 1,
+        }
+    }
+
+    /// `⌊num / den⌋` units; `den` must be non-zero.
+    #[inline]
+    pub(crate) fn ratio(num: u64, den: u64) -> Self {
+        Self { num, den }
+    }
+
+    #[inline]
+    fn get(self) -> u32 {
+        u32::try_from(self.num / self.den.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+impl PartialEq for Remaining {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for Remaining {}
+
+impl fmt::Debug for Remaining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
+/// Nanoseconds as a `Duration`.
+#[inline]
+pub(crate) fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+impl Decision {
+    pub(crate) fn allow(limit: u32, window: Duration, remaining: u32, reset_after: u64) -> Self {
+        Self::allow_with(limit, window, Remaining::exact(remaining), reset_after)
+    }
+
+    #[inline]
+    pub(crate) fn allow_with(
+        limit: u32,
+        window: Duration,
+        remaining: Remaining,
+        reset_after: u64,
+    ) -> Self {
+        Self {
+            allowed: true,
+            conforming: true,
+            limit,
+            window,
+            remaining,
+            reset_after: nanos(reset_after),
+            retry_after: None,
+            delay: Duration::ZERO,
+            receipt: None,
+        }
+    }
+
+    pub(crate) fn deny(
+        limit: u32,
+        window: Duration,
+        remaining: u32,
+        reset_after: u64,
+        retry_after: u64,
+    ) -> Self {
+        Self {
+            allowed: false,
+            conforming: false,
+            limit,
+            window,
+            remaining: Remaining::exact(remaining),
+            reset_after: nanos(reset_after),
+            retry_after: Some(nanos(retry_after.max(1))),
+            delay: Duration::ZERO,
+            receipt: None,
+        }
+    }
+
+    /// Whether the request should proceed. In shadow (dry-run) mode this is
+    /// always true; [`is_conforming`](Self::is_conforming) tells whether the
+    /// limit would have denied it.
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whether the request was within the limit (false for a denial, also in
+    /// shadow mode where it is let through anyway).
+    #[inline]
+    pub fn is_conforming(&self) -> bool {
+        self.conforming
+    }
+
+    /// The quota's units per window (`q` of `RateLimit-Policy`).
+    #[inline]
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The quota's window (`w` of `RateLimit-Policy`).
+    #[inline]
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Units that could still be spent now (`r` of `RateLimit`).
+    #[inline]
+    pub fn remaining(&self) -> u32 {
+        self.remaining.get()
+    }
+
+    /// Time until the quota is fully available again if nothing more is
+    /// spent (`t` of `RateLimit`).
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// For a denial, the time after which the same request would be allowed
+    /// if nothing else is spent meanwhile; `None` when it conformed.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// For a shaper ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper)):
+    /// how long the caller must wait before proceeding. Zero otherwise.
+    #[inline]
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// What this check spent, to name in a refund: `Some` only for an
+    /// allowed check that consumed a non-zero cost (not for a peek, a
+    /// denial, or a denial let through in shadow mode).
+    #[inline]
+    pub fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+
+    /// The decision of a check of `cost` in `mode`, charged (if it spent
+    /// anything) at `at_ns`: with a receipt when allowed, consumed and
+    /// `cost > 0`.
+    #[inline]
+    pub(crate) fn charged(self, mode: Mode, at_ns: u64, cost: u32) -> Self {
+        let spent = self.allowed && mode == Mode::Consume && cost > 0;
+        Self {
+            receipt: spent.then_some(Receipt::new(at_ns, cost)),
+            ..self
+        }
+    }
+
+    /// `Some(429)` when the request must be rejected, `None` when it may
+    /// proceed.
+    #[inline]
+    pub fn status(&self) -> Option<u16> {
+        (!self.allowed).then_some(TOO_MANY_REQUESTS)
+    }
+
+    /// The more restrictive of two decisions (for several limits checked
+    /// together): allowed only if both are, the later reset and retry, and
+    /// the limit, window and remaining of the binding limit — a denying one
+    /// if any denies, otherwise the one with the least remaining. The result
+    /// does not depend on the order of the two. It keeps a receipt only if
+    /// both carry the same one (each limit charged the same instant); a
+    /// refund could not name both spendings otherwise.
+    pub fn combine(self, other: Decision) -> Decision {
+        // Non-conforming first (false < true), then least remaining; the
+        // limit and window only break exact ties, so the choice is symmetric.
+        let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window);
+        let first = if binding(&other) < binding(&self) {
+            other
+        } else {
+            self
+        };
+        Decision {
+            allowed: self.allowed && other.allowed,
+            conforming: self.conforming && other.conforming,
+            reset_after: self.reset_after.max(other.reset_after),
+            retry_after: match (self.retry_after, other.retry_after) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            delay: self.delay.max(other.delay),
+            receipt: match (self.receipt, other.receipt) {
+                (Some(a), Some(b)) if a == b => Some(a),
+                _ => None,
+            },
+            ..first
+        }
+    }
+
+    /// The same decision let through (shadow mode): allowed, but still
+    /// marked non-conforming when it exceeded the limit.
+    pub(crate) fn shadowed(self) -> Self {
+        Self {
+            allowed: true,
+            ..self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combining_does_not_depend_on_order() {
+        let allowed_empty = Decision::allow(10, Duration::from_secs(1), 0, 5);
+        let denied = Decision::deny(20, Duration::from_secs(60), 3, 7, 9);
+        assert_eq!(allowed_empty.combine(denied), denied.combine(allowed_empty));
+        let combined = denied.combine(allowed_empty);
+        assert!(!combined.is_allowed());
+        assert_eq!((combined.limit(), combined.remaining()), (20, 3));
+    }
+}

@@ -1,0 +1,126 @@
+//! Receipts: what a spending was, so a refund can name it.
+
+use super::Decision;
+
+/// What an allowed check spent: its cost and the instant (on the limiter's
+/// clock, after the limiter's own clamping of time that went backwards) it
+/// was charged to. A refund names the spending it gives back by its
+/// receipt, so it can only return capacity where that spending was
+/// counted; see [`Limiter::refund`](crate::Limiter::refund).
+///
+/// Allowed checks hand receipts out ([`Decision::receipt`]), and so do
+/// forced charges ([`Limiter::charge`](crate::Limiter::charge) and the
+/// containers' `charge`). Refund each one at most once, and only to the
+/// limiter and key that issued it: another spending charged at the same
+/// instant would be given back in its place.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let quota = Quota::per_second(NonZeroU32::new(2).unwrap());
+/// let limiter = RateLimiter::with_clock(Gcra::new(quota), ManualClock::new());
+/// let receipt = limiter.check_n(2).unwrap().receipt().unwrap();
+/// assert_eq!(receipt.cost(), 2);
+/// assert!(!limiter.check().is_allowed());
+/// limiter.refund(&receipt); // the work was never done
+/// assert!(limiter.check().is_allowed());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    at_ns: u64,
+    cost: u32,
+    /// Charged on Redis (the instant is the server's clock), not in process:
+    /// a Redis limiter refunds such a receipt on Redis and any other on its
+    /// local fallback, where that spending was counted.
+    on_redis: bool,
+}
+
+impl Receipt {
+    /// A spending of `cost` charged at `at_ns`, in process.
+    #[inline]
+    pub(crate) fn new(at_ns: u64, cost: u32) -> Self {
+        Self {
+            at_ns,
+            cost,
+            on_redis: false,
+        }
+    }
+
+    /// A spending of `cost` charged on Redis at `at_ns` (server time).
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn on_redis(at_ns: u64, cost: u32) -> Self {
+        Self {
+            at_ns,
+            cost,
+            on_redis: true,
+        }
+    }
+
+    /// Whether Redis charged it.
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn is_on_redis(self) -> bool {
+        self.on_redis
+    }
+
+    /// The instant the spending was charged to, in clock nanoseconds (for
+    /// a Redis limiter's receipt, nanoseconds of the server's `TIME` since
+    /// the Unix epoch, whole microseconds).
+    #[inline]
+    pub fn at_nanos(self) -> u64 {
+        self.at_ns
+    }
+
+    /// The units spent.
+    #[inline]
+    pub fn cost(self) -> u32 {
+        self.cost
+    }
+
+    /// `cost` units of this spending (at most all of it), charged at the
+    /// same instant: what a refund of part of it names.
+    #[inline]
+    pub(crate) fn part(self, cost: u32) -> Self {
+        Self {
+            cost: cost.min(self.cost),
+            ..self
+        }
+    }
+}
+
+/// What names a spending in a refund: a [`Decision`] (its receipt, if it
+/// spent anything) or the [`Receipt`] itself, such as a forced charge
+/// returns. Every container's `refund` takes either.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let limiter = RateLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap())), ManualClock::new());
+/// let charged = limiter.charge(5); // work already done: a debt of 3
+/// assert!(!limiter.check().is_allowed());
+/// limiter.refund(&charged); // at the same instant, all of it comes back
+/// assert!(limiter.check().is_allowed());
+/// ```
+pub trait Spending {
+    /// The receipt of the spending, if anything was spent.
+    fn receipt(&self) -> Option<Receipt>;
+}
+
+impl Spending for Decision {
+    #[inline]
+    fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+}
+
+impl Spending for Receipt {
+    #[inline]
+    fn receipt(&self) -> Option<Receipt> {
+        Some(*self)
+    }
+}

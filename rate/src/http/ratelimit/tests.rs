@@ -1,0 +1,173 @@
+use super::*;
+use crate::http::{GlobalKey, KeyFn};
+use crate::{FixedWindow, KeyedLimiter, NeverAllowed, Quota};
+use std::convert::Infallible;
+use std::num::NonZeroU32;
+use std::time::Duration;
+use tower::ServiceExt;
+use weir_limits::clock::ManualClock;
+
+fn hello()
+-> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new("hello".to_string()))
+    })
+}
+
+fn per_minute(n: u32) -> (KeyedLimiter<(), FixedWindow, ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let quota = Quota::per_minute(NonZeroU32::new(n).unwrap());
+    (
+        KeyedLimiter::with_clock(FixedWindow::new(quota), clock.clone()),
+        clock,
+    )
+}
+
+#[tokio::test]
+async fn allows_the_quota_then_answers_429_with_headers() {
+    let (limiter, clock) = per_minute(3);
+    let service = RateLimitLayer::new(limiter, GlobalKey)
+        .policy_name("api")
+        .layer(hello());
+    for remaining in [2, 1, 0] {
+        let response = service.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["ratelimit-policy"], "\"api\";q=3;w=60");
+        assert_eq!(
+            response.headers()["ratelimit"],
+            format!("\"api\";r={remaining};t=60").as_str()
+        );
+        assert!(response.headers().get("retry-after").is_none());
+    }
+    let denied = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()["retry-after"], "60");
+    assert_eq!(denied.headers()["ratelimit"], "\"api\";r=0;t=60");
+    clock.advance(Duration::from_secs(60));
+    let again = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn costs_weigh_requests_and_impossible_costs_are_refused_without_retry_after() {
+    let (limiter, _clock) = per_minute(10);
+    let service = RateLimitLayer::new(limiter, GlobalKey)
+        .cost_fn(|req: &Request<()>| if req.uri().path() == "/heavy" { 6 } else { 1 })
+        .layer(hello());
+    let heavy = || Request::builder().uri("/heavy").body(()).unwrap();
+    assert_eq!(
+        service.clone().oneshot(heavy()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        service.clone().oneshot(heavy()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let light = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(light.status(), StatusCode::OK);
+    let (limiter, _clock) = per_minute(2);
+    let service = RateLimitLayer::new(limiter, GlobalKey)
+        .cost_fn(|_: &Request<()>| 3)
+        .layer(hello());
+    let never = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(never.headers().get("retry-after").is_none());
+    assert!(never.headers().contains_key("x-ratelimit-error"));
+}
+
+#[tokio::test]
+async fn a_quota_changed_at_run_time_shows_in_the_policy_header() {
+    let (limiter, _clock) = per_minute(3);
+    let limiter = Arc::new(limiter);
+    let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey).layer(hello());
+    let before = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(before.headers()["ratelimit-policy"], "\"default\";q=3;w=60");
+    limiter.set_limit(FixedWindow::new(Quota::per_minute(
+        NonZeroU32::new(5).unwrap(),
+    )));
+    let after = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(after.headers()["ratelimit-policy"], "\"default\";q=5;w=60");
+    assert_eq!(after.headers()["ratelimit"], "\"default\";r=3;t=60");
+}
+
+#[tokio::test]
+async fn shadow_mode_never_denies_but_marks() {
+    let (limiter, _clock) = per_minute(1);
+    let service = RateLimitLayer::new(limiter, GlobalKey)
+        .shadow(true)
+        .layer(hello());
+    let first = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert!(first.headers().get("x-ratelimit-shadow").is_none());
+    let second = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(second.headers()["x-ratelimit-shadow"], "denied");
+}
+
+/// A checker that answers only after a real wait, like a network backend.
+struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
+
+impl CheckKeyAsync<()> for Slow {
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+    fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+        let outcome = self.0.check_n(key, cost);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            outcome
+        })
+    }
+}
+
+#[tokio::test]
+async fn checkers_that_must_wait_take_the_same_decisions() {
+    let (limiter, _clock) = per_minute(2);
+    let service = RateLimitLayer::new(Slow(limiter), GlobalKey)
+        .policy_name("api")
+        .layer(hello());
+    let first = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit"], "\"api\";r=1;t=60");
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(Request::new(()))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let denied = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()["retry-after"], "60");
+}
+
+#[tokio::test]
+async fn overload_limits_answer_503_and_keys_are_separate() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_minute(NonZeroU32::new(1).unwrap());
+    let limiter = KeyedLimiter::with_clock(FixedWindow::new(quota), clock);
+    let by_header = KeyFn::new(|req: &Request<()>| {
+        req.headers()
+            .get("x-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
+    let service = RateLimitLayer::new(limiter, by_header)
+        .overload_status()
+        .layer(hello());
+    let status_for = |user: &str| {
+        let request = Request::builder().header("x-user", user).body(()).unwrap();
+        let service = service.clone();
+        async move { service.oneshot(request).await.unwrap().status() }
+    };
+    assert_eq!(status_for("a").await, StatusCode::OK);
+    assert_eq!(status_for("b").await, StatusCode::OK);
+    assert_eq!(status_for("a").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        service.oneshot(Request::new(())).await.unwrap().status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}

@@ -1,0 +1,555 @@
+//! [`KeyedLimiter`]: one limit per key, exactly up to a capacity of keys,
+//! in a sharded map from key to state.
+
+mod shard;
+
+use crate::clock::{Clock, MonotonicClock, Timestamp};
+use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
+use crate::limiter::{Limiter, Mode};
+use crate::sync::SpinLock;
+use crate::{Layout, Shape};
+use hashbrown::HashTable;
+use shard::{
+    KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, Padded, SPILL_HASHES,
+    Shard, at_reading, find, spent, stamped,
+};
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use weir_limits::sketch::Locator;
+
+const DEFAULT_SHARDS: usize = 64;
+
+const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
+
+/// A per-key limiter over any [`Limiter`]: exact for the keys it
+/// remembers, at most its capacity of them, and never looser for the keys
+/// it had to forget (see [Memory](Self#memory)).
+///
+/// Keys are looked up borrowed, as `HashMap::get` does: a
+/// `KeyedLimiter<String, _>` checks a `&str` and allocates only when the
+/// key first spends something.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// let clock = ManualClock::new();
+/// let per_client = KeyedLimiter::with_clock(
+///     Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())),
+///     clock.clone(),
+/// );
+/// assert!(per_client.check(&"alice").is_allowed());
+/// assert!(!per_client.check(&"alice").is_allowed());
+/// assert!(per_client.check(&"bob").is_allowed());
+/// clock.advance(Duration::from_secs(5));
+/// per_client.evict_idle();
+/// assert_eq!(per_client.len(), 0);
+/// ```
+///
+/// Each key's state lives in one of `shards` hash maps, each behind its own
+/// short lock and on its own cache lines, so threads working on different
+/// keys rarely meet. Keys are remembered only while they matter: a key is
+/// inserted when it first spends something, and a shard sweeps out idle keys
+/// (whose state equals a fresh one, so forgetting them changes no decision)
+/// whenever it has doubled in size since its last sweep, which costs
+/// amortised O(1) per insert. Compare [`SketchLimiter`](crate::SketchLimiter),
+/// which keeps GCRA times only, all in a sketch.
+///
+/// # Memory
+///
+/// A limiter remembers at most its capacity of keys
+/// ([`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) unless built with
+/// [`with_capacity`](Self::with_capacity)), `capacity / shards` (rounded
+/// up) per shard. A key spray cannot grow it past that: a full shard first
+/// forgets its idle keys, and if they are fewer than an eighth of it, the
+/// keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
+/// arrival times), found from a sample of 64 and always including the
+/// soonest. Each of those leaves behind only when it turns idle, stored
+/// under its hash in the shard's spill sketch: two rows of cells, each the
+/// latest time stored in it (the cell logic of the sketch limiter). A key
+/// not remembered is restored from the earliest of its cells, as having
+/// spent all it could until then ([`Limiter::spent_until`]); no cell is
+/// earlier than the key's own time, so a key that comes back is judged **no
+/// looser than if it had stayed**: for unit costs it is never allowed more,
+/// in any prefix of its requests, than the exact limiter would allow it
+/// (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
+/// one, and that decisions are identical until the capacity is first
+/// reached). It may be judged stricter: as spent until its own idle time
+/// (for GCRA and the buckets that is exact; a window restores as full), or
+/// until a later one stored in all of its cells by other keys. The sketch
+/// is small (2 bytes per key of capacity), allocated when a shard first
+/// spills and freed once every time in it has passed; while it can say
+/// anything, a key's first check reads two of its cells.
+///
+/// **Sizing**: give the limiter room for the keys that spend within the
+/// time a state takes to turn idle (`burst × window / limit` for GCRA and
+/// the buckets, one window for the fixed window and the log, up to two for
+/// the sliding window) at peak, so that only a spray is forgotten early.
+/// Beyond it, a key spray can make an honest key that is not remembered
+/// start as spent as the most spent of the forgotten keys in each of its
+/// cells (for one-shot keys, one request), and an honest key that is
+/// remembered is forgotten only if it turns idle sooner than they do. Memory is then
+/// bounded by: in each shard, a hash table of the next power of two of
+/// `8/7 × capacity / shards` slots, each the size of the key, its state and
+/// one byte (a key's and a state's own heap, such as a `String`'s bytes or
+/// a sliding log's entries, comes on top); the spill sketches; a second
+/// table per shard during its rebuild; and, only for keys judged at a
+/// caller's time ahead of the clock, up to `capacity` keys again with 8
+/// bytes each (see [Time](Self#time)). Tables rebuild in place of growing
+/// past their capacity's size, and shrink when sweeps leave them a quarter
+/// full, so after a spray the memory goes back once the keys turn idle
+/// ([`evict_idle`](Self::evict_idle) or the next sweeps).
+///
+/// # Time
+///
+/// A key is never judged earlier than it has been judged before: a thread
+/// that read the clock before waiting for the lock, or a caller-supplied
+/// time earlier than the key's last, counts as no time passing for that key.
+/// That is what lets one receipt refund every limit of a pair (each charged
+/// the check to the same instant).
+///
+/// A shard keeps a time, the latest **clock reading** it has judged at,
+/// below which nothing in it is judged: a key forgotten as idle is idle
+/// only from then on, so no check stamped earlier may find it fresh. Only
+/// readings of the clock raise it: a time given to
+/// [`check_n_at`](Self::check_n_at) is judged at for its own key, and
+/// raises the shard's time no further than the clock's reading, which is
+/// read only then (when the time is later than the shard's). So a caller's
+/// time, however far ahead, changes no other key's decisions, while batches
+/// and replays keep their meaning for their own keys. A key judged at a
+/// caller's time ahead of the shard's keeps that time in a side table until
+/// the shard's time reaches it; live checks never need it, so it costs
+/// nothing unless callers' times run ahead of the clock (a replay on a
+/// clock left standing). Dropping those times, when the table is full,
+/// only judges their keys earlier, which no algorithm finds looser. A time
+/// more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
+/// refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
+/// key judged there until the clock caught up.
+pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
+    shards: Box<[LockedShard<K, L>]>,
+    hasher: ahash::RandomState,
+    /// Where a key's cells are in its shard's spill sketch, from the hash
+    /// that found its shard.
+    spill: Locator,
+    clock: C,
+    shadow: AtomicBool,
+    /// Keys per shard.
+    shard_capacity: usize,
+}
+
+impl<K, L: Limiter, C> KeyedLimiter<K, L, C> {
+    /// The most keys a [`KeyedLimiter`] remembers unless a constructor says
+    /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
+    /// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
+    /// waste no slots. For a `u64` key and a GCRA state that is 17 bytes a
+    /// slot, 18 MB in all at most, plus 1.8 MB of spill sketches.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::<u64, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+    /// assert_eq!(limiter.capacity(), KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get());
+    /// ```
+    pub const DEFAULT_CAPACITY: NonZeroUsize = DEFAULT_CAPACITY;
+}
+
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
+    /// A keyed limiter on the monotonic clock, with 64 shards and room for
+    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
+    pub fn new(limiter: L) -> Self {
+        Self::with_clock(limiter, MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+    /// A keyed limiter reading time from `clock`, with 64 shards and room
+    /// for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
+    pub fn with_clock(limiter: L, clock: C) -> Self {
+        Self::with_shards(limiter, clock, DEFAULT_SHARDS)
+    }
+
+    /// A keyed limiter with `shards` shards (rounded up to a power of two,
+    /// at least one, at most 65 536) and room for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
+    pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
+        Self::with_shards_and_capacity(limiter, clock, shards, DEFAULT_CAPACITY)
+    }
+
+    /// A keyed limiter with 64 shards remembering at most `capacity` keys
+    /// (rounded up to a multiple of 64); see [sizing](Self#memory).
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_hour(NonZeroU32::new(100).unwrap());
+    /// let capacity = NonZeroUsize::new(64 * 1024).unwrap();
+    /// let limiter = KeyedLimiter::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
+    /// // A spray of one-shot keys: each spends for 36 s, and memory stays put.
+    /// for key in 0..200_000u32 {
+    ///     assert!(limiter.allows(&key));
+    /// }
+    /// assert!(limiter.len() <= limiter.capacity());
+    /// ```
+    pub fn with_capacity(limiter: L, clock: C, capacity: NonZeroUsize) -> Self {
+        Self::with_shards_and_capacity(limiter, clock, DEFAULT_SHARDS, capacity)
+    }
+
+    /// A keyed limiter with `shards` shards (as for
+    /// [`with_shards`](Self::with_shards)) remembering at most `capacity`
+    /// keys, rounded up to a multiple of the shards.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::MIN);
+    /// let one = NonZeroUsize::MIN;
+    /// let limiter = KeyedLimiter::with_shards_and_capacity(Gcra::new(quota), ManualClock::new(), 1, one);
+    /// assert!(limiter.allows(&"alice"));
+    /// assert!(limiter.allows(&"bob")); // alice is forgotten ...
+    /// assert_eq!(limiter.len(), 1);
+    /// assert!(!limiter.allows(&"alice")); // ... but not her spending
+    /// ```
+    pub fn with_shards_and_capacity(
+        limiter: L,
+        clock: C,
+        shards: usize,
+        capacity: NonZeroUsize,
+    ) -> Self {
+        let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let shard_capacity = capacity.get().div_ceil(shards);
+        let hasher = ahash::RandomState::new();
+        let slots = (shard_capacity / KEYS_PER_SPILL_SLOT).clamp(1, MAX_SPILL_SLOTS);
+        let spill = Shape::try_new(SPILL_HASHES, slots, Layout::Rows)
+            .unwrap_or(Shape::rows::<SPILL_HASHES, 1>());
+        let shards = (0..shards)
+            .map(|_| {
+                Padded(SpinLock::new(Shard {
+                    limiter: limiter.clone(),
+                    map: HashTable::new(),
+                    sweep_at: MIN_SWEEP,
+                    latest: 0,
+                    capacity: shard_capacity,
+                    spilled: None,
+                    spilled_until: 0,
+                    ahead: HashTable::new(),
+                }))
+            })
+            .collect();
+        Self {
+            shards,
+            hasher,
+            spill: Locator::new(spill),
+            clock,
+            shadow: AtomicBool::new(false),
+            shard_capacity,
+        }
+    }
+
+    /// The most keys remembered at once: the capacity asked for, rounded
+    /// up to a multiple of the shards.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::MIN);
+    /// let capacity = NonZeroUsize::new(1000).unwrap();
+    /// let limiter = KeyedLimiter::<u32, _, _>::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
+    /// assert_eq!(limiter.capacity(), 64 * 16);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.shard_capacity.saturating_mul(self.shards.len())
+    }
+
+    /// `key`'s hash and its shard.
+    #[inline]
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &SpinLock<Shard<K, L>>) {
+        let hash = self.hasher.hash_one(key);
+        // The map uses the low bits and the top seven; take the shard from
+        // bits in between.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        (hash, &self.shards[index].0)
+    }
+
+    /// Check one unit for `key`.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.run(key, 1, Mode::Consume)
+            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+    }
+
+    /// Check `cost` units for `key`, spending them if allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
+    pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.run(key, cost, Mode::Consume)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, without spending.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its capacity); a denial is an `Ok` decision.
+    pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.run(key, cost, Mode::Peek)
+    }
+
+    /// The time on this limiter's clock, for [`check_n_at`](Self::check_n_at).
+    pub fn now(&self) -> Timestamp<C> {
+        self.clock.now()
+    }
+
+    /// [`check_n`](Self::check_n) at a time read from this limiter's clock
+    /// (e.g. once for a batch of requests, or replayed from a trace). The
+    /// time is judged at for `key` alone (see [Time](Self#time)); the clock
+    /// is read only when it is later than any reading the key's shard has
+    /// judged at.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
+    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
+    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
+    /// changes anything.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_user = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+    /// let now = per_user.now();
+    /// let batch = ["alice", "bob", "alice"].map(|user| per_user.check_n_at(&user, 1, now).unwrap());
+    /// assert_eq!(batch.map(|d| d.is_allowed()), [true, true, false]);
+    /// ```
+    ///
+    /// A reading of another type of clock is a type error:
+    ///
+    /// ```compile_fail,E0308
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::{Clock, ManualClock, StdClock};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_user = KeyedLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::MIN)), ManualClock::new());
+    /// let _ = per_user.check_n_at(&"alice", 1, StdClock::new().now());
+    /// ```
+    pub fn check_n_at<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        now: Timestamp<C>,
+    ) -> Result<Decision, CheckAtError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let at = now.as_nanos();
+        let decision = self.decide_at(
+            key,
+            true,
+            |latest: &mut u64| {
+                if at > *latest {
+                    let reading = self.clock.now_nanos();
+                    CheckAtError::check_ahead(at, reading)?;
+                    *latest = reading.min(at).max(*latest);
+                }
+                Ok::<_, CheckAtError>(at.max(*latest))
+            },
+            |limiter, state, now| limiter.check(state, now, cost, Mode::Consume),
+            spent,
+        )??;
+        Ok(self.shadowed(decision))
+    }
+
+    /// Give back what `decision` (a check of `key` on this limiter, or
+    /// the [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
+    /// still counts: see [`Limiter::refund`]. Nothing for a decision that
+    /// spent nothing, a key forgotten as idle (whose spendings no longer
+    /// count), or a key forgotten to make room (whose spending stays
+    /// spent, which is never looser). Refund each spending at most once.
+    pub fn refund<Q>(&self, key: &Q, decision: &(impl Spending + ?Sized))
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(receipt) = decision.receipt() else {
+            return;
+        };
+        let now = self.clock.now_nanos();
+        let (hash, shard) = self.shard(key);
+        let mut shard = shard.lock();
+        let shard = &mut *shard;
+        shard.latest = now.max(shard.latest);
+        let at = stamped(&shard.ahead, hash, key, shard.latest);
+        if let Some(entry) = find(&mut shard.map, hash, key) {
+            shard.limiter.refund(&mut entry.state, at, receipt);
+        }
+    }
+
+    /// Spend `cost` units for `key` now, unconditionally: work already done
+    /// (response bytes, tokens) is counted even past the limit, as a debt
+    /// that the key's later checks wait out (see [`Limiter::charge`]).
+    /// Also in shadow mode. The key is remembered as a check's would be
+    /// (so it takes the same bounds as [`check_n`](Self::check_n): a
+    /// borrowed key is owned on its first spending). The receipt refunds
+    /// the charge ([`refund`](Self::refund)).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::clock::ManualClock;
+    /// use weir_rate::{KeyedLimiter, Quota, TokenBucket};
+    ///
+    /// let tokens = KeyedLimiter::<String, _, _>::with_clock(
+    ///     TokenBucket::new(Quota::per_minute(NonZeroU32::new(10_000).unwrap())),
+    ///     ManualClock::new(),
+    /// );
+    /// assert!(tokens.check("alice").is_allowed());
+    /// let answer = tokens.charge("alice", 25_000); // the reply's LLM tokens
+    /// assert!(!tokens.check("alice").is_allowed());
+    /// assert!(tokens.check("bob").is_allowed());
+    /// tokens.refund("alice", &answer); // e.g. the reply was never delivered
+    /// assert!(tokens.check("alice").is_allowed());
+    /// ```
+    pub fn charge<Q>(&self, key: &Q, cost: u32) -> Receipt
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let Ok(receipt) = self.decide_at(
+            key,
+            true,
+            at_reading(now),
+            |limiter, state, now| limiter.charge(state, now, cost),
+            |receipt: &Receipt| receipt.cost() > 0,
+        );
+        receipt
+    }
+
+    /// Replace the algorithm for every key (e.g. a new quota), keeping what
+    /// each key has spent: no burst on a change.
+    pub fn set_limit(&self, limiter: L) {
+        for shard in self.shards.iter() {
+            shard.0.lock().limiter = limiter.clone();
+        }
+    }
+
+    /// Forget every idle key now, giving back the memory of tables left a
+    /// quarter full or less; returns how many keys remain.
+    pub fn evict_idle(&self) -> usize {
+        let now = self.clock.now_nanos();
+        let mut left = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            shard.latest = now.max(shard.latest);
+            shard.sweep(&self.hasher);
+            left += shard.map.len();
+        }
+        left
+    }
+
+    /// Keys currently remembered.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shadow (dry-run) mode, as for [`RateLimiter::set_shadow`](crate::RateLimiter::set_shadow).
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shadow.store(shadow, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn run<Q>(&self, key: &Q, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let Ok(decision) = self.decide_at(
+            key,
+            mode == Mode::Consume,
+            at_reading(now),
+            |l, s, now| l.check(s, now, cost, mode),
+            spent,
+        );
+        Ok(self.shadowed(decision?))
+    }
+
+    #[inline]
+    fn shadowed(&self, decision: Decision) -> Decision {
+        if self.shadow.load(Ordering::Relaxed) {
+            decision.shadowed()
+        } else {
+            decision
+        }
+    }
+
+    /// Whether one unit for `key` may be spent now, spending it if so:
+    /// [`check`](Self::check) for callers that need only the yes or no
+    /// (no headers), without building a [`Decision`]. In shadow mode it
+    /// always answers yes, as `check(key).is_allowed()` does.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let per_client = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())));
+    /// assert!(per_client.allows("alice"));
+    /// assert!(!per_client.allows("alice"));
+    /// assert!(per_client.allows("bob"));
+    /// ```
+    #[inline]
+    pub fn allows<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let Ok(allowed) = self.decide_at(
+            key,
+            true,
+            at_reading(now),
+            |limiter, state, now| limiter.allows(state, now, 1),
+            |&allowed| allowed,
+        );
+        allowed || self.shadow.load(Ordering::Relaxed)
+    }
+}
+
+impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("shards", &self.shards.len())
+            .field("capacity", &self.shard_capacity)
+            .finish_non_exhaustive()
+    }
+}
