@@ -8,6 +8,7 @@
 
 pub mod adaptive;
 pub mod alloc;
+pub mod contest;
 pub mod hhh;
 #[cfg(feature = "bpf")]
 pub mod hhh_loopback;

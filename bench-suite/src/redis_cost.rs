@@ -67,6 +67,23 @@ impl Captured {
     }
 }
 
+/// A synchronous connection to `url`, for the measuring scripts.
+fn connect(url: &str) -> Result<redis::Connection, String> {
+    let client = redis::Client::open(url).map_err(|e| format!("connect: {e}"))?;
+    client
+        .get_connection_with_timeout(Duration::from_secs(30))
+        .map_err(|e| format!("connect: {e}"))
+}
+
+/// `cmd` on `conn`, its error named after `what`.
+fn query<T: redis::FromRedisValue>(
+    conn: &mut redis::Connection,
+    what: &str,
+    cmd: &mut redis::Cmd,
+) -> Result<T, String> {
+    cmd.query(conn).map_err(|e| format!("{what}: {e}"))
+}
+
 /// Capture the call `limiter` sends to decide one key: with every command
 /// logged (`slowlog-log-slower-than 0`), decide once and read the call back
 /// from `SLOWLOG`. Also leaves the script loaded on the server.
@@ -75,41 +92,42 @@ pub fn capture(
     rt: &tokio::runtime::Runtime,
     limiter: &RedisLimiter,
 ) -> Result<Captured, String> {
-    let mut conn = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
-        .map_err(|e| format!("connect: {e}"))?;
-    let threshold: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("slowlog-log-slower-than")
-        .query(&mut conn)
-        .map_err(|e| format!("CONFIG GET: {e}"))?;
-    let set = |conn: &mut redis::Connection, v: &str| -> Result<(), String> {
+    let mut conn = connect(&server.url())?;
+    let threshold: Vec<String> = query(
+        &mut conn,
+        "CONFIG GET",
         redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-log-slower-than")
-            .arg(v)
-            .query::<()>(conn)
-            .map_err(|e| format!("CONFIG SET: {e}"))
+            .arg("GET")
+            .arg("slowlog-log-slower-than"),
+    )?;
+    let set = |conn: &mut redis::Connection, v: &str| {
+        query::<()>(
+            conn,
+            "CONFIG SET",
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(v),
+        )
     };
     set(&mut conn, "0")?;
     let logged = (|| {
-        redis::cmd("SLOWLOG")
-            .arg("RESET")
-            .query::<()>(&mut conn)
-            .map_err(|e| format!("SLOWLOG RESET: {e}"))?;
-        let _decision = rt
-            .block_on(limiter.try_check_n("weir-capture", 1))
-            .map_err(|e| format!("the limiter's call failed: {e}"))?;
-        redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(32)
-            .query::<redis::Value>(&mut conn)
-            .map_err(|e| format!("SLOWLOG GET: {e}"))
+        query::<()>(
+            &mut conn,
+            "SLOWLOG RESET",
+            redis::cmd("SLOWLOG").arg("RESET"),
+        )?;
+        let decided = rt.block_on(limiter.try_check_n("weir-capture", 1));
+        let _decision = decided.map_err(|e| format!("the limiter's call failed: {e}"))?;
+        query::<redis::Value>(
+            &mut conn,
+            "SLOWLOG GET",
+            redis::cmd("SLOWLOG").arg("GET").arg(32),
+        )
     })();
     set(&mut conn, threshold.get(1).map_or("10000", String::as_str))?;
-    let entries = match logged? {
-        redis::Value::Array(entries) => entries,
-        other => return Err(format!("unexpected SLOWLOG reply {other:?}")),
+    let redis::Value::Array(entries) = logged? else {
+        return Err("unexpected SLOWLOG reply".into());
     };
     // Each entry: id, time, duration, [arguments], client address, name.
     for entry in entries {
@@ -119,13 +137,11 @@ pub fn capture(
         let Some(redis::Value::Array(args)) = fields.get(3) else {
             continue;
         };
-        let args: Vec<String> = args
-            .iter()
-            .filter_map(|a| match a {
-                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                _ => None,
-            })
-            .collect();
+        let text = |a: &redis::Value| match a {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        let args: Vec<String> = args.iter().filter_map(text).collect();
         // EVALSHA sha 1 key params… cost
         if args.len() >= 5 && args[0].eq_ignore_ascii_case("EVALSHA") && args[2] == "1" {
             return Ok(Captured {
@@ -195,11 +211,10 @@ impl Counted {
         // so idle ticks stay a negligible share of a phase. `DEBUG` (local
         // connections only) turns active expiry off: valgrind slows the
         // server enough for keys to expire mid-measurement otherwise.
-        let server = RedisServer::start_under(
-            &["valgrind", "--tool=callgrind", "--quiet", &out_file],
-            &["--hz", "1", "--enable-debug-command", "local"],
-        )
-        .map_err(|e| format!("redis-server under callgrind: {e}"))?;
+        let valgrind = ["valgrind", "--tool=callgrind", "--quiet", &out_file];
+        let server =
+            RedisServer::start_under(&valgrind, &["--hz", "1", "--enable-debug-command", "local"])
+                .map_err(|e| format!("redis-server under callgrind: {e}"))?;
         let pid = server.pid().ok_or("no server pid")?;
         Ok(Self {
             server,
@@ -217,10 +232,7 @@ impl Counted {
         conn: &mut redis::Connection,
         work: impl FnOnce(&mut redis::Connection) -> Result<(), String>,
     ) -> Result<u64, String> {
-        redis::cmd("FLUSHALL")
-            .arg("SYNC")
-            .query::<()>(conn)
-            .map_err(|e| format!("FLUSHALL: {e}"))?;
+        query::<()>(conn, "FLUSHALL", redis::cmd("FLUSHALL").arg("SYNC"))?;
         self.control("-z")?;
         work(conn)?;
         let before = self.dumps();
@@ -232,22 +244,22 @@ impl Counted {
             .ok_or("callgrind wrote no dump")?;
         let text =
             std::fs::read_to_string(&dump).map_err(|e| format!("{}: {e}", dump.display()))?;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("totals:")
-                    .or_else(|| l.strip_prefix("summary:"))
-            })
+        let totals = text.lines().find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        });
+        totals
             .and_then(|n| n.trim().parse().ok())
             .ok_or_else(|| format!("no totals in {}", dump.display()))
     }
 
     fn control(&self, what: &str) -> Result<(), String> {
-        let ok = Command::new("callgrind_control")
+        let mut command = Command::new("callgrind_control");
+        command
             .args([what, &self.pid.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+            .stderr(Stdio::null());
+        let ok = command.status().is_ok_and(|s| s.success());
         if ok {
             Ok(())
         } else {
@@ -256,7 +268,8 @@ impl Counted {
     }
 
     fn dumps(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(&self.out_dir)
+        let entries = std::fs::read_dir(&self.out_dir);
+        entries
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default()
     }
@@ -271,7 +284,11 @@ impl Drop for Counted {
 
 /// Count instructions per decision for each of `algorithms` (run over
 /// `quota`, all decisions allowed) and the bare floor, replaying calls
-/// with `costs`. `Err` says why it could not run (no valgrind, …).
+/// with `costs`.
+///
+/// # Errors
+///
+/// Why it could not run (no valgrind, no server, a failed call).
 pub fn instructions(
     rt: &tokio::runtime::Runtime,
     algorithms: &[Algorithm],
@@ -282,62 +299,56 @@ pub fn instructions(
         return Err("valgrind is not installed (Debian: `apt-get install valgrind`)".into());
     }
     let counted = Counted::start()?;
-    let mut conn = redis::Client::open(counted.server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
-        .map_err(|e| format!("connect: {e}"))?;
-    redis::cmd("DEBUG")
-        .arg("SET-ACTIVE-EXPIRE")
-        .arg(0)
-        .query::<()>(&mut conn)
-        .map_err(|e| format!("DEBUG SET-ACTIVE-EXPIRE: {e}"))?;
+    let mut conn = connect(&counted.server.url())?;
+    query::<()>(
+        &mut conn,
+        "DEBUG SET-ACTIVE-EXPIRE",
+        redis::cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0),
+    )?;
     let mut scripts = Vec::new();
     for &alg in algorithms {
+        let builder = alg
+            .over(quota)
+            .prefix("cg")
+            .timeout(Duration::from_secs(30))
+            .on_failure(FailurePolicy::Closed);
         let limiter = rt
-            .block_on(
-                alg.over(quota)
-                    .prefix("cg")
-                    .timeout(Duration::from_secs(30))
-                    .on_failure(FailurePolicy::Closed)
-                    .connect(Target::server(counted.server.url())),
-            )
+            .block_on(builder.connect(Target::server(counted.server.url())))
             .map_err(|e| format!("{alg}: {e}"))?;
         scripts.push((Some(alg), capture(&counted.server, rt, &limiter)?));
     }
-    let bare_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(BARE_KEYED)
-        .query(&mut conn)
-        .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
+    let sha = query(
+        &mut conn,
+        "SCRIPT LOAD",
+        redis::cmd("SCRIPT").arg("LOAD").arg(BARE_KEYED),
+    )?;
     scripts.push((
         None,
         Captured {
-            sha: bare_sha,
+            sha,
             params: Vec::new(),
         },
     ));
 
     let mut out = Vec::new();
     let mut batch_id = 0u64;
-    for &(algorithm, ref call) in &scripts {
+    for (algorithm, call) in scripts {
         let name = script_name(algorithm);
-        let mut per_call_counts = Vec::new();
-        for &per_call in &PER_CALL {
+        let mut per_call = Vec::new();
+        for &n in &PER_CALL {
             // About 2 000 decisions a phase, so that the server's own
             // ticks and the dump's overhead stay in the noise.
-            let calls = 2_000 / per_call;
+            let calls = 2_000 / n;
             let mut fresh = || {
                 batch_id += 1;
-                (0..per_call)
+                (0..n)
                     .map(|k| format!("cg:{batch_id}:{{{k}}}"))
                     .collect::<Vec<_>>()
             };
             let batches_a: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
             let batches_b: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
-            let send = |conn: &mut redis::Connection, keys: &[String]| -> Result<(), String> {
-                call.command(keys, costs)
-                    .query::<redis::Value>(conn)
-                    .map(drop)
-                    .map_err(|e| format!("{name}: {e}"))
+            let send = |conn: &mut redis::Connection, keys: &[String]| {
+                query::<redis::Value>(conn, &name, &mut call.command(keys, costs)).map(drop)
             };
             // Phase A: new keys only. Phase B: each call on new keys, then
             // at once the same keys again (busy keys: the same expiry
@@ -346,21 +357,24 @@ pub fn instructions(
                 batches_a.iter().try_for_each(|k| send(conn, k))
             })?;
             let new_then_busy = counted.count(&mut conn, |conn| {
-                batches_b.iter().try_for_each(|k| {
-                    send(conn, k)?;
-                    send(conn, k)
-                })
+                batches_b
+                    .iter()
+                    .try_for_each(|k| send(conn, k).and_then(|()| send(conn, k)))
             })?;
-            let decisions = (calls * per_call) as f64;
-            per_call_counts.push(PerCall {
-                decisions: per_call,
-                new_key: new_only as f64 / decisions,
-                busy_key: new_then_busy.saturating_sub(new_only) as f64 / decisions,
+            let decisions = (calls * n) as f64;
+            let (new_key, busy_key) = (
+                new_only as f64 / decisions,
+                new_then_busy.saturating_sub(new_only) as f64 / decisions,
+            );
+            per_call.push(PerCall {
+                decisions: n,
+                new_key,
+                busy_key,
             });
         }
         out.push(Instructions {
             algorithm,
-            per_call: per_call_counts,
+            per_call,
         });
     }
     Ok(out)
@@ -368,21 +382,16 @@ pub fn instructions(
 
 /// The [`instructions`] as a table.
 pub fn instructions_table(rows: &[Instructions]) -> Table {
-    let mut t = Table::new(
-        std::iter::once("script".to_owned()).chain(
-            PER_CALL
-                .iter()
-                .map(|n| format!("{n} a call: new key / busy key")),
-        ),
-    );
+    let headers = PER_CALL
+        .iter()
+        .map(|n| format!("{n} a call: new key / busy key"));
+    let mut t = Table::with_headers(std::iter::once("script".to_owned()).chain(headers));
     for r in rows {
-        t.row(
-            std::iter::once(script_name(r.algorithm)).chain(
-                r.per_call
-                    .iter()
-                    .map(|c| format!("{} / {}", thousands_f(c.new_key), thousands_f(c.busy_key))),
-            ),
-        );
+        let cells = r
+            .per_call
+            .iter()
+            .map(|c| format!("{} / {}", thousands_f(c.new_key), thousands_f(c.busy_key)));
+        t.cells(std::iter::once(script_name(r.algorithm)).chain(cells));
     }
     t
 }
@@ -446,14 +455,14 @@ pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
     // Create the keys first, so every write overwrites, as a decision does.
     let _ = eval_us("redis.call('SET', k, 'abcdefgh')");
     let bare = eval_us("");
+    let per_key = |body: &str| {
+        eval_us(body)
+            .zip(bare)
+            .map(|(t, b)| (t - b).max(0.0) / f64::from(STEP_KEYS))
+    };
     let out = STEPS
         .iter()
-        .map(|(name, body)| {
-            let per_key = eval_us(body)
-                .zip(bare)
-                .map(|(t, b)| (t - b).max(0.0) / f64::from(STEP_KEYS));
-            (*name, per_key)
-        })
+        .map(|(name, body)| (*name, per_key(body)))
         .collect();
     let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
     out
@@ -477,9 +486,11 @@ pub const CEILING_PER_CALL: [usize; 2] = [16, 50];
 
 /// Requests per second of one `redis-benchmark` run (`--csv`).
 pub fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
-    let out = Command::new("redis-benchmark")
+    let mut command = Command::new("redis-benchmark");
+    command
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
-        .args(args)
+        .args(args);
+    let out = command
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -493,13 +504,12 @@ pub fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
         .ok()
 }
 
-/// What the [`ceiling`] replays.
+/// What the [`ceiling`] replays: weir's arguments (the limiter keys in
+/// `KEYS`, then `params` and one cost for all in `ARGV`), or
+/// [`BARE_HASH`]'s (the hash and its expiry set in `KEYS`, the limiter
+/// keys in `ARGV`).
 enum Layout<'a> {
-    /// weir's arguments: the limiter keys in `KEYS`, then `params` and one
-    /// cost for all in `ARGV`.
     Keyed(&'a Captured),
-    /// [`BARE_HASH`]'s: the hash and its expiry set in `KEYS`, the limiter
-    /// keys in `ARGV`.
     Hash(&'a str),
 }
 
@@ -517,17 +527,22 @@ fn ceiling_rate(
     per_call: usize,
     calls: usize,
 ) -> Option<f64> {
-    let mut args: Vec<String> = ["-c", "4", "-n", &calls.to_string(), "-r", "10000"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-    args.push("EVALSHA".into());
+    let mut args: Vec<String> = [
+        "-c",
+        "4",
+        "-n",
+        &calls.to_string(),
+        "-r",
+        "10000",
+        "EVALSHA",
+    ]
+    .map(String::from)
+    .into();
     match layout {
         Layout::Keyed(call) => {
             args.extend([call.sha.clone(), per_call.to_string()]);
             args.extend((0..per_call).map(|_| format!("{namespace}:{{k__rand_int__}}")));
-            args.extend(call.params.iter().cloned());
-            args.push("1".into());
+            args.extend(call.params.iter().cloned().chain(["1".into()]));
         }
         Layout::Hash(sha) => {
             args.extend([
@@ -540,8 +555,8 @@ fn ceiling_rate(
         }
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    (0..3)
-        .filter_map(|_| redis_benchmark(port, &args))
+    let rates = (0..3).filter_map(|_| redis_benchmark(port, &args));
+    rates
         .map(|calls_per_sec| calls_per_sec * per_call as f64)
         .reduce(f64::max)
 }
@@ -561,17 +576,18 @@ pub fn ceiling(
             .map(|s| s.trim().to_owned())
             .unwrap_or_default()
     };
-    let keyed = Captured {
-        sha: load(BARE_KEYED),
-        params: Vec::new(),
-    };
-    let hash = load(BARE_HASH);
-    let mut t = Table::new(
-        std::iter::once("script (Redis saturated by redis-benchmark)".to_owned()).chain(
-            CEILING_PER_CALL
-                .iter()
-                .map(|b| format!("decisions/s at {b} a call")),
-        ),
+    let (keyed, hash) = (
+        Captured {
+            sha: load(BARE_KEYED),
+            params: Vec::new(),
+        },
+        load(BARE_HASH),
+    );
+    let headers = CEILING_PER_CALL
+        .iter()
+        .map(|b| format!("decisions/s at {b} a call"));
+    let mut t = Table::with_headers(
+        std::iter::once("script (Redis saturated by redis-benchmark)".to_owned()).chain(headers),
     );
     // (name, what to replay, whether it is weir's script)
     let rows = [
@@ -606,7 +622,7 @@ pub fn ceiling(
             }
             cells.push(rate.map_or_else(|| "failed".into(), kps));
         }
-        t.row(cells);
+        t.cells(cells);
     }
     (t, weir)
 }
