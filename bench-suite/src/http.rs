@@ -13,7 +13,7 @@
 //! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read whenever the
 //! service under test changes. Work stolen by other processes does not
 //! land on that clock. One server serves every variant and switches
-//! between them every 50 ms (see [`load_interleaved`]), so slow drifts in
+//! between them every 50 ms (see `load_interleaved`), so slow drifts in
 //! the machine's speed hit them alike; the report quotes the pooled ratio
 //! and the median and middle half of the per-cycle ratios. Requests per
 //! second are reported beside it, as are the in-process figures (no

@@ -3,7 +3,7 @@
 //! of the run (on stderr, drawn only when it is a terminal).
 
 use crate::plot::Chart;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{HumanDuration, ProgressBar, ProgressState, ProgressStyle};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -110,13 +110,18 @@ impl Report {
     /// A report that will be written into `dir`, its sections estimated to
     /// take `estimate` in all (the progress bar's length).
     pub fn new(dir: impl Into<PathBuf>, scale: Scale, estimate: Duration) -> Self {
+        // The bar counts estimated seconds, so what is left is its length
+        // less its position (indicatif's own estimate needs a history first).
         let bar = ProgressBar::new(estimate.as_secs().max(1));
-        let style = "{elapsed:>4} [{bar:30}] {percent:>3}%, about {eta} left: {msg}";
-        bar.set_style(
-            ProgressStyle::with_template(style)
-                .expect("a valid template")
-                .progress_chars("=> "),
+        let left = |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let left = s.len().unwrap_or(0).saturating_sub(s.pos());
+            let _ = write!(w, "{:#}", HumanDuration(Duration::from_secs(left)));
+        };
+        let style = ProgressStyle::with_template(
+            "{elapsed:>4} [{bar:30}] {percent:>3}%, about {left} left: {msg}",
         );
+        let style = style.expect("a valid template").with_key("left", left);
+        bar.set_style(style.progress_chars("=> "));
         bar.enable_steady_tick(Duration::from_millis(200));
         let (dir, markdown, plots) = (dir.into(), String::new(), Vec::new());
         Self {
@@ -183,7 +188,11 @@ impl Report {
     /// report, its title as the image's alt text.
     pub(crate) fn plot(&mut self, file: &str, plot: &dyn Chart) {
         let name = format!("{file}.svg");
-        match plot.save(&self.dir.join(&name)) {
+        let svg = plot.svg();
+        let saved = svg.and_then(|svg| {
+            std::fs::create_dir_all(&self.dir).and(std::fs::write(self.dir.join(&name), svg))
+        });
+        match saved {
             Ok(()) => {
                 let _ = write!(self.markdown, "![{}]({name})\n\n", plot.title());
                 self.plots.push(name);

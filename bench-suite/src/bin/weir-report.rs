@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: run every comparison and write the Markdown report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use weir_bench_suite::alloc::CountingAllocator;
 use weir_bench_suite::machine;
@@ -57,7 +57,9 @@ fn main() {
             names.join(", ")
         ));
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new(".."));
     let selected: Vec<&Section> = SECTIONS
         .iter()
         .filter(|(name, _, _)| only.is_empty() || only.iter().any(|o| covers(o, name)))
@@ -88,12 +90,7 @@ fn main() {
         path.display()
     );
     if !plots.is_empty() {
-        println!(
-            "{} plots in {}: {}",
-            plots.len(),
-            dir.display(),
-            plots.join(", ")
-        );
+        println!("Plots in {}: {}", dir.display(), plots.join(", "));
     }
     if scale == Scale::Full && only.is_empty() {
         // docs/ keeps the latest full run (tables and plots), with date and machine.
