@@ -441,9 +441,7 @@ fn load(
 /// The `q`-quantile of `xs` (sorted in place); zero if empty.
 fn quantile(xs: &mut [Duration], q: f64) -> Duration {
     xs.sort_unstable();
-    xs.get(((xs.len().max(1) - 1) as f64 * q).round() as usize)
-        .copied()
-        .unwrap_or_default()
+    contest::quantile(xs, q).unwrap_or_default()
 }
 
 /// Latencies of the admitted (200) requests sent at times `keep` accepts.

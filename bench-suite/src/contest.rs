@@ -52,6 +52,12 @@ impl Spread {
     }
 }
 
+/// The `q`-quantile of `sorted`, by nearest rank; `None` if it is empty.
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    let rank = (sorted.len().max(1) - 1) as f64 * q;
+    sorted.get(rank.round() as usize).copied()
+}
+
 /// Runs `measure(contender, repetition)` for each of `contenders` in each
 /// of `repetitions` rounds, the order rotating from round to round, and
 /// shows the round on the progress bar as `what`; returns the results as
@@ -181,6 +187,12 @@ mod tests {
         assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
         assert_eq!(s.show(1), "2.0 (1.0–3.0)");
+        let sorted = [10, 20, 30, 40, 50];
+        assert_eq!(
+            [0.0, 0.5, 0.99, 1.0].map(|q| quantile(&sorted, q)),
+            [10, 30, 50, 50].map(Some)
+        );
+        assert_eq!(quantile::<u32>(&[], 0.5), None);
     }
 
     #[test]

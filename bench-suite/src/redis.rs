@@ -217,10 +217,7 @@ pub async fn load(
     );
     (run.decisions, run.failed) = (all.len() as u64, failed.load(Ordering::Relaxed));
     all.sort_unstable();
-    let pct = |p: f64| {
-        all.get(((all.len().max(1) - 1) as f64 * p).round() as usize)
-            .map_or(0.0, |&ns| f64::from(ns) / 1000.0)
-    };
+    let pct = |p| contest::quantile(&all, p).map_or(0.0, |ns| f64::from(ns) / 1000.0);
     (run.p50_us, run.p99_us) = (pct(0.50), pct(0.99));
     run
 }

@@ -488,20 +488,11 @@ pub fn run(report: &mut Report) {
     for c in [Contender::Weir, Contender::Pingora, Contender::Tokio] {
         report.progress(&format!("lateness of {}", c.name()));
         let l = lateness(&rt, c, tasks, rounds_per_task);
-        let at = |p: f64| {
-            format!(
-                "{:.2}",
-                l[((l.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
-            )
-        };
+        let ms = |p| contest::quantile(&l, p).unwrap_or(0) as f64 / 1000.0;
+        let [p50, p99, max, min] = [0.5, 0.99, 1.0, 0.0].map(ms);
+        let (name, n) = (c.name(), l.len());
         t.row(format!(
-            "{} | {} | {} | {} | {} | {}",
-            c.name(),
-            l.len(),
-            at(0.5),
-            at(0.99),
-            at(1.0),
-            at(0.0)
+            "{name} | {n} | {p50:.2} | {p99:.2} | {max:.2} | {min:.2}"
         ));
         distributions.push(Series::line(c.name(), cumulative_ms(&l)));
     }

@@ -66,11 +66,6 @@ fn main() {
         .collect();
     let secs = |s: &Section| Duration::from_secs(scale.pick(s.2[0], s.2[1]));
     let started = Instant::now();
-    let mut report = Report::new(
-        root.join("target/weir-report"),
-        scale,
-        selected.iter().map(|s| secs(s)).sum(),
-    );
     let header = format!(
         "# weir benchmark report\n\nRun on {}. {}\n\n{}\n\nScale: {scale:?}.\n",
         machine::today_utc(),
@@ -78,6 +73,8 @@ fn main() {
         machine::crate_versions(),
     );
     println!("{header}");
+    let estimate = selected.iter().map(|s| secs(s)).sum();
+    let mut report = Report::new(root.join("target/weir-report"), scale, estimate);
     for section in selected {
         report.begin(section.0, secs(section));
         (section.1)(&mut report);
