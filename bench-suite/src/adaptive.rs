@@ -20,10 +20,12 @@
 //! arrival while 512 of its requests are outstanding (only the unlimited
 //! backend gets there), and on a request after 2 s.
 
+use crate::contest::{self, Goal};
 use crate::machine;
 use crate::plot::{LinePlot, Series};
 use crate::report::{Report, Table};
 use axum::Router;
+use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::routing::get;
 use http::StatusCode;
@@ -43,12 +45,12 @@ use weir_rate::adaptive::{Aimd, Algorithm, Gradient2, KeyedAdaptiveLimiter, Vega
 use weir_rate::http::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
 
 /// Requests the backend serves at once.
-pub const CAPACITY: u32 = 32;
+const CAPACITY: u32 = 32;
 /// How long the backend takes per request.
-pub const SERVICE: Duration = Duration::from_millis(50);
+const SERVICE: Duration = Duration::from_millis(50);
 /// Offered load as a multiple of the capacity.
-pub const OVERLOAD: f64 = 3.0;
-/// The generator gives up on arrivals beyond this many outstanding.
+const OVERLOAD: f64 = 3.0;
+/// The generator gives up on arrivals beyond this many outstanding ...
 const OUTSTANDING: usize = 512;
 /// ... and on a request after this long.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -63,45 +65,50 @@ fn full_rate() -> f64 {
 }
 
 /// `C` permits with a debt: halving makes the next `C / 2` permits given
-/// back vanish, so capacity falls as fast as requests finish.
+/// back vanish, so capacity falls as fast as requests finish. The total
+/// time permits were held, and how many requests held one, measure the
+/// real service time: the timer's granularity makes it a little longer
+/// than [`SERVICE`].
 #[derive(Clone)]
 struct Backend {
     permits: Arc<Semaphore>,
     debt: Arc<AtomicU32>,
-    /// Total time permits were held, and how many requests held one: the
-    /// timer's granularity makes a service a little longer than
-    /// [`SERVICE`], so capacity is measured, not assumed.
     held_ns: Arc<AtomicU64>,
     served: Arc<AtomicU64>,
 }
 
 impl Backend {
     fn new() -> Self {
+        let permits = Arc::new(Semaphore::new(CAPACITY as usize));
         Self {
-            permits: Arc::new(Semaphore::new(CAPACITY as usize)),
-            debt: Arc::new(AtomicU32::new(0)),
-            held_ns: Arc::new(AtomicU64::new(0)),
-            served: Arc::new(AtomicU64::new(0)),
+            permits,
+            debt: Arc::default(),
+            held_ns: Arc::default(),
+            served: Arc::default(),
         }
     }
 
     /// The mean time a request held its permit.
     fn service_time(&self) -> Duration {
-        let served = self.served.load(Ordering::Relaxed).max(1);
-        Duration::from_nanos(self.held_ns.load(Ordering::Relaxed) / served)
+        Duration::from_nanos(
+            self.held_ns.load(Ordering::Relaxed) / self.served.load(Ordering::Relaxed).max(1),
+        )
     }
 
     async fn handle(self) -> &'static str {
         let permit = self.permits.acquire().await.expect("never closed");
         let start = Instant::now();
         tokio::time::sleep(SERVICE).await;
-        let held = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.held_ns.fetch_add(held, Ordering::Relaxed);
+        self.held_ns.fetch_add(
+            u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self.served.fetch_add(1, Ordering::Relaxed);
-        let owed = self
+        if self
             .debt
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| d.checked_sub(1));
-        if owed.is_ok() {
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| d.checked_sub(1))
+            .is_ok()
+        {
             permit.forget();
         }
         "ok"
@@ -119,7 +126,7 @@ impl Backend {
 
 /// Who guards the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Contender {
+enum Contender {
     /// Nothing: every request queues at the backend.
     NoLimit,
     /// weir's `InflightLayer` with a hand-chosen limit.
@@ -137,7 +144,7 @@ pub enum Contender {
 }
 
 /// Every contender, in the order they run.
-pub const CONTENDERS: [Contender; 8] = [
+const CONTENDERS: [Contender; 8] = [
     Contender::NoLimit,
     Contender::Static(CAPACITY),
     Contender::Static(4 * CAPACITY),
@@ -150,7 +157,7 @@ pub const CONTENDERS: [Contender; 8] = [
 
 impl Contender {
     /// Its name in the tables.
-    pub fn name(self) -> String {
+    fn name(self) -> String {
         match self {
             Contender::NoLimit => "no limit".into(),
             Contender::Static(n) if n == CAPACITY => format!("static {n} (= capacity)"),
@@ -161,13 +168,6 @@ impl Contender {
             Contender::Vegas => "weir Vegas".into(),
             Contender::Gradient2 => "weir Gradient2".into(),
         }
-    }
-
-    fn is_weir_adaptive(self) -> bool {
-        matches!(
-            self,
-            Contender::Aimd | Contender::Vegas | Contender::Gradient2
-        )
     }
 }
 
@@ -193,38 +193,38 @@ impl<A: tower_acc::Algorithm> tower_acc::Algorithm for Observed<A> {
     }
 }
 
-fn with_acc<A>(base: Router, algorithm: A) -> (Router, LimitProbe)
-where
-    A: tower_acc::Algorithm + Clone + Send + Sync + 'static,
-{
+/// tower-acc's concurrency limit, its queueing turned into 503s.
+fn with_acc<A: tower_acc::Algorithm + Clone + Send + Sync + 'static>(
+    base: Router,
+    algorithm: A,
+) -> (Router, LimitProbe) {
     let limit = Arc::new(AtomicUsize::new(INITIAL_LIMIT as usize));
     let observed = Observed {
         inner: algorithm,
         limit: Arc::clone(&limit),
     };
+    let unavailable =
+        HandleErrorLayer::new(|_: tower::BoxError| async { StatusCode::SERVICE_UNAVAILABLE });
     let stack = tower::ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-            StatusCode::SERVICE_UNAVAILABLE
-        }))
-        .layer(tower::load_shed::LoadShedLayer::new())
-        .layer(tower_acc::ConcurrencyLimitLayer::new(observed));
-    let probe = move || Some(limit.load(Ordering::Relaxed) as u32);
-    (base.layer(stack), Arc::new(probe))
+        .layer(unavailable)
+        .layer(tower::load_shed::LoadShedLayer::new());
+    let stack = stack.layer(tower_acc::ConcurrencyLimitLayer::new(observed));
+    (
+        base.layer(stack),
+        Arc::new(move || Some(limit.load(Ordering::Relaxed) as u32)),
+    )
 }
 
-fn with_weir<A>(base: Router, algorithm: A) -> (Router, LimitProbe)
-where
-    A: Algorithm + Clone + Sync,
-{
-    let limiter = KeyedAdaptiveLimiter::new(algorithm, NonZeroUsize::MIN);
-    let layer = AdaptiveInflightLayer::new(GlobalKey, limiter);
+fn with_weir<A: Algorithm + Clone + Sync>(base: Router, algorithm: A) -> (Router, LimitProbe) {
+    let layer = AdaptiveInflightLayer::new(
+        GlobalKey,
+        KeyedAdaptiveLimiter::new(algorithm, NonZeroUsize::MIN),
+    );
     let probe = layer.clone();
-    let probe = move || probe.limiter().limit(&()).or(Some(INITIAL_LIMIT));
-    (base.layer(layer), Arc::new(probe))
-}
-
-fn nz(n: u32) -> NonZeroU32 {
-    NonZeroU32::new(n).expect("positive")
+    (
+        base.layer(layer),
+        Arc::new(move || probe.limiter().limit(&()).or(Some(INITIAL_LIMIT))),
+    )
 }
 
 /// The backend's router behind `contender`.
@@ -233,24 +233,10 @@ fn nz(n: u32) -> NonZeroU32 {
 /// otherwise does that for every request, and a layer that makes its state
 /// in `Layer::layer` (tower-acc's) would then get a fresh limit per request.
 fn router(contender: Contender, backend: &Backend, unloaded_p99: Duration) -> (Router, LimitProbe) {
-    let (router, probe) = layered(contender, backend, unloaded_p99);
-    (router.with_state(()), probe)
-}
-
-fn layered(
-    contender: Contender,
-    backend: &Backend,
-    unloaded_p99: Duration,
-) -> (Router, LimitProbe) {
     let backend = backend.clone();
-    let base = Router::new().route(
-        "/",
-        get(move || {
-            let backend = backend.clone();
-            async move { backend.handle().await }
-        }),
-    );
-    match contender {
+    let base = Router::new().route("/", get(move || backend.clone().handle()));
+    let nz = |n| NonZeroU32::new(n).expect("positive");
+    let (router, probe): (Router, LimitProbe) = match contender {
         Contender::NoLimit => (base, Arc::new(|| None)),
         Contender::Static(n) => (
             base.layer(InflightLayer::new(GlobalKey, n)),
@@ -260,19 +246,20 @@ fn layered(
         // [20, 200], Vegas within [1, 1000], both starting at 20).
         Contender::AccGradient2 => with_acc(base, tower_acc::Gradient2::default()),
         Contender::AccVegas => with_acc(base, tower_acc::Vegas::default()),
-        Contender::Aimd => with_weir(
-            base,
-            Aimd::builder()
+        Contender::Aimd => {
+            let aimd = Aimd::builder()
                 .min_limit(nz(MIN_LIMIT))
                 .initial_limit(nz(INITIAL_LIMIT))
                 .max_limit(nz(MAX_LIMIT))
                 .timeout(unloaded_p99.mul_f64(1.5))
                 .build()
-                .expect("valid AIMD settings"),
-        ),
+                .expect("valid AIMD settings");
+            with_weir(base, aimd)
+        }
         Contender::Vegas => with_weir(base, Vegas::default()),
         Contender::Gradient2 => with_weir(base, Gradient2::default()),
-    }
+    };
+    (router.with_state(()), probe)
 }
 
 /// How a request of the generator ended.
@@ -288,29 +275,28 @@ enum Kind {
     GaveUp,
 }
 
-/// One request of the generator.
+/// One request of the generator: when it was sent (since the run began),
+/// how long it took, how it ended.
 #[derive(Debug, Clone, Copy)]
 struct Record {
-    /// When it was sent, since the run began.
     sent: Duration,
     latency: Duration,
     kind: Kind,
 }
 
-/// One contender's run.
+/// One contender's run: its requests, the backend's mean service time,
+/// and (seconds since the start, limit) every 50 ms.
 struct Run {
     records: Vec<Record>,
-    /// The backend's mean service time.
     service: Duration,
-    /// (seconds since the start, limit), every 50 ms.
     limits: Vec<(f64, u32)>,
 }
 
-/// The three phases' lengths: full capacity, halved, restored.
+/// The three phases (full capacity, halved, restored), each `each` long,
+/// and the backend's measured capacity at full `C`, requests per second.
 #[derive(Debug, Clone, Copy)]
 struct Phases {
     each: Duration,
-    /// The backend's measured capacity at full `C`, requests per second.
     full: f64,
 }
 
@@ -319,17 +305,15 @@ impl Phases {
         self.each * 3
     }
 
-    fn halved_at(&self) -> Duration {
-        self.each
-    }
-
-    fn restored_at(&self) -> Duration {
-        self.each * 2
+    /// When capacity is halved, and when restored.
+    fn changes(&self) -> [Duration; 2] {
+        [self.each, self.each * 2]
     }
 
     /// The backend's capacity (requests per second) at `t`.
     fn capacity(&self, t: Duration) -> f64 {
-        if t >= self.halved_at() && t < self.restored_at() {
+        let [halved, restored] = self.changes();
+        if t >= halved && t < restored {
             self.full / 2.0
         } else {
             self.full
@@ -341,15 +325,13 @@ impl Phases {
 fn schedule(rate: f64, total: Duration, seed: u64) -> Vec<Duration> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let gap = rand_distr::Exp::new(rate).expect("positive rate");
-    let mut t = 0.0;
+    let mut t = gap.sample(&mut rng);
     let mut arrivals = Vec::new();
-    loop {
-        t += gap.sample(&mut rng);
-        if t >= total.as_secs_f64() {
-            return arrivals;
-        }
+    while t < total.as_secs_f64() {
         arrivals.push(Duration::from_secs_f64(t));
+        t += gap.sample(&mut rng);
     }
+    arrivals
 }
 
 /// Serves the backend behind `contender` and offers it `arrivals`, halving
@@ -360,18 +342,10 @@ fn load(
     phases: Option<Phases>,
     unloaded_p99: Duration,
 ) -> Run {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let server_rt = machine::pinned_runtime(0);
-    let client_rt = machine::pinned_runtime(1 % cores);
     let backend = Backend::new();
     let (app, probe) = router(contender, &backend, unloaded_p99);
-    let listener = server_rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind loopback");
-    let addr = listener.local_addr().expect("local addr");
-    let server = server_rt.spawn(async move { axum::serve(listener, app).await });
-    let arrivals = arrivals.to_vec();
-    let run = client_rt.block_on(async move {
+    let (_server, client_rt, addr) = machine::serve_loopback(app);
+    client_rt.block_on(async move {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
@@ -389,44 +363,43 @@ fn load(
         let controller = phases.map(|phases| {
             let backend = backend.clone();
             tokio::spawn(async move {
-                tokio::time::sleep_until(start + phases.halved_at()).await;
+                let [halved, restored] = phases.changes();
+                tokio::time::sleep_until(start + halved).await;
                 backend.halve();
-                tokio::time::sleep_until(start + phases.restored_at()).await;
+                tokio::time::sleep_until(start + restored).await;
                 backend.restore();
             })
         });
         let sampler = tokio::spawn(async move {
-            let mut limits = Vec::new();
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            let (mut limits, mut tick) =
+                (Vec::new(), tokio::time::interval(Duration::from_millis(50)));
             loop {
                 tick.tick().await;
                 let t = start.elapsed();
                 if t > end {
                     return limits;
                 }
-                if let Some(limit) = probe() {
-                    limits.push((t.as_secs_f64(), limit));
-                }
+                limits.extend(probe().map(|limit| (t.as_secs_f64(), limit)));
             }
         });
         let records = Arc::new(Mutex::new(Vec::with_capacity(arrivals.len())));
         let outstanding = Arc::new(AtomicUsize::new(0));
-        for &at in &arrivals {
+        for &at in arrivals {
             tokio::time::sleep_until(start + at).await;
             if outstanding.load(Ordering::Relaxed) >= OUTSTANDING {
-                records.lock().expect("records").push(Record {
+                let record = Record {
                     sent: at,
                     latency: Duration::ZERO,
                     kind: Kind::GaveUp,
-                });
+                };
+                records.lock().expect("records").push(record);
                 continue;
             }
             outstanding.fetch_add(1, Ordering::Relaxed);
             let (client, uri) = (client.clone(), uri.clone());
             let (records, outstanding) = (Arc::clone(&records), Arc::clone(&outstanding));
             tokio::spawn(async move {
-                let sent = start.elapsed();
-                let t0 = Instant::now();
+                let (sent, t0) = (start.elapsed(), Instant::now());
                 let answer = tokio::time::timeout(CLIENT_TIMEOUT, async {
                     let response = client.get(uri).await.ok()?;
                     let status = response.status();
@@ -434,7 +407,6 @@ fn load(
                     Some(status)
                 })
                 .await;
-                let latency = t0.elapsed();
                 let kind = match answer {
                     Ok(Some(StatusCode::OK)) => Kind::Served,
                     Ok(Some(StatusCode::SERVICE_UNAVAILABLE)) => Kind::Refused,
@@ -442,7 +414,7 @@ fn load(
                 };
                 records.lock().expect("records").push(Record {
                     sent,
-                    latency,
+                    latency: t0.elapsed(),
                     kind,
                 });
                 outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -463,69 +435,40 @@ fn load(
             service: backend.service_time(),
             limits,
         }
-    });
-    server.abort();
-    drop(server_rt);
-    drop(client_rt);
-    run
+    })
 }
 
 /// The `q`-quantile of `xs` (sorted in place); zero if empty.
 fn quantile(xs: &mut [Duration], q: f64) -> Duration {
-    if xs.is_empty() {
-        return Duration::ZERO;
-    }
     xs.sort_unstable();
-    xs[((xs.len() - 1) as f64 * q).round() as usize]
+    contest::quantile(xs, q).unwrap_or_default()
 }
 
-/// What the report says about one contender.
+/// Latencies of the admitted (200) requests sent at times `keep` accepts.
+fn served(records: &[Record], keep: impl Fn(Duration) -> bool) -> Vec<Duration> {
+    records
+        .iter()
+        .filter(|r| r.kind == Kind::Served && keep(r.sent))
+        .map(|r| r.latency)
+        .collect()
+}
+
+/// What the report says about one contender: goodput (responses within
+/// the SLO per second, as a share of the capacity) over the whole run and
+/// outside the 2 s after each change (and the first second); latency of
+/// admitted requests; shares refused (503) and failed (errors, timeouts,
+/// given up); time from halving and from restoring until converged.
 #[derive(Debug, Clone)]
-pub struct Verdict {
-    /// Who.
-    pub contender: Contender,
-    /// Responses within the SLO per second, as a share of the capacity,
-    /// over the whole run.
-    pub goodput: f64,
-    /// The same, outside the 2 s after each change (and the first second).
-    pub goodput_steady: f64,
-    /// Latency of admitted (200) requests.
-    pub p50: Duration,
-    /// Latency of admitted (200) requests.
-    pub p99: Duration,
-    /// p99 of admitted requests outside the 2 s after each change.
-    pub p99_steady: Duration,
-    /// Share of requests refused with 503.
-    pub refused: f64,
-    /// Share of requests failed, timed out or given up on.
-    pub failed: f64,
-    /// From halving until converged (none if never within the phase).
-    pub converged_halved: Option<Duration>,
-    /// From restoring until converged.
-    pub converged_restored: Option<Duration>,
-}
-
-/// Whether `t` lies in a steady stretch: past the first second and past
-/// the 2 s after each change.
-fn steady(phases: Phases, t: Duration) -> bool {
-    let settle = Duration::from_secs(2);
-    let after = |change: Duration| t >= change && t < change + settle;
-    t >= Duration::from_secs(1) && !after(phases.halved_at()) && !after(phases.restored_at())
-}
-
-/// Capacity (requests) offered by the backend over the times `keep` accepts,
-/// integrated in 10 ms steps.
-fn capacity_over(phases: Phases, keep: impl Fn(Duration) -> bool) -> f64 {
-    let step = Duration::from_millis(10);
-    let mut t = Duration::ZERO;
-    let mut total = 0.0;
-    while t < phases.total() {
-        if keep(t) {
-            total += phases.capacity(t) * step.as_secs_f64();
-        }
-        t += step;
-    }
-    total
+struct Verdict {
+    contender: Contender,
+    goodput: f64,
+    goodput_steady: f64,
+    p50: Duration,
+    p99: Duration,
+    p99_steady: Duration,
+    refused: f64,
+    failed: f64,
+    converged: [Option<Duration>; 2],
 }
 
 /// From `change` to the first moment `u` (in 100 ms steps) such that the
@@ -541,17 +484,12 @@ fn converged(
     until: Duration,
     slo: Duration,
 ) -> Option<Duration> {
-    let width = Duration::from_millis(500);
-    let step = Duration::from_millis(100);
+    let (width, step) = (Duration::from_millis(500), Duration::from_millis(100));
     let ok = |from: Duration, to: Duration| {
-        let inside = records.iter().filter(|r| r.sent >= from && r.sent < to);
-        let mut served: Vec<Duration> = inside
-            .filter(|r| r.kind == Kind::Served)
-            .map(|r| r.latency)
-            .collect();
+        let mut served = served(records, |t| t >= from && t < to);
         let good = served.iter().filter(|&&l| l <= slo).count() as f64;
-        let capacity = phases.capacity(from) * (to - from).as_secs_f64();
-        good >= 0.9 * capacity && quantile(&mut served, 0.99) <= slo
+        good >= 0.9 * phases.capacity(from) * (to - from).as_secs_f64()
+            && quantile(&mut served, 0.99) <= slo
     };
     let mut from = change;
     while from + width <= until {
@@ -571,62 +509,59 @@ fn verdict(contender: Contender, run: &Run, phases: Phases, slo: Duration) -> Ve
     };
     let total = records.len().max(1) as f64;
     let count = |kind| records.iter().filter(|r| r.kind == kind).count() as f64;
-    let good = |keep: &dyn Fn(Duration) -> bool| {
-        records
-            .iter()
-            .filter(|r| r.kind == Kind::Served && r.latency <= slo && keep(r.sent))
-            .count() as f64
+    let [halved, restored] = phases.changes();
+    let settle = Duration::from_secs(2);
+    // A steady stretch: past the first second and the 2 s after each change.
+    let steady = |t: Duration| {
+        t >= Duration::from_secs(1)
+            && phases
+                .changes()
+                .iter()
+                .all(|&c| !(t >= c && t < c + settle))
     };
-    let served = |keep: &dyn Fn(Duration) -> bool| -> Vec<Duration> {
-        records
-            .iter()
-            .filter(|r| r.kind == Kind::Served && keep(r.sent))
-            .map(|r| r.latency)
-            .collect()
+    // Responses within the SLO over the capacity offered (integrated in
+    // 10 ms steps) at the times `keep` accepts.
+    let goodput = |keep: &dyn Fn(Duration) -> bool| {
+        let good = served(records, keep).iter().filter(|&&l| l <= slo).count() as f64;
+        let steps = (0..)
+            .map(|i| Duration::from_millis(10 * i))
+            .take_while(|&t| t < phases.total());
+        good / steps
+            .filter(|&t| keep(t))
+            .map(|t| phases.capacity(t) * 0.01)
+            .sum::<f64>()
     };
-    let all = |_: Duration| true;
-    let calm = |t: Duration| steady(phases, t);
-    let mut latencies = served(&all);
-    let mut steady_latencies = served(&calm);
+    let mut latencies = served(records, |_| true);
     Verdict {
         contender,
-        goodput: good(&all) / capacity_over(phases, all),
-        goodput_steady: good(&calm) / capacity_over(phases, calm),
+        goodput: goodput(&|_| true),
+        goodput_steady: goodput(&steady),
         p50: quantile(&mut latencies, 0.5),
         p99: quantile(&mut latencies, 0.99),
-        p99_steady: quantile(&mut steady_latencies, 0.99),
+        p99_steady: quantile(&mut served(records, steady), 0.99),
         refused: count(Kind::Refused) / total,
         failed: (count(Kind::Failed) + count(Kind::GaveUp)) / total,
-        converged_halved: converged(
-            records,
-            phases,
-            phases.halved_at(),
-            phases.restored_at(),
-            slo,
-        ),
-        converged_restored: converged(records, phases, phases.restored_at(), phases.total(), slo),
+        converged: [
+            converged(records, phases, halved, restored, slo),
+            converged(records, phases, restored, phases.total(), slo),
+        ],
     }
 }
 
 /// p99 latency of admitted requests per 250 ms (by send time), for the plot.
 fn p99_timeline(run: &Run, total: Duration) -> Vec<(f64, f64)> {
     let bucket = Duration::from_millis(250);
-    let mut points = Vec::new();
-    let mut from = Duration::ZERO;
-    while from < total {
-        let mut served: Vec<Duration> = run
-            .records
-            .iter()
-            .filter(|r| r.kind == Kind::Served && r.sent >= from && r.sent < from + bucket)
-            .map(|r| r.latency)
-            .collect();
-        if !served.is_empty() {
-            let p99 = quantile(&mut served, 0.99);
-            points.push(((from + bucket / 2).as_secs_f64(), ms(p99)));
-        }
-        from += bucket;
-    }
-    points
+    let starts = (0..).map(|i| bucket * i).take_while(|&from| from < total);
+    let p99 = |from: Duration| {
+        let mut served = served(&run.records, |t| t >= from && t < from + bucket);
+        (!served.is_empty()).then(|| {
+            (
+                (from + bucket / 2).as_secs_f64(),
+                ms(quantile(&mut served, 0.99)),
+            )
+        })
+    };
+    starts.filter_map(p99).collect()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -637,54 +572,6 @@ fn seconds(d: Option<Duration>) -> String {
     d.map_or_else(|| "never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
-/// Nanoseconds per request through `layer` around a service that answers
-/// at once, called in-process on a current-thread runtime.
-fn in_process_ns<L>(layer: L, requests: u32) -> f64
-where
-    L: tower::Layer<
-            tower::util::ServiceFn<
-                fn(
-                    http::Request<axum::body::Body>,
-                ) -> std::future::Ready<
-                    Result<http::Response<axum::body::Body>, std::convert::Infallible>,
-                >,
-            >,
-        >,
-    L::Service: tower::Service<http::Request<axum::body::Body>> + Clone,
-{
-    use tower::ServiceExt;
-    fn hello(
-        _: http::Request<axum::body::Body>,
-    ) -> std::future::Ready<Result<http::Response<axum::body::Body>, std::convert::Infallible>>
-    {
-        std::future::ready(Ok(http::Response::new(axum::body::Body::empty())))
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("tokio runtime");
-    let service = layer.layer(tower::service_fn(
-        hello
-            as fn(
-                http::Request<axum::body::Body>,
-            ) -> std::future::Ready<
-                Result<http::Response<axum::body::Body>, std::convert::Infallible>,
-            >,
-    ));
-    runtime.block_on(async move {
-        let request = || http::Request::new(axum::body::Body::empty());
-        for _ in 0..1000 {
-            let _ = service.clone().oneshot(request()).await;
-        }
-        let start = Instant::now();
-        for _ in 0..requests {
-            let response = service.clone().oneshot(request()).await;
-            std::hint::black_box(response.is_ok());
-        }
-        start.elapsed().as_nanos() as f64 / f64::from(requests)
-    })
-}
-
 /// The report's section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
@@ -692,6 +579,7 @@ pub fn run(report: &mut Report) {
         each: scale.pick(Duration::from_secs(3), Duration::from_secs(4)),
         full: full_rate(),
     };
+    let [halved, restored] = phases.changes();
     report.section("Adaptive concurrency limits (issue 30)");
     report.text(&format!(
         "A loopback axum backend serves {CAPACITY} requests at once, each for {} ms \
@@ -707,54 +595,51 @@ pub fn run(report: &mut Report) {
          tokio runtimes pinned to separate cores.",
         SERVICE.as_millis(),
         full_rate(),
-        phases.halved_at().as_secs(),
-        phases.restored_at().as_secs(),
+        halved.as_secs(),
+        restored.as_secs(),
     ));
 
     // The unloaded latency: 10 % of capacity, no limit.
-    report.progress("adaptive: measuring the unloaded latency");
+    report.progress("measuring the unloaded latency");
     let calm = schedule(
         full_rate() * 0.1,
         scale.pick(Duration::from_secs(2), Duration::from_secs(3)),
         7,
     );
-    let unloaded = load(Contender::NoLimit, &calm, None, SERVICE);
-    let mut calm_latencies: Vec<Duration> = unloaded
-        .records
-        .iter()
-        .filter(|r| r.kind == Kind::Served)
-        .map(|r| r.latency)
-        .collect();
-    let unloaded_p50 = quantile(&mut calm_latencies, 0.5);
-    let unloaded_p99 = quantile(&mut calm_latencies, 0.99);
+    let mut calm_latencies = served(
+        &load(Contender::NoLimit, &calm, None, SERVICE).records,
+        |_| true,
+    );
+    let (unloaded_p50, unloaded_p99) = (
+        quantile(&mut calm_latencies, 0.5),
+        quantile(&mut calm_latencies, 0.99),
+    );
     let slo = unloaded_p99 * 2;
 
     let arrivals = schedule(full_rate() * OVERLOAD, phases.total(), 30);
-    let mut verdicts = Vec::new();
-    let mut services = Vec::new();
+    let (mut verdicts, mut services) = (Vec::new(), Vec::new());
     let mut csv = String::from("contender,series,t_s,value\n");
-    let mut limit_series = Vec::new();
-    let mut p99_series = Vec::new();
+    let (mut limit_series, mut p99_series) = (Vec::new(), Vec::new());
     for contender in CONTENDERS {
-        report.progress(&format!("adaptive: {}", contender.name()));
+        report.progress(&contender.name());
         let run = load(contender, &arrivals, Some(phases), unloaded_p99);
         verdicts.push(verdict(contender, &run, phases, slo));
         services.push(run.service);
+        let p99 = p99_timeline(&run, phases.total());
         for &(t, l) in &run.limits {
-            csv.push_str(&format!("{},limit,{t:.3},{l}\n", contender.name()));
+            csv += &format!("{},limit,{t:.3},{l}\n", contender.name());
         }
-        for (t, p99) in p99_timeline(&run, phases.total()) {
-            csv.push_str(&format!("{},p99_ms,{t:.3},{p99:.2}\n", contender.name()));
+        for (t, p99) in &p99 {
+            csv += &format!("{},p99_ms,{t:.3},{p99:.2}\n", contender.name());
         }
-        if !run.limits.is_empty() && contender != Contender::Static(4 * CAPACITY) {
-            let points = run.limits.iter().map(|&(t, l)| (t, f64::from(l))).collect();
-            limit_series.push(Series::line(contender.name(), points));
-        }
-        if contender != Contender::NoLimit && contender != Contender::Static(4 * CAPACITY) {
-            p99_series.push(Series::line(
-                contender.name(),
-                p99_timeline(&run, phases.total()),
-            ));
+        if contender != Contender::Static(4 * CAPACITY) {
+            if !run.limits.is_empty() {
+                let points = run.limits.iter().map(|&(t, l)| (t, f64::from(l))).collect();
+                limit_series.push(Series::line(contender.name(), points));
+            }
+            if contender != Contender::NoLimit {
+                p99_series.push(Series::line(contender.name(), p99));
+            }
         }
     }
 
@@ -781,43 +666,41 @@ pub fn run(report: &mut Report) {
         ms(unloaded_p99),
         ms(slo),
     ));
-    let mut table = Table::new([
-        "contender",
-        "goodput",
-        "goodput steady",
-        "p50",
-        "p99",
-        "p99 steady",
-        "refused",
-        "failed",
-        "converged after halving",
-        "after restoring",
-    ]);
+    let mut table = Table::new(
+        "contender | goodput | goodput steady | p50 | p99 | p99 steady | refused | failed | converged after halving | after restoring",
+    );
     for v in &verdicts {
-        table.row([
+        let [goodput, steady, refused, failed] = [v.goodput, v.goodput_steady, v.refused, v.failed]
+            .map(|x| format!("{:.1} %", 100.0 * x));
+        let [p50, p99, p99_steady] =
+            [v.p50, v.p99, v.p99_steady].map(|d| format!("{:.1} ms", ms(d)));
+        let [after_halving, after_restoring] = v.converged.map(seconds);
+        table.cells([
             v.contender.name(),
-            format!("{:.1} %", 100.0 * v.goodput),
-            format!("{:.1} %", 100.0 * v.goodput_steady),
-            format!("{:.1} ms", ms(v.p50)),
-            format!("{:.1} ms", ms(v.p99)),
-            format!("{:.1} ms", ms(v.p99_steady)),
-            format!("{:.1} %", 100.0 * v.refused),
-            format!("{:.1} %", 100.0 * v.failed),
-            seconds(v.converged_halved),
-            seconds(v.converged_restored),
+            goodput,
+            steady,
+            p50,
+            p99,
+            p99_steady,
+            refused,
+            failed,
+            after_halving,
+            after_restoring,
         ]);
     }
     report.table(&table);
     goals(report, &verdicts, unloaded_p99);
 
-    let mut capacity = Vec::new();
-    let mut t = Duration::ZERO;
-    while t <= phases.total() {
-        let c = phases.capacity(t) / phases.full * f64::from(CAPACITY);
-        capacity.push((t.as_secs_f64(), c));
-        t += Duration::from_millis(50);
-    }
-    limit_series.insert(0, Series::dashed("backend concurrency", capacity));
+    let steps = (0..)
+        .map(|i| Duration::from_millis(50 * i))
+        .take_while(|&t| t <= phases.total());
+    let capacity = steps.map(|t| {
+        (
+            t.as_secs_f64(),
+            phases.capacity(t) / phases.full * f64::from(CAPACITY),
+        )
+    });
+    limit_series.insert(0, Series::dashed("backend concurrency", capacity.collect()));
     report.plot(
         "adaptive-limit",
         &LinePlot {
@@ -825,7 +708,7 @@ pub fn run(report: &mut Report) {
             x_label: "time (s)".into(),
             y_label: "limit (requests in flight)".into(),
             series: limit_series,
-            reference: None,
+            references: Vec::new(),
             y_max: Some(f64::from(3 * CAPACITY)),
         },
     );
@@ -836,7 +719,7 @@ pub fn run(report: &mut Report) {
             x_label: "time (s)".into(),
             y_label: "p99 latency (ms)".into(),
             series: p99_series,
-            reference: Some((ms(slo), "SLO".into())),
+            references: vec![(ms(slo), "SLO".into())],
             y_max: Some((ms(slo) * 3.0).ceil()),
         },
     );
@@ -846,61 +729,58 @@ pub fn run(report: &mut Report) {
 
 /// The issue's goals, checked for each of weir's algorithms.
 fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
-    let find = |c| verdicts.iter().find(|v| v.contender == c);
-    let best_acc_goodput = verdicts
-        .iter()
-        .filter(|v| matches!(v.contender, Contender::AccGradient2 | Contender::AccVegas))
-        .map(|v| v.goodput)
-        .fold(0.0, f64::max);
-    let best_acc_p99 = verdicts
-        .iter()
-        .filter(|v| matches!(v.contender, Contender::AccGradient2 | Contender::AccVegas))
-        .map(|v| v.p99)
-        .min()
-        .unwrap_or(Duration::MAX);
-    let tuned = find(Contender::Static(CAPACITY)).map_or(0.0, |v| v.goodput);
-    let mark = |ok: bool| if ok { "yes" } else { "**no**" };
-    let mut table = Table::new([
-        "algorithm",
-        "goodput ≥ 95 % (steady)",
-        "p99 ≤ 2× unloaded (steady)",
-        "converged ≤ 2 s (both changes)",
-        "goodput and p99 ahead of tower-acc's best",
-        "goodput within 5 % of static = capacity",
-    ]);
-    for v in verdicts.iter().filter(|v| v.contender.is_weir_adaptive()) {
-        let converged = [v.converged_halved, v.converged_restored]
+    let acc = || {
+        verdicts
             .iter()
-            .all(|c| c.is_some_and(|c| c <= Duration::from_secs(2)));
-        table.row([
+            .filter(|v| matches!(v.contender, Contender::AccGradient2 | Contender::AccVegas))
+    };
+    let best_acc_goodput = acc().map(|v| v.goodput).fold(0.0, f64::max);
+    let best_acc_p99 = acc().map(|v| v.p99).min().unwrap_or(Duration::MAX);
+    let tuned = verdicts
+        .iter()
+        .find(|v| v.contender == Contender::Static(CAPACITY))
+        .map_or(0.0, |v| v.goodput);
+    let goals = [
+        Goal::at_least("goodput ≥ 95 % (steady)", 0.95),
+        Goal::at_most("p99 ≤ 2× unloaded (steady)", 2.0),
+        Goal::at_most("converged ≤ 2 s (both changes)", 2.0),
+        Goal::at_least("goodput and p99 ahead of tower-acc's best", 1.0),
+        Goal::at_least("goodput within 5 % of static = capacity", 0.95),
+    ];
+    let mut table =
+        Table::with_headers(std::iter::once("algorithm").chain(goals.iter().map(|g| g.name)));
+    let weir = verdicts.iter().filter(|v| {
+        matches!(
+            v.contender,
+            Contender::Aimd | Contender::Vegas | Contender::Gradient2
+        )
+    });
+    for v in weir {
+        let converged = v
+            .converged
+            .iter()
+            .map(|c| c.map_or(f64::INFINITY, |c| c.as_secs_f64()))
+            .fold(0.0, f64::max);
+        let p99 = v.p99_steady.as_secs_f64() / unloaded_p99.as_secs_f64();
+        let ahead = f64::from(u8::from(
+            v.goodput > best_acc_goodput && v.p99 < best_acc_p99,
+        ));
+        let of_tuned = v.goodput / tuned.max(1e-9);
+        let figures = [v.goodput_steady, p99, converged, ahead, of_tuned];
+        let [goodput, p99_ok, converged, ahead, tuned] =
+            std::array::from_fn(|i| goals[i].verdict(figures[i]));
+        let [halved, restored] = v.converged.map(seconds);
+        let (gap, lag) = (
+            100.0 * (v.goodput - best_acc_goodput),
+            ms(v.p99) - ms(best_acc_p99),
+        );
+        table.cells([
             v.contender.name(),
-            format!(
-                "{} ({:.1} %)",
-                mark(v.goodput_steady >= 0.95),
-                100.0 * v.goodput_steady
-            ),
-            format!(
-                "{} ({:.2}×)",
-                mark(v.p99_steady <= unloaded_p99 * 2),
-                v.p99_steady.as_secs_f64() / unloaded_p99.as_secs_f64()
-            ),
-            format!(
-                "{} ({} / {})",
-                mark(converged),
-                seconds(v.converged_halved),
-                seconds(v.converged_restored)
-            ),
-            format!(
-                "{} ({:+.1} pt, {:+.1} ms)",
-                mark(v.goodput > best_acc_goodput && v.p99 < best_acc_p99),
-                100.0 * (v.goodput - best_acc_goodput),
-                ms(v.p99) - ms(best_acc_p99)
-            ),
-            format!(
-                "{} ({:.1} % of it)",
-                mark(v.goodput >= 0.95 * tuned),
-                100.0 * v.goodput / tuned.max(1e-9)
-            ),
+            format!("{goodput} ({:.1} %)", 100.0 * v.goodput_steady),
+            format!("{p99_ok} ({p99:.2}×)"),
+            format!("{converged} ({halved} / {restored})"),
+            format!("{ahead} ({gap:+.1} pt, {lag:+.1} ms)"),
+            format!("{tuned} ({:.1} % of it)", 100.0 * of_tuned),
         ]);
     }
     report.text(
@@ -913,52 +793,54 @@ fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
 /// answers at once.
 fn overhead(report: &mut Report) {
     let requests = report.scale().pick(200_000, 1_000_000);
+    let hello = tower::service_fn(|_: http::Request<Body>| {
+        std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(
+            Body::empty(),
+        )))
+    });
     let limiter = || KeyedAdaptiveLimiter::new(Gradient2::default(), NonZeroUsize::MIN);
     let acc = || {
+        let limit = tower_acc::ConcurrencyLimitLayer::new(tower_acc::Gradient2::default());
         tower::ServiceBuilder::new()
             .layer(tower::load_shed::LoadShedLayer::new())
-            .layer(tower_acc::ConcurrencyLimitLayer::new(
-                tower_acc::Gradient2::default(),
-            ))
+            .layer(limit)
+            .service(hello)
     };
-    let mut rows: Vec<(&str, Vec<f64>)> = vec![
-        ("bare service", Vec::new()),
-        ("InflightLayer (static)", Vec::new()),
-        ("AdaptiveInflightLayer (weir Gradient2)", Vec::new()),
-        ("tower-acc Gradient2 + LoadShed", Vec::new()),
+    let names = [
+        "bare service",
+        "InflightLayer (static)",
+        "AdaptiveInflightLayer (weir Gradient2)",
+        "tower-acc Gradient2 + LoadShed",
     ];
+    let request = || http::Request::new(Body::empty());
     // Interleaved rounds, so drifts in the machine's speed hit all alike.
-    for _ in 0..5 {
-        rows[0]
-            .1
-            .push(in_process_ns(tower::layer::util::Identity::new(), requests));
-        rows[1].1.push(in_process_ns(
-            InflightLayer::new(GlobalKey, CAPACITY),
-            requests,
-        ));
-        rows[2].1.push(in_process_ns(
-            AdaptiveInflightLayer::new(GlobalKey, limiter()),
-            requests,
-        ));
-        rows[3].1.push(in_process_ns(acc(), requests));
-    }
-    let median = |xs: &mut Vec<f64>| {
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
-    let bare = median(&mut rows[0].1.clone());
-    let mut table = Table::new([
-        "layer",
-        "ns per request (median of 5)",
-        "over the bare service",
-    ]);
-    for (name, xs) in &mut rows {
-        let ns = median(xs);
-        table.row([
-            (*name).to_string(),
-            format!("{ns:.0}"),
-            format!("{:+.0} ns", ns - bare),
-        ]);
+    let runs = contest::rotate(
+        report,
+        "in-process cost",
+        names.len(),
+        5,
+        |layer, _| match layer {
+            0 => crate::http::time_service(hello, requests, request),
+            1 => crate::http::time_service(
+                tower::Layer::layer(&InflightLayer::new(GlobalKey, CAPACITY), hello),
+                requests,
+                request,
+            ),
+            2 => crate::http::time_service(
+                tower::Layer::layer(&AdaptiveInflightLayer::new(GlobalKey, limiter()), hello),
+                requests,
+                request,
+            ),
+            _ => crate::http::time_service(acc(), requests, request),
+        },
+    );
+    let medians: Vec<f64> = contest::spreads(&runs, |x| *x)
+        .iter()
+        .map(|s| s.median)
+        .collect();
+    let mut table = Table::new("layer | ns per request (median of 5) | over the bare service");
+    for (name, ns) in names.iter().zip(&medians) {
+        table.row(format!("{name} | {ns:.0} | {:+.0} ns", ns - medians[0]));
     }
     report.text(
         "In-process cost per request (no sockets): a service that answers at once, called \
@@ -983,21 +865,13 @@ mod tests {
             .build()
             .unwrap();
         for contender in CONTENDERS {
-            let backend = Backend::new();
-            let (app, _) = router(contender, &backend, SERVICE);
+            let (app, _) = router(contender, &Backend::new(), SERVICE);
             let statuses = runtime.block_on(async move {
-                let calls: Vec<_> = (0..300)
-                    .map(|_| {
-                        let app = app.clone();
-                        tokio::spawn(async move {
-                            let request = http::Request::new(axum::body::Body::empty());
-                            app.oneshot(request).await.unwrap().status()
-                        })
-                    })
-                    .collect();
+                let call = |_| tokio::spawn(app.clone().oneshot(http::Request::new(Body::empty())));
+                let calls: Vec<_> = (0..300).map(call).collect();
                 let mut statuses = Vec::new();
                 for call in calls {
-                    statuses.push(call.await.unwrap());
+                    statuses.push(call.await.unwrap().unwrap().status());
                 }
                 statuses
             });
@@ -1005,11 +879,12 @@ mod tests {
                 .iter()
                 .filter(|&&s| s == StatusCode::SERVICE_UNAVAILABLE)
                 .count();
-            if contender == Contender::NoLimit {
-                assert_eq!(refused, 0);
-            } else {
-                assert!(refused > 0, "{}: nothing refused", contender.name());
-            }
+            assert_eq!(
+                refused == 0,
+                contender == Contender::NoLimit,
+                "{}: {refused} refused",
+                contender.name()
+            );
         }
     }
 }

@@ -13,27 +13,31 @@
 //! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read whenever the
 //! service under test changes. Work stolen by other processes does not
 //! land on that clock. One server serves every variant and switches
-//! between them every 50 ms (see [`load_interleaved`]), so slow drifts in
+//! between them every 50 ms (see `load_interleaved`), so slow drifts in
 //! the machine's speed hit them alike; the report quotes the pooled ratio
 //! and the median and middle half of the per-cycle ratios. Requests per
 //! second are reported beside it, as are the in-process figures (no
 //! sockets).
 
+use crate::contest::{self, Spread};
 use crate::machine;
-use crate::report::{Report, Spread, Table, thousands};
+use crate::report::{Report, Table, thousands};
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use weir_rate::http::{InflightLayer, KeyFn, RateLimitLayer};
+use tower::ServiceExt;
+use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
+use weir_rate::http::{AdaptiveInflightLayer, InflightLayer, KeyFn, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// The services compared.
@@ -56,36 +60,34 @@ pub enum Variant {
 
 impl Variant {
     fn name(self) -> &'static str {
-        match self {
-            Variant::Bare => "hello world (bare)",
-            Variant::RateLimited => "+ RateLimitLayer (per-IP GCRA)",
-            Variant::RateAndInflight => "+ RateLimitLayer + InflightLayer",
-            Variant::RateAndInflightSeparately => {
-                "+ the same two layers by two Router::layer calls"
-            }
-            Variant::Adaptive => "+ AdaptiveInflightLayer (per-route, Gradient2)",
-        }
+        [
+            "hello world (bare)",
+            "+ RateLimitLayer (per-IP GCRA)",
+            "+ RateLimitLayer + InflightLayer",
+            "+ the same two layers by two Router::layer calls",
+            "+ AdaptiveInflightLayer (per-route, Gradient2)",
+        ][self as usize]
     }
 }
 
 /// The services of the load run, in the order of every per-variant array
 /// here.
-pub const VARIANTS: [Variant; 4] = [
+const VARIANTS: [Variant; 4] = [
     Variant::Bare,
     Variant::RateLimited,
     Variant::RateAndInflight,
     Variant::Adaptive,
 ];
 
-fn peer_ip<B>(req: &http::Request<B>) -> Option<IpAddr> {
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
-}
-
 /// The service of a variant.
-pub fn router(variant: Variant) -> Router {
+fn router(variant: Variant) -> Router {
     let hello = Router::new().route("/", get(|| async { "hello" }));
+    let peer_ip = |req: &http::Request<Body>| {
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+    };
+    let path = |req: &http::Request<Body>| Some(req.uri().path().to_owned());
     // A quota no load here can reach: the layer decides and writes headers
     // on every request, but never denies.
     let quota = Quota::per_second(NonZeroU32::new(u32::MAX).expect("non-zero"));
@@ -95,14 +97,7 @@ pub fn router(variant: Variant) -> Router {
             KeyFn::new(peer_ip),
         )
     };
-    // `with_state(())` finalises the routes once; without it axum rebuilds
-    // every route (and re-applies its layers) on each request.
-    let inflight = || {
-        InflightLayer::new(
-            KeyFn::new(|req: &http::Request<axum::body::Body>| Some(req.uri().path().to_owned())),
-            1_000_000,
-        )
-    };
+    let inflight = || InflightLayer::new(KeyFn::new(path), 1_000_000);
     let router = match variant {
         Variant::Bare => hello,
         Variant::RateLimited => hello.layer(rate()),
@@ -111,31 +106,28 @@ pub fn router(variant: Variant) -> Router {
         }
         // Outermost last, as with the ServiceBuilder: rate, then in-flight.
         Variant::RateAndInflightSeparately => hello.layer(inflight()).layer(rate()),
-        Variant::Adaptive => hello.layer(weir_rate::http::AdaptiveInflightLayer::new(
-            KeyFn::new(|req: &http::Request<axum::body::Body>| Some(req.uri().path().to_owned())),
-            weir_rate::adaptive::KeyedAdaptiveLimiter::new(
-                weir_rate::adaptive::Gradient2::default(),
-                std::num::NonZeroUsize::MIN,
-            ),
+        Variant::Adaptive => hello.layer(AdaptiveInflightLayer::new(
+            KeyFn::new(path),
+            KeyedAdaptiveLimiter::new(Gradient2::default(), std::num::NonZeroUsize::MIN),
         )),
     };
+    // `with_state(())` finalises the routes once; without it axum rebuilds
+    // every route (and re-applies its layers) on each request.
     router.with_state(())
 }
 
-/// What one slice of the interleaved load run measured for one service.
+/// What one slice of the interleaved load run measured for one service:
+/// requests dispatched to it, the server thread's CPU time and the
+/// slice's wall-clock length (ns).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Slice {
-    /// Requests dispatched to the service during the slice.
-    pub requests: u64,
-    /// The server thread's CPU time over the slice, in nanoseconds.
-    pub cpu_ns: u64,
-    /// The slice's wall-clock length, in nanoseconds.
-    pub wall_ns: u64,
+struct Slice {
+    requests: u64,
+    cpu_ns: u64,
+    wall_ns: u64,
 }
 
 impl Slice {
-    /// Server CPU per request, in nanoseconds.
-    pub fn cpu_per_request(&self) -> f64 {
+    fn cpu_per_request(&self) -> f64 {
         self.cpu_ns as f64 / self.requests.max(1) as f64
     }
 }
@@ -154,34 +146,24 @@ impl Slice {
 /// switch, is the server's whole cost. The dispatch in front of the
 /// variants (one atomic load and a router clone) is the same for all, so
 /// it dilutes the measured overhead very slightly, never inflates it.
-pub fn load_interleaved(
+fn load_interleaved(
     connections: usize,
     slice: Duration,
     cycles: usize,
 ) -> Vec<[Slice; VARIANTS.len()]> {
-    use tower::ServiceExt;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let server_rt = machine::pinned_runtime(0);
-    let client_rt = machine::pinned_runtime(1 % cores);
-    let listener = server_rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind loopback");
-    let addr = listener.local_addr().expect("local addr");
     let routers = Arc::new(VARIANTS.map(router));
     let current = Arc::new(AtomicUsize::new(0));
     let dispatched = Arc::new([const { AtomicU64::new(0) }; VARIANTS.len()]);
     let dispatch = {
         let (routers, current, dispatched) = (routers, current.clone(), dispatched.clone());
-        tower::service_fn(move |request: http::Request<axum::body::Body>| {
+        tower::service_fn(move |request: http::Request<Body>| {
             let i = current.load(Ordering::Relaxed);
             dispatched[i].fetch_add(1, Ordering::Relaxed);
             routers[i].clone().oneshot(request)
         })
     };
-    let app = Router::new()
-        .fallback_service(dispatch)
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let server = server_rt.spawn(async move { axum::serve(listener, app).await });
+    let (server_rt, client_rt, addr) =
+        machine::serve_loopback(Router::new().fallback_service(dispatch));
     // Runs on the server's only worker thread, so its thread clock is the
     // server's clock.
     let server_cpu_ns = || machine::thread_cpu_nanos().unwrap_or(0);
@@ -210,34 +192,31 @@ pub fn load_interleaved(
         }
         measured
     });
-    let measured = client_rt.block_on(async move {
+    client_rt.block_on(async move {
         let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
             .build_http();
         let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
         let stop = Arc::new(AtomicBool::new(false));
-        let workers: Vec<_> = (0..connections)
-            .map(|_| {
-                let (client, uri, stop) = (client.clone(), uri.clone(), stop.clone());
-                tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let Ok(response) = client.get(uri.clone()).await else {
-                            break;
-                        };
-                        let _ = response.into_body().collect().await;
-                    }
-                })
+        let worker = |_| {
+            let (client, uri, stop) = (client.clone(), uri.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(response) = client.get(uri.clone()).await else {
+                        break;
+                    };
+                    let _ = response.into_body().collect().await;
+                }
             })
-            .collect();
+        };
+        let workers: Vec<_> = (0..connections).map(worker).collect();
         let measured = slicer.await.expect("the slicer task");
         stop.store(true, Ordering::Relaxed);
         for worker in workers {
             let _ = worker.await;
         }
         measured
-    });
-    server.abort();
-    measured
+    })
 }
 
 /// Nanoseconds per request of `variant` called in-process (no sockets): the
@@ -254,36 +233,47 @@ pub fn in_process_ns(variant: Variant, requests: u32) -> f64 {
 /// none). The layer registers its counters on its first decision, so the
 /// recorded router answers one request under a thread-local recorder
 /// first; no global recorder is installed.
-pub fn metrics_cost_ns(requests: u32) -> (f64, f64) {
+fn metrics_cost_ns(requests: u32) -> (f64, f64) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let recorded = router(Variant::RateLimited);
-    metrics::with_local_recorder(&recorder, || {
-        let _ = time_in_process(recorded.clone(), 1);
-    });
+    metrics::with_local_recorder(&recorder, || time_in_process(recorded.clone(), 1));
     let counted = time_in_process(recorded, requests);
-    let uncounted = time_in_process(router(Variant::RateLimited), requests);
-    (uncounted, counted)
+    (
+        time_in_process(router(Variant::RateLimited), requests),
+        counted,
+    )
 }
 
 fn time_in_process(router: Router, requests: u32) -> f64 {
-    use tower::ServiceExt;
+    let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
+    time_service(router, requests, move || {
+        let mut req = http::Request::new(Body::empty());
+        req.extensions_mut().insert(peer);
+        req
+    })
+}
+
+/// Nanoseconds per request of `service` called in-process (no sockets) on
+/// a current-thread runtime, after up to 1000 requests to warm up.
+pub(crate) fn time_service<S>(
+    service: S,
+    requests: u32,
+    request: impl Fn() -> http::Request<Body>,
+) -> f64
+where
+    S: tower::Service<http::Request<Body>> + Clone,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("tokio runtime");
-    let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
     runtime.block_on(async move {
-        let request = || {
-            let mut req = http::Request::new(axum::body::Body::empty());
-            req.extensions_mut().insert(peer);
-            req
-        };
         for _ in 0..requests.min(1000) {
-            let _ = router.clone().oneshot(request()).await;
+            let _ = service.clone().oneshot(request()).await;
         }
         let start = Instant::now();
         for _ in 0..requests {
-            let response = router.clone().oneshot(request()).await.expect("infallible");
-            std::hint::black_box(response);
+            std::hint::black_box(service.clone().oneshot(request()).await.is_ok());
         }
         start.elapsed().as_nanos() as f64 / f64::from(requests)
     })
@@ -291,22 +281,19 @@ fn time_in_process(router: Router, requests: u32) -> f64 {
 
 /// The median and the interquartile range (the middle half) of `xs`,
 /// which must not be empty.
-fn median_and_quartiles(xs: &mut [f64]) -> (f64, f64, f64) {
+fn median_and_quartiles(xs: &mut [f64]) -> [f64; 3] {
     xs.sort_by(f64::total_cmp);
-    let at = |q: f64| {
+    [0.5, 0.25, 0.75].map(|q| {
         let x = q * (xs.len() - 1) as f64;
         let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
         xs[lo] + (xs[hi] - xs[lo]) * (x - lo as f64)
-    };
-    (at(0.5), at(0.25), at(0.75))
+    })
 }
 
 /// The report section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
-    let slice = Duration::from_millis(50);
-    let cycles = scale.pick(40, 150);
-    let connections = 32;
+    let (slice, cycles, connections) = (Duration::from_millis(50), scale.pick(40, 150), 32);
     report.section("HTTP: the tower layers' cost (loopback load run)");
     report.text(&format!(
         "A hello-world axum service on 127.0.0.1, loaded by {connections} keep-alive hyper clients in the same process. \
@@ -318,56 +305,43 @@ pub fn run(report: &mut Report) {
          pooled and as the median (and middle half) of the per-cycle ratios. Requests per second are shown for reference: \
          here the client, not the server, is the bottleneck, so they hide the layers' cost."
     ));
-    let variants = VARIANTS;
     report.progress(&format!(
         "load run: {cycles} cycles of {} × {slice:?}",
-        variants.len()
+        VARIANTS.len()
     ));
-    let cycles_measured = load_interleaved(connections, slice, cycles);
+    let measured = load_interleaved(connections, slice, cycles);
+    // Server CPU per request and requests per second over every slice.
     let pooled = |i: usize| {
-        let (cpu, requests, wall) = cycles_measured.iter().fold((0u64, 0u64, 0u64), |acc, c| {
-            (
-                acc.0 + c[i].cpu_ns,
-                acc.1 + c[i].requests,
-                acc.2 + c[i].wall_ns,
-            )
-        });
+        let sum =
+            |f: fn(&Slice) -> u64| measured.iter().map(|c| f(&c[i])).sum::<u64>().max(1) as f64;
+        let requests = sum(|s| s.requests);
         (
-            cpu as f64 / requests.max(1) as f64,
-            requests as f64 * 1e9 / wall.max(1) as f64,
+            sum(|s| s.cpu_ns) / requests,
+            requests * 1e9 / sum(|s| s.wall_ns),
         )
     };
-    let (bare_server_ns, _) = pooled(0);
-    let mut table = Table::new([
-        "service",
-        "server CPU per request",
-        "overhead (all slices pooled)",
-        "median of per-cycle ratios",
-        "middle half of cycles",
-        "requests/s",
-    ]);
-    for (i, variant) in variants.iter().enumerate() {
+    let bare_server_ns = pooled(0).0;
+    let mut table = Table::new(
+        "service | server CPU per request | overhead (all slices pooled) | median of per-cycle ratios | middle half of cycles | requests/s",
+    );
+    for (i, variant) in VARIANTS.iter().enumerate() {
         let (ns, rps) = pooled(i);
-        let (median, lo, hi) = median_and_quartiles(
-            &mut cycles_measured
-                .iter()
-                .map(|c| c[i].cpu_per_request() / c[0].cpu_per_request().max(1e-9))
-                .collect::<Vec<_>>(),
-        );
-        let percent = |r: f64| format!("{:+.1}%", (r - 1.0) * 100.0);
-        let (pooled_overhead, median, range) = if i == 0 {
-            ("—".to_owned(), "—".to_owned(), "—".to_owned())
+        let mut ratios: Vec<f64> = measured
+            .iter()
+            .map(|c| c[i].cpu_per_request() / c[0].cpu_per_request().max(1e-9))
+            .collect();
+        let [median, lo, hi] =
+            median_and_quartiles(&mut ratios).map(|r| format!("{:+.1}%", (r - 1.0) * 100.0));
+        let overhead = format!("{:+.1}%", (ns / bare_server_ns.max(1e-9) - 1.0) * 100.0);
+        let (overhead, median, range) = if i == 0 {
+            ("—".into(), "—".into(), "—".into())
         } else {
-            (
-                percent(ns / bare_server_ns.max(1e-9)),
-                percent(median),
-                format!("{} … {}", percent(lo), percent(hi)),
-            )
+            (overhead, median, format!("{lo} … {hi}"))
         };
-        table.row([
-            variant.name().to_string(),
+        table.cells([
+            variant.name().into(),
             format!("{:.2} µs", ns / 1000.0),
-            pooled_overhead,
+            overhead,
             median,
             range,
             thousands(rps as u64),
@@ -384,28 +358,23 @@ pub fn run(report: &mut Report) {
         Variant::RateAndInflightSeparately,
         Variant::Adaptive,
     ];
-    let mut fastest = [f64::INFINITY; 5];
-    for repetition in 0..5 {
-        report.progress(&format!("in-process, repetition {} of 5", repetition + 1));
-        for (i, variant) in in_process.iter().enumerate() {
-            fastest[i] = fastest[i].min(in_process_ns(*variant, requests));
-        }
-    }
-    let bare = fastest[0];
-    let mut table = Table::new([
-        "service",
-        "ns per request (in-process, fastest of 5)",
-        "layers' cost",
-        "share of the bare server's CPU per request",
-    ]);
-    for (i, variant) in in_process.iter().enumerate() {
-        let ns = fastest[i];
-        table.row([
-            variant.name().to_string(),
-            format!("{ns:.0}"),
-            format!("{:+.0} ns", ns - bare),
-            format!("{:+.1}%", 100.0 * (ns - bare) / bare_server_ns.max(1.0)),
-        ]);
+    let runs = contest::rotate(report, "in-process", in_process.len(), 5, |v, _| {
+        in_process_ns(in_process[v], requests)
+    });
+    let fastest: Vec<f64> = contest::spreads(&runs, |x| *x)
+        .iter()
+        .map(|s| s.min)
+        .collect();
+    let mut table = Table::new(
+        "service | ns per request (in-process, fastest of 5) | layers' cost | share of the bare server's CPU per request",
+    );
+    for (variant, ns) in in_process.iter().zip(&fastest) {
+        let cost = ns - fastest[0];
+        let share = 100.0 * cost / bare_server_ns.max(1.0);
+        table.row(format!(
+            "{} | {ns:.0} | {cost:+.0} ns | {share:+.1}%",
+            variant.name()
+        ));
     }
     report.text("The same services called in-process (no sockets), which isolates the layers' own cost per request from the network stack; \
                  set against the bare server's CPU time per request above, it is a second, steadier estimate of the overhead:");
@@ -413,36 +382,24 @@ pub fn run(report: &mut Report) {
 
     // The `metrics` feature: counted into a recorder, against the same
     // layer with no recorder, alternating, every repetition kept.
-    let mut pairs = Vec::new();
-    for repetition in 0..5 {
-        report.progress(&format!("metrics cost, repetition {} of 5", repetition + 1));
-        pairs.push(metrics_cost_ns(requests));
-    }
-    let ns = |values: Vec<f64>, sign: bool| {
-        Spread::of(&values).show_each(|x| {
-            if sign {
-                format!("{x:+.0}")
-            } else {
-                format!("{x:.0}")
-            }
-        })
-    };
-    let mut table = Table::new([
-        "per-IP RateLimitLayer, in-process",
-        "ns per request (min / median / max of 5)",
-    ]);
-    table.row([
-        "no recorder (feature on, nothing installed)".to_owned(),
-        ns(pairs.iter().map(|p| p.0).collect(), false),
-    ]);
-    table.row([
-        "decisions counted into a Prometheus recorder".to_owned(),
-        ns(pairs.iter().map(|p| p.1).collect(), false),
-    ]);
-    table.row([
-        "cost of counting (paired difference)".to_owned(),
-        ns(pairs.iter().map(|(off, on)| on - off).collect(), true),
-    ]);
+    let pairs = &contest::rotate(report, "metrics cost", 1, 5, |_, _| {
+        metrics_cost_ns(requests)
+    })[0];
+    let ns = |f: fn(&(f64, f64)) -> f64| Spread::of(&pairs.iter().map(f).collect::<Vec<_>>());
+    let mut table =
+        Table::new("per-IP RateLimitLayer, in-process | ns per request (min / median / max of 5)");
+    table.row(format!(
+        "no recorder (feature on, nothing installed) | {}",
+        ns(|p| p.0).show_each(|x| format!("{x:.0}"))
+    ));
+    table.row(format!(
+        "decisions counted into a Prometheus recorder | {}",
+        ns(|p| p.1).show_each(|x| format!("{x:.0}"))
+    ));
+    table.row(format!(
+        "cost of counting (paired difference) | {}",
+        ns(|p| p.1 - p.0).show_each(|x| format!("{x:+.0}"))
+    ));
     report.text("weir-rate's `metrics` feature: each decision increments one pre-registered counter. Without the feature the \
                  counting code is compiled out; with it and no recorder installed, the counters are no-ops:");
     report.table(&table);

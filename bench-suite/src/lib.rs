@@ -8,13 +8,14 @@
 
 pub mod adaptive;
 pub mod alloc;
+mod contest;
 pub mod hhh;
 #[cfg(feature = "bpf")]
 pub mod hhh_loopback;
 pub mod http;
 pub mod limits;
 pub mod machine;
-pub mod plot;
+mod plot;
 pub mod rate;
 pub mod redis;
 pub mod redis_cost;

@@ -7,20 +7,21 @@
 //! the blog left out.
 
 use crate::alloc::{self, AllocStats};
+use crate::contest::{self, Goal, Spread};
 use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Scale, Spread, Table, thousands};
+use crate::report::{Report, Table, thousands};
 use crate::workload;
 use dashmap::DashMap;
 use std::collections::HashMap;
+use std::hint::black_box;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use weir_limits::{Estimator, Layout, Shape, ShardedEstimator, Update};
 
 /// The blog's dimensions: 3 hashes × 1024 slots.
-pub const HASHES: usize = 3;
-/// See [`HASHES`].
-pub const SLOTS: usize = 1024;
+const HASHES: usize = 3;
+const SLOTS: usize = 1024;
 
 /// Something that counts `u32` events, as in the blog's benchmark.
 pub trait Counter: Sync {
@@ -35,14 +36,14 @@ pub trait Counter: Sync {
 impl Counter for Estimator {
     #[inline(always)]
     fn incr(&self, key: u32) {
-        std::hint::black_box(Estimator::incr(self, &key, 1));
+        black_box(Estimator::incr(self, &key, 1));
     }
 }
 
 impl Counter for ShardedEstimator {
     #[inline(always)]
     fn incr(&self, key: u32) {
-        std::hint::black_box(ShardedEstimator::incr(self, &key, 1));
+        black_box(ShardedEstimator::incr(self, &key, 1));
     }
 }
 
@@ -51,14 +52,14 @@ impl Counter for ShardedEstimator {
 impl Counter for pingora_limits::estimator::Estimator {
     #[inline(always)]
     fn incr(&self, key: u32) {
-        std::hint::black_box(pingora_limits::estimator::Estimator::incr(self, key, 1));
+        black_box(pingora_limits::estimator::Estimator::incr(self, key, 1));
     }
 }
 
 impl Counter for weir_limits::pingora::estimator::Estimator {
     #[inline(always)]
     fn incr(&self, key: u32) {
-        std::hint::black_box(weir_limits::pingora::estimator::Estimator::incr(
+        black_box(weir_limits::pingora::estimator::Estimator::incr(
             self, key, 1,
         ));
     }
@@ -66,29 +67,33 @@ impl Counter for weir_limits::pingora::estimator::Estimator {
 
 /// The blog's "naive" counter.
 #[derive(Default)]
-pub struct Naive(Mutex<HashMap<u32, usize>>);
+struct Naive(Mutex<HashMap<u32, usize>>);
 
 impl Counter for Naive {
     fn incr(&self, key: u32) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry(key).or_insert(0) += 1;
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert(0) += 1;
     }
 }
 
 /// The blog's "optimized" counter: `DashMap` of atomics with ahash.
 #[derive(Default)]
-pub struct Dash(DashMap<u32, AtomicUsize, ahash::RandomState>);
+struct Dash(DashMap<u32, AtomicUsize, ahash::RandomState>);
 
 impl Counter for Dash {
     fn incr(&self, key: u32) {
         if let Some(v) = self.0.get(&key) {
             v.fetch_add(1, Ordering::Relaxed);
-            return;
+        } else {
+            self.0
+                .entry(key)
+                .or_default()
+                .fetch_add(1, Ordering::Relaxed);
         }
-        self.0
-            .entry(key)
-            .or_insert_with(|| AtomicUsize::new(0))
-            .fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -99,7 +104,7 @@ pub struct Contender {
     /// Builds a fresh counter and runs one thread per stream over it
     /// (barrier-started), calling the counter's own `incr` directly (no
     /// dynamic dispatch in the loop); returns the slowest thread's time.
-    pub time: fn(&[Vec<u32>]) -> Duration,
+    time: fn(&[Vec<u32>]) -> Duration,
     /// Builds a fresh, empty counter.
     pub build: fn() -> Box<dyn Counter>,
 }
@@ -119,8 +124,12 @@ macro_rules! contender {
 /// its dimensions are run-time values, as in a server that sizes its
 /// sketch from configuration, not constants folded into the loop.
 fn time_counter<C: Counter>(counter: C, streams: &[Vec<u32>]) -> Duration {
-    let counter = std::hint::black_box(counter);
-    run_threads(&counter, streams)
+    let counter = black_box(counter);
+    let count = |key| {
+        counter.incr(key);
+        false
+    };
+    contest::run_streams(streams, count).0
 }
 
 /// weir's estimator variants and the three competitors, at the blog's dimensions.
@@ -164,52 +173,8 @@ fn shape(layout: Layout) -> Shape {
     Shape::try_new(HASHES, SLOTS, layout).expect("the blog's dimensions are valid")
 }
 
-/// Run `counter` with one thread per stream (each with its own slice of
-/// pre-generated keys); returns the wall time of the slowest thread.
-pub fn run_threads<C: Counter + ?Sized>(counter: &C, streams: &[Vec<u32>]) -> Duration {
-    workload::run_streams(streams, |key| {
-        counter.incr(key);
-        false
-    })
-    .0
-}
-
 /// The thread counts of the blog's table.
 const THREADS: [usize; 3] = [1, 2, 8];
-
-/// Every contender's timings: `[contender][thread count][repetition]`.
-struct Timings(Vec<[Vec<Duration>; 3]>);
-
-impl Timings {
-    /// ns per event per thread (the blog's figure) in each repetition.
-    fn per_event_ns(&self, c: usize, t: usize, total: usize) -> Vec<f64> {
-        let per_thread = (total / THREADS[t]) as f64;
-        self.0[c][t]
-            .iter()
-            .map(|d| d.as_nanos() as f64 / per_thread)
-            .collect()
-    }
-
-    /// `a`'s time over `b`'s, repetition by repetition (each pair ran back
-    /// to back, so both saw the same machine).
-    fn time_ratio(&self, a: usize, b: usize, t: usize) -> Vec<f64> {
-        self.0[a][t]
-            .iter()
-            .zip(&self.0[b][t])
-            .map(|(x, y)| x.as_secs_f64() / y.as_secs_f64())
-            .collect()
-    }
-
-    /// Total throughput with 2 threads over that with 1, per repetition.
-    fn scaling(&self, c: usize) -> Vec<f64> {
-        // 2 threads do the same total work as 1: throughput ∝ 1 / time.
-        self.0[c][0]
-            .iter()
-            .zip(&self.0[c][1])
-            .map(|(one, two)| one.as_secs_f64() / two.as_secs_f64())
-            .collect()
-    }
-}
 
 /// The report section.
 pub fn run(report: &mut Report) {
@@ -226,75 +191,69 @@ pub fn run(report: &mut Report) {
         thousands(total as u64),
         thousands(u64::from(workload::KEYS))
     ));
-    let streams: Vec<Vec<Vec<u32>>> = THREADS
-        .iter()
-        .map(|&t| {
-            (0..t)
-                .map(|i| workload::uniform(total / t, 1000 + i as u64))
-                .collect()
-        })
-        .collect();
-
     let contenders = contenders();
-    let n = contenders.len();
-    let mut timings = Timings((0..n).map(|_| Default::default()).collect());
-    let mut memory = vec![AllocStats::default(); n];
-    for (t, threads) in THREADS.iter().enumerate() {
-        for repetition in 0..repetitions {
-            report.progress(&format!(
-                "{threads} thread(s), repetition {}/{repetitions}",
-                repetition + 1
-            ));
-            for offset in 0..n {
-                let c = (repetition + offset) % n;
-                let elapsed = if t == 0 && repetition == 0 {
-                    let (elapsed, stats) = alloc::measure(|| (contenders[c].time)(&streams[t]));
+    let mut memory = vec![AllocStats::default(); contenders.len()];
+    // ns per event per thread, [thread count][contender][repetition].
+    let mut ns: Vec<Vec<Vec<f64>>> = Vec::new();
+    for (t, threads) in THREADS.into_iter().enumerate() {
+        let streams: Vec<Vec<u32>> = (0..threads)
+            .map(|i| workload::uniform(total / threads, 1000 + i as u64))
+            .collect();
+        let what = format!("{threads} thread(s)");
+        ns.push(contest::rotate(
+            report,
+            &what,
+            contenders.len(),
+            repetitions,
+            |c, r| {
+                let time = || (contenders[c].time)(&streams);
+                let elapsed = if t == 0 && r == 0 {
+                    let (elapsed, stats) = alloc::measure(time);
                     memory[c] = stats;
                     elapsed
                 } else {
-                    (contenders[c].time)(&streams[t])
+                    time()
                 };
-                timings.0[c][t].push(elapsed);
-            }
-        }
+                elapsed.as_nanos() as f64 * threads as f64 / total as f64
+            },
+        ));
     }
-
-    let pingora = contenders
+    let p = contenders
         .iter()
         .position(|c| c.name == PINGORA)
         .expect("pingora-limits is a contender");
-    let mut table = Table::new([
-        "counter",
-        "1 thread ns/event",
-        "2 threads ns/event",
-        "8 threads ns/event",
-        "time / pingora's (1 thread)",
-        "throughput × pingora (2 threads)",
-        "2-thread / 1-thread throughput",
-        "peak bytes",
-        "allocations",
-        "total bytes",
-    ]);
-    for (c, contender) in contenders.iter().enumerate() {
-        let throughput_2t: Vec<f64> = timings
-            .time_ratio(c, pingora, 1)
+    // Time over pingora's on one thread; throughput over pingora's on two;
+    // two threads' throughput over one's (each does the same total work).
+    let time_1t = |c: usize| contest::paired(&ns[0][c], &ns[0][p]);
+    let throughput_2t = |c: usize| contest::paired(&ns[1][p], &ns[1][c]);
+    let scaling = |c: usize| {
+        contest::paired(&ns[0][c], &ns[1][c])
             .iter()
-            .map(|r| 1.0 / r)
-            .collect();
-        table.row([
-            contender.name.to_string(),
-            Spread::of(&timings.per_event_ns(c, 0, total)).show(1),
-            Spread::of(&timings.per_event_ns(c, 1, total)).show(1),
-            Spread::of(&timings.per_event_ns(c, 2, total)).show(1),
-            Spread::of(&timings.time_ratio(c, pingora, 0)).show(2),
-            Spread::of(&throughput_2t).show(2),
-            Spread::of(&timings.scaling(c)).show(2),
-            thousands(memory[c].peak_bytes as u64),
-            thousands(memory[c].allocations as u64),
-            thousands(memory[c].total_bytes as u64),
-        ]);
+            .map(|r| 2.0 * r)
+            .collect::<Vec<_>>()
+    };
+    let mut table = Table::new(
+        "counter | 1 thread ns/event | 2 threads ns/event | 8 threads ns/event | time / pingora's (1 thread) \
+         | throughput × pingora (2 threads) | 2-thread / 1-thread throughput | peak bytes | allocations | total bytes",
+    );
+    for (c, contender) in contenders.iter().enumerate() {
+        let m = &memory[c];
+        let bytes = [m.peak_bytes, m.allocations, m.total_bytes].map(|n| thousands(n as u64));
+        let spreads = [&ns[0][c], &ns[1][c], &ns[2][c]].map(|v| Spread::of(v).show(1));
+        let ratios = [time_1t(c), throughput_2t(c), scaling(c)].map(|v| Spread::of(&v).show(2));
+        table.cells(
+            [contender.name.to_owned()]
+                .into_iter()
+                .chain(spreads)
+                .chain(ratios)
+                .chain(bytes),
+        );
     }
     report.table(&table);
+    let groups = THREADS.map(|t| format!("{t} thread{}", if t == 1 { "" } else { "s" }));
+    let series = contenders.iter().enumerate().map(|(c, contender)| {
+        BarSeries::new(contender.name, ns.iter().map(|ns| Some(Spread::of(&ns[c]))))
+    });
     report.plot(
         "limits-ns-per-event",
         &BarPlot {
@@ -303,154 +262,101 @@ pub fn run(report: &mut Report) {
                     .into(),
             x_label: "threads counting at once".into(),
             y_label: "ns/event per thread".into(),
-            groups: THREADS
-                .iter()
-                .map(|&t| format!("{t} thread{}", if t == 1 { "" } else { "s" }))
-                .collect(),
-            series: contenders
-                .iter()
-                .enumerate()
-                .map(|(c, contender)| {
-                    BarSeries::new(
-                        contender.name,
-                        (0..THREADS.len())
-                            .map(|t| Some(Spread::of(&timings.per_event_ns(c, t, total)))),
-                    )
-                })
-                .collect(),
+            groups: groups.into(),
+            series: series.collect(),
             // On a linear axis the locked maps' bars would flatten the
             // sketches' into slivers.
             log_y: true,
             ..BarPlot::default()
         },
     );
-    let contention = Spread::of(&timings.scaling(pingora));
+    let contention = Spread::of(&scaling(p));
+    let contended = contention.median < 0.5;
     report.text(&format!(
         "pingora-limits' own 2-thread/1-thread throughput this run: **{}** ({}). \
          The two-thread goals are judged on runs where it is below 0.5.",
         contention.show(2),
-        if contention.median < 0.5 {
+        if contended {
             "the cores bounce cache lines expensively: the contended case"
         } else {
             "cross-core traffic was cheap on this placement: not the contended case"
         }
     ));
-    goals(
-        report,
-        &contenders,
-        &timings,
-        pingora,
-        contention.median < 0.5,
-    );
-
-    accuracy(report, scale);
-}
-
-/// The issue's goals for the two always-on estimators, judged in this run.
-fn goals(
-    report: &mut Report,
-    contenders: &[Contender],
-    timings: &Timings,
-    pingora: usize,
-    contended: bool,
-) {
     let find = |prefix: &str| {
         contenders
             .iter()
             .position(|c| c.name.starts_with(prefix))
             .expect("a weir contender")
     };
-    let estimator = find("weir Estimator (rows, plain");
-    let sharded = find("weir ShardedEstimator");
-    let mut table = Table::new(["goal", "this run: median (min–max)", "verdict"]);
-    // `at_most`: lower is better. A goal is met when the median meets it,
-    // and the verdict says whether every repetition did.
-    let mut judge = |goal: &str, values: Vec<f64>, bound: f64, at_most: bool, applies: bool| {
+    let (estimator, sharded) = (
+        find("weir Estimator (rows, plain"),
+        find("weir ShardedEstimator"),
+    );
+    let mut goals = Table::new("goal | this run: median (min–max) | verdict");
+    for (goal, values, applies) in [
+        (
+            Goal::at_most("Estimator time / pingora's, 1 thread ≤ 1.0", 1.0),
+            time_1t(estimator),
+            true,
+        ),
+        (
+            Goal::at_most("ShardedEstimator time / pingora's, 1 thread ≤ 0.6", 0.6),
+            time_1t(sharded),
+            true,
+        ),
+        (
+            Goal::at_least("Estimator throughput × pingora's, 2 threads ≥ 3", 3.0),
+            throughput_2t(estimator),
+            contended,
+        ),
+        (
+            Goal::at_least(
+                "ShardedEstimator throughput × pingora's, 2 threads ≥ 8",
+                8.0,
+            ),
+            throughput_2t(sharded),
+            contended,
+        ),
+        (
+            Goal::at_least("ShardedEstimator 2-thread / 1-thread throughput ≥ 1.8", 1.8),
+            scaling(sharded),
+            true,
+        ),
+    ] {
         let s = Spread::of(&values);
-        let ok = |x: f64| if at_most { x <= bound } else { x >= bound };
-        let verdict = if !applies {
-            "not judged (uncontended run)"
-        } else if ok(s.min) && ok(s.max) {
-            "met in every repetition"
-        } else if ok(s.median) {
-            "met at the median, not in every repetition"
+        let verdict = if applies {
+            goal.verdict_spread(&s)
         } else {
-            "not met"
+            "not judged (uncontended run)"
         };
-        table.row([goal.to_string(), s.show(2), verdict.to_string()]);
-    };
-    judge(
-        "Estimator time / pingora's, 1 thread ≤ 1.0",
-        timings.time_ratio(estimator, pingora, 0),
-        1.0,
-        true,
-        true,
-    );
-    judge(
-        "ShardedEstimator time / pingora's, 1 thread ≤ 0.6",
-        timings.time_ratio(sharded, pingora, 0),
-        0.6,
-        true,
-        true,
-    );
-    let throughput = |c: usize| -> Vec<f64> {
-        timings
-            .time_ratio(c, pingora, 1)
-            .iter()
-            .map(|r| 1.0 / r)
-            .collect()
-    };
-    judge(
-        "Estimator throughput × pingora's, 2 threads ≥ 3",
-        throughput(estimator),
-        3.0,
-        false,
-        contended,
-    );
-    judge(
-        "ShardedEstimator throughput × pingora's, 2 threads ≥ 8",
-        throughput(sharded),
-        8.0,
-        false,
-        contended,
-    );
-    judge(
-        "ShardedEstimator 2-thread / 1-thread throughput ≥ 1.8",
-        timings.scaling(sharded),
-        1.8,
-        false,
-        true,
-    );
-    report.table(&table);
-}
-
-/// Mean and max overestimate over every key that occurred.
-struct Accuracy {
-    mean: f64,
-    max: i64,
-    exact: f64,
-}
-
-fn accuracy_of(estimate: impl Fn(u32) -> i64, truth: &HashMap<u32, i64>) -> Accuracy {
-    let mut sum = 0.0;
-    let mut max = 0;
-    let mut exact = 0usize;
-    for (&key, &count) in truth {
-        let over = estimate(key) - count;
-        assert!(over >= 0, "a count-min estimate fell below the truth");
-        sum += over as f64;
-        max = max.max(over);
-        exact += usize::from(over == 0);
+        goals.cells([goal.name, &s.show(2), verdict]);
     }
-    Accuracy {
-        mean: sum / truth.len() as f64,
-        max,
-        exact: exact as f64 / truth.len() as f64,
-    }
+    report.table(&goals);
+    accuracy(report);
 }
 
-fn accuracy(report: &mut Report, scale: Scale) {
-    let events: usize = scale.pick(4_000_000, 20_000_000);
+/// Overestimates (estimate − true count) over every key that occurred:
+/// (mean, max, share of keys exact).
+fn overestimates(estimate: impl Fn(u32) -> i64, truth: &HashMap<u32, i64>) -> (f64, i64, f64) {
+    let over: Vec<i64> = truth
+        .iter()
+        .map(|(&key, &count)| estimate(key) - count)
+        .collect();
+    assert!(
+        over.iter().all(|&o| o >= 0),
+        "a count-min estimate fell below the truth"
+    );
+    let n = over.len() as f64;
+    let exact = over.iter().filter(|&&o| o == 0).count() as f64;
+    (
+        over.iter().sum::<i64>() as f64 / n,
+        over.iter().copied().max().unwrap_or(0),
+        exact / n,
+    )
+}
+
+fn accuracy(report: &mut Report) {
+    let events: usize = report.scale().pick(4_000_000, 20_000_000);
     report.section("weir-limits: accuracy at equal memory");
     report.text(&format!(
         "Overestimate (estimate − true count) over every key that occurred, for {} events over {} keys: \
@@ -458,26 +364,27 @@ fn accuracy(report: &mut Report, scale: Scale) {
         thousands(events as u64),
         thousands(u64::from(workload::KEYS))
     ));
-    let streams = [
+    let mut table = Table::new(
+        "stream | dimensions | sketch | mean overestimate | max overestimate | keys exact",
+    );
+    for (stream, keys) in [
         ("uniform", workload::uniform(events, 7)),
         ("Zipf 1.1", workload::zipf(events, 1.1, 7)),
-    ];
-    let mut table = Table::new([
-        "stream",
-        "dimensions",
-        "sketch",
-        "mean overestimate",
-        "max overestimate",
-        "keys exact",
-    ]);
-    for (stream, keys) in &streams {
+    ] {
         let mut truth: HashMap<u32, i64> = HashMap::new();
-        for &k in keys {
+        for &k in &keys {
             *truth.entry(k).or_default() += 1;
         }
         for (hashes, slots) in [(HASHES, SLOTS), (4, 1 << 16)] {
             report.progress(&format!("accuracy {stream} {hashes}x{slots}"));
-            let variants: [(&str, Layout, Update); 4] = [
+            let mut row = |name: &str, (mean, max, exact): (f64, i64, f64)| {
+                let max = thousands(max as u64);
+                table.row(format!(
+                    "{stream} | {hashes} × {slots} | {name} | {mean:.1} | {max} | {:.1}%",
+                    exact * 100.0
+                ));
+            };
+            for (name, layout, update) in [
                 ("weir rows, plain", Layout::Rows, Update::Plain),
                 (
                     "weir rows, conservative",
@@ -490,34 +397,16 @@ fn accuracy(report: &mut Report, scale: Scale) {
                     Layout::Blocked,
                     Update::Conservative,
                 ),
-            ];
-            for (name, layout, update) in variants {
+            ] {
                 let shape = Shape::try_new(hashes, slots, layout).expect("valid dimensions");
                 let e = Estimator::with_update(shape.with_seed(99), update);
-                for &k in keys {
-                    e.incr(&k, 1);
-                }
-                let a = accuracy_of(|k| e.get(&k) as i64, &truth);
-                table.row(row(stream, hashes, slots, name, &a));
+                keys.iter().for_each(|k| _ = e.incr(k, 1));
+                row(name, overestimates(|k| e.get(&k) as i64, &truth));
             }
             let p = pingora_limits::estimator::Estimator::new(hashes, slots);
-            for &k in keys {
-                p.incr(k, 1);
-            }
-            let a = accuracy_of(|k| p.get(k) as i64, &truth);
-            table.row(row(stream, hashes, slots, "pingora-limits", &a));
+            keys.iter().for_each(|&k| _ = p.incr(k, 1));
+            row("pingora-limits", overestimates(|k| p.get(k) as i64, &truth));
         }
     }
     report.table(&table);
-}
-
-fn row(stream: &str, hashes: usize, slots: usize, name: &str, a: &Accuracy) -> Vec<String> {
-    vec![
-        stream.to_string(),
-        format!("{hashes} × {slots}"),
-        name.to_string(),
-        format!("{:.1}", a.mean),
-        thousands(a.max as u64),
-        format!("{:.1}%", a.exact * 100.0),
-    ]
 }

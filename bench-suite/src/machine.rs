@@ -3,6 +3,9 @@
 //! and of a process, and pinning a thread to a core.
 
 use std::fs;
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use tokio::runtime::Runtime;
 
 /// Cores, CPU model and kernel of this machine, as a Markdown paragraph.
 pub fn describe() -> String {
@@ -49,18 +52,6 @@ fn locked_version<'a>(lock: &'a str, name: &str) -> Option<&'a str> {
     Some(&lock[start..end])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_versions_from_a_lock_file() {
-        let lock = "[[package]]\nname = \"tokio\"\nversion = \"1.2.3\"\n";
-        assert_eq!(locked_version(lock, "tokio"), Some("1.2.3"));
-        assert_eq!(locked_version(lock, "redis"), None);
-    }
-}
-
 /// Today's date (UTC) as `YYYY-MM-DD`, from the system clock.
 pub fn today_utc() -> String {
     let secs = std::time::SystemTime::now()
@@ -83,18 +74,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y, m, d)
-}
-
-#[cfg(test)]
-mod date_tests {
-    use super::civil_from_days;
-
-    #[test]
-    fn converts_known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
-    }
 }
 
 /// CPU time the calling thread has run, in ns (`CLOCK_THREAD_CPUTIME_ID`;
@@ -144,10 +123,50 @@ pub fn pin_to_cpu(cpu: usize) {
 
 /// A one-worker tokio runtime whose threads all run on `cpu`.
 pub fn pinned_runtime(cpu: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
         .worker_threads(1)
-        .on_thread_start(move || pin_to_cpu(cpu))
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+        .on_thread_start(move || pin_to_cpu(cpu));
+    builder.enable_all().build().expect("tokio runtime")
+}
+
+/// Serves `app` on 127.0.0.1 from a one-worker runtime pinned to the
+/// first core, and makes the client's one-worker runtime, pinned to the
+/// second, so that server and client threads stop trading places: (server
+/// runtime, client runtime, the server's address). Dropping the server's
+/// runtime stops it.
+pub fn serve_loopback(app: axum::Router) -> (Runtime, Runtime, SocketAddr) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (server, client) = (pinned_runtime(0), pinned_runtime(1 % cores));
+    let listener = server
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    server.spawn(
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .into_future(),
+    );
+    (server, client, addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_versions_from_a_lock_file() {
+        let lock = "[[package]]\nname = \"tokio\"\nversion = \"1.2.3\"\n";
+        assert_eq!(locked_version(lock, "tokio"), Some("1.2.3"));
+        assert_eq!(locked_version(lock, "redis"), None);
+    }
+
+    #[test]
+    fn converts_known_days() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+    }
 }

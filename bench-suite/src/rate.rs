@@ -4,8 +4,9 @@
 //! speed).
 
 use crate::alloc::{self, AllocStats};
-use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Spread, Table, thousands};
+use crate::contest::{self, Goal, Spread};
+use crate::plot::{BarPlot, BarSeries, LinePlot, Series};
+use crate::report::{Report, Table, thousands};
 use crate::workload;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -19,174 +20,143 @@ use weir_rate::{
 };
 
 /// The Criteo post's limit: 100 calls per minute.
-pub const LIMIT: u32 = 100;
-/// The Criteo post's window.
-pub const WINDOW: Duration = Duration::from_secs(60);
+const LIMIT: u32 = 100;
+const WINDOW: Duration = Duration::from_secs(60);
 /// Counter counts compared (N = 2 is Cloudflare's two-window approximation;
 /// N = 5 is the post's "five 15 s windows").
-pub const COUNTERS: [u32; 5] = [2, 4, 5, 15, 60];
+const COUNTERS: [u32; 5] = [2, 4, 5, 15, 60];
 
 const SEC: u64 = 1_000_000_000;
 
 /// Random traffic around the limit: Poisson arrivals whose rate changes
 /// every 5 s, drawn log-uniformly between ¼ and 4 times the limit's rate,
 /// so that the limit binds about half of the time. Sorted times in ns.
-pub fn traffic(duration: Duration, seed: u64) -> Vec<u64> {
+fn traffic(duration: Duration, seed: u64) -> Vec<u64> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let base = f64::from(LIMIT) / WINDOW.as_secs_f64();
-    let end = duration.as_secs_f64();
-    let mut times = Vec::new();
-    let mut t = 0.0f64;
-    let mut segment_end = 0.0f64;
-    let mut rate = base;
-    while t < end {
+    let (mut times, mut t, mut segment_end, mut rate) = (Vec::new(), 0.0f64, 0.0f64, base);
+    while t < duration.as_secs_f64() {
         if t >= segment_end {
             segment_end += 5.0;
             rate = base * 2f64.powf(rng.random_range(-2.0..2.0));
         }
-        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
-        t += -u.ln() / rate;
-        if t < end {
-            times.push((t * SEC as f64) as u64);
-        }
+        t += -rng.random_range(f64::MIN_POSITIVE..1.0f64).ln() / rate;
+        times.push((t * SEC as f64) as u64);
     }
+    times.pop(); // the arrival past the end
     times
 }
 
 /// The exact count of a set of timestamps in the window ending now.
-struct Exact {
-    log: VecDeque<u64>,
-    window: u64,
-}
+#[derive(Default)]
+struct Exact(VecDeque<u64>);
 
 impl Exact {
-    fn new() -> Self {
-        Self {
-            log: VecDeque::new(),
-            window: WINDOW.as_nanos() as u64,
-        }
-    }
-
     /// Count in `(now − window, now]`.
     fn count(&mut self, now: u64) -> u64 {
-        while self.log.front().is_some_and(|&t| t + self.window <= now) {
-            self.log.pop_front();
+        while self
+            .0
+            .front()
+            .is_some_and(|&t| t + WINDOW.as_nanos() as u64 <= now)
+        {
+            self.0.pop_front();
         }
-        self.log.len() as u64
-    }
-
-    fn push(&mut self, now: u64) {
-        self.log.push_back(now);
+        self.0.len() as u64
     }
 }
 
-/// One row of the counting table.
-#[derive(Debug, Default, Clone)]
-pub struct CountingError {
-    /// Mean |estimate − exact| as a fraction of the limit.
-    pub mean_abs: f64,
-    /// Largest overestimate in requests.
-    pub max_over: f64,
-    /// Largest underestimate in requests.
-    pub max_under: f64,
-    /// Requests the estimate let through although the exact count was at the limit.
-    pub wrongly_allowed: u64,
-    /// Requests the estimate stopped although the exact count had room.
-    pub wrongly_denied: u64,
+/// An approximation counting all traffic (every request counted, no limit
+/// applied): its estimate before each request. `None` is the fixed window,
+/// `Some(n)` the sliding-window counter of `n` counters.
+fn estimator(counters: Option<u32>) -> Box<dyn FnMut(u64) -> f64> {
+    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
+    fn counting<L: Limiter + 'static>(
+        l: L,
+        estimate: fn(&L, &L::State, u64) -> f64,
+    ) -> Box<dyn FnMut(u64) -> f64> {
+        let mut state = l.new_state(0);
+        Box::new(move |t| {
+            let e = estimate(&l, &state, t);
+            let _ = l.check(&mut state, t, 1, Mode::Consume);
+            e
+        })
+    }
+    match counters {
+        None => counting(FixedWindow::new(unlimited), FixedWindow::estimate),
+        Some(n) => counting(
+            SlidingWindow::try_new(unlimited, n).expect("valid counters"),
+            SlidingWindow::estimate,
+        ),
+    }
 }
 
-/// Criteo's graphs as numbers: every request is counted (the raw traffic),
-/// and each approximation's estimate before the request is compared with
-/// the exact sliding-window count; a decision is wrong when the two sides
-/// of `count + 1 ≤ limit` differ.
-pub fn counting(times: &[u64], estimate: &mut dyn FnMut(u64) -> f64) -> CountingError {
-    let mut exact = Exact::new();
-    let mut e = CountingError::default();
-    let mut sum = 0.0;
+/// Criteo's graphs as numbers: each approximation's estimate before a
+/// request against the exact sliding-window count, as (mean |error| as a
+/// fraction of the limit, max over, max under, wrongly allowed, wrongly
+/// denied); a decision is wrong when the two sides of `count + 1 ≤ limit`
+/// differ.
+fn counting(times: &[u64], mut estimate: Box<dyn FnMut(u64) -> f64>) -> (f64, f64, f64, u64, u64) {
+    let (mut exact, mut sum, mut over, mut under, mut allowed, mut denied) =
+        (Exact::default(), 0.0, 0.0f64, 0.0f64, 0, 0);
+    let limit = f64::from(LIMIT);
     for &t in times {
-        let truth = exact.count(t) as f64;
-        let est = estimate(t);
+        let (truth, est) = (exact.count(t) as f64, estimate(t));
         let err = est - truth;
-        sum += err.abs();
-        e.max_over = e.max_over.max(err);
-        e.max_under = e.max_under.max(-err);
-        let limit = f64::from(LIMIT);
+        (sum, over, under) = (sum + err.abs(), over.max(err), under.max(-err));
         match (est + 1.0 <= limit, truth + 1.0 <= limit) {
-            (true, false) => e.wrongly_allowed += 1,
-            (false, true) => e.wrongly_denied += 1,
+            (true, false) => allowed += 1,
+            (false, true) => denied += 1,
             _ => {}
         }
-        exact.push(t);
+        exact.0.push_back(t);
     }
-    e.mean_abs = sum / times.len().max(1) as f64 / f64::from(LIMIT);
-    e
+    (
+        sum / times.len().max(1) as f64 / limit,
+        over,
+        under,
+        allowed,
+        denied,
+    )
 }
 
-/// One row of the enforcement table.
-#[derive(Debug, Default, Clone)]
-pub struct Enforcement {
-    /// Requests allowed.
-    pub allowed: u64,
-    /// Allowed although the window before already held `limit` allowed requests.
-    pub wrongly_allowed: u64,
-    /// Denied although the window before had room.
-    pub wrongly_denied: u64,
-    /// Most allowed requests in any window-long interval ending at a request.
-    pub max_in_window: u64,
-    /// Mean |(limit − remaining) − exact count| before each request, as a
-    /// fraction of the limit: how far the limiter's own view of what has
-    /// been spent is from the exact sliding window of what it allowed.
-    pub mean_abs: f64,
-}
-
-/// Each algorithm gating the same traffic: its decisions are judged
-/// against the exact sliding window over the requests *it* allowed.
-pub fn enforcement<L: Limiter>(limiter: &L, times: &[u64]) -> Enforcement {
-    let mut state = limiter.new_state(0);
-    let mut exact = Exact::new();
-    let mut e = Enforcement::default();
-    let mut error = 0.0;
+/// Each algorithm gating the same traffic, judged against the exact
+/// sliding window over the requests *it* allowed: (allowed, wrongly
+/// allowed, wrongly denied, most allowed in any window-long interval ending
+/// at a request, mean |(limit − remaining) − exact count| before each
+/// request as a fraction of the limit: how far the limiter's own view of
+/// what it spent is from the truth).
+fn enforcement<L: Limiter>(limiter: &L, times: &[u64]) -> (u64, u64, u64, u64, f64) {
+    let (mut state, mut exact, mut error) = (limiter.new_state(0), Exact::default(), 0.0);
+    let (mut allowed, mut wrongly_allowed, mut wrongly_denied, mut most) = (0, 0, 0, 0);
     for &t in times {
         let before = exact.count(t);
         let room = before < u64::from(LIMIT);
         if let Ok(view) = limiter.check(&mut state, t, 0, Mode::Peek) {
-            let spent = f64::from(LIMIT) - f64::from(view.remaining());
-            error += (spent - before as f64).abs();
+            error += (f64::from(LIMIT) - f64::from(view.remaining()) - before as f64).abs();
         }
-        let allowed = limiter
+        if limiter
             .check(&mut state, t, 1, Mode::Consume)
-            .is_ok_and(|d| d.is_allowed());
-        if allowed {
-            e.allowed += 1;
-            exact.push(t);
-            e.max_in_window = e.max_in_window.max(before + 1);
-            if !room {
-                e.wrongly_allowed += 1;
-            }
-        } else if room {
-            e.wrongly_denied += 1;
+            .is_ok_and(|d| d.is_allowed())
+        {
+            (allowed, most) = (allowed + 1, most.max(before + 1));
+            wrongly_allowed += u64::from(!room);
+            exact.0.push_back(t);
+        } else {
+            wrongly_denied += u64::from(room);
         }
     }
-    e.mean_abs = error / times.len().max(1) as f64 / f64::from(LIMIT);
-    e
-}
-
-fn quota() -> Quota {
-    Quota::try_new(LIMIT, WINDOW).expect("the Criteo quota is valid")
-}
-
-fn pct(n: u64, of: usize) -> String {
-    format!(
-        "{} ({:.3} %)",
-        thousands(n),
-        n as f64 * 100.0 / of.max(1) as f64
+    (
+        allowed,
+        wrongly_allowed,
+        wrongly_denied,
+        most,
+        error / times.len().max(1) as f64 / f64::from(LIMIT),
     )
 }
 
 /// The accuracy part of the report.
-pub fn accuracy(report: &mut Report) {
-    let scale = report.scale();
-    let hours = scale.pick(6u64, 48);
+fn accuracy(report: &mut Report) {
+    let hours = report.scale().pick(6u64, 48);
     let times = traffic(Duration::from_secs(hours * 3600), 4);
     report.section("weir-rate: the Criteo comparison (accuracy)");
     report.text(&format!(
@@ -198,59 +168,54 @@ pub fn accuracy(report: &mut Report) {
         thousands(times.len() as u64),
         WINDOW.as_secs()
     ));
-
     plot_counts(report, &times);
+    let pct = |n: u64| {
+        format!(
+            "{} ({:.3} %)",
+            thousands(n),
+            n as f64 * 100.0 / times.len().max(1) as f64
+        )
+    };
     report.text("**Counting all traffic** (the post's graphs): estimate before each request against the exact sliding count; a decision is wrong when `count + 1 ≤ limit` differs.");
-    let mut table = Table::new([
-        "counter",
-        "mean |error| (% of limit)",
-        "max over",
-        "max under",
-        "wrongly allowed",
-        "wrongly denied",
-    ]);
-    let mut rows: Vec<(String, CountingError)> = Vec::new();
-    rows.push(("fixed window".into(), count_all_fixed(&times)));
-    for n in COUNTERS {
-        rows.push((
-            if n == 2 {
-                "sliding-window counter N = 2 (Cloudflare)".to_string()
-            } else {
-                format!("sliding-window counter N = {n}")
-            },
-            count_all_sliding(&times, n),
-        ));
-    }
-    for (name, e) in &rows {
-        table.row([
-            name.clone(),
-            format!("{:.3} %", e.mean_abs * 100.0),
-            format!("{:.1}", e.max_over),
-            format!("{:.1}", e.max_under),
-            pct(e.wrongly_allowed, times.len()),
-            pct(e.wrongly_denied, times.len()),
+    let mut table = Table::new(
+        "counter | mean |error| (% of limit) | max over | max under | wrongly allowed | wrongly denied",
+    );
+    let sliding = COUNTERS.map(|n| match n {
+        2 => (
+            "sliding-window counter N = 2 (Cloudflare)".to_owned(),
+            Some(n),
+        ),
+        _ => (format!("sliding-window counter N = {n}"), Some(n)),
+    });
+    for (name, counters) in [("fixed window".to_owned(), None)]
+        .into_iter()
+        .chain(sliding)
+    {
+        let (mean, over, under, allowed, denied) = counting(&times, estimator(counters));
+        table.cells([
+            name,
+            format!("{:.3} %", mean * 100.0),
+            format!("{over:.1}"),
+            format!("{under:.1}"),
+            pct(allowed),
+            pct(denied),
         ]);
     }
     report.table(&table);
 
     report.text("**Enforcing the limit**: each algorithm gates the traffic; its decisions are judged against the exact sliding window over the requests it allowed itself, \
          and its own view of what has been spent (limit − remaining, from a zero-cost peek before each request) against that exact count. Token bucket and GCRA get burst = limit (the same 100 at once), so by design they can pass up to burst + limit in a window.");
-    let mut table = Table::new([
-        "algorithm",
-        "allowed",
-        "wrongly allowed",
-        "wrongly denied",
-        "max in any window (× limit)",
-        "mean |spent − exact| (% of limit)",
-    ]);
-    let q = quota();
-    let mut rows: Vec<(String, Enforcement)> = vec![
+    let mut table = Table::new(
+        "algorithm | allowed | wrongly allowed | wrongly denied | max in any window (× limit) | mean |spent − exact| (% of limit)",
+    );
+    let q = Quota::try_new(LIMIT, WINDOW).expect("the Criteo quota is valid");
+    let mut rows = vec![
         (
-            "sliding log (exact)".into(),
+            "sliding log (exact)".to_owned(),
             enforcement(&SlidingLog::new(q), &times),
         ),
         (
-            "fixed window".into(),
+            "fixed window".to_owned(),
             enforcement(&FixedWindow::new(q), &times),
         ),
     ];
@@ -266,127 +231,85 @@ pub fn accuracy(report: &mut Report) {
         enforcement(&TokenBucket::new(q), &times),
     ));
     rows.push(("GCRA".into(), enforcement(&Gcra::new(q), &times)));
-    let half = q.allow_burst(NonZeroU32::new(LIMIT / 10).expect("non-zero"));
+    let tenth = q.allow_burst(NonZeroU32::new(LIMIT / 10).expect("non-zero"));
     rows.push((
         format!("GCRA, burst {}", LIMIT / 10),
-        enforcement(&Gcra::new(half), &times),
+        enforcement(&Gcra::new(tenth), &times),
     ));
-    for (name, e) in &rows {
-        table.row([
-            name.clone(),
-            pct(e.allowed, times.len()),
-            pct(e.wrongly_allowed, times.len()),
-            pct(e.wrongly_denied, times.len()),
-            format!("{:.2}", e.max_in_window as f64 / f64::from(LIMIT)),
-            format!("{:.2} %", e.mean_abs * 100.0),
+    for (name, (allowed, wrongly_allowed, wrongly_denied, most, mean)) in rows {
+        let most = most as f64 / f64::from(LIMIT);
+        let (a, wa, wd) = (pct(allowed), pct(wrongly_allowed), pct(wrongly_denied));
+        table.cells([
+            name,
+            a,
+            wa,
+            wd,
+            format!("{most:.2}"),
+            format!("{:.2} %", mean * 100.0),
         ]);
     }
     report.table(&table);
 }
 
-/// Fixed-window estimate of all traffic (every request counted).
 /// The post's graphs: over the first minutes of the same traffic, the
 /// exact sliding count (grey) against each approximation's estimate.
 fn plot_counts(report: &mut Report, times: &[u64]) {
-    let horizon = 6 * 60 * SEC;
-    let shown: Vec<u64> = times.iter().copied().take_while(|&t| t < horizon).collect();
-    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
-    let secs = |t: u64| t as f64 / SEC as f64;
+    let shown: Vec<u64> = times
+        .iter()
+        .copied()
+        .take_while(|&t| t < 6 * 60 * SEC)
+        .collect();
     // One point per request thins out to about one a second for the file.
     let step = (shown.len() / 720).max(1);
-    let mut exact = Exact::new();
-    let mut perfect = Vec::new();
-    for (i, &t) in shown.iter().enumerate() {
-        if i % step == 0 {
-            perfect.push((secs(t), exact.count(t) as f64));
-        }
-        exact.push(t);
-    }
-    let series_of = |estimate: &mut dyn FnMut(u64) -> f64| {
-        shown
+    let series = |mut estimate: Box<dyn FnMut(u64) -> f64>| {
+        let points = shown
             .iter()
             .enumerate()
-            .filter_map(|(i, &t)| {
-                let e = estimate(t);
-                (i % step == 0).then(|| (secs(t), e))
-            })
+            .map(|(i, &t)| (i, t as f64 / SEC as f64, estimate(t)));
+        points
+            .filter(|(i, _, _)| i % step == 0)
+            .map(|(_, t, e)| (t, e))
             .collect::<Vec<_>>()
     };
-    let fw = FixedWindow::new(unlimited);
-    let mut fw_state = fw.new_state(0);
-    let fixed = series_of(&mut |t| {
-        let e = fw.estimate(&fw_state, t);
-        let _ = fw.check(&mut fw_state, t, 1, Mode::Consume);
-        e
-    });
-    let sliding = |n: u32| {
-        let sw = SlidingWindow::try_new(unlimited, n).expect("valid counters");
-        let mut state = sw.new_state(0);
-        series_of(&mut |t| {
-            let e = sw.estimate(&state, t);
-            let _ = sw.check(&mut state, t, 1, Mode::Consume);
-            e
-        })
-    };
-    let reference = Some((f64::from(LIMIT), format!("limit {LIMIT}")));
-    let plot = |title: &str, label: &str, estimate: Vec<(f64, f64)>| crate::plot::LinePlot {
-        title: title.to_string(),
-        x_label: "time (s)".into(),
-        y_label: format!("calls in the last {} s", WINDOW.as_secs()),
-        series: vec![
-            crate::plot::Series::line("perfect sliding window", perfect.clone()),
-            crate::plot::Series::dashed(label, estimate),
-        ],
-        reference: reference.clone(),
-        y_max: None,
-    };
-    report.plot(
-        "criteo-fixed-window",
-        &plot(
+    let mut exact = Exact::default();
+    let perfect = series(Box::new(move |t| {
+        let count = exact.count(t) as f64;
+        exact.0.push_back(t);
+        count
+    }));
+    for (file, title, label, counters) in [
+        (
+            "criteo-fixed-window",
             "Fixed window against the perfect sliding window",
             "fixed window",
-            fixed,
+            None,
         ),
-    );
-    report.plot(
-        "criteo-two-windows",
-        &plot(
+        (
+            "criteo-two-windows",
             "Two-window approximation (Cloudflare) against the perfect sliding window",
             "2 counters",
-            sliding(2),
+            Some(2),
         ),
-    );
-    report.plot(
-        "criteo-five-windows",
-        &plot(
+        (
+            "criteo-five-windows",
             "Five 15 s windows against the perfect sliding window",
             "5 counters",
-            sliding(5),
+            Some(5),
         ),
-    );
-}
-
-fn count_all_fixed(times: &[u64]) -> CountingError {
-    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
-    let fw = FixedWindow::new(unlimited);
-    let mut s = fw.new_state(0);
-    counting(times, &mut |t| {
-        let est = fw.estimate(&s, t);
-        let _ = fw.check(&mut s, t, 1, Mode::Consume);
-        est
-    })
-}
-
-/// N-counter estimate of all traffic (every request counted).
-fn count_all_sliding(times: &[u64], n: u32) -> CountingError {
-    let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
-    let sw = SlidingWindow::try_new(unlimited, n).expect("valid counters");
-    let mut s = sw.new_state(0);
-    counting(times, &mut |t| {
-        let est = sw.estimate(&s, t);
-        let _ = sw.check(&mut s, t, 1, Mode::Consume);
-        est
-    })
+    ] {
+        let plot = LinePlot {
+            title: title.into(),
+            x_label: "time (s)".into(),
+            y_label: format!("calls in the last {} s", WINDOW.as_secs()),
+            series: vec![
+                Series::line("perfect sliding window", perfect.clone()),
+                Series::dashed(label, series(estimator(counters))),
+            ],
+            references: vec![(f64::from(LIMIT), format!("limit {LIMIT}"))],
+            y_max: None,
+        };
+        report.plot(file, &plot);
+    }
 }
 
 /// A keyed limiter checked by `u32` key in the benchmark.
@@ -486,7 +409,7 @@ macro_rules! contender {
 
 fn time_limiter<L: KeyedContender>(limiter: L, streams: &[Vec<u32>]) -> (Duration, u64) {
     let limiter = std::hint::black_box(limiter);
-    workload::run_streams(streams, |key| limiter.check(key))
+    contest::run_streams(streams, |key| limiter.check(key))
 }
 
 fn governor_quota() -> governor::Quota {
@@ -555,7 +478,7 @@ fn exact() -> KeyedLimiter<u32, Gcra> {
 const DISTRIBUTIONS: [&str; 2] = ["uniform", "Zipf 1.1"];
 
 /// The benchmark part of the report.
-pub fn benchmark(report: &mut Report) {
+fn benchmark(report: &mut Report) {
     let scale = report.scale();
     let total: usize = scale.pick(4_000_000, 20_000_000);
     let repetitions: usize = scale.pick(3, 5);
@@ -592,153 +515,116 @@ pub fn benchmark(report: &mut Report) {
             .position(|c| c.name == name)
             .expect("a contender of this benchmark")
     };
-    let anchor = position(GOVERNOR);
-    let (exact, sketch) = (position(EXACT), position(SKETCH));
+    let (anchor, exact, sketch) = (position(GOVERNOR), position(EXACT), position(SKETCH));
     let (upkeep, exact_recent) = (position(GOVERNOR_UPKEEP), position(EXACT_RECENT));
-    let mut table = Table::new([
-        "keys",
-        "limiter",
-        "1 thread ns/check",
-        "2 threads ns/check",
-        "× governor (1 thread)",
-        "× governor (2 threads)",
-        "peak bytes",
-        "allowed (1 thread)",
-    ]);
-    let mut goals = Table::new(["goal", "keys", "this run: median (min–max)", "verdict"]);
-    let mut recent = Table::new([
-        "keys",
-        "threads",
-        "weir exact on RecentClock × governor on QuantaUpkeepClock",
-        "weir exact on RecentClock × governor on its default clock",
-    ]);
+    let mut table = Table::new(
+        "keys | limiter | 1 thread ns/check | 2 threads ns/check | × governor (1 thread) | × governor (2 threads) | peak bytes | allowed (1 thread)",
+    );
+    let mut goals = Table::new("goal | keys | this run: median (min–max) | verdict");
+    let mut recent = Table::new(
+        "keys | threads | weir exact on RecentClock × governor on QuantaUpkeepClock | weir exact on RecentClock × governor on its default clock",
+    );
     // ns per check for the chart: [contender][distribution × threads].
     let mut chart: Vec<Vec<Option<Spread>>> = vec![Vec::new(); n];
     let mut groups = Vec::new();
     for (d, distribution) in DISTRIBUTIONS.iter().enumerate() {
-        let streams: Vec<Vec<Vec<u32>>> = [1usize, 2]
+        let mut first = vec![(AllocStats::default(), 0u64); n];
+        let streams = |threads: usize| -> Vec<Vec<u32>> {
+            let seed = |i: usize| 7000 + 100 * d as u64 + i as u64;
+            let keys = |i| {
+                if d == 0 {
+                    workload::uniform(total / threads, seed(i))
+                } else {
+                    workload::zipf(total / threads, 1.1, seed(i))
+                }
+            };
+            (0..threads).map(keys).collect()
+        };
+        let one_thread = streams(1);
+        // ns per check per thread, [threads − 1][contender][repetition].
+        let ns: Vec<Vec<Vec<f64>>> = [one_thread.clone(), streams(2)]
             .iter()
-            .map(|&t| {
-                (0..t)
-                    .map(|i| {
-                        let seed = 7000 + 100 * d as u64 + i as u64;
-                        match d {
-                            0 => workload::uniform(total / t, seed),
-                            _ => workload::zipf(total / t, 1.1, seed),
-                        }
-                    })
-                    .collect()
+            .enumerate()
+            .map(|(t, streams)| {
+                let what = format!("{distribution}, {} thread(s)", t + 1);
+                contest::rotate(report, &what, n, repetitions, |c, r| {
+                    let time = || (contenders[c].time)(streams);
+                    let (elapsed, _) = if t == 0 && r == 0 {
+                        let (result, stats) = alloc::measure(time);
+                        first[c] = (stats, result.1);
+                        result
+                    } else {
+                        time()
+                    };
+                    elapsed.as_nanos() as f64 * (t + 1) as f64 / total as f64
+                })
             })
             .collect();
-        // times[contender][threads][repetition]
-        let mut times = vec![[Vec::new(), Vec::new()]; n];
-        let mut first = vec![(AllocStats::default(), 0u64); n];
-        for (t, stream) in streams.iter().enumerate() {
-            for repetition in 0..repetitions {
-                report.progress(&format!(
-                    "{distribution}, {} thread(s), repetition {}/{repetitions}",
-                    t + 1,
-                    repetition + 1
-                ));
-                for offset in 0..n {
-                    let c = (repetition + offset) % n;
-                    let elapsed = if t == 0 && repetition == 0 {
-                        let ((elapsed, allowed), stats) =
-                            alloc::measure(|| (contenders[c].time)(stream));
-                        first[c] = (stats, allowed);
-                        elapsed
-                    } else {
-                        (contenders[c].time)(stream).0
-                    };
-                    times[c][t].push(elapsed.as_secs_f64());
-                }
-            }
-        }
-        let per_check = |c: usize, t: usize| -> Vec<f64> {
-            let per_thread = (total / (t + 1)) as f64;
-            times[c][t].iter().map(|s| s * 1e9 / per_thread).collect()
-        };
         // Each repetition of `c` paired with the same repetition of `over`.
-        let ratio = |over: usize, c: usize, t: usize| -> Vec<f64> {
-            times[over][t]
-                .iter()
-                .zip(&times[c][t])
-                .map(|(g, w)| g / w)
-                .collect()
-        };
-        let speedup = |c: usize, t: usize| ratio(anchor, c, t);
-        for t in 0..2 {
+        let ratio =
+            |over: usize, c: usize, t: usize| Spread::of(&contest::paired(&ns[t][over], &ns[t][c]));
+        for (t, ns_t) in ns.iter().enumerate() {
             groups.push(format!(
                 "{distribution}, {} thread{}",
                 t + 1,
                 if t == 0 { "" } else { "s" }
             ));
             for (c, bars) in chart.iter_mut().enumerate() {
-                bars.push(Some(Spread::of(&per_check(c, t))));
+                bars.push(Some(Spread::of(&ns_t[c])));
             }
+            let (upkeep, default) = (
+                ratio(upkeep, exact_recent, t).show(2),
+                ratio(anchor, exact_recent, t).show(2),
+            );
+            recent.row(format!("{distribution} | {} | {upkeep} | {default}", t + 1));
         }
         for (c, contender) in contenders.iter().enumerate() {
             let (memory, allowed) = first[c];
-            table.row([
-                distribution.to_string(),
-                contender.name.to_string(),
-                Spread::of(&per_check(c, 0)).show(1),
-                Spread::of(&per_check(c, 1)).show(1),
-                Spread::of(&speedup(c, 0)).show(2),
-                Spread::of(&speedup(c, 1)).show(2),
-                thousands(memory.peak_bytes as u64),
-                format!(
-                    "{} ({:.2}%)",
-                    thousands(allowed),
-                    allowed as f64 * 100.0 / total as f64
-                ),
-            ]);
+            let [one, two] = [0, 1].map(|t| Spread::of(&ns[t][c]).show(1));
+            let [x1, x2] = [0, 1].map(|t| ratio(anchor, c, t).show(2));
+            let (peak, allowed) = (thousands(memory.peak_bytes as u64), thousands(allowed));
+            let share = first[c].1 as f64 * 100.0 / total as f64;
+            table.row(format!("{distribution} | {} | {one} | {two} | {x1} | {x2} | {peak} | {allowed} ({share:.2}%)", contender.name));
         }
-        for t in 0..2 {
-            recent.row([
-                distribution.to_string(),
-                (t + 1).to_string(),
-                Spread::of(&ratio(upkeep, exact_recent, t)).show(2),
-                Spread::of(&speedup(exact_recent, t)).show(2),
-            ]);
-        }
-        for (name, c, bound) in [
-            ("KeyedLimiter ≥ 3× governor", exact, 3.0),
-            ("SketchLimiter ≥ 5× governor", sketch, 5.0),
+        for (goal, c) in [
+            (Goal::at_least("KeyedLimiter ≥ 3× governor", 3.0), exact),
+            (Goal::at_least("SketchLimiter ≥ 5× governor", 5.0), sketch),
         ] {
             for t in 0..2 {
-                let s = Spread::of(&speedup(c, t));
-                goals.row([
-                    format!("{name}, {} thread(s)", t + 1),
-                    distribution.to_string(),
+                let s = ratio(anchor, c, t);
+                goals.row(format!(
+                    "{}, {} thread(s) | {distribution} | {} | {}",
+                    goal.name,
+                    t + 1,
                     s.show(2),
-                    verdict(s, bound).to_string(),
-                ]);
+                    goal.verdict_spread(&s)
+                ));
             }
         }
         // Allowed shares from the timed runs are not comparable: a slower
         // limiter spends more real time, so its over-quota keys earn more.
         // Compare on the 1-thread stream with the same timestamps for both.
-        let (by_exact, by_sketch) = allowed_on_a_timed_stream(&streams[0][0]);
-        let gap = (by_exact as f64 - by_sketch as f64) * 100.0 / total as f64;
-        goals.row([
-            "SketchLimiter allows within 0.1 pp of the exact limiter (same timed stream)"
-                .to_string(),
-            distribution.to_string(),
-            format!(
-                "exact {:.3}%, sketch {:.3}%: {gap:+.3} pp",
-                by_exact as f64 * 100.0 / total as f64,
-                by_sketch as f64 * 100.0 / total as f64
-            ),
-            if gap.abs() <= 0.1 {
-                "met"
-            } else {
-                "**not met**"
-            }
-            .to_string(),
-        ]);
+        let (by_exact, by_sketch) = allowed_on_a_timed_stream(&one_thread[0]);
+        let [by_exact, by_sketch] = [by_exact, by_sketch].map(|a| a as f64 * 100.0 / total as f64);
+        let gap = Goal::at_most(
+            "SketchLimiter allows within 0.1 pp of the exact limiter (same timed stream)",
+            0.1,
+        );
+        let verdict = gap.verdict((by_exact - by_sketch).abs());
+        let figure = format!(
+            "exact {by_exact:.3}%, sketch {by_sketch:.3}%: {:+.3} pp",
+            by_exact - by_sketch
+        );
+        goals.row(format!(
+            "{} | {distribution} | {figure} | {verdict}",
+            gap.name
+        ));
     }
     report.table(&table);
+    let series = contenders
+        .iter()
+        .zip(chart)
+        .map(|(c, bars)| BarSeries::new(c.name, bars));
     report.plot(
         "rate-keyed-ns-per-check",
         &BarPlot {
@@ -746,11 +632,7 @@ pub fn benchmark(report: &mut Report) {
             x_label: "keys, threads checking at once".into(),
             y_label: "ns/check per thread".into(),
             groups,
-            series: contenders
-                .iter()
-                .zip(chart)
-                .map(|(c, bars)| BarSeries::new(c.name, bars))
-                .collect(),
+            series: series.collect(),
             ..BarPlot::default()
         },
     );
@@ -765,10 +647,7 @@ pub fn benchmark(report: &mut Report) {
     let reads = scale.pick(2_000_000u32, 10_000_000);
     let per_read = |clock: &dyn Clock| {
         let start = Instant::now();
-        let mut sink = 0u64;
-        for _ in 0..reads {
-            sink = sink.wrapping_add(clock.now_nanos());
-        }
+        let sink = (0..reads).fold(0u64, |sink, _| sink.wrapping_add(clock.now_nanos()));
         std::hint::black_box(sink);
         start.elapsed().as_nanos() as f64 / f64::from(reads)
     };
@@ -802,31 +681,11 @@ fn allowed_on_a_timed_stream(keys: &[u32]) -> (u64, u64) {
     let step = 2_000_000_000 / SIZED_FOR;
     let (mut by_exact, mut by_sketch) = (0, 0);
     for (i, key) in keys.iter().enumerate() {
-        let now = i as u64 * step;
-        by_exact += u64::from(
-            exact
-                .check_n_at(key, 1, Timestamp::from_nanos(now))
-                .is_ok_and(|d| d.is_allowed()),
-        );
-        by_sketch += u64::from(
-            sketch
-                .check_n_at(key, 1, Timestamp::from_nanos(now))
-                .is_ok_and(|d| d.is_allowed()),
-        );
+        let now = Timestamp::from_nanos(i as u64 * step);
+        by_exact += u64::from(exact.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
+        by_sketch += u64::from(sketch.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
     }
     (by_exact, by_sketch)
-}
-
-/// `met in every repetition`, `met at the median`, or `not met`, for a
-/// figure that must be at least `bound`.
-fn verdict(s: Spread, bound: f64) -> &'static str {
-    if s.min >= bound {
-        "met in every repetition"
-    } else if s.median >= bound {
-        "met at the median, not in every repetition"
-    } else {
-        "**not met**"
-    }
 }
 
 /// The whole weir-rate section of the report.
@@ -843,54 +702,59 @@ const LIVE_AFTER_SPRAY: u64 = 50;
 /// (1 µs between checks), then two hours of quiet, the idle keys forgotten
 /// (weir: `evict_idle`; governor: `retain_recent` and `shrink_to_fit`) and
 /// [`LIVE_AFTER_SPRAY`] keys checked again. Returns the nanoseconds per
-/// sprayed check and the heap: peak growth, and what is still held.
+/// sprayed check and the heap: peak growth, and what is still held (the
+/// limiter is held until measured: what it keeps is the figure).
 fn spray_once(weir: bool, keys: u64) -> (f64, AllocStats) {
-    let quota = Quota::per_hour(NonZeroU32::new(100).expect("non-zero"));
+    let per_hour = NonZeroU32::new(100).expect("non-zero");
     let two_hours = Duration::from_secs(2 * 3600);
-    let (ns, stats) = alloc::measure(|| {
+    let spray = |advance: &dyn Fn(Duration), check: &dyn Fn(u64)| {
+        let start = Instant::now();
+        for key in 0..keys {
+            advance(Duration::from_micros(1));
+            check(key);
+        }
+        start.elapsed().as_nanos() as f64 / keys as f64
+    };
+    let ((ns, _weir, _governor), stats) = alloc::measure(|| {
         if weir {
             let clock = ManualClock::new();
-            let limiter = KeyedLimiter::<u64, _, _>::with_clock(Gcra::new(quota), clock.clone());
-            let start = Instant::now();
-            for key in 0..keys {
-                clock.advance(Duration::from_micros(1));
+            let limiter = KeyedLimiter::<u64, _, _>::with_clock(
+                Gcra::new(Quota::per_hour(per_hour)),
+                clock.clone(),
+            );
+            let ns = spray(&|d| clock.advance(d), &|key| {
                 std::hint::black_box(limiter.allows(&key));
-            }
-            let ns = start.elapsed().as_nanos() as f64 / keys as f64;
+            });
             clock.advance(two_hours);
             limiter.evict_idle();
-            for key in 0..LIVE_AFTER_SPRAY {
+            (0..LIVE_AFTER_SPRAY).for_each(|key| {
                 std::hint::black_box(limiter.allows(&key));
-            }
-            // Held until measured: what the limiter keeps is the figure.
+            });
             (ns, Some(limiter), None)
         } else {
             let clock = governor::clock::FakeRelativeClock::default();
             let limiter = governor::RateLimiter::dashmap_with_clock(
-                governor::Quota::per_hour(NonZeroU32::new(100).expect("non-zero")),
+                governor::Quota::per_hour(per_hour),
                 clock.clone(),
             );
-            let start = Instant::now();
-            for key in 0..keys {
-                clock.advance(Duration::from_micros(1));
+            let ns = spray(&|d| clock.advance(d), &|key| {
                 std::hint::black_box(limiter.check_key(&key).is_ok());
-            }
-            let ns = start.elapsed().as_nanos() as f64 / keys as f64;
+            });
             clock.advance(two_hours);
             limiter.retain_recent();
             limiter.shrink_to_fit();
-            for key in 0..LIVE_AFTER_SPRAY {
+            (0..LIVE_AFTER_SPRAY).for_each(|key| {
                 std::hint::black_box(limiter.check_key(&key).is_ok());
-            }
+            });
             (ns, None, Some(limiter))
         }
     });
-    (ns.0, stats)
+    (ns, stats)
 }
 
 /// The key-spray table: memory and throughput under millions of one-shot
 /// keys, weir's capped exact limiter (default capacity) against governor.
-pub fn spray(report: &mut Report) {
+fn spray(report: &mut Report) {
     let keys: u64 = report.scale().pick(1_000_000, 10_000_000);
     report.section("Keyed limiting under a key spray");
     report.text(&format!(
@@ -902,16 +766,7 @@ pub fn spray(report: &mut Report) {
         thousands(keys),
         thousands(KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get() as u64),
     ));
-    let mut runs: [Vec<(f64, AllocStats)>; 2] = [Vec::new(), Vec::new()];
-    for repetition in 0..3 {
-        report.progress(&format!("key spray, repetition {} of 3", repetition + 1));
-        // Alternate which goes first, so drift hits both alike.
-        let order = if repetition % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
-            runs[i].push(spray_once(i == 0, keys));
-        }
-    }
-    let spread = |xs: &mut Vec<f64>, f: &dyn Fn(f64) -> String| Spread::of(xs).show_each(f);
+    let runs = contest::rotate(report, "key spray", 2, 3, |i, _| spray_once(i == 0, keys));
     let mb = |b: f64| {
         if b.abs() >= 1e6 {
             format!("{:.1} MB", b / 1e6)
@@ -919,41 +774,32 @@ pub fn spray(report: &mut Report) {
             format!("{:.0} KB", b / 1e3)
         }
     };
-    let ns = |x: f64| format!("{x:.0}");
-    let mut table = Table::new([
-        "limiter",
-        "ns per sprayed check",
-        "peak heap growth",
-        "held two hours later",
-    ]);
+    let mut table =
+        Table::new("limiter | ns per sprayed check | peak heap growth | held two hours later");
     for (i, name) in [
         "weir KeyedLimiter<Gcra> (default capacity)",
         "governor keyed (DashMap, GCRA)",
     ]
-    .iter()
+    .into_iter()
     .enumerate()
     {
-        table.row([
-            (*name).to_owned(),
-            spread(&mut runs[i].iter().map(|r| r.0).collect(), &ns),
-            spread(
-                &mut runs[i].iter().map(|r| r.1.peak_bytes as f64).collect(),
-                &mb,
-            ),
-            spread(
-                &mut runs[i].iter().map(|r| r.1.live_bytes as f64).collect(),
-                &mb,
-            ),
-        ]);
+        let spread = |f: fn(&(f64, AllocStats)) -> f64| {
+            Spread::of(&runs[i].iter().map(f).collect::<Vec<_>>())
+        };
+        let (ns, peak) = (
+            spread(|r| r.0).show_each(|x| format!("{x:.0}")),
+            spread(|r| r.1.peak_bytes as f64).show_each(mb),
+        );
+        table.row(format!(
+            "{name} | {ns} | {peak} | {}",
+            spread(|r| r.1.live_bytes as f64).show_each(mb)
+        ));
     }
-    let mut ratio: Vec<f64> = runs[1]
-        .iter()
-        .zip(&runs[0])
-        .map(|(g, w)| g.0 / w.0)
-        .collect();
-    table.row([
+    let ns = |i: usize| runs[i].iter().map(|r| r.0).collect::<Vec<_>>();
+    let ratio = Spread::of(&contest::paired(&ns(1), &ns(0))).show_each(|x| format!("{x:.2}×"));
+    table.cells([
         "governor ÷ weir, per repetition".to_owned(),
-        spread(&mut ratio, &|x| format!("{x:.2}×")),
+        ratio,
         String::new(),
         String::new(),
     ]);

@@ -22,16 +22,21 @@
 //! Skipped, with a line saying so, when `redis-server` or
 //! `redis-benchmark` is not installed.
 
+use crate::contest::{self, Goal};
 use crate::machine;
 use crate::plot::{BarPlot, BarSeries};
 use crate::redis_cost::{self, redis_benchmark};
 use crate::report::{Report, Table, thousands};
+use crate::workload;
+use std::fmt::Write as _;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
 use weir_rate::redis::{
-    Batching, FailurePolicy, PreAggregation, RedisLimiter, RedisLimiterBuilder, Source, Target,
+    Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, RedisLimiterBuilder,
+    Source, Target,
 };
 use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::redis_server::{self as testing, RedisServer};
@@ -79,12 +84,13 @@ impl Algorithm {
 
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::TokenBucket => "token bucket",
-            Self::Gcra => "GCRA",
-            Self::FixedWindow => "fixed window",
-            Self::SlidingWindow2 => "sliding-window counter (2 counters)",
-        })
+        let names = [
+            "token bucket",
+            "GCRA",
+            "fixed window",
+            "sliding-window counter (2 counters)",
+        ];
+        f.write_str(names[*self as usize])
     }
 }
 
@@ -147,82 +153,72 @@ pub async fn load(
     hot: bool,
     server_pid: Option<u32>,
 ) -> Run {
-    let cpu_at_start = server_pid.and_then(machine::process_cpu_secs);
-    let me = std::process::id();
-    let own_cpu_at_start = machine::process_cpu_secs(me);
-    let stop = Arc::new(AtomicBool::new(false));
-    let failed = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::with_capacity(callers);
-    let start = Instant::now();
-    for c in 0..callers {
-        let limiter = limiters[c % limiters.len()].clone();
-        let stop = stop.clone();
-        let failed = failed.clone();
-        handles.push(tokio::spawn(async move {
-            let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
-            let (mut allowed, mut leased) = (0u64, 0u64);
-            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (c as u64 + 1);
-            let mut key = String::new();
+    let (me, start) = (std::process::id(), Instant::now());
+    let cpu_at_start = (
+        server_pid.and_then(machine::process_cpu_secs),
+        machine::process_cpu_secs(me),
+    );
+    let (stop, failed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let caller = |c: usize| {
+        let (limiter, stop, failed) = (
+            limiters[c % limiters.len()].clone(),
+            stop.clone(),
+            failed.clone(),
+        );
+        tokio::spawn(async move {
+            let (mut lat, mut allowed, mut leased) =
+                (Vec::<u32>::with_capacity(1 << 16), 0u64, 0u64);
+            let (mut x, mut key) = (0x9E37_79B9_7F4A_7C15u64 ^ (c as u64 + 1), String::new());
             while !stop.load(Ordering::Relaxed) {
                 key.clear();
-                if hot {
-                    key.push_str("hot");
+                let _ = if hot {
+                    write!(key, "hot")
                 } else {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    key.push('k');
-                    key.push_str(&(x % 10_000).to_string());
-                }
+                    write!(key, "k{}", workload::xorshift(&mut x) % 10_000)
+                };
                 let t = Instant::now();
                 match limiter.check_verbose(&key, 1).await {
                     Ok(v) => {
-                        if v.source == Source::Lease {
-                            leased += 1;
-                        } else if v.source != Source::Redis {
+                        leased += u64::from(v.source == Source::Lease);
+                        if v.source != Source::Lease && v.source != Source::Redis {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
                         allowed += u64::from(v.decision.is_allowed());
                     }
-                    Err(_) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
+                    Err(_) => _ = failed.fetch_add(1, Ordering::Relaxed),
                 }
                 lat.push(u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX));
             }
             (lat, allowed, leased)
-        }));
-    }
+        })
+    };
+    let handles: Vec<_> = (0..callers).map(caller).collect();
     tokio::time::sleep(dur).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all: Vec<u32> = Vec::new();
-    let mut run = Run::default();
+    let (mut all, mut run) = (Vec::<u32>::new(), Run::default());
     for h in handles {
         if let Ok((lat, allowed, leased)) = h.await {
             all.extend_from_slice(&lat);
-            run.allowed += allowed;
-            run.leased += leased;
+            (run.allowed, run.leased) = (run.allowed + allowed, run.leased + leased);
         }
     }
     run.secs = start.elapsed().as_secs_f64();
-    if let (Some(pid), Some(at_start)) = (server_pid, cpu_at_start) {
-        run.server_cpu = machine::process_cpu_secs(pid).map_or(0.0, |now| now - at_start);
-    }
-    if let (Some(now), Some(at_start)) = (machine::process_cpu_secs(me), own_cpu_at_start) {
-        run.client_cpu = now - at_start;
-    }
-    run.decisions = all.len() as u64;
-    run.failed = failed.load(Ordering::Relaxed);
-    all.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if all.is_empty() {
-            return 0.0;
-        }
-        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
-        f64::from(all[i]) / 1000.0
+    let used = |pid: Option<u32>, at_start: Option<f64>| {
+        pid.and_then(machine::process_cpu_secs)
+            .zip(at_start)
+            .map_or(0.0, |(now, then)| now - then)
     };
-    run.p50_us = pct(0.50);
-    run.p99_us = pct(0.99);
+    (run.server_cpu, run.client_cpu) = (
+        used(server_pid, cpu_at_start.0),
+        used(Some(me), cpu_at_start.1),
+    );
+    (run.decisions, run.failed) = (all.len() as u64, failed.load(Ordering::Relaxed));
+    all.sort_unstable();
+    let pct = |p| contest::quantile(&all, p).map_or(0.0, |ns| f64::from(ns) / 1000.0);
+    (run.p50_us, run.p99_us) = (pct(0.50), pct(0.99));
     run
 }
 
@@ -234,30 +230,23 @@ pub(crate) fn kps(x: f64) -> String {
     format!("{:.1} k/s", x / 1000.0)
 }
 
+/// Connects a limiter of `algorithm` over a quota, plain or batched, with
+/// pre-aggregation or not.
+type Connect<'a> = dyn Fn(Algorithm, Quota, bool, Option<PreAggregation>) -> Result<RedisLimiter, RedisLimitError>
+    + 'a;
+
 /// Plain and batched GCRA at 50, 200 and 800 callers: rate, decisions
 /// per script call and CPU per decision on each side.
 fn by_callers(
-    rt: &tokio::runtime::Runtime,
+    rt: &Runtime,
     server: &RedisServer,
-    connect: &dyn Fn(
-        Algorithm,
-        Quota,
-        bool,
-        Option<PreAggregation>,
-    ) -> Result<RedisLimiter, weir_rate::redis::RedisLimitError>,
+    connect: &Connect<'_>,
     quota: Quota,
     dur: Duration,
-    pid: Option<u32>,
 ) -> (Table, Vec<(usize, f64, f64)>) {
-    let mut t = Table::new([
-        "path",
-        "callers",
-        "decisions/s",
-        "p50 µs",
-        "decisions per script call",
-        "Redis CPU per decision",
-        "client CPU per decision",
-    ]);
+    let mut t = Table::new(
+        "path | callers | decisions/s | p50 µs | decisions per script call | Redis CPU per decision | client CPU per decision",
+    );
     let mut ratios = Vec::new();
     for callers in [50, 200, 800] {
         let mut rates = [0.0f64; 2];
@@ -265,31 +254,21 @@ fn by_callers(
             let Ok(limiter) = connect(Algorithm::Gcra, quota, batched, None) else {
                 continue;
             };
-            let calls_before = server.command_stats("evalsha").map(|s| s.calls);
+            let calls = || server.command_stats("evalsha").map(|s| s.calls).ok();
+            let before = calls();
             let r = rt.block_on(load(
                 std::slice::from_ref(&limiter),
                 callers,
                 dur,
                 false,
-                pid,
+                server.pid(),
             ));
-            let per_call = server
-                .command_stats("evalsha")
-                .map(|s| s.calls)
-                .ok()
-                .zip(calls_before.ok())
-                .map(|(after, before)| {
-                    r.decisions as f64 / after.saturating_sub(before).max(1) as f64
-                });
-            t.row([
-                path.to_owned(),
-                callers.to_string(),
-                kps(r.rate()),
-                format!("{:.0}", r.p50_us),
-                per_call.map_or_else(|| "—".into(), |n| format!("{n:.1}")),
-                format!("{:.2} µs", r.server_us()),
-                format!("{:.2} µs", r.client_us()),
-            ]);
+            let per_call = calls().zip(before).map(|(after, before)| {
+                r.decisions as f64 / after.saturating_sub(before).max(1) as f64
+            });
+            let per_call = per_call.map_or_else(|| "—".into(), |n| format!("{n:.1}"));
+            let (rate, server_us, client_us) = (kps(r.rate()), r.server_us(), r.client_us());
+            t.row(format!("{path} | {callers} | {rate} | {:.0} | {per_call} | {server_us:.2} µs | {client_us:.2} µs", r.p50_us));
             rates[usize::from(batched)] = r.rate();
         }
         if rates.iter().all(|&r| r > 0.0) {
@@ -312,71 +291,68 @@ pub fn run(report: &mut Report) {
     let server = match RedisServer::start() {
         Ok(s) => s,
         Err(e) => {
-            report.text(&format!(
+            return report.text(&format!(
                 "**Skipped**: could not start a private redis-server: {e}"
             ));
-            return;
         }
     };
-    let version = server
-        .cli(&["INFO", "server"])
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("redis_version:").map(str::to_owned))
-        })
-        .unwrap_or_else(|| "?".into());
-    let pid = server.pid();
-    let scale = report.scale();
-    let port = server.port();
-
-    // 1. redis-benchmark on the same server.
-    let n_plain = scale.pick("50000", "1000000");
-    let n_piped = scale.pick("300000", "4000000");
-    let sha = server
-        .cli(&["SCRIPT", "LOAD", MINIMAL_TOKEN_BUCKET])
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default();
-    let evalsha = ["EVALSHA", &sha, "1", "tb:__rand_int__", "0.001", "100"];
-    // Measured in every round, interleaved with weir's runs (best of).
-    let baseline = || -> [Option<f64>; 4] {
-        let incr = redis_benchmark(
-            port,
-            &["-c", "50", "-n", n_plain, "-r", "10000", "-t", "incr"],
-        );
-        let mut args: Vec<&str> = vec!["-c", "50", "-n", n_plain, "-r", "10000"];
-        args.extend_from_slice(&evalsha);
-        let eval = redis_benchmark(port, &args);
-        let piped_incr = redis_benchmark(
-            port,
-            &[
-                "-c", "50", "-n", n_piped, "-r", "10000", "-P", "16", "-t", "incr",
-            ],
-        );
-        let mut args: Vec<&str> = vec!["-c", "50", "-n", n_plain, "-r", "10000", "-P", "16"];
-        args.extend_from_slice(&evalsha);
-        let piped_eval = redis_benchmark(port, &args);
-        [incr, eval, piped_incr, piped_eval]
-    };
-    let mut base: [Option<f64>; 4] = [None; 4];
-
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            report.text(&format!("**Skipped**: no tokio runtime: {e}"));
-            return;
-        }
+        Err(e) => return report.text(&format!("**Skipped**: no tokio runtime: {e}")),
     };
+    measure(report, &server, &rt);
+}
+
+/// The section's measurements on a running server.
+fn measure(report: &mut Report, server: &RedisServer, rt: &Runtime) {
+    let info = server.cli(&["INFO", "server"]).unwrap_or_default();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?");
+    let (scale, pid, port) = (report.scale(), server.pid(), server.port());
+
+    // 1. redis-benchmark on the same server, measured in every round,
+    // interleaved with weir's runs (best of).
+    let (n_plain, n_piped) = (
+        scale.pick("50000", "1000000"),
+        scale.pick("300000", "4000000"),
+    );
+    let sha = server
+        .cli(&["SCRIPT", "LOAD", MINIMAL_TOKEN_BUCKET])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let evalsha = ["EVALSHA", &sha, "1", "tb:__rand_int__", "0.001", "100"];
+    let benchmark = |n: &str, piped: bool, script: bool| {
+        let mut args = vec!["-c", "50", "-n", n, "-r", "10000"];
+        args.extend(if piped { &["-P", "16"][..] } else { &[] });
+        args.extend(if script {
+            &evalsha[..]
+        } else {
+            &["-t", "incr"][..]
+        });
+        redis_benchmark(port, &args)
+    };
+    let baseline = || {
+        [
+            benchmark(n_plain, false, false),
+            benchmark(n_plain, false, true),
+            benchmark(n_piped, true, false),
+            benchmark(n_plain, true, true),
+        ]
+    };
+
     let dur = scale.pick(Duration::from_millis(900), Duration::from_secs(3));
     let target = Target::server(server.url());
     let connect = |alg: Algorithm, quota: Quota, batched: bool, hot: Option<PreAggregation>| {
+        let prefix = format!("bench{}", if batched { "b" } else { "" });
         let mut b = alg
             .over(quota)
-            .prefix(format!("bench{}", if batched { "b" } else { "" }))
+            .prefix(prefix)
             .timeout(Duration::from_secs(1))
             .on_failure(FailurePolicy::Closed);
         if batched {
@@ -390,69 +366,67 @@ pub fn run(report: &mut Report) {
 
     // 2. Every algorithm, plain at 1 and 50 callers, batched at 50.
     let roomy = Quota::per_second(nz(1_000_000));
-    let mut t = Table::new([
-        "algorithm",
-        "path",
-        "callers",
-        "decisions/s",
-        "p50 µs",
-        "p99 µs",
-        "vs INCR@50",
-        "Redis CPU per decision",
-        "client CPU per decision",
-    ]);
-    let mut plain50 = Vec::new();
-    let mut batched50 = Vec::new();
-    let (mut plain_cpu, mut batched_cpu) = (Vec::new(), Vec::new());
-    // Interleaved rounds, best of each: the machine's noise (other
-    // processes) then hits every configuration alike.
-    let rounds = scale.pick(3u32, 5);
+    let paths = [
+        ("plain", false, 1),
+        ("plain", false, 50),
+        ("batched", true, 50),
+    ];
     let mut configs = Vec::new();
     for alg in ALGORITHMS {
-        for (path, batched, callers) in [
-            ("plain", false, 1),
-            ("plain", false, 50),
-            ("batched", true, 50),
-        ] {
+        for (path, batched, callers) in paths {
             match connect(alg, roomy, batched, None) {
-                Ok(l) => configs.push((alg, path, batched, callers, l, None::<Run>)),
+                Ok(l) => configs.push((alg, path, batched, callers, l)),
                 Err(e) => report.text(&format!("{alg}: could not connect: {e}")),
             }
         }
     }
-    for round in 0..rounds {
-        report.progress(&format!(
-            "redis-benchmark, every algorithm and path: round {} of {rounds}",
-            round + 1
-        ));
-        for (best, now) in base.iter_mut().zip(baseline()) {
-            if let Some(x) = now {
-                *best = Some(best.map_or(x, |b| b.max(x)));
+    // Interleaved rounds, best of each: the machine's noise (other
+    // processes) then hits every configuration alike. Contender 0 is
+    // redis-benchmark.
+    let rounds = scale.pick(3u32, 5);
+    let measured = contest::rotate(
+        report,
+        "redis-benchmark, every algorithm and path",
+        1 + configs.len(),
+        rounds as usize,
+        |c, _| {
+            if c == 0 {
+                return (baseline(), None);
             }
-        }
-        for (_, _, _, callers, limiter, best) in configs.iter_mut() {
-            let r = rt.block_on(load(
-                std::slice::from_ref(limiter),
-                *callers,
-                dur / rounds,
-                false,
-                pid,
-            ));
-            if best.as_ref().is_none_or(|b| r.rate() > b.rate()) {
-                *best = Some(r);
-            }
-        }
-    }
-    let [incr50, eval50, piped_incr, piped_eval] = base;
+            let (_, _, _, callers, limiter) = &configs[c - 1];
+            (
+                Default::default(),
+                Some(rt.block_on(load(
+                    std::slice::from_ref(limiter),
+                    *callers,
+                    dur / rounds,
+                    false,
+                    pid,
+                ))),
+            )
+        },
+    );
+    let best_of = |xs: &mut dyn Iterator<Item = f64>| xs.reduce(f64::max);
+    let [incr50, eval50, piped_incr, piped_eval] =
+        std::array::from_fn(|k| best_of(&mut measured[0].iter().filter_map(|m| m.0[k])));
+    let best: Vec<Run> = measured[1..]
+        .iter()
+        .map(|runs| {
+            runs.iter()
+                .filter_map(|m| m.1.clone())
+                .max_by(|a, b| a.rate().total_cmp(&b.rate()))
+                .unwrap_or_default()
+        })
+        .collect();
     let show = |x: Option<f64>| x.map_or_else(|| "failed".into(), kps);
-    let mut bt = Table::new(["redis-benchmark (50 clients, 10 000 keys)", "requests/s"]);
-    bt.row(["INCR".to_owned(), show(incr50)]);
-    bt.row(["EVALSHA minimal token bucket".to_owned(), show(eval50)]);
-    bt.row(["INCR, pipelined 16 deep".to_owned(), show(piped_incr)]);
-    bt.row([
-        "EVALSHA minimal token bucket, pipelined 16 deep".to_owned(),
-        show(piped_eval),
-    ]);
+    let mut bt = Table::new("redis-benchmark (50 clients, 10 000 keys) | requests/s");
+    bt.row(format!("INCR | {}", show(incr50)));
+    bt.row(format!("EVALSHA minimal token bucket | {}", show(eval50)));
+    bt.row(format!("INCR, pipelined 16 deep | {}", show(piped_incr)));
+    bt.row(format!(
+        "EVALSHA minimal token bucket, pipelined 16 deep | {}",
+        show(piped_eval)
+    ));
     report.text(&format!(
         "One private redis-server {version} on 127.0.0.1 (no persistence), shared by \
          redis-benchmark and weir in this run; the client runs on the same 2 cores. \
@@ -460,35 +434,49 @@ pub fn run(report: &mut Report) {
          weir configuration, per round)."
     ));
     report.table(&bt);
-    for (alg, path, batched, callers, _, best) in &configs {
-        let Some(r) = best else { continue };
-        if *callers == 50 {
-            if *batched {
-                batched50.push(r.rate());
-                batched_cpu.push(r.server_us());
-            } else {
-                plain50.push(r.rate());
-                plain_cpu.push(r.server_us());
-            }
+    let mut t = Table::new(
+        "algorithm | path | callers | decisions/s | p50 µs | p99 µs | vs INCR@50 | Redis CPU per decision | client CPU per decision",
+    );
+    let at_50 = |batched: bool, f: fn(&Run) -> f64| {
+        let runs = configs
+            .iter()
+            .zip(&best)
+            .filter(|(c, _)| c.2 == batched && c.3 == 50);
+        let xs: Vec<f64> = runs.map(|(_, r)| f(r)).collect();
+        if xs.is_empty() {
+            0.0
+        } else {
+            xs.iter().sum::<f64>() / xs.len() as f64
         }
-        let mut cells = vec![
-            alg.to_string(),
-            (*path).to_owned(),
-            callers.to_string(),
-            kps(r.rate()),
-            format!("{:.0}", r.p50_us),
-            format!("{:.0}", r.p99_us),
-            incr50.map_or_else(|| "—".into(), |i| format!("{:.2}×", r.rate() / i)),
-            format!("{:.2} µs", r.server_us()),
-            format!("{:.2} µs", r.client_us()),
-        ];
-        if r.failed > 0 {
-            cells[3] = format!("{} ({} failed)", cells[3], thousands(r.failed));
-        }
-        t.row(cells);
+    };
+    for ((alg, path, _, callers, _), r) in configs.iter().zip(&best) {
+        let failed = if r.failed > 0 {
+            format!(" ({} failed)", thousands(r.failed))
+        } else {
+            String::new()
+        };
+        let vs = incr50.map_or_else(|| "—".into(), |i| format!("{:.2}×", r.rate() / i));
+        let (p50, p99, server_us, client_us) = (r.p50_us, r.p99_us, r.server_us(), r.client_us());
+        let rate = kps(r.rate());
+        t.row(format!("{alg} | {path} | {callers} | {rate}{failed} | {p50:.0} | {p99:.0} | {vs} | {server_us:.2} µs | {client_us:.2} µs"));
     }
     report.table(&t);
-    let paths = [("plain", 1), ("plain", 50), ("batched", 50)];
+    let series = paths[..].iter().map(|&(path, batched, callers)| {
+        let rate = |alg: &Algorithm| {
+            let mut found = configs
+                .iter()
+                .zip(&best)
+                .filter(|(c, _)| c.0 == *alg && c.2 == batched && c.3 == callers);
+            found.next().map(|(_, r)| r.rate() / 1e3)
+        };
+        BarSeries::new(
+            format!(
+                "{path}, {callers} caller{}",
+                if callers == 1 { "" } else { "s" }
+            ),
+            ALGORITHMS.iter().map(rate),
+        )
+    });
     report.plot(
         "redis-decisions-by-path",
         &BarPlot {
@@ -496,24 +484,7 @@ pub fn run(report: &mut Report) {
             x_label: "algorithm".into(),
             y_label: "thousand decisions/s".into(),
             groups: ALGORITHMS.iter().map(ToString::to_string).collect(),
-            series: paths
-                .iter()
-                .map(|&(path, callers)| {
-                    let rate = |alg: &Algorithm| {
-                        configs.iter().find_map(|(a, p, _, c, _, best)| {
-                            let found = a == alg && *p == path && *c == callers;
-                            best.as_ref().filter(|_| found).map(|r| r.rate() / 1e3)
-                        })
-                    };
-                    BarSeries::new(
-                        format!(
-                            "{path}, {callers} caller{}",
-                            if callers == 1 { "" } else { "s" }
-                        ),
-                        ALGORITHMS.iter().map(rate),
-                    )
-                })
-                .collect(),
+            series: series.collect(),
             references: incr50
                 .map(|i| (i / 1e3, "redis-benchmark INCR, 50 clients".to_owned()))
                 .into_iter()
@@ -525,7 +496,7 @@ pub fn run(report: &mut Report) {
 
     // 2b. What a batch carries, by the number of callers.
     report.progress("GCRA by callers: decisions per script call");
-    let (by_callers, by_callers_rates) = by_callers(&rt, &server, &connect, roomy, dur, pid);
+    let (by_callers, by_callers_rates) = by_callers(rt, server, &connect, roomy, dur);
     report.text(
         "GCRA by the number of concurrent callers (one run each): decisions per script call \
          (`INFO commandstats`), and the CPU each side spends per decision. A script call has a \
@@ -562,99 +533,86 @@ pub fn run(report: &mut Report) {
         ..Default::default()
     };
     let huge = Quota::per_second(nz(100_000_000));
-    let hot_plain = connect(Algorithm::Gcra, huge, false, None)
-        .map(|l| rt.block_on(load(&[l], 50, dur, true, pid)));
-    let hot_pre = connect(Algorithm::Gcra, huge, false, Some(leases))
-        .map(|l| rt.block_on(load(&[l], 50, dur, true, pid)));
+    let hot = |pre: Option<PreAggregation>| {
+        connect(Algorithm::Gcra, huge, false, pre)
+            .map(|l| rt.block_on(load(&[l], 50, dur, true, pid)))
+    };
+    let (hot_plain, hot_pre) = (hot(None), hot(Some(leases)));
 
     // 4. A hot key that reaches its limit: admitted against the limit.
     report.progress("hot key at its limit: admitted requests");
     let limit = 100_000u32;
-    let tight = Quota::per_second(nz(limit));
     let admitted = |pre: bool| -> Option<(Run, f64)> {
         // Two "instances" (limiters with their own leases), 25 callers each,
         // each run on a fresh prefix so the bucket starts full.
-        let mut ls = Vec::new();
-        for i in 0..2 {
-            let mut b = Algorithm::Gcra
-                .over(tight)
-                .prefix(format!("adm{}{}", u8::from(pre), i / 2))
+        let instance = |_| {
+            let b = Algorithm::Gcra
+                .over(Quota::per_second(nz(limit)))
+                .prefix(format!("adm{}0", u8::from(pre)));
+            let b = b
                 .timeout(Duration::from_secs(1))
                 .on_failure(FailurePolicy::Closed);
-            if pre {
-                b = b.pre_aggregate(leases);
-            }
-            ls.push(rt.block_on(b.connect(target.clone())).ok()?);
-        }
-        let r = rt.block_on(load(&ls, 50, dur, true, pid));
+            rt.block_on(if pre { b.pre_aggregate(leases) } else { b }.connect(target.clone()))
+                .ok()
+        };
+        let limiters = (0..2).map(instance).collect::<Option<Vec<_>>>()?;
+        let r = rt.block_on(load(&limiters, 50, dur, true, pid));
         // burst + rate × elapsed
         let ideal = f64::from(limit) + f64::from(limit) * r.secs;
         Some((r, ideal))
     };
-    let adm_plain = admitted(false);
-    let adm_pre = admitted(true);
+    let (adm_plain, adm_pre) = (admitted(false), admitted(true));
 
-    let mut t = Table::new([
-        "hot key, 50 callers",
-        "decisions/s",
-        "p50 µs",
-        "p99 µs",
-        "from leases",
-    ]);
+    let mut t = Table::new("hot key, 50 callers | decisions/s | p50 µs | p99 µs | from leases");
     for (name, r) in [
         ("plain (GCRA)", &hot_plain),
         ("pre-aggregated (lease 1024, max age 50 ms)", &hot_pre),
     ] {
         match r {
-            Ok(r) => t.row([
-                name.to_owned(),
-                kps(r.rate()),
-                format!("{:.1}", r.p50_us),
-                format!("{:.0}", r.p99_us),
-                format!(
-                    "{:.1}%",
-                    100.0 * r.leased as f64 / r.decisions.max(1) as f64
-                ),
-            ]),
-            Err(e) => t.row([
+            Ok(r) => {
+                let leased = 100.0 * r.leased as f64 / r.decisions.max(1) as f64;
+                t.row(format!(
+                    "{name} | {} | {:.1} | {:.0} | {leased:.1}%",
+                    kps(r.rate()),
+                    r.p50_us,
+                    r.p99_us
+                ));
+            }
+            Err(e) => t.cells([
                 name.to_owned(),
                 format!("failed: {e}"),
-                "".into(),
-                "".into(),
-                "".into(),
+                String::new(),
+                String::new(),
+                String::new(),
             ]),
         }
     }
     report.table(&t);
-    let mut t = Table::new([
-        "hot key at 100 000/s (2 instances × 25 callers)",
-        "decisions/s",
-        "admitted",
-        "limit allows (burst + rate × elapsed)",
-        "extra admitted",
-    ]);
-    for (name, r) in [("plain", &adm_plain), ("pre-aggregated", &adm_pre)] {
-        if let Some((r, ideal)) = r {
-            t.row([
-                name.to_owned(),
-                kps(r.rate()),
-                thousands(r.allowed),
-                thousands(*ideal as u64),
-                format!(
-                    "{:+.0} ({:+.2}%)",
-                    r.allowed as f64 - ideal,
-                    100.0 * (r.allowed as f64 - ideal) / ideal
-                ),
-            ]);
-        }
+    let mut t = Table::new(
+        "hot key at 100 000/s (2 instances × 25 callers) | decisions/s | admitted | limit allows (burst + rate × elapsed) | extra admitted",
+    );
+    for (name, (r, ideal)) in [("plain", &adm_plain), ("pre-aggregated", &adm_pre)]
+        .into_iter()
+        .filter_map(|(n, r)| Some((n, r.as_ref()?)))
+    {
+        let extra = r.allowed as f64 - ideal;
+        let (rate, allowed, ideal_n) = (
+            kps(r.rate()),
+            thousands(r.allowed),
+            thousands(*ideal as u64),
+        );
+        t.row(format!(
+            "{name} | {rate} | {allowed} | {ideal_n} | {extra:+.0} ({:+.2}%)",
+            100.0 * extra / ideal
+        ));
     }
     report.table(&t);
 
     // 5. What a decision costs Redis itself, apart from any client.
     report.progress("per-key steps inside a script");
-    let mut t = Table::new(["one step inside a script", "Redis time per key"]);
-    for (name, us) in redis_cost::script_steps(&server) {
-        t.row([
+    let mut t = Table::new("one step inside a script | Redis time per key");
+    for (name, us) in redis_cost::script_steps(server) {
+        t.cells([
             name.to_owned(),
             us.map_or_else(|| "failed".into(), |us| format!("{us:.2} µs")),
         ]);
@@ -669,7 +627,7 @@ pub fn run(report: &mut Report) {
     report.table(&t);
 
     report.progress("Redis instructions per decision (callgrind)");
-    let instructions = redis_cost::instructions(&rt, &ALGORITHMS, roomy, redis_cost::Costs::One);
+    let instructions = redis_cost::instructions(rt, &ALGORITHMS, roomy, redis_cost::Costs::One);
     match &instructions {
         Ok(rows) => {
             report.text(
@@ -687,18 +645,18 @@ pub fn run(report: &mut Report) {
 
     // 6. Redis's own ceiling for batched calls, the client out of the way.
     report.progress("Redis's ceiling for batched calls");
-    let gcra_call = configs
+    let gcra_plain = configs
         .iter()
         .find(|c| c.0 == Algorithm::Gcra && !c.2)
-        .ok_or_else(|| "no plain GCRA limiter connected".to_owned())
-        .and_then(|c| redis_cost::capture(&server, &rt, &c.4));
-    let (ceilings, gcra_ceiling) = match &gcra_call {
-        Ok(call) => redis_cost::ceiling(&server, call, scale),
-        Err(e) => (
-            Table::new([format!("ceiling not measured: {e}")]),
-            Vec::new(),
-        ),
-    };
+        .ok_or("no plain GCRA limiter connected".to_owned());
+    let (ceilings, gcra_ceiling) =
+        match gcra_plain.and_then(|c| redis_cost::capture(server, rt, &c.4)) {
+            Ok(call) => redis_cost::ceiling(server, &call, scale),
+            Err(e) => (
+                Table::with_headers([format!("ceiling not measured: {e}")]),
+                Vec::new(),
+            ),
+        };
     report.text(
         "Redis's own ceiling for a batched call, with the client out of the way: `redis-benchmark` \
          (C, 4 connections, one call each in flight) sends script calls of 16 or 50 decisions on random \
@@ -709,106 +667,95 @@ pub fn run(report: &mut Report) {
     report.table(&ceilings);
 
     // 7. Against the goals.
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    let (p50m, b50m) = (mean(&plain50), mean(&batched50));
+    let (p50m, b50m) = (at_50(false, Run::rate), at_50(true, Run::rate));
+    let (plain_cpu, batched_cpu) = (at_50(false, Run::server_us), at_50(true, Run::server_us));
     let mut lines = Vec::new();
     if let Some(i) = incr50 {
+        let goal = Goal::at_least("≥ 0.5×", 0.5);
+        let (ratio, rate) = (p50m / i, kps(p50m));
         lines.push(format!(
-            "* plain path at 50 callers (mean over the algorithms): {} = {:.2}× unpipelined INCR (goal ≥ 0.5×)",
-            kps(p50m),
-            p50m / i
+            "* plain path at 50 callers (mean over the algorithms): {rate} = {ratio:.2}× unpipelined INCR (goal {}: {})",
+            goal.name,
+            goal.verdict(ratio)
         ));
     }
+    let goal = Goal::at_least("≥ 4×", 4.0);
+    let ratio = b50m / p50m.max(1e-9);
     lines.push(format!(
-        "* batched path at 50 callers: {} = {:.2}× the plain path (goal ≥ 4×); Redis CPU per decision {:.2} µs \
-         against the plain path's {:.2} µs ({:.2}× less)",
+        "* batched path at 50 callers: {} = {ratio:.2}× the plain path (goal {}: {}); Redis CPU per decision {batched_cpu:.2} µs \
+         against the plain path's {plain_cpu:.2} µs ({:.2}× less)",
         kps(b50m),
-        b50m / p50m.max(1e-9),
-        mean(&batched_cpu),
-        mean(&plain_cpu),
-        mean(&plain_cpu) / mean(&batched_cpu).max(1e-9)
+        goal.name,
+        goal.verdict(ratio),
+        plain_cpu / batched_cpu.max(1e-9)
     ));
     // Why batching gives what it gives: Redis's own work per decision, and
     // the most Redis can do with weir's script when the client costs
     // nothing, against the GCRA plain path measured above.
-    let gcra_instr = instructions.as_ref().ok().and_then(|rows| {
-        rows.iter()
-            .find(|r| r.algorithm == Some(Algorithm::Gcra))
-            .map(|r| r.per_call.clone())
-    });
-    if let Some(counts) = gcra_instr {
+    let gcra_instr = instructions
+        .as_ref()
+        .ok()
+        .and_then(|rows| rows.iter().find(|r| r.algorithm == Some(Algorithm::Gcra)));
+    if let Some(counts) = gcra_instr.map(|r| &r.per_call) {
         let plain = counts
             .iter()
             .find(|c| c.decisions == 1)
             .map_or(0.0, |c| c.busy_key);
+        let each = counts.iter().map(|c| {
+            format!(
+                "{} instructions at {} a call",
+                thousands(c.busy_key.round() as u64),
+                c.decisions
+            )
+        });
+        let batched = counts.iter().filter(|c| c.decisions > 1);
+        let less = batched.map(|c| {
+            format!(
+                "{:.1}× ({} a call)",
+                plain / c.busy_key.max(1.0),
+                c.decisions
+            )
+        });
         lines.push(format!(
             "* Redis's work per GCRA decision on a busy key (callgrind): {}; per decision a plain call asks {} \
              the instructions of a batched one",
-            counts
-                .iter()
-                .map(|c| format!(
-                    "{} instructions at {} a call",
-                    thousands(c.busy_key.round() as u64),
-                    c.decisions
-                ))
-                .collect::<Vec<_>>()
-                .join(", "),
-            counts
-                .iter()
-                .filter(|c| c.decisions > 1)
-                .map(|c| format!(
-                    "{:.1}× ({} a call)",
-                    plain / c.busy_key.max(1.0),
-                    c.decisions
-                ))
-                .collect::<Vec<_>>()
-                .join(" and ")
+            each.collect::<Vec<_>>().join(", "),
+            less.collect::<Vec<_>>().join(" and ")
         ));
     }
     let gcra_plain50 = configs
         .iter()
-        .find(|c| c.0 == Algorithm::Gcra && !c.2 && c.3 == 50)
-        .and_then(|c| c.5.as_ref())
-        .map(Run::rate);
+        .zip(&best)
+        .find(|(c, _)| c.0 == Algorithm::Gcra && !c.2 && c.3 == 50)
+        .map(|(_, r)| r.rate());
     if let (Some(plain), false) = (gcra_plain50, gcra_ceiling.is_empty()) {
+        let ceilings = gcra_ceiling.iter().map(|(n, r)| match r {
+            Some(r) => format!("{} at {n} a call = {:.2}×", kps(*r), r / plain.max(1e-9)),
+            None => format!("failed at {n} a call"),
+        });
         lines.push(format!(
             "* Redis's ceiling with weir's GCRA script, the client out of the way (redis-benchmark, table above): {} \
              — the most batching can give over the plain GCRA path ({}) with a client that costs nothing. \
              50 closed-loop callers form calls of about 16 (table 'GCRA by callers'); a call of all 50 \
              leaves none to fill the next while it runs, and here the client shares Redis's two cores",
-            gcra_ceiling
-                .iter()
-                .map(|(n, r)| match r {
-                    Some(r) => format!("{} at {n} a call = {:.2}×", kps(*r), r / plain.max(1e-9)),
-                    None => format!("failed at {n} a call"),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            ceilings.collect::<Vec<_>>().join(", "),
             kps(plain)
         ));
     }
+    let by_callers = by_callers_rates
+        .iter()
+        .map(|(callers, plain, batched)| format!("{:.2}× at {callers}", batched / plain.max(1e-9)));
     lines.push(format!(
         "* batched against plain by callers (GCRA, table above): {}",
-        by_callers_rates
-            .iter()
-            .map(|(callers, plain, batched)| format!(
-                "{:.2}× at {callers}",
-                batched / plain.max(1e-9)
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
+        by_callers.collect::<Vec<_>>().join(", ")
     ));
     if let (Ok(p), Ok(h)) = (&hot_plain, &hot_pre) {
+        let (goal, ratio) = (Goal::at_least("≥ 10×", 10.0), h.rate() / p.rate().max(1e-9));
         lines.push(format!(
-            "* pre-aggregated hot key: {} = {:.1}× the plain hot key (goal ≥ 10×)",
+            "* pre-aggregated hot key: {} = {ratio:.1}× the plain hot key (goal {}: {})",
             kps(h.rate()),
-            h.rate() / p.rate().max(1e-9)
+            goal.name,
+            goal.verdict(ratio)
         ));
     }
     if let Some((r, ideal)) = &adm_pre {
@@ -823,5 +770,4 @@ pub fn run(report: &mut Report) {
         ));
     }
     report.text(&lines.join("\n"));
-    drop(server);
 }

@@ -13,16 +13,16 @@
 //!   (created with an expiry) and busy keys (overwritten in place). Counts
 //!   repeat to within a few percent (GCRA's busy key at 50 a call:
 //!   15,428 to 16,042 over five runs on the development VM).
-//! * **Steps inside a script** ([`script_steps`]): one `EVAL` looping over
+//! * **Steps inside a script** (`script_steps`): one `EVAL` looping over
 //!   10 000 keys per step, timed by `INFO commandstats`, the bare loop
 //!   subtracted.
-//! * **Ceiling** ([`ceiling`]): `redis-benchmark`, a C client, saturates
+//! * **Ceiling** (`ceiling`): `redis-benchmark`, a C client, saturates
 //!   Redis with batched calls of bare scripts and of weir's GCRA script: the
 //!   most decisions a second this Redis can make, whatever the client.
 
-use crate::redis::Algorithm;
-use crate::redis::kps;
-use crate::report::{Scale, Table};
+use crate::redis::{Algorithm, kps};
+use crate::report::{Scale, Table, thousands};
+use redis::{Connection, Value};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -33,12 +33,7 @@ use weir_test_support::redis_server::{self as testing, RedisServer};
 /// A script call as a limiter sends it, for replaying: its script's SHA1
 /// and the arguments between the keys and the costs.
 #[derive(Debug, Clone)]
-pub struct Captured {
-    /// The script's SHA1 (`EVALSHA`).
-    pub sha: String,
-    /// The algorithm's parameters, as sent.
-    pub params: Vec<String>,
-}
+pub struct Captured(String, Vec<String>);
 
 /// How a replayed call passes its costs (every decision costs one unit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,10 +50,7 @@ impl Captured {
     /// `EVALSHA` deciding one unit for each of `keys`.
     fn command(&self, keys: &[String], costs: Costs) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha)
-            .arg(keys.len())
-            .arg(keys)
-            .arg(&self.params);
+        cmd.arg(&self.0).arg(keys.len()).arg(keys).arg(&self.1);
         match costs {
             Costs::One => cmd.arg(1),
             Costs::Each => cmd.arg(vec![1; keys.len()]),
@@ -67,71 +59,60 @@ impl Captured {
     }
 }
 
+/// A synchronous connection to `url`, for the measuring scripts.
+fn connect(url: &str) -> Result<Connection, String> {
+    let timeout = Duration::from_secs(30);
+    let client = redis::Client::open(url).map_err(|e| format!("connect: {e}"))?;
+    let conn = client.get_connection_with_timeout(timeout);
+    conn.map_err(|e| format!("connect: {e}"))
+}
+
+/// The command `args` on `conn`; an error names its first two words.
+fn run<T: redis::FromRedisValue>(conn: &mut Connection, args: &[&str]) -> Result<T, String> {
+    let reply = redis::cmd(args[0]).arg(&args[1..]).query(conn);
+    reply.map_err(|e| format!("{}: {e}", args[..2.min(args.len())].join(" ")))
+}
+
 /// Capture the call `limiter` sends to decide one key: with every command
 /// logged (`slowlog-log-slower-than 0`), decide once and read the call back
 /// from `SLOWLOG`. Also leaves the script loaded on the server.
-pub fn capture(
+pub(crate) fn capture(
     server: &RedisServer,
     rt: &tokio::runtime::Runtime,
     limiter: &RedisLimiter,
 ) -> Result<Captured, String> {
-    let mut conn = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
-        .map_err(|e| format!("connect: {e}"))?;
-    let threshold: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("slowlog-log-slower-than")
-        .query(&mut conn)
-        .map_err(|e| format!("CONFIG GET: {e}"))?;
-    let set = |conn: &mut redis::Connection, v: &str| -> Result<(), String> {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-log-slower-than")
-            .arg(v)
-            .query::<()>(conn)
-            .map_err(|e| format!("CONFIG SET: {e}"))
-    };
-    set(&mut conn, "0")?;
+    let mut conn = connect(&server.url())?;
+    let option = "slowlog-log-slower-than";
+    let threshold: Vec<String> = run(&mut conn, &["CONFIG", "GET", option])?;
+    run::<()>(&mut conn, &["CONFIG", "SET", option, "0"])?;
     let logged = (|| {
-        redis::cmd("SLOWLOG")
-            .arg("RESET")
-            .query::<()>(&mut conn)
-            .map_err(|e| format!("SLOWLOG RESET: {e}"))?;
-        let _decision = rt
-            .block_on(limiter.try_check_n("weir-capture", 1))
-            .map_err(|e| format!("the limiter's call failed: {e}"))?;
-        redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(32)
-            .query::<redis::Value>(&mut conn)
-            .map_err(|e| format!("SLOWLOG GET: {e}"))
+        run::<()>(&mut conn, &["SLOWLOG", "RESET"])?;
+        let decided = rt.block_on(limiter.try_check_n("weir-capture", 1));
+        let _decision = decided.map_err(|e| format!("the limiter's call failed: {e}"))?;
+        run::<Value>(&mut conn, &["SLOWLOG", "GET", "32"])
     })();
-    set(&mut conn, threshold.get(1).map_or("10000", String::as_str))?;
-    let entries = match logged? {
-        redis::Value::Array(entries) => entries,
-        other => return Err(format!("unexpected SLOWLOG reply {other:?}")),
+    let was = threshold.get(1).map_or("10000", String::as_str);
+    run::<()>(&mut conn, &["CONFIG", "SET", option, was])?;
+    let Value::Array(entries) = logged? else {
+        return Err("unexpected SLOWLOG reply".into());
     };
     // Each entry: id, time, duration, [arguments], client address, name.
+    let text = |a: &Value| match a {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
     for entry in entries {
-        let redis::Value::Array(fields) = entry else {
+        let Value::Array(fields) = entry else {
             continue;
         };
-        let Some(redis::Value::Array(args)) = fields.get(3) else {
+        let Some(Value::Array(args)) = fields.get(3) else {
             continue;
         };
-        let args: Vec<String> = args
-            .iter()
-            .filter_map(|a| match a {
-                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                _ => None,
-            })
-            .collect();
+        let args: Vec<String> = args.iter().filter_map(text).collect();
         // EVALSHA sha 1 key params… cost
-        if args.len() >= 5 && args[0].eq_ignore_ascii_case("EVALSHA") && args[2] == "1" {
-            return Ok(Captured {
-                sha: args[1].clone(),
-                params: args[4..args.len() - 1].to_vec(),
-            });
+        let evalsha = args.len() >= 5 && args[0].eq_ignore_ascii_case("EVALSHA");
+        if evalsha && args[2] == "1" {
+            return Ok(Captured(args[1].clone(), args[4..args.len() - 1].to_vec()));
         }
     }
     Err("the limiter's EVALSHA is not in SLOWLOG".into())
@@ -151,14 +132,6 @@ pub struct Instructions {
     pub per_call: Vec<PerCall>,
 }
 
-/// A script's name in tables: its algorithm's, or the bare floor's.
-fn script_name(algorithm: Option<Algorithm>) -> String {
-    algorithm.map_or_else(
-        || "bare floor: TIME, MGET, SETRANGE a key".to_owned(),
-        |a| a.to_string(),
-    )
-}
-
 /// Instructions per decision at one call size.
 #[derive(Debug, Clone, Copy)]
 pub struct PerCall {
@@ -168,6 +141,12 @@ pub struct PerCall {
     pub new_key: f64,
     /// Per decision on busy keys (overwritten in place).
     pub busy_key: f64,
+}
+
+/// A script's name in tables: its algorithm's, or the bare floor's.
+fn script_name(algorithm: Option<Algorithm>) -> String {
+    let floor = || "bare floor: TIME, MGET, SETRANGE a key".to_owned();
+    algorithm.map_or_else(floor, |a| a.to_string())
 }
 
 /// The least a script keeping per-key state does, for a floor beside the
@@ -189,17 +168,17 @@ impl Counted {
     fn start() -> Result<Self, String> {
         let out_dir = std::env::temp_dir().join(format!("weir-callgrind-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out_dir);
-        std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        let made = std::fs::create_dir_all(&out_dir);
+        made.map_err(|e| format!("{}: {e}", out_dir.display()))?;
         let out_file = format!("--callgrind-out-file={}/callgrind.%p", out_dir.display());
         // `hz 1`: the server's timer work once a second, not ten times,
         // so idle ticks stay a negligible share of a phase. `DEBUG` (local
         // connections only) turns active expiry off: valgrind slows the
         // server enough for keys to expire mid-measurement otherwise.
-        let server = RedisServer::start_under(
-            &["valgrind", "--tool=callgrind", "--quiet", &out_file],
-            &["--hz", "1", "--enable-debug-command", "local"],
-        )
-        .map_err(|e| format!("redis-server under callgrind: {e}"))?;
+        let valgrind = ["valgrind", "--tool=callgrind", "--quiet", &out_file];
+        let config = ["--hz", "1", "--enable-debug-command", "local"];
+        let server = RedisServer::start_under(&valgrind, &config)
+            .map_err(|e| format!("redis-server under callgrind: {e}"))?;
         let pid = server.pid().ok_or("no server pid")?;
         Ok(Self {
             server,
@@ -214,51 +193,44 @@ impl Counted {
     /// alike on every phase.
     fn count(
         &self,
-        conn: &mut redis::Connection,
-        work: impl FnOnce(&mut redis::Connection) -> Result<(), String>,
+        conn: &mut Connection,
+        work: impl FnOnce(&mut Connection) -> Result<(), String>,
     ) -> Result<u64, String> {
-        redis::cmd("FLUSHALL")
-            .arg("SYNC")
-            .query::<()>(conn)
-            .map_err(|e| format!("FLUSHALL: {e}"))?;
+        run::<()>(conn, &["FLUSHALL", "SYNC"])?;
         self.control("-z")?;
         work(conn)?;
         let before = self.dumps();
         self.control("-d")?;
-        let dump = self
-            .dumps()
-            .into_iter()
+        let mut dumps = self.dumps().into_iter();
+        let dump = dumps
             .find(|p| !before.contains(p))
             .ok_or("callgrind wrote no dump")?;
         let text =
             std::fs::read_to_string(&dump).map_err(|e| format!("{}: {e}", dump.display()))?;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("totals:")
-                    .or_else(|| l.strip_prefix("summary:"))
-            })
-            .and_then(|n| n.trim().parse().ok())
-            .ok_or_else(|| format!("no totals in {}", dump.display()))
+        fn totals(l: &str) -> Option<&str> {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        }
+        let total = text
+            .lines()
+            .find_map(totals)
+            .and_then(|n| n.trim().parse().ok());
+        total.ok_or_else(|| format!("no totals in {}", dump.display()))
     }
 
     fn control(&self, what: &str) -> Result<(), String> {
-        let ok = Command::new("callgrind_control")
-            .args([what, &self.pid.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("callgrind_control {what} failed"))
-        }
+        let mut command = Command::new("callgrind_control");
+        command.args([what, &self.pid.to_string()]);
+        let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let ok = status.is_ok_and(|s| s.success());
+        ok.then_some(())
+            .ok_or(format!("callgrind_control {what} failed"))
     }
 
     fn dumps(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(&self.out_dir)
-            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default()
+        let entries = std::fs::read_dir(&self.out_dir);
+        let paths = entries.map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect());
+        paths.unwrap_or_default()
     }
 }
 
@@ -271,7 +243,11 @@ impl Drop for Counted {
 
 /// Count instructions per decision for each of `algorithms` (run over
 /// `quota`, all decisions allowed) and the bare floor, replaying calls
-/// with `costs`. `Err` says why it could not run (no valgrind, …).
+/// with `costs`.
+///
+/// # Errors
+///
+/// Why it could not run (no valgrind, no server, a failed call).
 pub fn instructions(
     rt: &tokio::runtime::Runtime,
     algorithms: &[Algorithm],
@@ -282,85 +258,63 @@ pub fn instructions(
         return Err("valgrind is not installed (Debian: `apt-get install valgrind`)".into());
     }
     let counted = Counted::start()?;
-    let mut conn = redis::Client::open(counted.server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(30)))
-        .map_err(|e| format!("connect: {e}"))?;
-    redis::cmd("DEBUG")
-        .arg("SET-ACTIVE-EXPIRE")
-        .arg(0)
-        .query::<()>(&mut conn)
-        .map_err(|e| format!("DEBUG SET-ACTIVE-EXPIRE: {e}"))?;
+    let mut conn = connect(&counted.server.url())?;
+    run::<()>(&mut conn, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"])?;
     let mut scripts = Vec::new();
     for &alg in algorithms {
-        let limiter = rt
-            .block_on(
-                alg.over(quota)
-                    .prefix("cg")
-                    .timeout(Duration::from_secs(30))
-                    .on_failure(FailurePolicy::Closed)
-                    .connect(Target::server(counted.server.url())),
-            )
-            .map_err(|e| format!("{alg}: {e}"))?;
+        let builder = alg
+            .over(quota)
+            .prefix("cg")
+            .timeout(Duration::from_secs(30));
+        let builder = builder.on_failure(FailurePolicy::Closed);
+        let limiter = rt.block_on(builder.connect(Target::server(counted.server.url())));
+        let limiter = limiter.map_err(|e| format!("{alg}: {e}"))?;
         scripts.push((Some(alg), capture(&counted.server, rt, &limiter)?));
     }
-    let bare_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(BARE_KEYED)
-        .query(&mut conn)
-        .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
-    scripts.push((
-        None,
-        Captured {
-            sha: bare_sha,
-            params: Vec::new(),
-        },
-    ));
+    let sha = run(&mut conn, &["SCRIPT", "LOAD", BARE_KEYED])?;
+    scripts.push((None, Captured(sha, Vec::new())));
 
     let mut out = Vec::new();
     let mut batch_id = 0u64;
-    for &(algorithm, ref call) in &scripts {
+    for (algorithm, call) in scripts {
         let name = script_name(algorithm);
-        let mut per_call_counts = Vec::new();
-        for &per_call in &PER_CALL {
+        let mut per_call = Vec::new();
+        for n in PER_CALL {
             // About 2 000 decisions a phase, so that the server's own
             // ticks and the dump's overhead stay in the noise.
-            let calls = 2_000 / per_call;
+            let calls = 2_000 / n;
             let mut fresh = || {
                 batch_id += 1;
-                (0..per_call)
+                (0..n)
                     .map(|k| format!("cg:{batch_id}:{{{k}}}"))
                     .collect::<Vec<_>>()
             };
             let batches_a: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
             let batches_b: Vec<Vec<String>> = (0..calls).map(|_| fresh()).collect();
-            let send = |conn: &mut redis::Connection, keys: &[String]| -> Result<(), String> {
-                call.command(keys, costs)
-                    .query::<redis::Value>(conn)
-                    .map(drop)
-                    .map_err(|e| format!("{name}: {e}"))
+            let send = |conn: &mut Connection, keys: &[String]| {
+                let reply = call.command(keys, costs).query::<Value>(conn);
+                reply.map(drop).map_err(|e| format!("{name}: {e}"))
             };
             // Phase A: new keys only. Phase B: each call on new keys, then
             // at once the same keys again (busy keys: the same expiry
             // second, so overwritten in place). Busy = B − A.
-            let new_only = counted.count(&mut conn, |conn| {
-                batches_a.iter().try_for_each(|k| send(conn, k))
+            let new =
+                counted.count(&mut conn, |c| batches_a.iter().try_for_each(|k| send(c, k)))?;
+            let twice = |c: &mut Connection, k: &[String]| send(c, k).and_then(|()| send(c, k));
+            let new_then_busy = counted.count(&mut conn, |c| {
+                batches_b.iter().try_for_each(|k| twice(c, k))
             })?;
-            let new_then_busy = counted.count(&mut conn, |conn| {
-                batches_b.iter().try_for_each(|k| {
-                    send(conn, k)?;
-                    send(conn, k)
-                })
-            })?;
-            let decisions = (calls * per_call) as f64;
-            per_call_counts.push(PerCall {
-                decisions: per_call,
-                new_key: new_only as f64 / decisions,
-                busy_key: new_then_busy.saturating_sub(new_only) as f64 / decisions,
+            let decisions = (calls * n) as f64;
+            let busy = new_then_busy.saturating_sub(new) as f64 / decisions;
+            per_call.push(PerCall {
+                decisions: n,
+                new_key: new as f64 / decisions,
+                busy_key: busy,
             });
         }
         out.push(Instructions {
             algorithm,
-            per_call: per_call_counts,
+            per_call,
         });
     }
     Ok(out)
@@ -368,27 +322,17 @@ pub fn instructions(
 
 /// The [`instructions`] as a table.
 pub fn instructions_table(rows: &[Instructions]) -> Table {
-    let mut t = Table::new(
-        std::iter::once("script".to_owned()).chain(
-            PER_CALL
-                .iter()
-                .map(|n| format!("{n} a call: new key / busy key")),
-        ),
-    );
+    let headers = PER_CALL.map(|n| format!("{n} a call: new key / busy key"));
+    let mut t = Table::with_headers(std::iter::once("script".to_owned()).chain(headers));
+    let count = |x: f64| thousands(x.round().max(0.0) as u64);
     for r in rows {
-        t.row(
-            std::iter::once(script_name(r.algorithm)).chain(
-                r.per_call
-                    .iter()
-                    .map(|c| format!("{} / {}", thousands_f(c.new_key), thousands_f(c.busy_key))),
-            ),
-        );
+        let cells = r
+            .per_call
+            .iter()
+            .map(|c| format!("{} / {}", count(c.new_key), count(c.busy_key)));
+        t.cells(std::iter::once(script_name(r.algorithm)).chain(cells));
     }
     t
-}
-
-fn thousands_f(x: f64) -> String {
-    crate::report::thousands(x.round().max(0.0) as u64)
 }
 
 /// Keys per measuring script of [`script_steps`].
@@ -398,7 +342,7 @@ const STEP_KEYS: u32 = 10_000;
 /// Lua loop over `STEP_KEYS` keys (`k` is the key, `i` its number), its
 /// time read from `INFO commandstats`, the bare loop's time subtracted;
 /// best of 3.
-pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
+pub(crate) fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
     const STEPS: [(&str, &str); 7] = [
         ("GET of one key", "redis.call('GET', k)"),
         (
@@ -427,9 +371,8 @@ pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
         ),
     ];
     let script = |body: &str| {
-        format!(
-            "local N = {STEP_KEYS} local b = {{}} for i = 1, N do local k = 'weir-cost:' .. i {body} end return 0"
-        )
+        let head = format!("local N = {STEP_KEYS} local b = {{}}");
+        format!("{head} for i = 1, N do local k = 'weir-cost:' .. i {body} end return 0")
     };
     let eval_us = |body: &str| -> Option<f64> {
         let mut best: Option<f64> = None;
@@ -446,14 +389,14 @@ pub fn script_steps(server: &RedisServer) -> Vec<(&'static str, Option<f64>)> {
     // Create the keys first, so every write overwrites, as a decision does.
     let _ = eval_us("redis.call('SET', k, 'abcdefgh')");
     let bare = eval_us("");
+    let per_key = |body| {
+        eval_us(body)
+            .zip(bare)
+            .map(|(t, b)| (t - b).max(0.0) / f64::from(STEP_KEYS))
+    };
     let out = STEPS
         .iter()
-        .map(|(name, body)| {
-            let per_key = eval_us(body)
-                .zip(bare)
-                .map(|(t, b)| (t - b).max(0.0) / f64::from(STEP_KEYS));
-            (*name, per_key)
-        })
+        .map(|(name, body)| (*name, per_key(body)))
         .collect();
     let _ = server.cli(&["EVAL", &script("redis.call('UNLINK', k)"), "0"]);
     out
@@ -473,13 +416,15 @@ return ''";
 
 /// Decisions per call of the [`ceiling`]: the batched path's size at 50
 /// callers, and the most 50 closed-loop callers can put into one call.
-pub const CEILING_PER_CALL: [usize; 2] = [16, 50];
+const CEILING_PER_CALL: [usize; 2] = [16, 50];
 
 /// Requests per second of one `redis-benchmark` run (`--csv`).
-pub fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
-    let out = Command::new("redis-benchmark")
+pub(crate) fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
+    let mut command = Command::new("redis-benchmark");
+    command
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
-        .args(args)
+        .args(args);
+    let out = command
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -493,55 +438,52 @@ pub fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
         .ok()
 }
 
-/// What the [`ceiling`] replays.
-enum Layout<'a> {
-    /// weir's arguments: the limiter keys in `KEYS`, then `params` and one
-    /// cost for all in `ARGV`.
+/// What the [`ceiling`] replays: weir's arguments (the limiter keys in
+/// `KEYS`, then its parameters and one cost for all in `ARGV`), or
+/// [`BARE_HASH`]'s (the hash and its expiry set in `KEYS`, the limiter
+/// keys in `ARGV`).
+enum Script<'a> {
     Keyed(&'a Captured),
-    /// [`BARE_HASH`]'s: the hash and its expiry set in `KEYS`, the limiter
-    /// keys in `ARGV`.
     Hash(&'a str),
 }
 
 /// Decisions a second Redis makes through one script at `per_call`
 /// decisions a call, with the client out of the way: `redis-benchmark` (C,
 /// 4 connections, one call each in flight) sends calls on random keys of
-/// 10 000 until Redis is saturated. Best of 3. Keys live under
-/// `namespace`, one per script: a script must not read another's values
-/// (GCRA reading the bare script's bytes as an arrival time far in the
-/// future would deny everything, and a denial writes nothing).
+/// 10 000 until Redis is saturated. Best of 3. Keys live under `namespace`, one per
+/// script: a script must not read another's values (GCRA reading the
+/// bare script's bytes as an arrival time far in the future would deny
+/// everything, and a denial writes nothing).
 fn ceiling_rate(
     port: u16,
     namespace: &str,
-    layout: &Layout<'_>,
+    script: &Script<'_>,
     per_call: usize,
     calls: usize,
 ) -> Option<f64> {
-    let mut args: Vec<String> = ["-c", "4", "-n", &calls.to_string(), "-r", "10000"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-    args.push("EVALSHA".into());
-    match layout {
-        Layout::Keyed(call) => {
-            args.extend([call.sha.clone(), per_call.to_string()]);
-            args.extend((0..per_call).map(|_| format!("{namespace}:{{k__rand_int__}}")));
-            args.extend(call.params.iter().cloned());
-            args.push("1".into());
+    let calls = calls.to_string();
+    let mut args: Vec<String> = ["-c", "4", "-n", &calls, "-r", "10000", "EVALSHA"]
+        .map(String::from)
+        .into();
+    let keys = |key: String| std::iter::repeat_n(key, per_call);
+    match script {
+        Script::Keyed(Captured(sha, params)) => {
+            args.extend([sha.clone(), per_call.to_string()]);
+            args.extend(keys(format!("{namespace}:{{k__rand_int__}}")));
+            args.extend(params.iter().cloned().chain(["1".into()]));
         }
-        Layout::Hash(sha) => {
-            args.extend([
-                (*sha).to_owned(),
-                "2".into(),
+        Script::Hash(sha) => {
+            let (hash, expiry) = (
                 format!("{namespace}:{{h}}"),
                 format!("{namespace}:{{h}}:exp"),
-            ]);
-            args.extend((0..per_call).map(|_| "k__rand_int__".to_owned()));
+            );
+            args.extend([sha.to_string(), "2".into(), hash, expiry]);
+            args.extend(keys("k__rand_int__".to_owned()));
         }
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    (0..3)
-        .filter_map(|_| redis_benchmark(port, &args))
+    let rates = (0..3).filter_map(|_| redis_benchmark(port, &args));
+    rates
         .map(|calls_per_sec| calls_per_sec * per_call as f64)
         .reduce(f64::max)
 }
@@ -550,63 +492,53 @@ fn ceiling_rate(
 /// layouts and weir's GCRA script (`gcra`, as its limiter sends it), at
 /// each of [`CEILING_PER_CALL`]. Returns the table and weir's script's
 /// rates, per [`CEILING_PER_CALL`].
-pub fn ceiling(
+pub(crate) fn ceiling(
     server: &RedisServer,
     gcra: &Captured,
     scale: Scale,
 ) -> (Table, Vec<(usize, Option<f64>)>) {
-    let load = |src: &str| {
+    let load = |src| {
         server
             .cli(&["SCRIPT", "LOAD", src])
             .map(|s| s.trim().to_owned())
             .unwrap_or_default()
     };
-    let keyed = Captured {
-        sha: load(BARE_KEYED),
-        params: Vec::new(),
-    };
-    let hash = load(BARE_HASH);
-    let mut t = Table::new(
-        std::iter::once("script (Redis saturated by redis-benchmark)".to_owned()).chain(
-            CEILING_PER_CALL
-                .iter()
-                .map(|b| format!("decisions/s at {b} a call")),
-        ),
-    );
-    // (name, what to replay, whether it is weir's script)
+    let (keyed, hash) = (Captured(load(BARE_KEYED), Vec::new()), load(BARE_HASH));
+    let headers = CEILING_PER_CALL.map(|b| format!("decisions/s at {b} a call"));
+    let first = "script (Redis saturated by redis-benchmark)".to_owned();
+    let mut t = Table::with_headers(std::iter::once(first).chain(headers));
     let rows = [
         (
             "bare, one key per limiter key: TIME, MGET, SETRANGE a key",
-            Layout::Keyed(&keyed),
-            false,
+            Script::Keyed(&keyed),
         ),
         (
             "bare, limiter keys as fields of one hash: TIME, HMGET, HSET, ZADD",
-            Layout::Hash(&hash),
-            false,
+            Script::Hash(&hash),
         ),
-        ("weir's GCRA script", Layout::Keyed(gcra), true),
+        ("weir's GCRA script", Script::Keyed(gcra)),
     ];
+    let weir_row = rows.len() - 1;
     let mut weir = Vec::new();
-    for (row, (name, layout, is_weir)) in rows.iter().enumerate() {
-        let mut cells = vec![(*name).to_owned()];
-        for &per_call in &CEILING_PER_CALL {
+    for (row, (name, script)) in rows.into_iter().enumerate() {
+        let mut cells = vec![name.to_owned()];
+        for per_call in CEILING_PER_CALL {
             // Runs of about a second (a third of one when quick): shorter
             // ones measure redis-benchmark's start-up more than Redis.
             let calls = scale.pick(100_000, 300_000) / per_call;
             let rate = ceiling_rate(
                 server.port(),
                 &format!("ceil{row}"),
-                layout,
+                &script,
                 per_call,
                 calls,
             );
-            if *is_weir {
+            if row == weir_row {
                 weir.push((per_call, rate));
             }
             cells.push(rate.map_or_else(|| "failed".into(), kps));
         }
-        t.row(cells);
+        t.cells(cells);
     }
     (t, weir)
 }

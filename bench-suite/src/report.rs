@@ -1,15 +1,18 @@
-//! The report: Markdown written to a folder under `target/`, with every table
-//! also printed to the terminal as it is produced.
+//! The report: Markdown written to a folder under `target/`, every table
+//! also printed to the terminal as it is produced, under a progress bar
+//! of the run (on stderr, drawn only when it is a terminal).
 
+use crate::plot::Chart;
+use indicatif::{HumanDuration, ProgressBar, ProgressState, ProgressStyle};
 use std::fmt::Write as _;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// How big a run is: `--quick` for a few minutes, full for the blog's scale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
-    /// A short run (under three minutes for the whole report).
+    /// A short run (a few minutes for the whole report).
     Quick,
     /// The full run (the blog's 100 M events).
     Full,
@@ -33,44 +36,43 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table whose headers are written as a Markdown row: `"a | b | c"`.
+    pub fn new(headers: &str) -> Self {
+        Self::with_headers(headers.split(" | "))
+    }
+
     /// A table with these column headers.
-    pub fn new<I, S>(headers: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn with_headers(headers: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let headers = headers.into_iter().map(Into::into).collect();
         Self {
-            headers: headers.into_iter().map(Into::into).collect(),
+            headers,
             rows: Vec::new(),
         }
     }
 
-    /// Append a row; it must have one cell per header.
-    pub fn row<I, S>(&mut self, cells: I)
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    /// Append a row written as a Markdown row, `"1 | 2 | 3"`: one cell per
+    /// header.
+    pub fn row(&mut self, row: impl AsRef<str>) {
+        self.cells(row.as_ref().split(" | "));
+    }
+
+    /// Append a row of cells, one per header.
+    pub fn cells(&mut self, cells: impl IntoIterator<Item = impl Into<String>>) {
         let row: Vec<String> = cells.into_iter().map(Into::into).collect();
         assert_eq!(
             row.len(),
             self.headers.len(),
-            "row width must match headers"
+            "row width must match headers: {row:?}"
         );
         self.rows.push(row);
     }
 
     /// The table as GitHub-flavoured Markdown.
     pub fn markdown(&self) -> String {
-        let mut out = String::new();
         let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-        out.push_str(&line(&self.headers));
-        let rule: Vec<String> = self.headers.iter().map(|_| "---".to_string()).collect();
-        out.push_str(&line(&rule));
-        for row in &self.rows {
-            out.push_str(&line(row));
-        }
-        out
+        let rule = line(&vec!["---".to_owned(); self.headers.len()]);
+        let rows = self.rows.iter().map(|r| line(r));
+        line(&self.headers) + &rule + &rows.collect::<String>()
     }
 
     /// The table as aligned plain text for the terminal.
@@ -81,21 +83,13 @@ impl Table {
                 *w = (*w).max(cell.chars().count());
             }
         }
-        let mut out = String::new();
-        let mut line = |cells: &[String]| {
-            for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-                let sep = if i == 0 { "" } else { "  " };
-                let _ = write!(out, "{sep}{cell:<w$}");
-            }
-            out.push('\n');
-        };
-        line(&self.headers);
         let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        line(&rule);
-        for row in &self.rows {
-            line(row);
-        }
-        out
+        let lines = [&self.headers, &rule].into_iter().chain(&self.rows);
+        let line = |cells: &Vec<String>| {
+            let cells = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}"));
+            cells.collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n"
+        };
+        lines.map(line).collect()
     }
 }
 
@@ -105,15 +99,38 @@ pub struct Report {
     dir: PathBuf,
     markdown: String,
     scale: Scale,
+    plots: Vec<String>,
+    bar: ProgressBar,
+    /// The running section: its name, the bar's position when it began,
+    /// its estimated seconds, and when it began.
+    section: (&'static str, u64, u64, Instant),
 }
 
 impl Report {
-    /// A report that will be written into `dir`.
-    pub fn new(dir: impl Into<PathBuf>, scale: Scale) -> Self {
+    /// A report that will be written into `dir`, its sections estimated to
+    /// take `estimate` in all (the progress bar's length).
+    pub fn new(dir: impl Into<PathBuf>, scale: Scale, estimate: Duration) -> Self {
+        // The bar counts estimated seconds, so what is left is its length
+        // less its position (indicatif's own estimate needs a history first).
+        let bar = ProgressBar::new(estimate.as_secs().max(1));
+        let left = |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let left = s.len().unwrap_or(0).saturating_sub(s.pos());
+            let _ = write!(w, "{:#}", HumanDuration(Duration::from_secs(left)));
+        };
+        let style = ProgressStyle::with_template(
+            "{elapsed:>4} [{bar:30}] {percent:>3}%, about {left} left: {msg}",
+        );
+        let style = style.expect("a valid template").with_key("left", left);
+        bar.set_style(style.progress_chars("=> "));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let (dir, markdown, plots) = (dir.into(), String::new(), Vec::new());
         Self {
-            dir: dir.into(),
-            markdown: String::new(),
+            dir,
+            markdown,
             scale,
+            plots,
+            bar,
+            section: ("", 0, 0, Instant::now()),
         }
     }
 
@@ -127,99 +144,71 @@ impl Report {
         &self.dir
     }
 
+    /// Mark the start of area `name` (for `--only`), estimated to take
+    /// `estimate`: the progress bar shows it, and moves past the area before.
+    pub fn begin(&mut self, name: &'static str, estimate: Duration) {
+        let position = self.section.1 + self.section.2;
+        self.section = (name, position, estimate.as_secs(), Instant::now());
+        self.progress("starting");
+    }
+
+    /// Show what runs now on the progress bar (not kept in the report).
+    pub fn progress(&self, text: &str) {
+        let (name, start, estimate, began) = self.section;
+        // Within an area the bar follows the clock, short of the area's
+        // end: the estimate is only an estimate.
+        let elapsed = began.elapsed().as_secs().min(estimate * 9 / 10);
+        self.bar.set_position(start + elapsed);
+        self.bar.set_message(format!("{name}: {text}"));
+    }
+
+    fn print(&self, text: &str) {
+        self.bar.suspend(|| println!("{text}"));
+    }
+
     /// Start a section.
     pub fn section(&mut self, title: &str) {
-        println!("\n## {title}\n");
+        self.print(&format!("\n## {title}\n"));
         let _ = write!(self.markdown, "\n## {title}\n\n");
     }
 
     /// A paragraph of text.
     pub fn text(&mut self, text: &str) {
-        println!("{text}\n");
+        self.print(&format!("{text}\n"));
         let _ = write!(self.markdown, "{text}\n\n");
-    }
-
-    /// A progress line: shown on the terminal, not kept in the report.
-    pub fn progress(&self, text: &str) {
-        eprintln!("  .. {text}");
     }
 
     /// A table, printed and kept.
     pub fn table(&mut self, table: &Table) {
-        println!("{}", table.plain());
+        self.print(&table.plain());
         let _ = writeln!(self.markdown, "{}", table.markdown());
     }
 
     /// Save a chart as `<file>.svg` in the report folder and show it in the
     /// report, its title as the image's alt text.
-    pub fn plot(&mut self, file: &str, plot: &dyn crate::plot::Chart) {
+    pub(crate) fn plot(&mut self, file: &str, plot: &dyn Chart) {
         let name = format!("{file}.svg");
-        match plot.save(&self.dir.join(&name)) {
+        let svg = plot.svg();
+        let saved = svg.and_then(|svg| {
+            std::fs::create_dir_all(&self.dir).and(std::fs::write(self.dir.join(&name), svg))
+        });
+        match saved {
             Ok(()) => {
-                println!("(plot written: {})", self.dir.join(&name).display());
                 let _ = write!(self.markdown, "![{}]({name})\n\n", plot.title());
+                self.plots.push(name);
             }
             Err(e) => self.text(&format!("(could not write plot {name}: {e})")),
         }
     }
 
-    /// Write `report.md` into the report folder and return its path.
-    pub fn finish(&self, header: &str) -> io::Result<PathBuf> {
-        fs::create_dir_all(&self.dir)?;
+    /// Write `report.md` into the report folder, clear the progress bar,
+    /// and return the report's path and the plots written.
+    pub fn finish(&self, header: &str) -> io::Result<(PathBuf, &[String])> {
+        self.bar.finish_and_clear();
+        std::fs::create_dir_all(&self.dir)?;
         let path = self.dir.join("report.md");
-        fs::write(&path, format!("{header}{}", self.markdown))?;
-        Ok(path)
-    }
-}
-
-/// The spread of one figure over repetitions: minimum, median, maximum.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spread {
-    /// The smallest value.
-    pub min: f64,
-    /// The median (the mean of the middle two for an even count).
-    pub median: f64,
-    /// The largest value.
-    pub max: f64,
-}
-
-impl Spread {
-    /// The spread of `values` (at least one; NaNs sort last).
-    ///
-    /// # Panics
-    ///
-    /// If `values` is empty.
-    pub fn of(values: &[f64]) -> Self {
-        assert!(!values.is_empty(), "a spread needs at least one value");
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        Self {
-            min: sorted[0],
-            median,
-            max: sorted[n - 1],
-        }
-    }
-
-    /// `min / median / max`, each written by `f` (a unit, a precision).
-    pub fn show_each(&self, f: impl Fn(f64) -> String) -> String {
-        format!("{} / {} / {}", f(self.min), f(self.median), f(self.max))
-    }
-
-    /// `median (min–max)` with `decimals` digits after the point.
-    pub fn show(&self, decimals: usize) -> String {
-        format!(
-            "{:.d$} ({:.d$}–{:.d$})",
-            self.median,
-            self.min,
-            self.max,
-            d = decimals
-        )
+        std::fs::write(&path, format!("{header}{}", self.markdown))?;
+        Ok((path, &self.plots))
     }
 }
 
@@ -236,6 +225,15 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `n` and its share of `of`: `1,234 (5.000 %)`.
+pub fn share(n: u64, of: u64, decimals: usize) -> String {
+    format!(
+        "{} ({:.decimals$} %)",
+        thousands(n),
+        n as f64 * 100.0 / of.max(1) as f64
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,22 +243,24 @@ mod tests {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(26_184), "26,184");
         assert_eq!(thousands(53_477_392), "53,477,392");
     }
 
     #[test]
-    fn spread_is_min_median_max() {
-        let s = Spread::of(&[3.0, 1.0, 2.0]);
-        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
-        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
-        assert_eq!(s.show(1), "2.0 (1.0–3.0)");
+    fn tables_render_as_markdown_and_aligned_text() {
+        let mut t = Table::new("a | bb");
+        t.row("1 | 2");
+        t.cells(["333", "4"]);
+        assert_eq!(
+            t.markdown(),
+            "| a | bb |\n| --- | --- |\n| 1 | 2 |\n| 333 | 4 |\n"
+        );
+        assert_eq!(t.plain(), "a    bb\n---  --\n1    2\n333  4\n");
     }
 
     #[test]
-    fn markdown_table_has_a_rule_after_the_header() {
-        let mut t = Table::new(["a", "b"]);
-        t.row(["1", "2"]);
-        assert_eq!(t.markdown(), "| a | b |\n| --- | --- |\n| 1 | 2 |\n");
+    #[should_panic(expected = "row width must match headers")]
+    fn a_row_of_the_wrong_width_is_refused() {
+        Table::new("a | b").row("1");
     }
 }

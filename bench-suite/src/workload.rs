@@ -25,37 +25,13 @@ pub fn zipf(len: usize, s: f64, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Run one thread per stream, all released together by a barrier, each
-/// calling `op` on every key of its stream and counting the calls that
-/// return true. Returns the slowest thread's time and the total count.
-pub fn run_streams<F>(streams: &[Vec<u32>], op: F) -> (std::time::Duration, u64)
-where
-    F: Fn(u32) -> bool + Sync,
-{
-    let barrier = std::sync::Barrier::new(streams.len());
-    let results: Vec<(std::time::Duration, u64)> = std::thread::scope(|s| {
-        let handles: Vec<_> = streams
-            .iter()
-            .map(|keys| {
-                let (barrier, op) = (&barrier, &op);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = std::time::Instant::now();
-                    let mut hits = 0u64;
-                    for &key in keys {
-                        hits += u64::from(op(key));
-                    }
-                    (start.elapsed(), hits)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    let slowest = results.iter().map(|r| r.0).max().unwrap_or_default();
-    (slowest, results.iter().map(|r| r.1).sum())
+/// The next number of a xorshift generator (never zero from a non-zero
+/// state): cheap enough for a load loop's keys and delays.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
 }
 
 #[cfg(test)]
@@ -74,8 +50,8 @@ mod tests {
     fn zipf_puts_most_mass_on_small_keys() {
         let keys = zipf(100_000, 1.1, 1);
         assert!(keys.iter().all(|&k| k < KEYS));
-        let head = keys.iter().filter(|&&k| k < 100).count();
         // With s = 1.1 over 1 M keys the first 100 keys carry about half the mass.
+        let head = keys.iter().filter(|&&k| k < 100).count();
         assert!(head > 30_000, "head {head}");
     }
 }
