@@ -1,0 +1,208 @@
+//! A settlement that cannot be made is reported, never lost and never a panic.
+
+use super::*;
+
+/// A settler whose settlements fail after a wait, like a backend that is
+/// down: the response is unharmed, nothing panics, and each failure is
+/// reported through `tracing`.
+struct Unsettleable(KeyedLimiter<String, FixedWindow, ManualClock>);
+
+impl CheckKeyAsync<String> for Unsettleable {
+    type Future = std::future::Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key_async(&self, key: &String, cost: u32) -> Self::Future {
+        std::future::ready(self.0.check_n(key, cost))
+    }
+}
+
+impl SettleKey<String> for Unsettleable {
+    type Error = std::io::Error;
+    type Settling = Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>;
+
+    fn settle_key(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Err(std::io::Error::other("backend down"))
+        })
+    }
+}
+
+pub(super) mod warnings {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    /// Counts warnings of failed settlements, and nothing else.
+    pub struct Warnings(pub Arc<AtomicUsize>);
+
+    /// The message of an event.
+    #[derive(Default)]
+    struct Message(String);
+
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl Subscriber for Warnings {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut message = Message::default();
+            event.record(&mut message);
+            if *event.metadata().level() == tracing::Level::WARN
+                && message.0.contains("a settlement failed")
+            {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Held by a test while its subscriber is installed: tracing caches
+    /// each callsite's interest across threads, and scoped subscribers
+    /// installed and dropped by two tests at once can leave a callsite
+    /// cached as of interest to neither.
+    pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Install `subscriber` on this thread for `f`, one test at a time,
+    /// with every callsite's interest recomputed for it.
+    pub fn counting<R>(subscriber: Warnings, f: impl FnOnce() -> R) -> R {
+        let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        })
+    }
+
+    pub fn count() -> Arc<AtomicUsize> {
+        Arc::new(AtomicUsize::new(0))
+    }
+
+    pub fn read(count: &AtomicUsize) -> usize {
+        count.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
+    let count = warnings::count();
+    let subscriber = warnings::Warnings(Arc::clone(&count));
+    // One thread, so the subscriber sees the server's tasks too.
+    warnings::counting(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let app = routes().layer(
+                RateLimitLayer::new(Unsettleable(in_process(100)), by_user())
+                    .settle(Settle::body_bytes()),
+            );
+            let addr = serve(app).await;
+            let client = client();
+            for _ in 0..3 {
+                let got = get_as(&client, addr, "ivy", "/stream/2/10").await;
+                assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
+            }
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while warnings::read(&count) < 3 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "failures unreported"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    });
+    assert_eq!(
+        warnings::read(&count),
+        3,
+        "one report per failed settlement"
+    );
+}
+
+/// The value of the sample of `metric` whose labels include every one of
+/// `labels`, or 0 when there is none.
+#[cfg(feature = "metrics")]
+fn sample(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn settlements_are_counted_by_outcome() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // A recorder of this thread's own, so other tests in the binary do not
+    // count here; one thread, so it sees the server's tasks too.
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let bytes = routes().layer(
+                RateLimitLayer::new(in_process(10_000), by_user())
+                    .policy_name("bytes")
+                    .settle(Settle::body_bytes()),
+            );
+            let down = routes().layer(
+                RateLimitLayer::new(Unsettleable(in_process(100)), by_user())
+                    .policy_name("down")
+                    .settle(Settle::body_bytes()),
+            );
+            let (bytes, down) = (serve(bytes).await, serve(down).await);
+            let client = client();
+            for path in ["/stream/4/500", "/stream/1/1", "/empty", "/empty"] {
+                assert_eq!(
+                    get_as(&client, bytes, "kim", path).await.status,
+                    StatusCode::OK
+                );
+            }
+            assert_eq!(
+                get_as(&client, down, "kim", "/stream/2/10").await.status,
+                StatusCode::OK
+            );
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            let metric = "weir_rate_settlements_total";
+            while sample(&handle.render(), metric, &["limiter=\"down\""]) < 1.0 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the failure went uncounted"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    });
+    let text = handle.render();
+    let count = |limiter: &str, outcome: &str| {
+        sample(
+            &text,
+            "weir_rate_settlements_total",
+            &[
+                &format!("limiter=\"{limiter}\""),
+                &format!("outcome=\"{outcome}\""),
+            ],
+        )
+    };
+    assert_eq!(count("bytes", "charge"), 1.0, "{text}");
+    assert_eq!(count("bytes", "refund"), 2.0, "{text}");
+    assert_eq!(count("bytes", "error"), 0.0, "{text}");
+    assert_eq!(count("down", "error"), 1.0, "{text}");
+}
