@@ -203,34 +203,3 @@ fn parse_node(line: &str) -> Option<NodeInfo> {
         slots,
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::CommandStats;
-
-    #[test]
-    fn command_stats_read_one_commands_line() {
-        let info = "# Commandstats\r\n\
-            cmdstat_eval:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0\r\n\
-            cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,rejected_calls=0\r\n\
-            cmdstat_script|load:calls=2,usec=7,usec_per_call=3.50\r\n";
-        let stats = |c| CommandStats::parse(info, c);
-        assert_eq!(
-            stats("evalsha"),
-            CommandStats {
-                calls: 12,
-                usec: 345.0
-            }
-        );
-        assert_eq!(
-            stats("eval"),
-            CommandStats {
-                calls: 3,
-                usec: 90.0
-            }
-        );
-        assert_eq!(stats("script|load").calls, 2);
-        // `usec` is not `usec_per_call`; an absent command ran zero times.
-        assert_eq!(stats("get"), CommandStats::default());
-    }
-}
