@@ -36,7 +36,7 @@ pub const RAKELIMIT_PUBLISHED_NS: (f64, f64) = (385.0, 417.0);
 pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
     (0..n as u64)
         .map(|i| {
-            let r = weir_limits::sketch::SplitMix64::new(seed ^ i).next_u64();
+            let r = weir_primitives::random::SplitMix64::new(seed ^ i).next_u64();
             let port = (r >> 48) as u16 | 1;
             if v6 {
                 let src =

@@ -15,7 +15,7 @@ use weir_hhh::clock::{ManualClock, MonotonicClock, Timestamp};
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::tuple::{MAX_EXTENSION_HEADERS, UNKNOWN_PORT};
 use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation};
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 
 /// What a receive loop delivers when it judges raw packets with
 /// `classify_packet`: an error it cannot attribute is passed (a limiter must

@@ -22,6 +22,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use weir_primitives::time::duration_to_nanos;
+use weir_primitives::tsc::{Scale, Tsc};
 
 /// A source of monotonic time, in nanoseconds since the clock's own epoch.
 ///
@@ -150,12 +152,14 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// calibrated against the OS clock, with its epoch at the first
 /// `MonotonicClock` the process created (all instances read the same time).
 ///
-/// Reading it is a `rdtsc` and a multiply, about half what `Instant::now()`
-/// costs on this project's VM (both are measured in `cargo xtask bench
-/// --only rate`): on a limiter's hot path the clock read matters. Where the counter
-/// is not invariant or the kernel does not trust it, it falls back to the
-/// OS monotonic clock. Readings on different cores that disagree by a few
-/// cycles saturate to "no time passed" instead of going backwards.
+/// Reading it is a counter read and a multiply, cheaper than
+/// `Instant::now()`; on a limiter's hot path the clock read matters. Where
+/// the kernel does not keep time with the counter (so it may not be
+/// invariant or synchronised across cores), it reads the OS monotonic clock
+/// instead. Readings on different cores that disagree by a few cycles
+/// saturate to "no time passed" instead of going backwards. The first
+/// `MonotonicClock` of a process waits up to 20 ms for the counter's
+/// calibration.
 ///
 /// ```
 /// use weir_limits::clock::{Clock, MonotonicClock};
@@ -166,8 +170,12 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct MonotonicClock {
-    clock: quanta::Clock,
+    counter: &'static Tsc,
+    /// The counter's reading at the epoch.
     origin: u64,
+    /// The counter's calibration; `None` when it could not be calibrated
+    /// and `origin` is on the OS clock.
+    scale: Option<Scale>,
 }
 
 impl MonotonicClock {
@@ -176,9 +184,17 @@ impl MonotonicClock {
         static SHARED: OnceLock<MonotonicClock> = OnceLock::new();
         SHARED
             .get_or_init(|| {
-                let clock = quanta::Clock::new();
-                let origin = clock.raw();
-                Self { clock, origin }
+                let counter = Tsc::global();
+                let scale = counter.scale();
+                let origin = match scale {
+                    Some(_) => counter.read(),
+                    None => counter.os_nanos(),
+                };
+                Self {
+                    counter,
+                    origin,
+                    scale,
+                }
             })
             .clone()
     }
@@ -193,7 +209,10 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        self.clock.delta_as_nanos(self.origin, self.clock.raw())
+        match self.scale {
+            Some(scale) => scale.nanos(self.counter.read().saturating_sub(self.origin)),
+            None => self.counter.os_nanos().saturating_sub(self.origin),
+        }
     }
 }
 
@@ -245,8 +264,8 @@ impl Clock for StdClock {
 
 /// The [`MonotonicClock`]'s time as of at most about
 /// [`INTERVAL`](Self::INTERVAL) ago: a check reads one shared word that a
-/// background thread refreshes, instead of the time-stamp counter (whose
-/// read was a fifth of an exact keyed check's time on this project's VM).
+/// background thread refreshes, instead of the time-stamp counter, for hot
+/// paths where even a counter read is a noticeable share of the work.
 ///
 /// One upkeep thread per process (`weir-recent-clock`), started by the
 /// first `new`, wakes every `INTERVAL` for the life of the process. Its
@@ -349,23 +368,16 @@ impl RecentClock {
 }
 
 /// Make a forked child forget its parent's upkeep thread, which did not
-/// survive the fork, so that its first reading starts its own.
+/// survive the fork, so that its first reading starts its own. If the hook
+/// cannot be registered (no memory), a forked child's clocks stand still,
+/// which only makes its limiters deny more.
 fn watch_forks() {
-    #[cfg(unix)]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            extern "C" fn in_child() {
-                // Async-signal-safe: two lock-free atomic stores.
-                RECENT.store(0, Ordering::Relaxed);
-                UPKEEP_STATE.store(NO_UPKEEP, Ordering::Relaxed);
-            }
-            // SAFETY: registers a handler that only stores to two atomics.
-            // It fails only without memory (ENOMEM); a forked child's clocks
-            // then stand still, which only makes its limiters deny more.
-            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        });
+    fn in_child() {
+        // Async-signal-safe: two lock-free atomic stores.
+        RECENT.store(0, Ordering::Relaxed);
+        UPKEEP_STATE.store(NO_UPKEEP, Ordering::Relaxed);
     }
+    let _ = weir_primitives::fork::on_fork_in_child(in_child);
 }
 
 impl Default for RecentClock {
@@ -431,19 +443,6 @@ impl Clock for ManualClock {
     fn now_nanos(&self) -> u64 {
         self.nanos.load(Ordering::SeqCst)
     }
-}
-
-/// A `Duration` as whole nanoseconds, saturating at `u64::MAX` (584 years).
-///
-/// ```
-/// use std::time::Duration;
-/// use weir_limits::clock::duration_to_nanos;
-///
-/// assert_eq!(duration_to_nanos(Duration::from_micros(5)), 5_000);
-/// assert_eq!(duration_to_nanos(Duration::MAX), u64::MAX);
-/// ```
-pub fn duration_to_nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

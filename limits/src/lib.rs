@@ -37,7 +37,7 @@ pub mod pingora;
 mod rate;
 mod sharded;
 pub mod sketch;
-pub mod sync;
+mod sync;
 
 pub use error::ConfigError;
 pub use estimator::{Estimator, Update};

@@ -6,14 +6,13 @@
 
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
-use weir_limits::clock::{
-    Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, duration_to_nanos,
-};
+use weir_limits::clock::{Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp};
 use weir_limits::sketch::Locator;
 use weir_limits::{
     ConfigError, Estimator, HeavyHitters, Inflight, Layout, Observation, Rate, Shape,
     ShardedEstimator, Update,
 };
+use weir_primitives::time::duration_to_nanos;
 
 /// Costs a caller might pass on purpose or by a bug.
 const COSTS: [isize; 6] = [isize::MAX, isize::MAX, isize::MIN, isize::MIN, -1, 1];

@@ -8,7 +8,6 @@
 //! the clock module), so a `Timeout` that is ready on its first poll costs
 //! one branch over the bare future.
 
-use crate::clock;
 use crate::manager::{Arm, Inner, TimerManager, tokio_clock_paused};
 use crate::table::Armed;
 use pin_project_lite::pin_project;
@@ -18,6 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use weir_primitives::time::duration_to_nanos;
 
 /// The error of a [`Timeout`] whose deadline passed before its future
 /// completed.
@@ -169,7 +169,7 @@ impl Timer {
             return Poll::Ready(());
         }
         let inner = self.source.inner();
-        match inner.arm(clock::duration_ns(remaining), cx.waker()) {
+        match inner.arm(duration_to_nanos(remaining), cx.waker()) {
             Arm::Armed(armed) => {
                 self.state = State::Armed(armed);
                 Poll::Pending
@@ -226,7 +226,7 @@ fn paused_wait(deadline: Deadline) -> State {
     if remaining.is_zero() {
         return State::Elapsed;
     }
-    if clock::duration_ns(remaining) == u64::MAX {
+    if duration_to_nanos(remaining) == u64::MAX {
         return State::Never;
     }
     match now.checked_add(remaining) {

@@ -9,7 +9,7 @@ use super::conn::Link;
 use super::scripts::{self, Raw};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// The part of a limiter that talks to Redis, shared with the batcher.
 pub(crate) struct Core {

@@ -166,7 +166,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when non-empty) or of

@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 use thread_local::ThreadLocal;
+use weir_primitives::time::duration_to_nanos;
 
 /// The default tick: 10 ms, as in pingora.
 pub const DEFAULT_RESOLUTION: Duration = Duration::from_millis(10);
@@ -242,7 +243,7 @@ impl TimerManager {
         watch_forks();
         Ok(Self {
             inner: Arc::new(Inner {
-                resolution_ns: clock::duration_ns(resolution),
+                resolution_ns: duration_to_nanos(resolution),
                 clock: Clock::new(),
                 tables: ThreadLocal::new(),
                 late: ThreadTable::default(),
