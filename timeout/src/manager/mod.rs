@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
-use thread_local::ThreadLocal;
+use weir_primitives::local::ThreadLocal;
 use weir_primitives::time::duration_to_nanos;
 
 /// The default tick: 10 ms, as in pingora.
@@ -394,8 +394,11 @@ impl Inner {
         if me == TORN_DOWN {
             return self.arm_late(duration_ns, waker);
         }
-        let table = self.tables.get_or(ThreadTable::default);
-        self.arm_in(table, me, duration_ns, waker)
+        match self.tables.get_or(ThreadTable::default) {
+            Some(table) => self.arm_in(table, me, duration_ns, waker),
+            // The thread's thread-locals are being torn down.
+            None => self.arm_late(duration_ns, waker),
+        }
     }
 
     /// Arm in `table`, whose owner the caller is as thread `me`.
