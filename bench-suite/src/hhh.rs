@@ -18,7 +18,7 @@ use weir_hhh::tuple::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::ManualClock;
 use weir_limits::clock::Timestamp;
-use weir_limits::sketch::{Layout, Shape};
+use weir_limits::{Layout, Shape};
 
 /// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
 /// VM, ns per packet (IPv4, IPv6), and an empty socket filter in the same

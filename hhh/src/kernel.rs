@@ -85,8 +85,9 @@ use std::fmt;
 use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
+use weir_limits::Layout;
 use weir_limits::clock::Clock;
-use weir_limits::sketch::{LANES, Layout, ROW_MULTIPLIERS};
+use weir_limits::sketch::{LANES, ROW_MULTIPLIERS};
 
 /// The compiled filter (`bpf/filter.c`, built by `build.rs`).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));
@@ -783,7 +784,7 @@ pub fn ethernet_frame(packet: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::Classifier;
-    use weir_limits::sketch::Shape;
+    use weir_limits::Shape;
 
     /// A socket filter that reads a map value without a NULL check
     /// (`bpf/rejected.c`), which every kernel's verifier refuses.

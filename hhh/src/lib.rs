@@ -66,7 +66,8 @@ pub mod clock {
 /// Sketch shapes ([`ClassifierBuilder::shape`]) and the locator a [`Classifier`]
 /// exposes, re-exported from weir-limits.
 pub mod sketch {
-    pub use weir_limits::sketch::{Layout, Location, Locator, Shape};
+    pub use weir_limits::sketch::{Location, Locator};
+    pub use weir_limits::{Layout, Shape};
 }
 
 pub use classifier::{

@@ -132,8 +132,9 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::{FourTuple, ParseError};
 use std::time::Duration;
 use thread_local::ThreadLocal;
+use weir_limits::Shape;
 use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
-use weir_limits::sketch::{Locator, Shape};
+use weir_limits::sketch::Locator;
 use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
 /// Cells per block (one block = the cells a blocked key can use).
@@ -718,7 +719,7 @@ mod tests {
         );
         // One sketch of 2³⁰ cells is valid; twelve are more than the
         // classifier's table addresses: an error, not an allocation abort.
-        let huge = Shape::try_new(1, 1 << 30, weir_limits::sketch::Layout::Rows).unwrap();
+        let huge = Shape::try_new(1, 1 << 30, weir_limits::Layout::Rows).unwrap();
         assert!(matches!(
             Classifier::builder(1).shape(huge).build(),
             Err(ClassifierConfigError::Limits(
