@@ -29,18 +29,11 @@ use weir_primitives::time::duration_to_nanos;
 /// use std::io;
 /// use weir_timeout::Elapsed;
 ///
-/// let e: io::Error = Elapsed::new().into();
+/// let e: io::Error = Elapsed::default().into();
 /// assert_eq!(e.kind(), io::ErrorKind::TimedOut);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Elapsed(());
-
-impl Elapsed {
-    /// An `Elapsed` error (for tests and adapters).
-    pub fn new() -> Self {
-        Self(())
-    }
-}
 
 impl fmt::Display for Elapsed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -262,6 +255,14 @@ pin_project! {
     /// Each poll polls the inner future first, so a result that is ready is
     /// returned even if the deadline has just passed, and a future that is
     /// ready at once never arms a timer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let slow = weir_timeout::timeout(Duration::from_millis(5), std::future::pending::<()>());
+    /// assert_eq!(slow.await, Err(weir_timeout::Elapsed::default()));
+    /// # });
+    /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     #[derive(Debug)]
     pub struct Timeout<F> {
@@ -285,11 +286,6 @@ impl<F> Timeout<F> {
     /// The inner future, mutably.
     pub fn get_mut(&mut self) -> &mut F {
         &mut self.future
-    }
-
-    /// The inner future, pinned.
-    pub fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut F> {
-        self.project().future
     }
 
     /// Give up the deadline and take back the inner future (cancelling the
@@ -335,6 +331,16 @@ impl<F: Future> Future for Timeout<F> {
 /// [`sleep_until`] or [`reset`](Sleep::reset), is fixed), and the deadline
 /// is rounded up to the manager's tick: it never completes early and is late
 /// by at most one tick plus the sweeper's wake-up latency.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let start = Instant::now();
+/// let nap: weir_timeout::Sleep = weir_timeout::sleep(Duration::from_millis(3));
+/// nap.await;
+/// assert!(start.elapsed() >= Duration::from_millis(3));
+/// # });
+/// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Sleep {

@@ -168,7 +168,16 @@ impl Metrics {
     }
 }
 
-/// Why a [`TimerManager`] could not be built.
+/// Why a [`TimerManager`] could not be built: a resolution outside
+/// [`MIN_RESOLUTION`]`..=`[`MAX_RESOLUTION`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::TimerManager;
+///
+/// let err = TimerManager::try_new(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(err.requested(), Duration::from_secs(7200));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidResolution {
     requested: Duration,
@@ -224,7 +233,9 @@ static GLOBAL: OnceLock<TimerManager> = OnceLock::new();
 impl TimerManager {
     /// A manager whose deadlines are rounded up to multiples of `resolution`.
     ///
-    /// Returns [`InvalidResolution`] unless `resolution` is between
+    /// # Errors
+    ///
+    /// [`InvalidResolution`] unless `resolution` is between
     /// [`MIN_RESOLUTION`] and [`MAX_RESOLUTION`].
     ///
     /// ```
@@ -325,6 +336,7 @@ impl TimerManager {
     /// assert_eq!(published.armed(), 0);
     /// ```
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_metrics(&self, manager: &str) -> Metrics {
         let m = self.metrics();
         crate::telemetry::publish(manager, &m);
