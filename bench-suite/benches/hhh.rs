@@ -8,8 +8,8 @@ use std::hint::black_box;
 use weir_bench_suite::hhh::{tuples, unlimited};
 use weir_hhh::FourTuple;
 use weir_hhh::test_util::udp_packet;
+use weir_limits::Layout;
 use weir_limits::clock::Timestamp;
-use weir_limits::sketch::Layout;
 
 fn classify(c: &mut Criterion) {
     let mut group = c.benchmark_group("hhh/classify");

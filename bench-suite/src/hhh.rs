@@ -17,7 +17,7 @@ use weir_hhh::random::{RandomSource, SeededRandom};
 use weir_hhh::test_util::udp_packet;
 use weir_hhh::{Classifier, FourTuple};
 use weir_limits::clock::{ManualClock, Timestamp};
-use weir_limits::sketch::{Layout, Shape};
+use weir_limits::{Layout, Shape};
 
 /// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
 /// VM, ns per packet (IPv4, IPv6), and an empty socket filter in the same
@@ -33,7 +33,7 @@ const RAKELIMIT_PUBLISHED_NS: (f64, f64) = (385.0, 417.0);
 /// (addresses in a /8, random ports): every generalisation sees many keys.
 pub fn tuples(n: usize, v6: bool, seed: u64) -> Vec<FourTuple> {
     let tuple = |i: u64| {
-        let r = weir_limits::sketch::SplitMix64::new(seed ^ i).next_u64();
+        let r = weir_primitives::random::SplitMix64::new(seed ^ i).next_u64();
         let port = (r >> 48) as u16 | 1;
         let (src, dst): (IpAddr, IpAddr) = if v6 {
             let src = Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(r & 0xffff_ffff_ffff));

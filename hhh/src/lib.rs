@@ -69,7 +69,7 @@ pub mod clock {
 /// The shape of the classifier's sketches ([`ClassifierBuilder::shape`]),
 /// re-exported from weir-limits.
 pub mod sketch {
-    pub use weir_limits::sketch::{Layout, Shape};
+    pub use weir_limits::{Layout, Shape};
 }
 
 pub use classifier::{Classifier, ClassifierBuilder, LevelStats, Limited, Stats, Verdict};

@@ -47,7 +47,7 @@ impl<R: RandomSource + ?Sized> RandomSource for std::sync::Arc<R> {
     }
 }
 
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 
 const GOLDEN: u64 = SplitMix64::GOLDEN;
 

@@ -44,7 +44,8 @@ use crate::random::RandomSource;
 use crate::tuple::FourTuple;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-use weir_limits::clock::{Clock, Timestamp, duration_to_nanos};
+use weir_limits::clock::{Clock, Timestamp};
+use weir_primitives::time::duration_to_nanos;
 
 /// Where a stream's addresses come from.
 ///
@@ -259,7 +260,7 @@ impl ScenarioOutcome {
 }
 
 /// A small deterministic generator for random fields.
-struct Fields(weir_limits::sketch::SplitMix64);
+struct Fields(weir_primitives::random::SplitMix64);
 
 impl Fields {
     fn next(&mut self) -> u64 {
@@ -344,7 +345,7 @@ pub fn run_with(
         })
         .collect();
     let mut next_k = vec![0u64; scenario.streams.len()];
-    let mut fields = Fields(weir_limits::sketch::SplitMix64::new(scenario.seed));
+    let mut fields = Fields(weir_primitives::random::SplitMix64::new(scenario.seed));
     loop {
         // The stream whose next packet comes first (ties: lowest index).
         let mut best: Option<(u64, usize)> = None;

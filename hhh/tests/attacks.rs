@@ -14,7 +14,7 @@ use std::time::Duration;
 use weir_hhh::clock::{ManualClock, MonotonicClock, Timestamp};
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation, UNKNOWN_PORT};
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 
 /// The most IPv6 extension headers walked to the ports, as documented on
 /// `FourTuple::parse` and `ParseError::TooManyExtensionHeaders`.

@@ -1,5 +1,5 @@
 //! A flat array of atomic counters laid out in cache-line-aligned groups of
-//! eight, so that a [`Layout::Blocked`](crate::sketch::Layout) key's
+//! eight, so that a [`Layout::Blocked`](crate::Layout) key's
 //! counters never straddle two lines.
 
 use crate::sketch::LANES;

@@ -5,9 +5,9 @@ use std::fmt;
 /// Why a structure could not be built with the requested configuration.
 ///
 /// ```
-/// use weir_limits::{ConfigError, Estimator};
+/// use weir_limits::{ConfigError, Layout, Shape};
 ///
-/// assert_eq!(Estimator::try_new(0, 1024).unwrap_err(), ConfigError::ZeroHashes);
+/// assert_eq!(Shape::try_new(0, 1024, Layout::Rows), Err(ConfigError::ZeroHashes));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -43,13 +43,22 @@
 //! takes 292 years); conservative updates saturate at `isize::MAX`. Nothing
 //! panics.
 
-use crate::ConfigError;
+use crate::Shape;
 use crate::counters::Counters;
-use crate::sketch::{self, Layout, Location, Locator, Shape};
+use crate::sketch::{self, Location, Locator};
 use crate::sync::Ordering;
 use std::hash::Hash;
 
 /// How an increment changes a key's counters.
+///
+/// ```
+/// use weir_limits::{Estimator, Shape, Update};
+///
+/// // Conservative: lower overestimates for skewed traffic, no decrements.
+/// let hits = Estimator::with_update(Shape::rows::<4, 1024>(), Update::Conservative);
+/// hits.incr("/index.html", 3);
+/// assert!(hits.get("/index.html") >= 3);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Update {
     /// Add to every counter (supports decrements).
@@ -66,7 +75,7 @@ pub enum Update {
 /// `reset`); its constructor takes a [`Shape`], so it cannot fail.
 ///
 /// ```
-/// use weir_limits::{Estimator, sketch::Shape};
+/// use weir_limits::{Estimator, Shape};
 ///
 /// let estimator = Estimator::new(Shape::rows::<4, 1024>());
 /// assert_eq!(estimator.incr("red", 1), 1);
@@ -90,26 +99,13 @@ impl Estimator {
     /// A sketch of `shape` with the given update rule.
     ///
     /// ```
-    /// use weir_limits::{Estimator, Update, sketch::Shape};
+    /// use weir_limits::{Estimator, Shape, Update};
     ///
     /// let estimator = Estimator::with_update(Shape::rows::<4, 4096>().with_seed(42), Update::Conservative);
     /// assert_eq!(estimator.incr(&7u32, 5), 5);
     /// ```
     pub fn with_update(shape: Shape, update: Update) -> Self {
         Self::from_parts(Locator::new(shape), update)
-    }
-
-    /// A rows-layout sketch of `hashes × slots` with plain updates and a
-    /// random seed, from dimensions known only at run time.
-    ///
-    /// ```
-    /// use weir_limits::{ConfigError, Estimator};
-    ///
-    /// assert!(Estimator::try_new(3, 1024).is_ok());
-    /// assert_eq!(Estimator::try_new(3, 0).unwrap_err(), ConfigError::ZeroSlots);
-    /// ```
-    pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        Ok(Self::new(Shape::try_new(hashes, slots, Layout::Rows)?))
     }
 
     pub(crate) fn from_parts(locator: Locator, update: Update) -> Self {
@@ -149,21 +145,6 @@ impl Estimator {
         self.counters.clear();
     }
 
-    /// Counters per key.
-    pub fn hashes(&self) -> usize {
-        self.locator.hashes()
-    }
-
-    /// Counters per hash (row width).
-    pub fn slots(&self) -> usize {
-        self.locator.slots()
-    }
-
-    /// The memory layout.
-    pub fn layout(&self) -> Layout {
-        self.locator.layout()
-    }
-
     /// The update rule.
     pub fn update_rule(&self) -> Update {
         self.update
@@ -175,7 +156,7 @@ impl Estimator {
     }
 
     /// The locator, for structures that keep their own state per key position.
-    pub fn locator(&self) -> &Locator {
+    pub(crate) fn locator(&self) -> &Locator {
         &self.locator
     }
 
@@ -268,9 +249,9 @@ impl Estimator {
 impl std::fmt::Debug for Estimator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Estimator")
-            .field("hashes", &self.hashes())
-            .field("slots", &self.slots())
-            .field("layout", &self.layout())
+            .field("hashes", &self.locator.hashes())
+            .field("slots", &self.locator.slots())
+            .field("layout", &self.locator.layout())
             .field("update", &self.update)
             .finish_non_exhaustive()
     }
@@ -279,6 +260,7 @@ impl std::fmt::Debug for Estimator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Layout;
     use proptest::prelude::*;
     use std::collections::HashMap;
 

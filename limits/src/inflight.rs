@@ -28,8 +28,9 @@
 //! limit. The extra cost (a fence and one load per row) is paid here, not by
 //! [`Estimator::incr`].
 
+use crate::Shape;
 use crate::estimator::Estimator;
-use crate::sketch::{Location, Shape};
+use crate::sketch::Location;
 use crate::sync::{Ordering, fence};
 use std::hash::Hash;
 use std::sync::Arc;

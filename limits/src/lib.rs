@@ -13,11 +13,15 @@
 //! * [`HeavyHitters`] — the sketch as a first-stage filter in front of a
 //!   bounded exact table, so heavy keys are counted exactly in little
 //!   memory, even under key spraying.
-//! * [`Shape`] — a sketch's dimensions, layout and seed, valid by
+//! * [`Shape`] — a sketch's dimensions, [`Layout`] and seed, valid by
 //!   construction (checked at compile time with [`Shape::rows`]); every
-//!   sketch in weir is built from one. [`sketch`] holds the hashing and
-//!   layout they share; [`clock`] the injectable clock and its
-//!   [`Timestamp`](clock::Timestamp).
+//!   sketch in weir is built from one.
+//! * [`clock`] — the injectable clock every time-dependent structure reads,
+//!   and its typed [`Timestamp`](clock::Timestamp).
+//! * [`pingora`] — a drop-in for pingora-limits 0.9 on these types.
+//!
+//! Constructors that can fail are named `try_*` and return [`ConfigError`];
+//! `new` never fails.
 //!
 //! ```
 //! use weir_limits::{Estimator, Shape};
@@ -35,14 +39,21 @@ mod heavy;
 mod inflight;
 pub mod pingora;
 mod rate;
+mod shape;
 mod sharded;
+#[doc(hidden)]
 pub mod sketch;
-pub mod sync;
+mod sync;
 
 pub use error::ConfigError;
 pub use estimator::{Estimator, Update};
 pub use heavy::{HeavyCount, HeavyHitters, Observation};
 pub use inflight::{Inflight, InflightGuard};
 pub use rate::{Rate, RateComponents};
+pub use shape::{Layout, Shape};
 pub use sharded::ShardedEstimator;
-pub use sketch::{Layout, Shape};
+
+// The README's examples run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

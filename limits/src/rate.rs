@@ -36,9 +36,10 @@
 //! later window; it is never dropped.
 
 use crate::ConfigError;
+use crate::Shape;
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
-use crate::sketch::{Locator, Shape};
+use crate::sketch::Locator;
 use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use std::hash::Hash;
 use std::time::Duration;
@@ -53,8 +54,23 @@ fn window_number(nanos: u64, interval_nanos: u64) -> u64 {
     (nanos / interval_nanos).min(LAST_WINDOW)
 }
 
-/// What a custom rate function sees: the counts of the previous (complete)
-/// and current (partial) window and how far into the current window we are.
+/// A key's counts of the previous (complete) and current (partial) window
+/// and how far into the current window the reading was taken: the
+/// ingredients of [`Rate::rate`], of the sliding estimate, or of a rate of
+/// your own.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_limits::{Rate, RateComponents, clock::ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone())?;
+/// rate.observe(&"k", 3);
+/// clock.advance(Duration::from_millis(1500));
+/// let c: RateComponents = rate.components(&"k");
+/// assert_eq!((c.previous, c.current, c.elapsed_fraction), (3, 0, 0.5));
+/// # Ok::<(), weir_limits::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct RateComponents {
@@ -130,8 +146,12 @@ impl<C: Clock> Rate<C> {
 
 impl Rate<MonotonicClock> {
     /// A rate over `interval` on the monotonic clock, with sketches of
-    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE), or the reason `interval`
-    /// cannot be one (zero, or longer than 2⁶⁴ ns).
+    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
+    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
     ///
     /// ```
     /// use std::time::Duration;
@@ -147,12 +167,34 @@ impl Rate<MonotonicClock> {
 
 impl<C: Clock> Rate<C> {
     /// A rate over `interval` reading time from `clock`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
+    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_limits::{Rate, clock::ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone())?;
+    /// rate.observe(&"k", 4);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(rate.rate(&"k"), 4.0);
+    /// # Ok::<(), weir_limits::ConfigError>(())
+    /// ```
     pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, ConfigError> {
         Self::try_with_shape(interval, Self::DEFAULT_SHAPE, clock)
     }
 
     /// A rate over `interval` reading time from `clock`, each window's
     /// sketch of `shape`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
+    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
     ///
     /// ```
     /// use std::time::Duration;
@@ -197,22 +239,9 @@ impl<C: Clock> Rate<C> {
         self.components(key).previous_per_second()
     }
 
-    /// The sliding-window estimate of `key`'s events per second (see
-    /// [`RateComponents::sliding_per_second`]).
-    pub fn sliding_rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
-        self.components(key).sliding_per_second()
-    }
-
-    /// A custom rate from the previous and current counts of `key`.
-    pub fn rate_with<K, T, F>(&self, key: &K, rate_fn: F) -> T
-    where
-        K: Hash + ?Sized,
-        F: FnOnce(RateComponents) -> T,
-    {
-        rate_fn(self.components(key))
-    }
-
-    /// The previous and current counts of `key` and the elapsed fraction.
+    /// The previous and current counts of `key` and the elapsed fraction,
+    /// from which [`RateComponents`] computes the previous window's rate and
+    /// the sliding estimate (or a custom rate of your own).
     ///
     /// Never reads a window while a rotation is zeroing it: a reader that
     /// meets a rotation waits for it (a few microseconds, once per

@@ -57,10 +57,10 @@
 //! into the shared table (an atomic add per cell, announced like a flush),
 //! never into its old slot, so two threads never write one view.
 
-use crate::ConfigError;
+use crate::Shape;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
-use crate::sketch::{self, Layout, Location, Locator, Shape};
+use crate::sketch::{self, Location, Locator};
 use crate::sync::{AtomicU64, AtomicUsize, Backoff, Ordering, ThreadLocal, fence};
 use std::hash::Hash;
 use std::num::NonZeroUsize;
@@ -120,18 +120,13 @@ pub struct ShardedEstimator {
 }
 
 impl ShardedEstimator {
-    /// A sketch of `shape` with the default flush interval
-    /// ([`default_flush_every`](Self::default_flush_every)).
+    /// A sketch of `shape` with the default flush interval: sixteen updates
+    /// per counter, so a flush (one pass over the table) costs a small
+    /// fraction of the updates it batches, and never below 1024.
     pub fn new(shape: Shape) -> Self {
         let locator = Locator::new(shape);
         let flush_every = Self::default_flush_every(locator.cells());
         Self::from_locator(locator, flush_every)
-    }
-
-    /// A rows-layout sketch of `hashes × slots` (random seed, default flush
-    /// interval), from dimensions known only at run time.
-    pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ConfigError> {
-        Ok(Self::new(Shape::try_new(hashes, slots, Layout::Rows)?))
     }
 
     /// A sketch of `shape` whose threads each buffer `flush_every` of their
@@ -161,10 +156,9 @@ impl ShardedEstimator {
         }
     }
 
-    /// The default flush interval for a sketch of `cells` counters: sixteen
-    /// updates per counter, so a flush (one pass over the table) costs a
-    /// small fraction of the updates it batches, and never below 1024.
-    pub fn default_flush_every(cells: usize) -> usize {
+    /// The default flush interval for a sketch of `cells` counters (see
+    /// [`new`](Self::new)).
+    pub(crate) fn default_flush_every(cells: usize) -> usize {
         cells.saturating_mul(16).max(1024)
     }
 
@@ -410,16 +404,6 @@ impl ShardedEstimator {
         self.flush_every
     }
 
-    /// Counters per key.
-    pub fn hashes(&self) -> usize {
-        self.shared.hashes()
-    }
-
-    /// Counters per hash.
-    pub fn slots(&self) -> usize {
-        self.shared.slots()
-    }
-
     /// Bytes used: the shared table plus every thread's two tables.
     pub fn memory_bytes(&self) -> usize {
         let shards: usize = self
@@ -445,8 +429,8 @@ enum Rewrite {
 impl std::fmt::Debug for ShardedEstimator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardedEstimator")
-            .field("hashes", &self.hashes())
-            .field("slots", &self.slots())
+            .field("hashes", &self.shared.locator().hashes())
+            .field("slots", &self.shared.locator().slots())
             .field("flush_every", &self.flush_every)
             .finish_non_exhaustive()
     }
@@ -456,6 +440,16 @@ impl std::fmt::Debug for ShardedEstimator {
 mod tests {
     use super::*;
     use std::sync::Barrier;
+
+    #[test]
+    fn the_default_flush_interval_saturates() {
+        assert_eq!(
+            ShardedEstimator::default_flush_every(usize::MAX),
+            usize::MAX
+        );
+        assert_eq!(ShardedEstimator::default_flush_every(1), 1024);
+        assert_eq!(ShardedEstimator::default_flush_every(4096), 65_536);
+    }
 
     fn sketch(flush_every: usize) -> ShardedEstimator {
         let every = NonZeroUsize::new(flush_every).unwrap();

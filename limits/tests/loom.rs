@@ -148,6 +148,7 @@ fn heavy_hitters_admission_race_loses_no_event() {
             threshold(1),
             shape,
             Update::Plain,
+            HeavyHitters::<u8>::DEFAULT_CAPACITY,
         ));
         let other = Arc::clone(&heavy);
         let t = thread::spawn(move || {
@@ -291,7 +292,12 @@ fn heavy_hitters_events_racing_an_admission_are_not_lost() {
             // (light) while the third reads 2 in both rows and admits the
             // key with an estimate that misses one of them.
             let shape = Shape::rows::<2, 1>().with_seed(1);
-            let heavy = Arc::new(HeavyHitters::with_sketch(threshold(2), shape, update));
+            let heavy = Arc::new(HeavyHitters::with_sketch(
+                threshold(2),
+                shape,
+                update,
+                HeavyHitters::<u8>::DEFAULT_CAPACITY,
+            ));
             let racers: Vec<_> = (0..2)
                 .map(|_| {
                     let other = Arc::clone(&heavy);
@@ -396,12 +402,7 @@ fn heavy_hitters_eviction_racing_an_exact_count_loses_no_event() {
     for update in [Update::Plain, Update::Conservative] {
         loom::model(move || {
             let one = NonZeroUsize::new(1).unwrap();
-            let heavy = Arc::new(HeavyHitters::with_sketch_and_capacity(
-                threshold(1),
-                shape,
-                update,
-                one,
-            ));
+            let heavy = Arc::new(HeavyHitters::with_sketch(threshold(1), shape, update, one));
             heavy.record(&1u8, 1);
             let other = Arc::clone(&heavy);
             let t = thread::spawn(move || {

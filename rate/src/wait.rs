@@ -49,8 +49,8 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::OnceLock;
 use std::time::Duration;
-use weir_limits::clock::duration_to_nanos;
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
+use weir_primitives::time::duration_to_nanos;
 
 /// A random extra delay added to each sleep of a wait, uniform in
 /// `[0, max)`, so waiters told the same `Retry-After` spread out.

@@ -7,7 +7,7 @@
 
 use std::num::{NonZeroU32, NonZeroU64};
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 use weir_rate::clock::Timestamp;
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
 use weir_rate::{Layout, Shape};

@@ -10,158 +10,51 @@
 //! # Not reading the clock on the hot path
 //!
 //! `Instant::now()` costs as much as everything else on the arm-and-cancel
-//! path together. But a waiter does not need the time, only
-//! its tick, and with a fixed duration the tick changes once per tick length.
-//! So each thread caches, per duration, "until when is tick `k` still the
-//! answer": a window that ends at `k·res − d`. Whether we are still inside
-//! it is answered by a cheaper counter, the TSC (about half the cost), read *before*
-//! the clock when the window is opened and converted to cycles with a
-//! *lower* bound on its frequency, so the window can only close early, never
-//! late. The kernel's choice of `tsc` as clocksource is our licence that the
-//! TSC is invariant and synchronised across cores; anywhere else the counter
-//! is the clock itself (no saving, still correct).
+//! path together. But a waiter does not need the time, only its tick, and
+//! with a fixed duration the tick changes once per tick length. So each
+//! thread caches, per duration, "until when is tick `k` still the answer": a
+//! window that ends at `k·res − d`. Whether we are still inside it is
+//! answered by a cheaper counter, weir-primitives' time-stamp counter, read
+//! *before* the clock when the window is opened and converted to ticks with
+//! a *lower* bound on its rate ([`Tsc::ticks_within`]), so the window can
+//! only close early, never late.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// Calibrate the TSC over at least this long before trusting it.
-const CALIBRATION_NS: u64 = 20_000_000;
-
-/// Widest bracket (counter ticks between the reads before and after the
-/// clock) a calibration sample may have: a few µs at any plausible TSC
-/// frequency. A thread preempted between the reads gives a wider one and the
-/// sample is taken again.
-const MAX_SAMPLE_TICKS: u64 = 20_000;
-
-/// A calibration sample: the clock read between two counter reads, so the
-/// counter at the instant `ns` was read lies in `lo..=hi`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Sample {
-    lo: u64,
-    ns: u64,
-    hi: u64,
-}
+use std::time::Instant;
+use weir_primitives::time::duration_to_nanos;
+use weir_primitives::tsc::Tsc;
 
 /// A monotonic time line anchored at its creation, with a cheap counter.
 #[derive(Debug)]
 pub(crate) struct Clock {
     origin: Instant,
-    /// Whether [`Clock::counter`] reads the TSC (else it reads the clock).
-    tsc: bool,
-    /// Calibration start, published once as a whole so that racing threads
-    /// never mix the counter of one sample with the time of another.
-    base: OnceLock<Sample>,
-    /// Lower bound on counter ticks per nanosecond, in 32.32 fixed point;
-    /// 0 until calibrated.
-    per_ns_q32: AtomicU64,
+    counter: &'static Tsc,
 }
 
 impl Clock {
     pub(crate) fn new() -> Self {
-        let tsc = tsc_is_clocksource();
         Self {
             origin: Instant::now(),
-            tsc,
-            base: OnceLock::new(),
-            per_ns_q32: AtomicU64::new(if tsc { 0 } else { 1 << 32 }),
+            counter: Tsc::global(),
         }
     }
 
     /// Nanoseconds since the origin.
     #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
-        duration_ns(Instant::now().saturating_duration_since(self.origin))
+        duration_to_nanos(Instant::now().saturating_duration_since(self.origin))
     }
 
-    /// The cheap counter: TSC cycles, or nanoseconds where the TSC is not
-    /// the kernel's clocksource.
+    /// The cheap counter (see [`Tsc::read`]).
     #[inline]
     pub(crate) fn counter(&self) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        if self.tsc {
-            // SAFETY: `rdtsc` has no preconditions on x86_64; it only reads
-            // the time-stamp counter.
-            return unsafe { core::arch::x86_64::_rdtsc() };
-        }
-        self.now_ns()
+        self.counter.read()
     }
 
     /// How many counter ticks are guaranteed to take no longer than
     /// `slack_ns` nanoseconds (0 while uncalibrated).
     pub(crate) fn window(&self, slack_ns: u64) -> u64 {
-        let mut q = self.per_ns_q32.load(Ordering::Relaxed);
-        if q == 0 {
-            q = match self.sample() {
-                Some(s) => self.calibrate(s),
-                None => 0,
-            };
-        }
-        let ticks = (u128::from(slack_ns) * u128::from(q)) >> 32;
-        u64::try_from(ticks).unwrap_or(u64::MAX)
+        self.counter.ticks_within(slack_ns)
     }
-
-    /// A tightly bracketed sample, or `None` if the thread kept being
-    /// preempted between the reads.
-    #[cold]
-    fn sample(&self) -> Option<Sample> {
-        (0..8).find_map(|_| {
-            let lo = self.counter();
-            let ns = self.now_ns();
-            let hi = self.counter();
-            let s = Sample { lo, ns, hi };
-            s.is_tight().then_some(s)
-        })
-    }
-
-    /// Feed one sample: the first becomes the base, a later one at least
-    /// [`CALIBRATION_NS`] after it sets the rate. Returns the rate (0 while
-    /// uncalibrated).
-    #[cold]
-    fn calibrate(&self, end: Sample) -> u64 {
-        if !end.is_tight() {
-            return 0;
-        }
-        let base = *self.base.get_or_init(|| end);
-        if end.ns < base.ns.saturating_add(CALIBRATION_NS) || end.lo <= base.hi {
-            return 0;
-        }
-        // A lower bound on the ticks between the two clock reads: the counter
-        // was at most `base.hi` at the first and at least `end.lo` at the
-        // second. So the rate is never overestimated by a sample's skew;
-        // the 1/64 taken off covers the clock's own granularity and rate
-        // corrections (NTP slews by at most 0.05 %).
-        let ticks = u128::from(end.lo - base.hi);
-        let ns = u128::from(end.ns - base.ns);
-        let q = (ticks << 32) / ns;
-        let q = u64::try_from(q - q / 64).unwrap_or(0);
-        self.per_ns_q32.store(q, Ordering::Relaxed);
-        q
-    }
-}
-
-impl Sample {
-    fn is_tight(&self) -> bool {
-        self.hi >= self.lo && self.hi - self.lo <= MAX_SAMPLE_TICKS
-    }
-}
-
-/// Whether the kernel keeps time with the TSC (so it is invariant and
-/// synchronised across cores).
-fn tsc_is_clocksource() -> bool {
-    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
-        return false;
-    }
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .is_ok_and(|s| s.trim() == "tsc")
-}
-
-/// A duration in nanoseconds, saturating at `u64::MAX` (about 584 years).
-#[inline]
-pub(crate) fn duration_ns(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// The tick a deadline at `deadline_ns` belongs to: rounded up, so the tick
@@ -223,36 +116,7 @@ pub(crate) fn is_frozen<T: PartialOrd>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    fn uncalibrated() -> Clock {
-        Clock {
-            origin: Instant::now(),
-            tsc: true,
-            base: OnceLock::new(),
-            per_ns_q32: AtomicU64::new(0),
-        }
-    }
-
-    /// A sample of a counter running at `per_ns` ticks per nanosecond, read
-    /// `before` ticks before and `after` ticks after the clock read at `ns`.
-    fn sample(per_ns: f64, ns: u64, before: u64, after: u64) -> Sample {
-        let c = (ns as f64 * per_ns) as u64 + 1_000_000;
-        Sample {
-            lo: c - before,
-            ns,
-            hi: c + after,
-        }
-    }
-
-    /// A clock whose counter runs at `per_ns` ticks per nanosecond,
-    /// calibrated from two exact samples `span_ns` apart.
-    fn calibrated(per_ns: f64, span_ns: u64) -> Clock {
-        let clock = uncalibrated();
-        assert_eq!(clock.calibrate(sample(per_ns, 1_000, 0, 0)), 0);
-        assert_eq!(clock.window(1), 0, "uncalibrated");
-        clock.calibrate(sample(per_ns, 1_000 + span_ns, 0, 0));
-        clock
-    }
+    use std::time::Duration;
 
     proptest! {
         #[test]
@@ -268,84 +132,6 @@ mod tests {
             if start > 0 {
                 prop_assert!(due_tick(start - 1, res) < tick);
             }
-        }
-
-        #[test]
-        fn a_cache_window_never_outlasts_its_slack(
-            per_ns in 0.2f64..6.0,
-            slack in 0u64..100_000_000_000,
-        ) {
-            let clock = calibrated(per_ns, CALIBRATION_NS);
-            let span = clock.window(slack);
-            // `span` counter ticks take `span / per_ns` ns: never more than
-            // the slack (the window may only close early).
-            prop_assert!(span as f64 / per_ns <= slack as f64 + 1.0, "{span} ticks for {slack} ns");
-            // And not much earlier: within the 1/64 margin plus rounding.
-            prop_assert!(span as f64 / per_ns >= slack as f64 * (1.0 - 1.0 / 60.0) - 2.0);
-        }
-
-        /// Samples whose counter reads sit anywhere around their clock read
-        /// (a thread preempted between them) never make a window outlast
-        /// its slack; with the counter of the base sample read 0.3 ms before
-        /// the clock, as the old calibration allowed, it would by ~1.5 %.
-        #[test]
-        fn a_skewed_sample_never_stretches_a_window(
-            per_ns in 0.2f64..6.0,
-            skews in proptest::array::uniform4(0u64..MAX_SAMPLE_TICKS / 2),
-            extra_ns in 0u64..5_000_000,
-            slack in 1_000_000u64..100_000_000_000,
-        ) {
-            let clock = uncalibrated();
-            clock.calibrate(sample(per_ns, 5_000, skews[0], skews[1]));
-            let end = 5_000 + CALIBRATION_NS + extra_ns;
-            clock.calibrate(sample(per_ns, end, skews[2], skews[3]));
-            let span = clock.window(slack);
-            prop_assert!(span > 0, "calibrated");
-            prop_assert!(span as f64 / per_ns <= slack as f64 + 1.0, "{span} ticks for {slack} ns");
-        }
-    }
-
-    #[test]
-    fn an_uncalibrated_clock_opens_no_window() {
-        let clock = uncalibrated();
-        let at = |counter: u64, ns: u64| Sample {
-            lo: counter,
-            ns,
-            hi: counter,
-        };
-        assert_eq!(clock.calibrate(at(5_000, 100)), 0);
-        // Too short a baseline: still nothing.
-        assert_eq!(clock.calibrate(at(9_000, 1_000_100)), 0);
-        // Counter going backwards: nothing.
-        assert_eq!(clock.calibrate(at(10, CALIBRATION_NS + 200)), 0);
-        assert_eq!(clock.per_ns_q32.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn a_loosely_bracketed_sample_is_refused() {
-        // The counter read 0.3 ms before the clock at 3 ticks/ns: refused,
-        // as base and as end.
-        let loose = sample(3.0, 1_000, 900_000, 0);
-        let clock = uncalibrated();
-        assert_eq!(clock.calibrate(loose), 0);
-        assert!(clock.base.get().is_none());
-        clock.calibrate(sample(3.0, 1_000, 0, 0));
-        let loose_end = sample(3.0, 1_000 + 2 * CALIBRATION_NS, 900_000, 0);
-        assert_eq!(clock.calibrate(loose_end), 0);
-        assert_eq!(clock.per_ns_q32.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn the_real_counter_calibrates() {
-        let clock = Clock::new();
-        assert!(clock.sample().is_some_and(|s| s.is_tight()));
-        let _ = clock.window(1_000);
-        std::thread::sleep(Duration::from_millis(25));
-        let window = clock.window(1_000_000);
-        if clock.tsc {
-            assert!(window > 0, "calibrated after 25 ms");
-        } else {
-            assert_eq!(window, 1_000_000);
         }
     }
 
@@ -431,9 +217,9 @@ mod tests {
 
     #[test]
     fn huge_durations_saturate() {
-        assert_eq!(duration_ns(Duration::MAX), u64::MAX);
+        assert_eq!(duration_to_nanos(Duration::MAX), u64::MAX);
         let tick = tick_of_deadline(u64::MAX, 10_000_000);
         assert_eq!(tick_start_ns(tick, 10_000_000), u64::MAX);
-        assert_eq!(duration_ns(Duration::from_millis(3)), 3_000_000);
+        assert_eq!(duration_to_nanos(Duration::from_millis(3)), 3_000_000);
     }
 }

@@ -54,6 +54,8 @@
 //! [`metrics`](https://docs.rs/metrics) facade (`weir_timeout_timers_*`,
 //! labelled by `manager`); arming a timer does no extra work for it.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
@@ -79,20 +81,6 @@ pub use manager::{
     DEFAULT_RESOLUTION, InvalidResolution, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
 };
 
-/// Stop the global manager's sweeper before `fork()`; `false` if it did not
-/// stop in time (then do not fork). See [`TimerManager::pause_for_fork`].
-#[cfg(not(loom))]
-pub fn pause_for_fork() -> bool {
-    TimerManager::global().pause_for_fork()
-}
-
-/// Resume the global manager after `fork()` (in the child it is optional);
-/// see [`TimerManager::unpause`].
-#[cfg(not(loom))]
-pub fn unpause() {
-    TimerManager::global().unpause();
-}
-
 // The loom models (`cargo xtask loom`) live inside the crate, as tokio's
 // do, so the code they drive needs no public door: `loom_model` adapts the
 // protocol's pieces to a model's hands, `loom_tests` holds the models.
@@ -100,3 +88,8 @@ pub fn unpause() {
 mod loom_model;
 #[cfg(all(test, loom))]
 mod loom_tests;
+
+// The README's examples run as doc tests.
+#[cfg(all(doctest, not(loom)))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -258,7 +258,7 @@ fn arm_everything(
     let first_timeout = poll(timeout.as_mut(), waker);
     if d.is_zero() {
         assert_eq!(first_sleep, Poll::Ready(()));
-        assert_eq!(first_timeout, Poll::Ready(Err(Elapsed::new())));
+        assert_eq!(first_timeout, Poll::Ready(Err(Elapsed::default())));
         assert!(sleep.is_elapsed() && timeout.is_elapsed());
     } else if first_sleep.is_ready() || first_timeout.is_ready() {
         // Possible only for a deadline that passed while the poll ran (a
@@ -459,7 +459,10 @@ fn instants_from_the_earliest_to_the_latest() {
         assert!(s.is_elapsed());
         assert_eq!(poll(s.as_mut(), waker), Poll::Ready(()));
         let mut t = pin!(m.timeout_at(at, pending::<()>()));
-        assert_eq!(poll(t.as_mut(), waker), Poll::Ready(Err(Elapsed::new())));
+        assert_eq!(
+            poll(t.as_mut(), waker),
+            Poll::Ready(Err(Elapsed::default()))
+        );
         // A ready result still wins over a passed deadline.
         let mut r = pin!(timeout_at(at, async { 3 }));
         assert_eq!(poll(r.as_mut(), waker), Poll::Ready(Ok(3)));

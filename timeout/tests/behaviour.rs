@@ -101,7 +101,7 @@ fn timeout_elapses_after_its_deadline_never_before() {
     let m = TimerManager::try_new(ms(1)).unwrap();
     let start = Instant::now();
     let r = block_on(m.timeout(ms(20), pending::<()>()));
-    assert_eq!(r, Err(Elapsed::new()));
+    assert_eq!(r, Err(Elapsed::default()));
     assert!(start.elapsed() >= ms(20));
     assert_eq!(m.metrics().fired, 1);
 }
@@ -138,7 +138,7 @@ fn zero_duration_fires_at_once_without_a_timer() {
     let mut t = Box::pin(m.timeout(Duration::ZERO, pending::<()>()));
     assert_eq!(
         t.as_mut().poll(&mut Context::from_waker(waker)),
-        Poll::Ready(Err(Elapsed::new()))
+        Poll::Ready(Err(Elapsed::default()))
     );
     assert!(t.is_elapsed());
     assert_eq!(m.metrics().sweeper_threads_started, 0);
@@ -335,9 +335,9 @@ fn many_tasks_on_a_multi_thread_runtime() {
 
 #[test]
 fn elapsed_converts_to_io_timed_out() {
-    let e: std::io::Error = Elapsed::new().into();
+    let e: std::io::Error = Elapsed::default().into();
     assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
-    assert_eq!(Elapsed::new().to_string(), "deadline has elapsed");
+    assert_eq!(Elapsed::default().to_string(), "deadline has elapsed");
 }
 
 #[test]

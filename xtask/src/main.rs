@@ -67,6 +67,7 @@ const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-h
 /// arguments that select them (a `tests/loom.rs` target, or for models
 /// inside the crate, the library's tests filtered to their module).
 const LOOM_MODELS: &[(&str, &[&str])] = &[
+    ("weir-primitives", &["--test", "loom"]),
     ("weir-limits", &["--test", "loom"]),
     ("weir-rate", &["--test", "loom"]),
     ("weir-rate", &["--test", "loom_adaptive"]),

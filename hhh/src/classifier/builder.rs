@@ -10,8 +10,9 @@ use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::AtomicU64;
 use std::time::Duration;
 use thread_local::ThreadLocal;
+use weir_limits::Shape;
 use weir_limits::clock::{Clock, MonotonicClock};
-use weir_limits::sketch::{Locator, Shape};
+use weir_limits::sketch::Locator;
 use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 
 /// Default EWMA window: 100 ms, rakelimit's final choice (the paper started

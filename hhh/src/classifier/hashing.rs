@@ -4,7 +4,8 @@
 
 use crate::lattice::{AddrScope, GENERALISATIONS, Generalisation, PortScope};
 use crate::tuple::FourTuple;
-use weir_limits::sketch::{ROW_MULTIPLIERS, SplitMix64};
+use weir_limits::sketch::ROW_MULTIPLIERS;
+use weir_primitives::random::SplitMix64;
 
 /// The folded 64×64→128-bit multiply (as in wyhash): a cheap, good mixer of
 /// two words, used once per packet to fold an IPv6 address into one word.
@@ -44,7 +45,7 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(super) fn new(seed: u64) -> Self {
-        let mut numbers = weir_limits::sketch::SplitMix64::new(seed);
+        let mut numbers = weir_primitives::random::SplitMix64::new(seed);
         // Odd and with both halves busy, so the multiply mixes well.
         let mut next = || numbers.next_u64() | 1;
         let mut v4 = [(0, 0); GENERALISATIONS];

@@ -96,8 +96,9 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::{FourTuple, ParseError};
 use std::time::Duration;
 use thread_local::ThreadLocal;
+use weir_limits::Shape;
 use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
-use weir_limits::sketch::{Locator, Shape};
+use weir_limits::sketch::Locator;
 use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
 /// rakelimit's fair-share flood limiter over 4-tuples: one sketch of packet

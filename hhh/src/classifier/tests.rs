@@ -108,7 +108,7 @@ fn bad_configurations_are_typed_errors() {
     );
     // One sketch of 2³⁰ cells is valid; twelve are more than the
     // classifier's table addresses: an error, not an allocation abort.
-    let huge = Shape::try_new(1, 1 << 30, weir_limits::sketch::Layout::Rows).unwrap();
+    let huge = Shape::try_new(1, 1 << 30, weir_limits::Layout::Rows).unwrap();
     assert!(matches!(
         Classifier::builder(1).shape(huge).build(),
         Err(ClassifierConfigError::Limits(

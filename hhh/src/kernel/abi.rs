@@ -20,7 +20,8 @@ use super::KernelError;
 use crate::FixedRate;
 use crate::classifier::Params;
 use crate::lattice::{GENERALISATIONS, LEVELS};
-use weir_limits::sketch::{LANES, Layout, ROW_MULTIPLIERS};
+use weir_limits::Layout;
+use weir_limits::sketch::{LANES, ROW_MULTIPLIERS};
 
 /// The compiled filter (`bpf/filter.c`, built by `build.rs`).
 pub(super) static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));

@@ -4,7 +4,7 @@
 use super::abi::GENERAL_PROGRAM;
 use super::*;
 use crate::Classifier;
-use weir_limits::sketch::Shape;
+use weir_limits::Shape;
 
 /// A socket filter that reads a map value without a NULL check
 /// (`bpf/rejected.c`), which every kernel's verifier refuses.

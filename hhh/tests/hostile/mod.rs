@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 
 pub const UDP: u8 = 17;
 /// IPv6 next-header values the parsers walk.

@@ -33,7 +33,7 @@ use weir_hhh::{
     Classifier, ClassifierBuilder, FixedRate, FourTuple, Generalisation, Limited, ParseError,
     Prefixes, Verdict,
 };
-use weir_limits::sketch::SplitMix64;
+use weir_primitives::random::SplitMix64;
 
 /// Load a filter, or skip the calling test (loudly) when the kernel refuses
 /// for lack of privilege; under `CI=true` a skip is a failure.

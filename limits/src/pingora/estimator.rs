@@ -38,9 +38,10 @@ impl Estimator {
     /// `hashes × slots` is over 2³², with a message naming the problem.
     /// pingora-limits accepts these: with zero slots its first `incr`,
     /// `decr` or `get` panics on a remainder by zero, and with zero hashes
-    /// every estimate is `isize::MAX`. Call
-    /// [`weir_limits::Estimator::try_new`](crate::Estimator::try_new) to get
-    /// a [`ConfigError`](crate::ConfigError) instead.
+    /// every estimate is `isize::MAX`. Build a
+    /// [`Shape`](crate::Shape) with [`Shape::try_new`](crate::Shape::try_new)
+    /// and a [`weir_limits::Estimator`](crate::Estimator) from it to get a
+    /// [`ConfigError`](crate::ConfigError) instead.
     ///
     /// ```should_panic
     /// use weir_limits::pingora::estimator::Estimator;
@@ -48,8 +49,8 @@ impl Estimator {
     /// let _ = Estimator::new(4, 0); // "invalid Estimator dimensions: ..."
     /// ```
     pub fn new(hashes: usize, slots: usize) -> Self {
-        match crate::Estimator::try_new(hashes, slots) {
-            Ok(estimator) => Self(estimator),
+        match crate::Shape::try_new(hashes, slots, crate::Layout::Rows) {
+            Ok(shape) => Self(crate::Estimator::new(shape)),
             Err(e) => panic!("invalid Estimator dimensions: {e}"),
         }
     }

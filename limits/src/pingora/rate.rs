@@ -10,6 +10,16 @@ use std::time::Duration;
 ///
 /// `current_interval_fraction` is how far into the current interval the
 /// reading was taken: 0.2 two seconds into a ten-second interval.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_limits::pingora::rate::{Rate, RateComponents};
+///
+/// let rate = Rate::new(Duration::from_secs(1));
+/// rate.observe(&"k", 2);
+/// let now = rate.rate_with(&"k", |c: RateComponents| c.curr_samples);
+/// assert_eq!(now, 2);
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct RateComponents {
@@ -134,6 +144,13 @@ impl Rate<MonotonicClock> {
 
 impl<C: Clock> Rate<C> {
     /// A rate over `interval` reading time from `clock` (not in pingora).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInterval`](crate::ConfigError::ZeroInterval) for
+    /// a zero `interval`,
+    /// [`ConfigError::IntervalTooLong`](crate::ConfigError::IntervalTooLong)
+    /// for one over 2⁶⁴ ns, where pingora's constructor panics.
     ///
     /// ```
     /// use std::time::Duration;

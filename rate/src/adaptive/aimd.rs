@@ -4,7 +4,7 @@ use super::window::{Window, grow, window_nanos};
 use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor};
 use crate::clock::Timestamp;
 use std::time::Duration;
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// Loss-based limit, as TCP Reno's window: each window of samples (see the
 /// [module docs](super)) without a drop adds one to the limit (but not

@@ -2,7 +2,7 @@
 //! with the probes that measure it (see the [module docs](super)).
 
 use super::{Common, InvalidConfig, Outcome, Sample};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// The samples of requests that started in the current window.
 #[derive(Debug, Clone, PartialEq)]

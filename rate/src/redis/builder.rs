@@ -264,7 +264,7 @@ impl RedisLimiterBuilder {
         let down = if connected {
             0
         } else {
-            let backoff = weir_limits::clock::duration_to_nanos(self.backoff);
+            let backoff = weir_primitives::time::duration_to_nanos(self.backoff);
             core.nanos_at(std::time::Instant::now())
                 .saturating_add(backoff)
                 .max(1)

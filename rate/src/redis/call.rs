@@ -11,7 +11,7 @@ use crate::decision::{Decision, Receipt};
 use crate::quota::Quota;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// One limit of a limiter as its calls see it.
 pub(crate) struct Limit {

@@ -13,7 +13,7 @@ use crate::{Shape, SketchLimiter};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// What callers get when Redis is slow, unreachable, or failing.
 ///

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 /// Answer hot keys locally from leases taken from Redis in blocks.
 ///

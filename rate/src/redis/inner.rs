@@ -8,7 +8,7 @@ use crate::quota::Quota;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_limits::clock::duration_to_nanos;
+use weir_primitives::time::duration_to_nanos;
 
 pub(super) struct Inner {
     pub(super) core: Arc<Core>,

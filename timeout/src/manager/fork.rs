@@ -103,25 +103,17 @@ pub(super) fn thread_serial() -> u64 {
 /// need not call [`TimerManager::unpause`](crate::TimerManager::unpause).
 ///
 /// Forks through `libc::fork` (or anything else that runs `pthread_atfork`
-/// handlers) are seen; a raw `clone` system call is not.
+/// handlers) are seen; a raw `clone` system call is not. If the hook cannot
+/// be registered (no memory), a child still starts its sweeper when it
+/// calls `unpause` or arms a new tick.
 pub(super) fn watch_forks() {
-    #[cfg(unix)]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            extern "C" fn in_child() {
-                // Async-signal-safe: one store to this thread's own TLS and
-                // one lock-free atomic add.
-                let _ = SERIAL.try_with(|s| s.set(0));
-                FORKS.fetch_add(1, Ordering::Relaxed);
-            }
-            // SAFETY: registers a handler that only stores to a `Cell` of
-            // the calling thread and adds to an atomic. It fails only
-            // without memory (ENOMEM); then a child still starts its
-            // sweeper when it calls `unpause` or arms a new tick.
-            let _ = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        });
+    fn in_child() {
+        // Async-signal-safe: one store to this thread's own `const`
+        // thread-local and one lock-free atomic add.
+        let _ = SERIAL.try_with(|s| s.set(0));
+        FORKS.fetch_add(1, Ordering::Relaxed);
     }
+    let _ = weir_primitives::fork::on_fork_in_child(in_child);
 }
 
 impl Inner {

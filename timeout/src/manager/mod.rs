@@ -30,7 +30,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
-use thread_local::ThreadLocal;
+use weir_primitives::local::ThreadLocal;
+use weir_primitives::time::duration_to_nanos;
 
 /// The default tick: 10 ms, as in pingora.
 pub const DEFAULT_RESOLUTION: Duration = Duration::from_millis(10);
@@ -167,7 +168,16 @@ impl Metrics {
     }
 }
 
-/// Why a [`TimerManager`] could not be built.
+/// Why a [`TimerManager`] could not be built: a resolution outside
+/// [`MIN_RESOLUTION`]`..=`[`MAX_RESOLUTION`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::TimerManager;
+///
+/// let err = TimerManager::try_new(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(err.requested(), Duration::from_secs(7200));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidResolution {
     requested: Duration,
@@ -223,7 +233,9 @@ static GLOBAL: OnceLock<TimerManager> = OnceLock::new();
 impl TimerManager {
     /// A manager whose deadlines are rounded up to multiples of `resolution`.
     ///
-    /// Returns [`InvalidResolution`] unless `resolution` is between
+    /// # Errors
+    ///
+    /// [`InvalidResolution`] unless `resolution` is between
     /// [`MIN_RESOLUTION`] and [`MAX_RESOLUTION`].
     ///
     /// ```
@@ -242,7 +254,7 @@ impl TimerManager {
         watch_forks();
         Ok(Self {
             inner: Arc::new(Inner {
-                resolution_ns: clock::duration_ns(resolution),
+                resolution_ns: duration_to_nanos(resolution),
                 clock: Clock::new(),
                 tables: ThreadLocal::new(),
                 late: ThreadTable::default(),
@@ -324,6 +336,7 @@ impl TimerManager {
     /// assert_eq!(published.armed(), 0);
     /// ```
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_metrics(&self, manager: &str) -> Metrics {
         let m = self.metrics();
         crate::telemetry::publish(manager, &m);
@@ -393,8 +406,11 @@ impl Inner {
         if me == TORN_DOWN {
             return self.arm_late(duration_ns, waker);
         }
-        let table = self.tables.get_or(ThreadTable::default);
-        self.arm_in(table, me, duration_ns, waker)
+        match self.tables.get_or(ThreadTable::default) {
+            Some(table) => self.arm_in(table, me, duration_ns, waker),
+            // The thread's thread-locals are being torn down.
+            None => self.arm_late(duration_ns, waker),
+        }
     }
 
     /// Arm in `table`, whose owner the caller is as thread `me`.

@@ -64,6 +64,15 @@ fn use_tokio(duration: Duration) -> bool {
 /// The timer of weir's global manager, started lazily.
 ///
 /// Users don't need to interact with this type.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::pingora::{ToTimeout, fast_timeout::FastTimeout};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// FastTimeout::create(Duration::from_millis(2)).timeout().await;
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct FastTimeout(Duration);
 
@@ -85,6 +94,13 @@ impl ToTimeout for FastTimeout {
 /// (decided when the timeout is created).
 ///
 /// Users don't need to interact with this type.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::pingora::{Timeout, fast_timeout::{FastOrTokioTimeout, fast_timeout}};
+///
+/// let _t: Timeout<_, FastOrTokioTimeout> = fast_timeout(Duration::from_secs(1), async { 1 });
+/// ```
 #[derive(Debug)]
 pub struct FastOrTokioTimeout {
     duration: Duration,
@@ -179,13 +195,13 @@ pub async fn fast_sleep(duration: Duration) {
 /// CPU, since forking then would not be safe). Timers started while paused
 /// fire when due after [`unpause`]; pingora fires them at once.
 pub fn pause_for_fork() {
-    while !crate::pause_for_fork() {}
+    while !crate::TimerManager::global().pause_for_fork() {}
 }
 
 /// Call right after `fork()`, in parent and child. In the child the timers
 /// work again at once (pingora's child waits for a 2 s watchdog).
 pub fn unpause() {
-    crate::unpause()
+    crate::TimerManager::global().unpause()
 }
 
 #[cfg(test)]

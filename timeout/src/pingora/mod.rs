@@ -98,6 +98,16 @@ impl Delay {
 /// The timer of [`tokio_timeout`]: tokio's own `sleep`, started lazily.
 ///
 /// Users don't need to interact with this type.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::pingora::{Timeout, TokioTimeout, tokio_timeout};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let t: Timeout<_, TokioTimeout> = tokio_timeout(Duration::from_secs(1), async { 1 });
+/// assert_eq!(t.await, Ok(1));
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct TokioTimeout(Duration);
 
@@ -171,6 +181,16 @@ pin_project! {
     /// Each poll polls the inner future first; the timer is started at the
     /// first poll at which the inner future is not ready, so a future that
     /// is ready at once never touches a timer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_timeout::pingora::{Elapsed, timeout};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let late = timeout(Duration::from_millis(2), std::future::pending::<()>());
+    /// assert_eq!(late.await, Err(Elapsed));
+    /// # });
+    /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Timeout<T, F> {
         #[pin]

@@ -66,6 +66,16 @@ impl TimerManager {
 }
 
 /// A registered timer, from [`TimerManager::register_timer`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_timeout::pingora::timer::{TimerManager, TimerStub};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let stub: TimerStub = TimerManager::new().register_timer(Duration::from_millis(2));
+/// stub.poll().await;
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct TimerStub {
     manager: crate::TimerManager,

@@ -73,16 +73,26 @@
 //!   exact count: an event is counted exactly before the eviction (and
 //!   added back to the sketch with the rest) or in the sketch after it.
 
+mod table;
+
+use crate::Shape;
 use crate::estimator::{Estimator, Update};
-use crate::sketch::{Location, Shape};
-use crate::sync::{AtomicIsize, AtomicUsize, Ordering, RwLock, fence};
-use hashbrown::HashTable;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use crate::sketch::Location;
+use crate::sync::{AtomicUsize, Ordering, RwLock, fence};
 use std::hash::Hash;
 use std::num::{NonZeroU64, NonZeroUsize};
+use table::{Entry, Table};
 
 /// What [`HeavyHitters::record`] knows about a key after counting it.
+///
+/// ```
+/// use std::num::NonZeroU64;
+/// use weir_limits::{HeavyHitters, Observation};
+///
+/// let heavy = HeavyHitters::new(NonZeroU64::new(2).unwrap());
+/// assert_eq!(heavy.record(&"k", 1), Observation::Light(1));
+/// assert!(matches!(heavy.record(&"k", 1), Observation::Heavy(_)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Observation {
     /// The key is not in the exact table: below the threshold, or the
@@ -94,6 +104,18 @@ pub enum Observation {
 }
 
 /// An admitted key's count.
+///
+/// ```
+/// use std::num::NonZeroU64;
+/// use weir_limits::{HeavyCount, HeavyHitters, Observation};
+///
+/// let heavy = HeavyHitters::new(NonZeroU64::new(3).unwrap());
+/// for _ in 0..5 {
+///     heavy.record(&"k", 1);
+/// }
+/// let count: HeavyCount = heavy.get(&"k").unwrap();
+/// assert_eq!((count.at_admission, count.since_admission, count.total()), (3, 2, 5));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeavyCount {
     /// The sketch's estimate when the key was admitted (an upper bound of the
@@ -107,149 +129,6 @@ impl HeavyCount {
     /// Upper bound of the key's total: `at_admission + since_admission`.
     pub fn total(&self) -> isize {
         self.at_admission.saturating_add(self.since_admission)
-    }
-}
-
-struct Entry {
-    at_admission: isize,
-    since_admission: AtomicIsize,
-}
-
-impl Entry {
-    fn count(&self) -> HeavyCount {
-        HeavyCount {
-            at_admission: self.at_admission,
-            since_admission: self.since_admission.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Count `count` more (non-negative); saturates rather than wrapping
-    /// to a negative total.
-    fn add(&self, count: isize) -> HeavyCount {
-        let previous = self
-            .since_admission
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |since| {
-                Some(since.saturating_add(count))
-            })
-            .unwrap_or_else(|since| since);
-        HeavyCount {
-            at_admission: self.at_admission,
-            since_admission: previous.saturating_add(count),
-        }
-    }
-}
-
-/// An admitted key in its slot.
-struct Slot<K> {
-    key: K,
-    /// The key's hash in `Table::index`.
-    hash: u64,
-    entry: Entry,
-}
-
-impl<K> Slot<K> {
-    /// A key just admitted with its estimate at admission.
-    fn new(key: K, hash: u64, at_admission: isize) -> Self {
-        Self {
-            key,
-            hash,
-            entry: Entry {
-                at_admission,
-                since_admission: AtomicIsize::new(0),
-            },
-        }
-    }
-}
-
-/// The exact table: at most `capacity` slots, reused on eviction.
-struct Table<K> {
-    slots: Vec<Slot<K>>,
-    /// Slot numbers, found by their key's hash.
-    index: HashTable<usize>,
-    /// Each slot once, under a total it had when pushed: never above its
-    /// current one (totals only grow), so a top whose total is current is
-    /// the smallest.
-    by_total: BinaryHeap<Reverse<(isize, usize)>>,
-}
-
-impl<K: Eq> Table<K> {
-    fn new() -> Self {
-        Self {
-            slots: Vec::new(),
-            index: HashTable::new(),
-            by_total: BinaryHeap::new(),
-        }
-    }
-
-    fn find(&self, hash: u64, key: &K) -> Option<&Entry> {
-        let slots = &self.slots;
-        let &slot = self.index.find(hash, |&i| slots[i].key == *key)?;
-        Some(&slots[slot].entry)
-    }
-
-    /// Put a key in a new slot (the table has fewer than `capacity`).
-    fn insert(&mut self, capacity: usize, key: K, hash: u64, at_admission: isize) -> &Entry {
-        let slot = self.slots.len();
-        if slot == self.slots.capacity() {
-            // Doubling, but never past `capacity` slots.
-            let more = slot.max(8).min(capacity - slot);
-            self.slots.reserve_exact(more);
-            self.by_total.reserve_exact(more);
-        }
-        self.slots.push(Slot::new(key, hash, at_admission));
-        let slots = &self.slots;
-        self.index.insert_unique(hash, slot, |&i| slots[i].hash);
-        self.by_total.push(Reverse((at_admission, slot)));
-        &self.slots[slot].entry
-    }
-
-    /// The slot with the smallest total, and that total.
-    fn smallest(&mut self) -> Option<(usize, isize)> {
-        loop {
-            let Reverse((pushed, slot)) = *self.by_total.peek()?;
-            let total = self.slots[slot].entry.count().total();
-            if total == pushed {
-                return Some((slot, total));
-            }
-            // Counted since it was pushed: move it to where it now belongs.
-            self.by_total.pop();
-            self.by_total.push(Reverse((total, slot)));
-        }
-    }
-
-    /// Give the top slot of `by_total` (`slot`, from [`smallest`]) to a
-    /// new key; returns the evicted key and its exact count.
-    fn replace(
-        &mut self,
-        slot: usize,
-        key: K,
-        hash: u64,
-        at_admission: isize,
-    ) -> (K, isize, &Entry) {
-        let old_hash = self.slots[slot].hash;
-        if let Ok(found) = self.index.find_entry(old_hash, |&i| i == slot) {
-            found.remove();
-        }
-        let old = std::mem::replace(&mut self.slots[slot], Slot::new(key, hash, at_admission));
-        let slots = &self.slots;
-        self.index.insert_unique(hash, slot, |&i| slots[i].hash);
-        self.by_total.pop();
-        self.by_total.push(Reverse((at_admission, slot)));
-        let since = old.entry.since_admission.load(Ordering::Relaxed);
-        (old.key, since, &self.slots[slot].entry)
-    }
-
-    fn clear(&mut self) {
-        self.slots.clear();
-        self.index.clear();
-        self.by_total.clear();
-    }
-
-    fn bytes(&self) -> usize {
-        // hashbrown keeps one control byte per bucket beside each value.
-        self.slots.capacity() * std::mem::size_of::<Slot<K>>()
-            + self.index.capacity() * (std::mem::size_of::<usize>() + 1)
-            + self.by_total.capacity() * std::mem::size_of::<Reverse<(isize, usize)>>()
     }
 }
 
@@ -297,20 +176,30 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE) and a table of at most
     /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
     pub fn new(threshold: NonZeroU64) -> Self {
-        Self::with_capacity(threshold, Self::DEFAULT_CAPACITY)
+        Self::with_sketch(
+            threshold,
+            Self::DEFAULT_SHAPE,
+            Update::Conservative,
+            Self::DEFAULT_CAPACITY,
+        )
     }
 
     /// Admit keys at `threshold` events into a table of at most `capacity`
-    /// keys, with a conservative sketch of
-    /// [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE). Nothing is allocated for the
-    /// table until keys are admitted.
+    /// keys, counting them before admission in a sketch of `shape` updated
+    /// by `update` ([`new`](Self::new) takes [`DEFAULT_SHAPE`](Self::DEFAULT_SHAPE),
+    /// [`Update::Conservative`] and [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY)).
+    /// Conservative update is recommended (fewer false admissions); counts
+    /// must be non-negative either way. A threshold above `isize::MAX`
+    /// counts as `isize::MAX`. Nothing is allocated for the table until
+    /// keys are admitted.
     ///
     /// ```
     /// use std::num::{NonZeroU64, NonZeroUsize};
-    /// use weir_limits::HeavyHitters;
+    /// use weir_limits::{HeavyHitters, Update};
     ///
     /// let threshold = NonZeroU64::new(5).unwrap();
-    /// let heavy = HeavyHitters::with_capacity(threshold, NonZeroUsize::new(2).unwrap());
+    /// let two = NonZeroUsize::new(2).unwrap();
+    /// let heavy = HeavyHitters::with_sketch(threshold, HeavyHitters::<u32>::DEFAULT_SHAPE, Update::Conservative, two);
     /// for key in 0..100u32 {
     ///     for _ in 0..5 + key {
     ///         heavy.record(&key, 1);
@@ -319,40 +208,7 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
     /// let top: Vec<u32> = heavy.heavy_hitters().iter().map(|(k, _)| *k).collect();
     /// assert_eq!(top, [99, 98]);
     /// ```
-    pub fn with_capacity(threshold: NonZeroU64, capacity: NonZeroUsize) -> Self {
-        Self::with_sketch_and_capacity(
-            threshold,
-            Self::DEFAULT_SHAPE,
-            Update::Conservative,
-            capacity,
-        )
-    }
-
-    /// Admit keys at `threshold` events, counting them before admission in
-    /// a sketch of `shape` updated by `update`, into a table of at most
-    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys. Conservative
-    /// update is recommended (fewer false admissions); counts must be
-    /// non-negative either way. A threshold above `isize::MAX` counts as
-    /// `isize::MAX`.
-    ///
-    /// ```
-    /// use std::num::NonZeroU64;
-    /// use weir_limits::{HeavyHitters, Shape, Update};
-    ///
-    /// let threshold = NonZeroU64::new(10).unwrap();
-    /// let heavy = HeavyHitters::with_sketch(threshold, Shape::rows::<2, 512>(), Update::Plain);
-    /// for _ in 0..10 {
-    ///     heavy.record(&"key", 1);
-    /// }
-    /// assert!(heavy.get(&"key").is_some());
-    /// ```
-    pub fn with_sketch(threshold: NonZeroU64, shape: Shape, update: Update) -> Self {
-        Self::with_sketch_and_capacity(threshold, shape, update, Self::DEFAULT_CAPACITY)
-    }
-
-    /// [`with_sketch`](Self::with_sketch) with a table of at most
-    /// `capacity` keys.
-    pub fn with_sketch_and_capacity(
+    pub fn with_sketch(
         threshold: NonZeroU64,
         shape: Shape,
         update: Update,
@@ -554,7 +410,7 @@ mod tests {
             seed: u64,
         ) {
             let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
-            let heavy = HeavyHitters::with_sketch_and_capacity(
+            let heavy = HeavyHitters::with_sketch(
                 NonZeroU64::new(threshold).unwrap(),
                 shape,
                 update,
@@ -606,6 +462,7 @@ mod tests {
             let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
             let heavy = HeavyHitters::with_sketch(
                 NonZeroU64::new(threshold).unwrap(), shape, Update::Conservative,
+                HeavyHitters::<u16>::DEFAULT_CAPACITY,
             );
             let threshold = threshold as isize;
             let mut truth: HashMap<u16, isize> = HashMap::new();

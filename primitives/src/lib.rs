@@ -1,0 +1,23 @@
+//! Internal to weir: the primitives that weir's crates share, written once.
+//!
+//! **This crate is an implementation detail of weir-limits, weir-timeout,
+//! weir-rate and weir-hhh. It has no stability promise: any release may
+//! change or remove anything in it. Depend on those crates instead.**
+//!
+//! * [`sync`]: the spin lock for critical sections of a few instructions and
+//!   the spin-then-yield [`Backoff`](sync::Backoff); both are loom's under
+//!   `--cfg loom`, so the models of the crates above check them.
+//! * [`local`]: per-thread values with a cache of the last one handed out.
+//! * [`tsc`]: the process's one time-stamp counter, calibrated once against
+//!   the OS clock, with an accurate scale (for clocks) and a lower bound on
+//!   its rate (for windows that must close early, never late).
+//! * [`fork`]: hooks run in a forked child.
+//! * [`time`]: saturating duration arithmetic.
+//! * [`random`]: the SplitMix64 generator and mixer.
+
+pub mod fork;
+pub mod local;
+pub mod random;
+pub mod sync;
+pub mod time;
+pub mod tsc;

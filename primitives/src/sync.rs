@@ -1,0 +1,275 @@
+//! Waiting for another thread: a spin lock for critical sections of a few
+//! instructions, and the backoff every weir crate waits with.
+//!
+//! Both are written against loom's types under `--cfg loom` (`cargo xtask
+//! loom` builds every crate with it), so the loom models of the crates
+//! above check the lock itself, and a wait yields to the model checker.
+
+#[cfg(loom)]
+use loom::{
+    cell::UnsafeCell,
+    sync::atomic::{AtomicBool, Ordering},
+};
+#[cfg(not(loom))]
+use std::{
+    cell::UnsafeCell,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use std::fmt;
+use std::marker::PhantomData;
+
+/// A lock for critical sections of a few dozen nanoseconds: waiters spin,
+/// then yield (they never park).
+///
+/// Locking is one compare-exchange when the lock is free and releasing it a
+/// plain store, where a parking mutex, which must wake parked waiters, pays
+/// a second locked instruction to release. Under loom its flag and cell are
+/// loom's, so the models check the lock itself.
+///
+/// ```
+/// use weir_primitives::sync::SpinLock;
+///
+/// let lock = SpinLock::new(1);
+/// *lock.lock() += 1;
+/// assert_eq!(*lock.lock(), 2);
+/// ```
+pub struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is reached only through a `SpinGuard`, and at most one
+// guard exists at a time (the flag is taken with acquire ordering and
+// released with release ordering), so sharing the lock hands `T` from one
+// thread to the next, which needs `T: Send` only.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// An unlocked lock holding `value`.
+    pub fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Take the lock, waiting with a [`Backoff`] while another thread holds it.
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinGuard {
+            lock: self,
+            _not_auto: PhantomData,
+            #[cfg(loom)]
+            access: Some(self.value.get_mut()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut backoff = Backoff::new();
+        loop {
+            // Wait on plain loads, so the line stays shared until it frees.
+            while self.locked.load(Ordering::Relaxed) {
+                backoff.wait();
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl<T: Default> Default for SpinLock<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+/// Does not lock: a `Debug` of a structure must not wait for (or deadlock
+/// with) a holder.
+impl<T> fmt::Debug for SpinLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpinLock")
+            .field("locked", &self.locked.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Holds a [`SpinLock`]; releases it when dropped.
+///
+/// Not automatically `Send` or `Sync`: from `&SpinLock<T>` alone it would be
+/// `Sync` whenever `T: Send`, and a shared guard hands out `&T`, which other
+/// threads may hold only if `T: Sync` (as with `std`'s guards); and releasing
+/// belongs to the locking thread.
+pub struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+    _not_auto: PhantomData<*const ()>,
+    /// Loom's record of this access, checked against every other one;
+    /// ended before the release.
+    #[cfg(loom)]
+    access: Option<loom::cell::MutPtr<T>>,
+}
+
+// SAFETY: a shared guard only hands out `&T`, so sharing it between threads
+// is sound exactly when `T: Sync`.
+unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
+
+#[cfg(loom)]
+impl<T> SpinGuard<'_, T> {
+    fn loom_access(&self) -> &loom::cell::MutPtr<T> {
+        self.access.as_ref().expect("a live guard holds its access")
+    }
+}
+
+impl<T> std::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        #[cfg(not(loom))]
+        // SAFETY: the guard holds the lock, so no other reference exists.
+        return unsafe { &*self.lock.value.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.loom_access().deref() };
+    }
+}
+
+impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        #[cfg(not(loom))]
+        // SAFETY: the guard holds the lock, and `&mut self` makes this the
+        // only reference through it.
+        return unsafe { &mut *self.lock.value.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.loom_access().deref() };
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        drop(self.access.take());
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for SpinGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// Waiting for another thread to finish a short step (a window rotation, a
+/// flush, a lock held for a few dozen nanoseconds): spin a few growing
+/// rounds, then yield the core, in case the other thread was preempted.
+/// Under `--cfg loom` every wait yields at once, so the model checker
+/// schedules the thread being waited for.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use weir_primitives::sync::Backoff;
+///
+/// let ready = AtomicBool::new(true);
+/// let mut backoff = Backoff::new();
+/// while !ready.load(Ordering::Acquire) {
+///     backoff.wait();
+/// }
+/// ```
+#[derive(Debug, Default)]
+pub struct Backoff {
+    // Under loom every wait yields; the rounds count nothing.
+    #[cfg_attr(loom, allow(dead_code))]
+    round: u32,
+}
+
+impl Backoff {
+    /// Rounds of growing spins (1, 2, 4, ... 32 pauses) before waiting
+    /// yields instead.
+    #[cfg_attr(loom, allow(dead_code))]
+    const SPIN_ROUNDS: u32 = 6;
+
+    /// A fresh wait: the next [`wait`](Self::wait) spins briefly.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wait a little longer than last time.
+    #[inline]
+    pub fn wait(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        if self.round < Self::SPIN_ROUNDS {
+            for _ in 0..(1u32 << self.round) {
+                std::hint::spin_loop();
+            }
+            self.round += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_lock_excludes_other_threads() {
+        let lock = Arc::new(SpinLock::new(0u64));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let lock = Arc::clone(&lock);
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        // A read and a write apart: lost updates without
+                        // mutual exclusion.
+                        let mut guard = lock.lock();
+                        let seen = *guard;
+                        std::hint::spin_loop();
+                        *guard = seen + 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*lock.lock(), 40_000);
+    }
+
+    #[test]
+    fn debug_does_not_wait_for_the_holder() {
+        let lock = SpinLock::new(5);
+        let guard = lock.lock();
+        assert_eq!(format!("{lock:?}"), "SpinLock { locked: true, .. }");
+        assert_eq!(format!("{guard:?}"), "5");
+    }
+
+    #[test]
+    fn backoff_spins_then_yields() {
+        let mut backoff = Backoff::new();
+        for _ in 0..Backoff::SPIN_ROUNDS + 3 {
+            backoff.wait();
+        }
+        assert_eq!(backoff.round, Backoff::SPIN_ROUNDS);
+    }
+}
