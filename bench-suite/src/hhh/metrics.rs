@@ -2,7 +2,7 @@
 //! packet path, and publishing per scrape.
 
 use super::{Timing, time_packets, unlimited};
-use crate::contest::{self, Spread};
+use crate::contest;
 use crate::report::{Report, Table};
 use std::hint::black_box;
 use std::time::Instant;
@@ -69,8 +69,7 @@ pub(super) fn metrics_cost(report: &mut Report, packets: &[Vec<u8>], rounds: usi
     });
     type Run = ((f64, f64), (f64, f64));
     let spread = |f: fn(&Run) -> f64, decimals: usize| {
-        Spread::of(&runs[0].iter().map(f).collect::<Vec<_>>())
-            .show_each(|x| format!("{x:.decimals$}"))
+        contest::spreads(&runs, f)[0].show_each(|x| format!("{x:.decimals$}"))
     };
     let mut t = Table::new("weir-hhh `metrics`, rows 2 x 1024, IPv4 | min / median / max of 5");
     for (name, cell) in [

@@ -97,9 +97,7 @@ pub(super) fn spray(report: &mut Report) {
     .into_iter()
     .enumerate()
     {
-        let spread = |f: fn(&(f64, AllocStats)) -> f64| {
-            Spread::of(&runs[i].iter().map(f).collect::<Vec<_>>())
-        };
+        let spread = |f: fn(&(f64, AllocStats)) -> f64| contest::spreads(&runs, f)[i];
         let (ns, peak) = (
             spread(|r| r.0).show_each(|x| format!("{x:.0}")),
             spread(|r| r.1.peak_bytes as f64).show_each(mb),

@@ -3,7 +3,7 @@
 
 use super::shapes::pend_once;
 use super::{Contender, DEADLINE, ns_per};
-use crate::contest::{self, Spread};
+use crate::contest;
 use crate::report::{Report, Table, thousands};
 use std::future::Future;
 use std::hint::black_box;
@@ -89,8 +89,7 @@ pub(super) fn metrics_cost(report: &mut Report, rt: &Runtime, n: u64) {
     });
     type Run = ((f64, f64), [(f64, f64); 2]);
     let spread = |f: &dyn Fn(&Run) -> f64, decimals: usize| {
-        let s = Spread::of(&runs[0].iter().map(f).collect::<Vec<_>>());
-        s.show_each(|x| format!("{x:.decimals$}"))
+        contest::spreads(&runs, f)[0].show_each(|x| format!("{x:.decimals$}"))
     };
     let mut t = Table::new("weir-timeout `metrics` | min / median / max of 5");
     t.row(format!(
