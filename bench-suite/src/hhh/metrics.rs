@@ -8,8 +8,8 @@ use std::hint::black_box;
 use std::time::Instant;
 use weir_hhh::random::RandomSource;
 use weir_hhh::{Classifier, FourTuple};
+use weir_limits::Layout;
 use weir_limits::clock::ManualClock;
-use weir_limits::sketch::Layout;
 
 /// The cost of weir-hhh's `metrics` feature on the packet path: ns per
 /// packet of the same raw packets through `FourTuple::attribute` and
