@@ -15,11 +15,13 @@
 //!   rustdoc's JSON) with its snapshot in `api/`; `--bless` rewrites the
 //!   snapshots. `test` runs the comparison, so an API change is a visible
 //!   diff in review. It also checks the constructor rule of
-//!   ARCHITECTURE.md on each listing and its crate's sources.
+//!   ARCHITECTURE.md on each listing and its crate's sources. `--count`
+//!   prints how many named items each listing shows.
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.
 
+mod api_count;
 mod constructors;
 
 use std::env;
@@ -57,8 +59,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str =
-    "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless]|fmt>";
+const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless|--count [DIR]]|fmt>";
 
 /// The published crates whose public API is kept in `api/<package>.txt`.
 const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-hhh"];
@@ -278,6 +279,22 @@ fn bench(args: &[String]) -> Result<(), String> {
     step("benchmark report", &mut command)
 }
 
+/// Prints how many named items each published crate's listing in `dir`
+/// (`api/` unless given, e.g. an older commit's listings) shows; see
+/// `api_count.rs` for what counts.
+fn api_count(dir: &Path) -> Result<(), String> {
+    for package in PUBLISHED {
+        let path = dir.join(format!("{package}.txt"));
+        let listing = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        println!(
+            "{package}: {} named public items",
+            api_count::named_items(&listing)
+        );
+    }
+    Ok(())
+}
+
 /// Renders each published crate's public API (all its features) and
 /// compares it with `api/<package>.txt`, or with `--bless` rewrites those
 /// files. The JSON comes from the toolchain's own rustdoc; its JSON output
@@ -288,7 +305,9 @@ fn api(args: &[String]) -> Result<(), String> {
     let bless = match args {
         [] => false,
         [flag] if flag == "--bless" => true,
-        _ => return Err(format!("`api` takes only `--bless`\n{USAGE}")),
+        [flag] if flag == "--count" => return api_count(&workspace_root().join("api")),
+        [flag, dir] if flag == "--count" => return api_count(Path::new(dir)),
+        _ => return Err(format!("`api` takes `--bless` or `--count`\n{USAGE}")),
     };
     let bpf = bpf_toolchain();
     let snapshots = workspace_root().join("api");
