@@ -27,14 +27,22 @@ impl SettleKey<String> for Unsettleable {
     }
 }
 
+/// Warnings of failed settlements, counted on the thread that emits them
+/// by a process-wide subscriber installed once. Scoped subscribers
+/// (`with_default`) meet tracing's process-wide callsite cache, which two
+/// tests installing and dropping them at once can leave stale (one such
+/// test failed once in a few runs); the tests that count run their server
+/// on a current-thread runtime, so every warning they cause is theirs.
 pub(super) mod warnings {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::cell::Cell;
     use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Metadata, Subscriber};
+    use tracing::{Event, Level, Metadata, Subscriber};
 
-    /// Counts warnings of failed settlements, and nothing else.
-    pub struct Warnings(pub Arc<AtomicUsize>);
+    std::thread_local! {
+        static SEEN: Cell<usize> = const { Cell::new(0) };
+    }
+
+    struct Counter;
 
     /// The message of an event.
     #[derive(Default)]
@@ -48,9 +56,12 @@ pub(super) mod warnings {
         }
     }
 
-    impl Subscriber for Warnings {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
+    impl Subscriber for Counter {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            *metadata.level() <= Level::WARN
+        }
+        fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+            Some(tracing::level_filters::LevelFilter::WARN)
         }
         fn new_span(&self, _: &Attributes<'_>) -> Id {
             Id::from_u64(1)
@@ -60,47 +71,32 @@ pub(super) mod warnings {
         fn event(&self, event: &Event<'_>) {
             let mut message = Message::default();
             event.record(&mut message);
-            if *event.metadata().level() == tracing::Level::WARN
-                && message.0.contains("a settlement failed")
+            if *event.metadata().level() == Level::WARN && message.0.contains("a settlement failed")
             {
-                self.0.fetch_add(1, Ordering::SeqCst);
+                SEEN.with(|seen| seen.set(seen.get() + 1));
             }
         }
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}
     }
 
-    /// Held by a test while its subscriber is installed: tracing caches
-    /// each callsite's interest across threads, and scoped subscribers
-    /// installed and dropped by two tests at once can leave a callsite
-    /// cached as of interest to neither.
-    pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// Install `subscriber` on this thread for `f`, one test at a time,
-    /// with every callsite's interest recomputed for it.
-    pub fn counting<R>(subscriber: Warnings, f: impl FnOnce() -> R) -> R {
-        let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::callsite::rebuild_interest_cache();
-            f()
-        })
-    }
-
-    pub fn count() -> Arc<AtomicUsize> {
-        Arc::new(AtomicUsize::new(0))
-    }
-
-    pub fn read(count: &AtomicUsize) -> usize {
-        count.load(Ordering::SeqCst)
+    /// Warnings of failed settlements emitted on this thread so far.
+    pub fn on_this_thread() -> usize {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            tracing::subscriber::set_global_default(Counter)
+                .expect("the only global subscriber of this test binary");
+        });
+        SEEN.with(Cell::get)
     }
 }
 
 #[test]
 fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
-    let count = warnings::count();
-    let subscriber = warnings::Warnings(Arc::clone(&count));
-    // One thread, so the subscriber sees the server's tasks too.
-    warnings::counting(subscriber, || {
+    let before = warnings::on_this_thread();
+    let reported = || warnings::on_this_thread() - before;
+    // One thread, so the server's tasks warn on this test's thread.
+    {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -117,7 +113,7 @@ fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
                 assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
             }
             let deadline = tokio::time::Instant::now() + PATIENCE;
-            while warnings::read(&count) < 3 {
+            while reported() < 3 {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "failures unreported"
@@ -125,12 +121,8 @@ fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-    });
-    assert_eq!(
-        warnings::read(&count),
-        3,
-        "one report per failed settlement"
-    );
+    }
+    assert_eq!(reported(), 3, "one report per failed settlement");
 }
 
 /// The value of the sample of `metric` whose labels include every one of
