@@ -6,7 +6,7 @@
 //! debt is what later checks wait out. Refunds (of checks and charges) are
 //! counted by the same rules as above.
 
-use super::refunds::Spending;
+use super::refunds::{Spending, bucket_served, gcra_served};
 use super::*;
 
 /// One step of a charge scenario: after `gap` ns, a check of `cost`, a
@@ -156,13 +156,7 @@ proptest! {
         let spent = play_charges(&gcra, start, &steps)?;
         check_bound_at_checks(
             &spent,
-            |s| {
-                let whole = u128::from(s.cost) * t;
-                let returned = s.refunded.map_or(0, |(_, when)| {
-                    (u128::from(s.at) + whole).saturating_sub(u128::from(when)).min(whole)
-                });
-                whole - returned
-            },
+            |s| gcra_served(s, t),
             |span| u128::from(burst) * t + u128::from(span),
         )?;
     }
@@ -176,13 +170,7 @@ proptest! {
     ) {
         let q = quota(limit, window, burst);
         let w = u128::from(window * MS);
-        let served = |s: &Spending| {
-            let whole = u128::from(s.cost) * w;
-            let returned = s.refunded.map_or(0, |(_, when)| {
-                whole.saturating_sub(u128::from(limit) * u128::from(when - s.at))
-            });
-            whole - returned
-        };
+        let served = |s: &Spending| bucket_served(s, limit, w);
         let bound = |span: u64| u128::from(burst) * w + u128::from(limit) * u128::from(span);
         check_bound_at_checks(&play_charges(&TokenBucket::new(q), start, &steps)?, served, bound)?;
         check_bound_at_checks(&play_charges(&LeakyBucket::meter(q), start, &steps)?, served, bound)?;

@@ -97,6 +97,30 @@ fn net(s: &Spending, charged: impl Fn(u64, u64) -> bool) -> u64 {
     }
 }
 
+/// What a GCRA spending still counts for, in ns of schedule (`T` = `t` ns a
+/// unit): its `cost·T`, less what a refund at `when` returned (the part not
+/// yet elapsed since it was charged).
+pub(super) fn gcra_served(s: &Spending, t: u128) -> u128 {
+    let whole = u128::from(s.cost) * t;
+    let returned = s.refunded.map_or(0, |(_, when)| {
+        (u128::from(s.at) + whole)
+            .saturating_sub(u128::from(when))
+            .min(whole)
+    });
+    whole - returned
+}
+
+/// What a bucket spending still counts for, in `1/window` units (`w` ns a
+/// window): its cost, less what a refund at `when` returned (the tokens not
+/// yet refilled at `limit` per window).
+pub(super) fn bucket_served(s: &Spending, limit: u32, w: u128) -> u128 {
+    let whole = u128::from(s.cost) * w;
+    let returned = s.refunded.map_or(0, |(_, when)| {
+        whole.saturating_sub(u128::from(limit) * u128::from(when - s.at))
+    });
+    whole - returned
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -217,13 +241,7 @@ proptest! {
         let spent = play(&gcra, start, &steps)?;
         check_served_bound(
             &spent,
-            |s| {
-                let whole = u128::from(s.cost) * t;
-                let returned = s.refunded.map_or(0, |(_, when)| {
-                    (u128::from(s.at) + whole).saturating_sub(u128::from(when)).min(whole)
-                });
-                whole - returned
-            },
+            |s| gcra_served(s, t),
             |span| u128::from(burst) * t + u128::from(span),
         )?;
     }
@@ -239,13 +257,7 @@ proptest! {
     ) {
         let q = quota(limit, window, burst);
         let w = u128::from(window * MS);
-        let served = |s: &Spending| {
-            let whole = u128::from(s.cost) * w;
-            let returned = s.refunded.map_or(0, |(_, when)| {
-                whole.saturating_sub(u128::from(limit) * u128::from(when - s.at))
-            });
-            whole - returned
-        };
+        let served = |s: &Spending| bucket_served(s, limit, w);
         let bound = |span: u64| u128::from(burst) * w + u128::from(limit) * u128::from(span);
         check_served_bound(&play(&TokenBucket::new(q), start, &steps)?, served, bound)?;
         check_served_bound(&play(&LeakyBucket::meter(q), start, &steps)?, served, bound)?;
