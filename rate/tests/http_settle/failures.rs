@@ -198,3 +198,56 @@ fn settlements_are_counted_by_outcome() {
     assert_eq!(count("bytes", "error"), 0.0, "{text}");
     assert_eq!(count("down", "error"), 1.0, "{text}");
 }
+
+/// A settler whose settlements never finish, like a backend that stopped
+/// answering without closing the connection.
+struct Unanswered(KeyedLimiter<String, FixedWindow, ManualClock>);
+
+impl CheckKeyAsync<String> for Unanswered {
+    type Future = std::future::Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key_async(&self, key: &String, cost: u32) -> Self::Future {
+        std::future::ready(self.0.check_n(key, cost))
+    }
+}
+
+impl SettleKey<String> for Unanswered {
+    type Error = std::io::Error;
+    type Settling = std::future::Pending<Result<(), std::io::Error>>;
+
+    fn settle_key(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
+        std::future::pending()
+    }
+}
+
+/// A settlement still waiting when its runtime shuts down is dropped with
+/// the runtime's tasks: it is reported as failed, not lost in silence.
+#[test]
+fn a_settlement_cut_off_by_runtime_shutdown_is_reported() {
+    let before = warnings::on_this_thread();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let app = routes().layer(
+            RateLimitLayer::new(Unanswered(in_process(100)), by_user())
+                .settle(Settle::body_bytes()),
+        );
+        let addr = serve(app).await;
+        let client = client();
+        for _ in 0..2 {
+            let got = get_as(&client, addr, "jo", "/stream/2/10").await;
+            assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
+        }
+        // Let the server see both bodies end and start their settlements.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    });
+    assert_eq!(warnings::on_this_thread() - before, 0, "nothing failed yet");
+    drop(rt);
+    assert_eq!(
+        warnings::on_this_thread() - before,
+        2,
+        "one report per settlement the shutdown cut off"
+    );
+}

@@ -9,6 +9,11 @@
 //! the service answers; the body is counted as it streams, through the
 //! same [`CountedBody`] the in-flight layers hold their count in; the
 //! settlement runs when that body lets go of its [`SettleGuard`].
+//!
+//! A settlement that fails, or that a backend has not answered by the time
+//! its runtime shuts down, is counted as an error and logged; the key then
+//! keeps what its check charged (or, cut off mid-call, whatever the
+//! backend made of the call).
 
 use super::body::{CountedBody, Seen};
 use crate::telemetry::{Settled, Settlements};
@@ -104,6 +109,11 @@ impl Settle {
     /// an LLM call used), read from the trailers if the body sent them,
     /// else from the response head. A response without a readable count
     /// keeps what its check charged.
+    ///
+    /// The count is trusted as the upstream wrote it: a `0` refunds the
+    /// whole admission. Use it for a header your own service or a backend
+    /// you trust sets, never one a client can put through (strip it at
+    /// the edge, or read it with [`by`](Self::by) and a floor).
     pub fn count_in(name: HeaderName) -> Self {
         let read = name.clone();
         Self::by(move |sent| sent.count(&read).unwrap_or(sent.admitted())).keeping(name)
@@ -294,7 +304,8 @@ pub(crate) fn settle_through<Ch, K>(
         Poll::Ready(result) => report.outcome(result),
         Poll::Pending => match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { report.outcome(settling.await) });
+                let unfinished = Unfinished(Some(report));
+                runtime.spawn(async move { unfinished.finish(settling.await) });
             }
             Err(_) => report.failure(&"no tokio runtime to finish it on"),
         },
@@ -328,6 +339,27 @@ impl Report {
             self.from,
             self.to,
         );
+    }
+}
+
+/// A settlement a spawned task finishes. A runtime that shuts down (or a
+/// settling future that panics) drops the task before it ends; the drop
+/// reports it then, so it is never lost in silence.
+struct Unfinished(Option<Report>);
+
+impl Unfinished {
+    fn finish<E: std::error::Error>(mut self, result: Result<(), E>) {
+        if let Some(report) = self.0.take() {
+            report.outcome(result);
+        }
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(report) = self.0.take() {
+            report.failure(&"its task was dropped before the backend answered, e.g. by a runtime shutting down, so it may or may not have been made");
+        }
     }
 }
 
