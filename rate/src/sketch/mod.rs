@@ -235,7 +235,7 @@ impl SketchLimiter<MonotonicClock> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidProbability`] unless `wrong_denials` lies in
+    /// [`ConfigError::InvalidFraction`] unless `wrong_denials` lies in
     /// (0, 1); [`ConfigError::TooManyCells`] when the sketch would need more
     /// than 2³² cells.
     ///
@@ -256,7 +256,7 @@ impl SketchLimiter<MonotonicClock> {
         wrong_denials: f64,
     ) -> Result<Shape, ConfigError> {
         if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
-            return Err(ConfigError::InvalidProbability(wrong_denials));
+            return Err(ConfigError::InvalidFraction(wrong_denials));
         }
         let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
         let cells_per_row = requests_per_second.get() as f64 / per_key;
