@@ -29,19 +29,14 @@ pub enum ConfigError {
         /// Counters requested.
         requested: u128,
     },
-    /// The error target ε or the failure probability δ is not in (0, 1).
-    InvalidErrorBound {
-        /// Requested ε.
-        epsilon: f64,
-        /// Requested δ.
-        delta: f64,
-    },
     /// A time interval of zero length.
     ZeroInterval,
     /// A time interval longer than 2⁶⁴ nanoseconds (584 years).
     IntervalTooLong,
-    /// A target probability (such as a wrong-denial rate) not in (0, 1).
-    InvalidProbability(f64),
+    /// A value that must lie strictly between 0 and 1 (an error target ε,
+    /// a failure probability δ, a wrong-denial rate) does not: the value
+    /// given (NaN included).
+    InvalidFraction(f64),
 }
 
 impl fmt::Display for ConfigError {
@@ -61,15 +56,11 @@ impl fmt::Display for ConfigError {
                     "{requested} counters requested, at most 2^32 are addressable"
                 )
             }
-            Self::InvalidErrorBound { epsilon, delta } => write!(
-                f,
-                "error target epsilon={epsilon} and failure probability delta={delta} must both lie in (0, 1)"
-            ),
             Self::ZeroInterval => f.write_str("the interval must be longer than zero"),
             Self::IntervalTooLong => {
                 f.write_str("the interval must be shorter than 2^64 ns (584 years)")
             }
-            Self::InvalidProbability(p) => write!(f, "the probability must lie in (0, 1), got {p}"),
+            Self::InvalidFraction(x) => write!(f, "{x} does not lie strictly between 0 and 1"),
         }
     }
 }

@@ -145,11 +145,6 @@ impl Estimator {
         self.counters.clear();
     }
 
-    /// The update rule.
-    pub fn update_rule(&self) -> Update {
-        self.update
-    }
-
     /// Heap and inline bytes this estimator occupies.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + self.counters.bytes()

@@ -166,11 +166,6 @@ impl InflightGuard {
         let location = self.estimator.locator().locate_hash(self.hash);
         self.estimator.get_at(&location)
     }
-
-    /// What this guard will subtract when dropped.
-    pub fn value(&self) -> isize {
-        self.value
-    }
 }
 
 impl Drop for InflightGuard {

@@ -106,11 +106,6 @@ impl RateComponents {
         let weighted = self.previous as f64 * (1.0 - self.elapsed_fraction) + self.current as f64;
         weighted / self.interval.as_secs_f64()
     }
-
-    /// Events per second of the previous complete window.
-    pub fn previous_per_second(&self) -> f64 {
-        self.previous as f64 / self.interval.as_secs_f64()
-    }
 }
 
 /// Per-key event rates over fixed, grid-aligned intervals.
@@ -236,12 +231,14 @@ impl<C: Clock> Rate<C> {
 
     /// Events per second of `key` in the previous complete window.
     pub fn rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
-        self.components(key).previous_per_second()
+        let c = self.components(key);
+        c.previous as f64 / c.interval.as_secs_f64()
     }
 
     /// The previous and current counts of `key` and the elapsed fraction,
-    /// from which [`RateComponents`] computes the previous window's rate and
-    /// the sliding estimate (or a custom rate of your own).
+    /// from which [`RateComponents`] computes the sliding estimate (or a
+    /// custom rate of your own; [`rate`](Self::rate) is the previous
+    /// window's).
     ///
     /// Never reads a window while a rotation is zeroing it: a reader that
     /// meets a rotation waits for it (a few microseconds, once per
@@ -292,11 +289,6 @@ impl<C: Clock> Rate<C> {
                 elapsed_fraction,
             };
         }
-    }
-
-    /// The window length.
-    pub fn interval(&self) -> Duration {
-        self.interval
     }
 
     /// Bytes used by the three window sketches.

@@ -148,8 +148,8 @@ impl Shape {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidErrorBound`] unless both lie in (0, 1) (NaN
-    /// included); [`ConfigError::TooManyHashes`] or
+    /// [`ConfigError::InvalidFraction`] with the first of the two that
+    /// does not lie in (0, 1) (NaN included); [`ConfigError::TooManyHashes`] or
     /// [`ConfigError::TooManyCells`] when the bound needs a sketch larger
     /// than one can be (see [`try_new`](Self::try_new)).
     ///
@@ -162,9 +162,10 @@ impl Shape {
     /// # Ok::<(), weir_limits::ConfigError>(())
     /// ```
     pub fn try_for_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
-        let valid = |x: f64| x > 0.0 && x < 1.0;
-        if !valid(epsilon) || !valid(delta) {
-            return Err(ConfigError::InvalidErrorBound { epsilon, delta });
+        for x in [epsilon, delta] {
+            if !(x > 0.0 && x < 1.0) {
+                return Err(ConfigError::InvalidFraction(x));
+            }
         }
         // Both are finite and at least 1 here; the casts saturate, and
         // try_new rejects what is too large.

@@ -69,7 +69,7 @@ fn shapes_reject_impossible_dimensions_with_typed_errors() {
     ] {
         assert!(matches!(
             Shape::try_for_error(epsilon, delta),
-            Err(ConfigError::InvalidErrorBound { .. })
+            Err(ConfigError::InvalidFraction(_))
         ));
     }
     assert!(matches!(

@@ -93,7 +93,6 @@ pub mod clock {
     pub use weir_limits::clock::{
         Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
     };
-    pub use weir_primitives::time::duration_to_nanos;
 
     /// How far past a limiter's clock a time given to `check_n_at` may
     /// lie; a later one is refused with

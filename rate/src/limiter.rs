@@ -142,12 +142,17 @@ pub trait Limiter: Send + Sync {
     fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt;
 
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
-    /// (so a keyed limiter may forget the key).
-    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
+    /// (so a keyed limiter may forget the key): [`idle_at`](Self::idle_at)
+    /// has come. The algorithms answer it without computing the time.
+    #[doc(hidden)]
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
+        self.idle_at(state, now_ns) <= now_ns
+    }
 
     /// When the state becomes idle: the earliest time, no earlier than
-    /// `now_ns`, from which [`is_idle`](Self::is_idle) holds if nothing more
-    /// is spent (`u64::MAX` if not within the clock's range). A bounded
+    /// `now_ns`, from which it is indistinguishable from a fresh one if
+    /// nothing more is spent (`u64::MAX` if not within the clock's range),
+    /// so that a keyed limiter may forget the key. A bounded
     /// [`KeyedLimiter`](crate::KeyedLimiter) forgets first the keys that
     /// become idle soonest.
     ///
@@ -329,11 +334,6 @@ impl<L: Limiter> AllOf<L> {
     /// All of `limits` (an empty list allows everything).
     pub fn new(limits: Vec<L>) -> Self {
         Self { limits }
-    }
-
-    /// The limits.
-    pub fn limits(&self) -> &[L] {
-        &self.limits
     }
 }
 

@@ -174,6 +174,7 @@ impl Quota {
     }
 
     /// The window in nanoseconds (never zero).
+    #[doc(hidden)]
     pub const fn window_nanos(&self) -> u64 {
         self.window_ns
     }
@@ -181,6 +182,7 @@ impl Quota {
     /// Nanoseconds per unit (`window / limit`), rounded **up** to a whole
     /// nanosecond and at least 1, so a rate-based limiter built from it is
     /// never looser than the quota (stricter by under 1 ns per unit).
+    #[doc(hidden)]
     pub const fn emission_interval_nanos(&self) -> u64 {
         let t = self.window_ns.div_ceil(self.limit.get() as u64);
         if t == 0 { 1 } else { t }

@@ -216,7 +216,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// Whether shadow mode is on.
-    pub fn is_shadow(&self) -> bool {
+    fn is_shadow(&self) -> bool {
         self.shadow.load(Ordering::Relaxed)
     }
 

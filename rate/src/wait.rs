@@ -61,8 +61,8 @@ use weir_primitives::time::duration_to_nanos;
 ///
 /// let spread = Jitter::up_to(Duration::from_millis(20));
 /// let replayable = spread.seeded(7); // the same delays on every run
-/// assert_eq!(replayable.max(), Duration::from_millis(20));
-/// assert_eq!(Jitter::NONE.max(), Duration::ZERO);
+/// assert_ne!(replayable, spread);
+/// assert_eq!(Jitter::up_to(Duration::ZERO), Jitter::NONE);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Jitter {
@@ -88,11 +88,6 @@ impl Jitter {
             max: self.max,
             seed: Some(seed),
         }
-    }
-
-    /// The largest extra delay.
-    pub const fn max(&self) -> Duration {
-        self.max
     }
 
     /// The delays of one wait.

@@ -62,7 +62,7 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     assert!(out.contains("OK"), "importing: {out}");
     let out = cluster.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id])?;
     assert!(out.contains("OK"), "migrating: {out}");
-    let key_of_moved = limiter.redis_key(&moved);
+    let key_of_moved = limiter.redis_keys(&moved).remove(0);
     let to_port = cluster.nodes[to].port().to_string();
     let out =
         cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;

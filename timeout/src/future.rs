@@ -303,6 +303,7 @@ impl<F> Timeout<F> {
 
     /// Whether the deadline is known to have passed. `false` until the
     /// timer is armed (the first poll at which the inner future waits).
+    #[doc(hidden)]
     pub fn is_elapsed(&self) -> bool {
         self.timer.has_elapsed()
     }

@@ -1,7 +1,8 @@
 //! [`Aimd`]: additive increase, multiplicative decrease, on drops.
 
+use super::builder::{Builder, Own};
 use super::window::{Window, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, common_builder_methods, factor};
+use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, factor};
 use crate::clock::Timestamp;
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
@@ -46,7 +47,7 @@ impl Default for Aimd {
     /// Limits 1 to 1000 starting at 20, backoff 0.9, no timeout, windows
     /// of at least 10 ms and 16 samples.
     fn default() -> Self {
-        match AimdBuilder::default().build() {
+        match Aimd::builder().build() {
             Ok(aimd) => aimd,
             Err(e) => unreachable!("the default settings are valid: {e}"),
         }
@@ -61,8 +62,8 @@ impl Aimd {
     ///
     /// assert!(Aimd::builder().backoff(0.3).build().is_err(), "below 0.5");
     /// ```
-    pub fn builder() -> AimdBuilder {
-        AimdBuilder::default()
+    pub fn builder() -> Builder<Aimd> {
+        Builder::with(Own::default())
     }
 }
 
@@ -92,41 +93,10 @@ impl Algorithm for Aimd {
     }
 }
 
-/// Settings of an [`Aimd`]; [`build`](Self::build) checks them.
-///
-/// ```
-/// use std::num::NonZeroU32;
-/// use weir_rate::adaptive::Aimd;
-///
-/// let aimd = Aimd::builder().initial_limit(NonZeroU32::new(8).unwrap()).build()?;
-/// # let _ = aimd;
-/// # Ok::<(), weir_rate::adaptive::InvalidConfig>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct AimdBuilder {
-    common: Common,
-    window: Duration,
-    backoff: f64,
-    timeout: Option<Duration>,
-}
-
-impl Default for AimdBuilder {
-    fn default() -> Self {
-        Self {
-            common: Common::default(),
-            window: Duration::from_millis(10),
-            backoff: 0.9,
-            timeout: None,
-        }
-    }
-}
-
-impl AimdBuilder {
-    common_builder_methods!();
-
+impl Builder<Aimd> {
     /// A request slower than this counts as a drop (default: none).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+        self.own.timeout = Some(timeout);
         self
     }
 
@@ -142,7 +112,7 @@ impl AimdBuilder {
         common.check()?;
         common.window_ns = window_nanos(self.window)?;
         let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
-        let timeout = match self.timeout {
+        let timeout = match self.own.timeout {
             Some(t) => super::nanos("timeout", t)?,
             None => u64::MAX,
         };

@@ -1,12 +1,10 @@
 //! [`Gradient2`]: the limit scaled by how much slower than at no load the
 //! origin answers, plus a queue allowance.
 
+use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{
-    Algorithm, Common, InvalidConfig, Sample, common_builder_methods, factor, probe_builder_methods,
-};
+use super::{Algorithm, Common, InvalidConfig, Sample, factor};
 use crate::clock::Timestamp;
-use std::time::Duration;
 
 /// Netflix's Gradient2, with the no-load latency measured by probes.
 ///
@@ -57,7 +55,7 @@ impl Default for Gradient2 {
     /// backoff 0.9, windows of at least 10 ms and 16 samples, a probe
     /// every 10 s.
     fn default() -> Self {
-        Gradient2Builder::default().checked()
+        Gradient2::builder().checked()
     }
 }
 
@@ -69,8 +67,11 @@ impl Gradient2 {
     ///
     /// assert!(Gradient2::builder().tolerance(0.9).build().is_err(), "below 1");
     /// ```
-    pub fn builder() -> Gradient2Builder {
-        Gradient2Builder::default()
+    pub fn builder() -> Builder<Gradient2> {
+        Builder::with(Own {
+            seed: 0x6772_6164,
+            ..Own::default()
+        })
     }
 
     fn judge(&mut self, window: &Summary) {
@@ -112,56 +113,21 @@ impl Algorithm for Gradient2 {
     }
 }
 
-/// Settings of a [`Gradient2`]; [`build`](Self::build) checks them.
-///
-/// ```
-/// use weir_rate::adaptive::Gradient2;
-///
-/// let gradient = Gradient2::builder().smoothing(0.2).build()?;
-/// # let _ = gradient;
-/// # Ok::<(), weir_rate::adaptive::InvalidConfig>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct Gradient2Builder {
-    common: Common,
-    window: Duration,
-    tolerance: f64,
-    smoothing: f64,
-    backoff: f64,
-    probe_interval: Option<Duration>,
-    seed: u64,
-}
+impl sealed::Probes for Gradient2 {}
 
-impl Default for Gradient2Builder {
-    fn default() -> Self {
-        Self {
-            common: Common::default(),
-            window: Duration::from_millis(10),
-            tolerance: 1.2,
-            smoothing: 0.5,
-            backoff: 0.9,
-            probe_interval: Some(Duration::from_secs(10)),
-            seed: 0x6772_6164,
-        }
-    }
-}
-
-impl Gradient2Builder {
-    common_builder_methods!();
-    probe_builder_methods!();
-
+impl Builder<Gradient2> {
     /// How much slower than at no load the origin may answer before the
     /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
     /// to a long-term average, which already holds some queueing).
     pub fn tolerance(mut self, tolerance: f64) -> Self {
-        self.tolerance = tolerance;
+        self.own.tolerance = tolerance;
         self
     }
 
     /// The share of the way to its target a decreasing limit moves per
     /// window (in (0, 1]; default 0.5).
     pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
+        self.own.smoothing = smoothing;
         self
     }
 
@@ -176,10 +142,11 @@ impl Gradient2Builder {
         let mut common = self.common;
         common.check()?;
         common.window_ns = window_nanos(self.window)?;
-        let tolerance = factor("tolerance", self.tolerance, |t| t >= 1.0)?;
-        let smoothing = factor("smoothing", self.smoothing, |s| s > 0.0 && s <= 1.0)?;
+        let tolerance = factor("tolerance", self.own.tolerance, |t| t >= 1.0)?;
+        let smoothing = factor("smoothing", self.own.smoothing, |s| s > 0.0 && s <= 1.0)?;
         let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
         let interval = self
+            .own
             .probe_interval
             .map(|i| super::nanos("probe_interval", i))
             .transpose()?;
@@ -190,7 +157,7 @@ impl Gradient2Builder {
             backoff,
             estimate: f64::from(common.initial),
             window: Window::new(0),
-            baseline: Baseline::new(interval, self.seed),
+            baseline: Baseline::new(interval, self.own.seed),
         })
     }
 
@@ -206,6 +173,7 @@ impl Gradient2Builder {
 mod tests {
     use super::*;
     use crate::adaptive::Outcome;
+    use std::time::Duration;
 
     fn at(ms: u64) -> Timestamp<()> {
         Timestamp::from_nanos(ms * 1_000_000)

@@ -198,6 +198,7 @@ impl<A, C> KeyedAdaptiveLimiter<A, C> {
     }
 
     /// The most keys stored at once.
+    #[doc(hidden)]
     pub fn capacity(&self) -> usize {
         self.capacity
     }

@@ -72,17 +72,19 @@
 //! ```
 
 mod aimd;
+mod builder;
 mod gradient;
 mod keyed;
 mod limiter;
 mod vegas;
 mod window;
 
-pub use aimd::{Aimd, AimdBuilder};
-pub use gradient::{Gradient2, Gradient2Builder};
+pub use aimd::Aimd;
+pub use builder::Builder;
+pub use gradient::Gradient2;
 pub use keyed::KeyedAdaptiveLimiter;
 pub use limiter::{AdaptiveGuard, AdaptiveLimiter, Overloaded};
-pub use vegas::{Vegas, VegasBuilder};
+pub use vegas::Vegas;
 
 use crate::clock::Timestamp;
 use std::fmt;
@@ -204,60 +206,58 @@ impl Algorithm for Fixed {
     fn update<C>(&mut self, _now: Timestamp<C>, _sample: Sample) {}
 }
 
-/// Why an algorithm's builder refused its settings.
+/// Why an algorithm's builder refused its settings: which setting, and
+/// (in its `Display`) the values given.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::adaptive::{Aimd, InvalidConfig};
+/// use weir_rate::adaptive::Aimd;
 ///
 /// let err = Aimd::builder().min_limit(NonZeroU32::new(50).unwrap()).build().unwrap_err();
-/// assert!(matches!(err, InvalidConfig::Bounds { .. }));
+/// assert_eq!(err.setting(), "min_limit, initial_limit, max_limit");
+/// assert!(err.to_string().contains("50"));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum InvalidConfig {
+pub struct InvalidConfig {
+    setting: &'static str,
+    problem: Problem,
+}
+
+/// What was wrong with [`InvalidConfig::setting`].
+#[derive(Debug, Clone, PartialEq)]
+enum Problem {
     /// The limits must satisfy `min ≤ initial ≤ max`.
-    Bounds {
-        /// Smallest limit.
-        min: u32,
-        /// Starting limit.
-        initial: u32,
-        /// Largest limit.
-        max: u32,
-    },
-    /// A factor outside the range its setting allows (named by `setting`).
-    Factor {
-        /// Which setting.
-        setting: &'static str,
-        /// The value given.
-        value: f64,
-    },
+    Bounds { min: u32, initial: u32, max: u32 },
+    /// A factor outside the range its setting allows.
+    Factor(f64),
     /// A duration of zero, or over 2⁶⁴ ns, where a positive one is needed.
-    Duration {
-        /// Which setting.
-        setting: &'static str,
-    },
+    Duration,
     /// Vegas needs `0 < alpha < beta`.
-    Thresholds {
-        /// Grow below this many queued requests (per decimal digit of the limit).
-        alpha: u32,
-        /// Shrink above this many.
-        beta: u32,
-    },
+    Thresholds { alpha: u32, beta: u32 },
+}
+
+impl InvalidConfig {
+    fn new(setting: &'static str, problem: Problem) -> Self {
+        Self { setting, problem }
+    }
+
+    /// The builder setting (or settings, comma-separated) refused.
+    pub fn setting(&self) -> &'static str {
+        self.setting
+    }
 }
 
 impl fmt::Display for InvalidConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Bounds { min, initial, max } => write!(
+        let setting = self.setting;
+        match self.problem {
+            Problem::Bounds { min, initial, max } => write!(
                 f,
                 "limits must satisfy min <= initial <= max, got {min} <= {initial} <= {max}"
             ),
-            Self::Factor { setting, value } => write!(f, "{setting} out of range: {value}"),
-            Self::Duration { setting } => {
-                write!(f, "{setting} must be positive and under 2^64 ns")
-            }
-            Self::Thresholds { alpha, beta } => {
+            Problem::Factor(value) => write!(f, "{setting} out of range: {value}"),
+            Problem::Duration => write!(f, "{setting} must be positive and under 2^64 ns"),
+            Problem::Thresholds { alpha, beta } => {
                 write!(f, "Vegas needs 0 < alpha < beta, got {alpha} and {beta}")
             }
         }
@@ -293,11 +293,14 @@ impl Default for Common {
 impl Common {
     fn check(&self) -> Result<(), InvalidConfig> {
         if !(self.min <= self.initial && self.initial <= self.max) {
-            return Err(InvalidConfig::Bounds {
-                min: self.min,
-                initial: self.initial,
-                max: self.max,
-            });
+            return Err(InvalidConfig::new(
+                "min_limit, initial_limit, max_limit",
+                Problem::Bounds {
+                    min: self.min,
+                    initial: self.initial,
+                    max: self.max,
+                },
+            ));
         }
         Ok(())
     }
@@ -317,7 +320,7 @@ impl Common {
 /// Checks a duration setting: positive and representable in nanoseconds.
 fn nanos(setting: &'static str, d: Duration) -> Result<u64, InvalidConfig> {
     match u64::try_from(d.as_nanos()) {
-        Ok(0) | Err(_) => Err(InvalidConfig::Duration { setting }),
+        Ok(0) | Err(_) => Err(InvalidConfig::new(setting, Problem::Duration)),
         Ok(n) => Ok(n),
     }
 }
@@ -331,75 +334,9 @@ fn factor(
     if value.is_finite() && ok(value) {
         Ok(value)
     } else {
-        Err(InvalidConfig::Factor { setting, value })
+        Err(InvalidConfig::new(setting, Problem::Factor(value)))
     }
 }
-
-/// Builder methods every algorithm's builder has, over its `common` field.
-macro_rules! common_builder_methods {
-    () => {
-        /// The smallest limit (default 1).
-        pub fn min_limit(mut self, min: std::num::NonZeroU32) -> Self {
-            self.common.min = min.get();
-            self
-        }
-
-        /// The largest limit (default 1000).
-        pub fn max_limit(mut self, max: std::num::NonZeroU32) -> Self {
-            self.common.max = max.get();
-            self
-        }
-
-        /// The limit before any sample (default 20).
-        pub fn initial_limit(mut self, initial: std::num::NonZeroU32) -> Self {
-            self.common.initial = initial.get();
-            self
-        }
-
-        /// The least time a window of samples lasts before it is judged
-        /// (default 10 ms); it also waits for
-        /// [`window_samples`](Self::window_samples).
-        pub fn window(mut self, window: std::time::Duration) -> Self {
-            self.window = window;
-            self
-        }
-
-        /// The fewest samples a window is judged on (default 16).
-        pub fn window_samples(mut self, samples: std::num::NonZeroU32) -> Self {
-            self.common.window_samples = samples.get();
-            self
-        }
-
-        /// What a window with a drop multiplies the limit by (in [0.5, 1);
-        /// default 0.9).
-        pub fn backoff(mut self, backoff: f64) -> Self {
-            self.backoff = backoff;
-            self
-        }
-    };
-}
-pub(crate) use common_builder_methods;
-
-/// The settings of the algorithms that probe for the no-load latency
-/// (Vegas, Gradient2), defined once for their builders.
-macro_rules! probe_builder_methods {
-    () => {
-        /// How often the no-load latency is measured again (default 10 s,
-        /// jittered by ±25 %); `None` measures it only from windows, which
-        /// can then never learn that the origin became slower.
-        pub fn probe_interval(mut self, interval: Option<std::time::Duration>) -> Self {
-            self.probe_interval = interval;
-            self
-        }
-
-        /// Seeds the probe jitter (deterministic for a given seed).
-        pub fn seed(mut self, seed: u64) -> Self {
-            self.seed = seed;
-            self
-        }
-    };
-}
-pub(crate) use probe_builder_methods;
 
 #[cfg(test)]
 mod tests {

@@ -1,11 +1,9 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
+use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{
-    Algorithm, Common, InvalidConfig, Sample, common_builder_methods, factor, probe_builder_methods,
-};
+use super::{Algorithm, Common, InvalidConfig, Problem, Sample, factor};
 use crate::clock::Timestamp;
-use std::time::Duration;
 
 /// TCP Vegas' rule, as Netflix's concurrency-limits applies it to
 /// requests: estimate how many requests wait in the origin's queue, and
@@ -52,7 +50,7 @@ impl Default for Vegas {
     /// Limits 1 to 1000 starting at 20, alpha 3, beta 6, backoff 0.9,
     /// windows of at least 10 ms and 16 samples, a probe every 10 s.
     fn default() -> Self {
-        match VegasBuilder::default().build() {
+        match Vegas::builder().build() {
             Ok(vegas) => vegas,
             Err(e) => unreachable!("the default settings are valid: {e}"),
         }
@@ -67,8 +65,11 @@ impl Vegas {
     ///
     /// assert!(Vegas::builder().alpha(6).beta(3).build().is_err());
     /// ```
-    pub fn builder() -> VegasBuilder {
-        VegasBuilder::default()
+    pub fn builder() -> Builder<Vegas> {
+        Builder::with(Own {
+            seed: 0x7665_6761,
+            ..Own::default()
+        })
     }
 
     fn judge(&mut self, window: &Summary) {
@@ -119,55 +120,19 @@ impl Algorithm for Vegas {
     }
 }
 
-/// Settings of a [`Vegas`]; [`build`](Self::build) checks them.
-///
-/// ```
-/// use std::time::Duration;
-/// use weir_rate::adaptive::Vegas;
-///
-/// let vegas = Vegas::builder().probe_interval(Some(Duration::from_secs(60))).build()?;
-/// # let _ = vegas;
-/// # Ok::<(), weir_rate::adaptive::InvalidConfig>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct VegasBuilder {
-    common: Common,
-    window: Duration,
-    alpha: u32,
-    beta: u32,
-    backoff: f64,
-    probe_interval: Option<Duration>,
-    seed: u64,
-}
+impl sealed::Probes for Vegas {}
 
-impl Default for VegasBuilder {
-    fn default() -> Self {
-        Self {
-            common: Common::default(),
-            window: Duration::from_millis(10),
-            alpha: 3,
-            beta: 6,
-            backoff: 0.9,
-            probe_interval: Some(Duration::from_secs(10)),
-            seed: 0x7665_6761,
-        }
-    }
-}
-
-impl VegasBuilder {
-    common_builder_methods!();
-    probe_builder_methods!();
-
+impl Builder<Vegas> {
     /// Grow while fewer requests than this (per decimal digit of the
     /// limit) are queued (default 3).
     pub fn alpha(mut self, alpha: u32) -> Self {
-        self.alpha = alpha;
+        self.own.alpha = alpha;
         self
     }
 
     /// Shrink while more than this (per digit) are queued (default 6).
     pub fn beta(mut self, beta: u32) -> Self {
-        self.beta = beta;
+        self.own.beta = beta;
         self
     }
 
@@ -182,25 +147,29 @@ impl VegasBuilder {
         let mut common = self.common;
         common.check()?;
         common.window_ns = window_nanos(self.window)?;
-        if !(0 < self.alpha && self.alpha < self.beta) {
-            return Err(InvalidConfig::Thresholds {
-                alpha: self.alpha,
-                beta: self.beta,
-            });
+        if !(0 < self.own.alpha && self.own.alpha < self.own.beta) {
+            return Err(InvalidConfig::new(
+                "alpha, beta",
+                Problem::Thresholds {
+                    alpha: self.own.alpha,
+                    beta: self.own.beta,
+                },
+            ));
         }
         let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
         let interval = self
+            .own
             .probe_interval
             .map(|i| super::nanos("probe_interval", i))
             .transpose()?;
         Ok(Vegas {
             common,
-            alpha: f64::from(self.alpha),
-            beta: f64::from(self.beta),
+            alpha: f64::from(self.own.alpha),
+            beta: f64::from(self.own.beta),
             backoff,
             estimate: f64::from(common.initial),
             window: Window::new(0),
-            baseline: Baseline::new(interval, self.seed),
+            baseline: Baseline::new(interval, self.own.seed),
         })
     }
 }
@@ -209,6 +178,7 @@ impl VegasBuilder {
 mod tests {
     use super::*;
     use crate::adaptive::Outcome;
+    use std::time::Duration;
 
     fn at(ms: u64) -> Timestamp<()> {
         Timestamp::from_nanos(ms * 1_000_000)

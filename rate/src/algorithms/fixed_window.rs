@@ -42,13 +42,15 @@ impl FixedWindow {
         Self { quota }
     }
 
-    /// The quota.
+    /// The quota (for the Redis scripts and the sketch).
+    #[doc(hidden)]
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
     /// The units counted in the window holding `now_ns` (what the limit is
     /// compared with), without changing the state.
+    #[doc(hidden)]
     pub fn estimate(&self, s: &FixedWindowState, now_ns: u64) -> f64 {
         if now_ns.saturating_sub(s.start) >= self.quota.window_nanos() {
             0.0

@@ -84,17 +84,20 @@ impl Gcra {
         }
     }
 
-    /// The quota.
+    /// The quota (for the Redis scripts and the sketch).
+    #[doc(hidden)]
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
     /// The emission interval `T` in nanoseconds.
+    #[doc(hidden)]
     pub fn interval_nanos(&self) -> u64 {
         self.interval
     }
 
     /// The tolerance `τ = burst·T` in nanoseconds.
+    #[doc(hidden)]
     pub fn tolerance_nanos(&self) -> u64 {
         self.tolerance
     }

@@ -83,16 +83,6 @@ impl LeakyBucket {
             interval: quota.emission_interval_nanos(),
         })
     }
-
-    /// The quota.
-    pub fn quota(&self) -> Quota {
-        self.bucket.quota
-    }
-
-    /// Whether this is a shaper (else a meter).
-    pub fn is_shaper(&self) -> bool {
-        self.max_delay.is_some()
-    }
 }
 
 impl Limiter for LeakyBucket {

@@ -56,11 +56,6 @@ impl SlidingLog {
         Self { quota }
     }
 
-    /// The quota.
-    pub fn quota(&self) -> Quota {
-        self.quota
-    }
-
     fn expire(&self, s: &mut SlidingLogState, now: u64) -> u64 {
         let w = self.quota.window_nanos();
         let now = s.entries.back().map_or(now, |&(t, _)| now.max(t));

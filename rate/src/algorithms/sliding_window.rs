@@ -87,23 +87,27 @@ impl SlidingWindow {
         })
     }
 
-    /// The quota.
+    /// The quota (for the Redis scripts and the sketch).
+    #[doc(hidden)]
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
     /// Number of counters `N`.
+    #[doc(hidden)]
     pub fn counters(&self) -> u32 {
         self.counters
     }
 
     /// The sub-window length in nanoseconds.
+    #[doc(hidden)]
     pub fn sub_window_nanos(&self) -> u64 {
         self.sub
     }
 
     /// The estimated units in the sliding window ending at `now_ns` (what
     /// the limit is compared with), without changing the state.
+    #[doc(hidden)]
     pub fn estimate(&self, s: &SlidingWindowState, now_ns: u64) -> f64 {
         // A state from a limiter with another N is read as `check` would
         // leave it after adopting it; its ring cannot be indexed with ours.

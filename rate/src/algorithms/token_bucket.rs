@@ -204,7 +204,8 @@ impl TokenBucket {
         }
     }
 
-    /// The quota.
+    /// The quota (for the Redis scripts and the sketch).
+    #[doc(hidden)]
     pub fn quota(&self) -> Quota {
         self.bucket.quota
     }

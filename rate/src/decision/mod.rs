@@ -219,6 +219,7 @@ impl Decision {
     /// `Some(429)` when the request must be rejected, `None` when it may
     /// proceed.
     #[inline]
+    #[doc(hidden)]
     pub fn status(&self) -> Option<u16> {
         (!self.allowed).then_some(TOO_MANY_REQUESTS)
     }

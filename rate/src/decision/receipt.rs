@@ -69,6 +69,7 @@ impl Receipt {
     /// The instant the spending was charged to, in clock nanoseconds (for
     /// a Redis limiter's receipt, nanoseconds of the server's `TIME` since
     /// the Unix epoch, whole microseconds).
+    #[doc(hidden)]
     #[inline]
     pub fn at_nanos(self) -> u64 {
         self.at_ns

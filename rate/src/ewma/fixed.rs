@@ -8,30 +8,36 @@ use std::fmt;
 /// use weir_rate::ewma::FixedRate;
 ///
 /// let r = FixedRate::from_per_second(3);
-/// assert_eq!(r.to_bits(), 3 << 16);
 /// assert_eq!(r.as_f64(), 3.0);
-/// assert_eq!(FixedRate::from_bits(1 << 15).as_f64(), 0.5);
+/// assert_eq!(FixedRate::from_f64(0.5).as_f64(), 0.5);
+/// assert_eq!(FixedRate::from_f64(2.7).whole_per_second(), 2);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FixedRate(pub(super) u64);
 
 impl FixedRate {
-    /// Number of fractional bits.
+    /// Number of fractional bits (the representation is weir's own: for
+    /// weir-hhh's kernel filter, which shares it).
+    #[doc(hidden)]
     pub const FRAC_BITS: u32 = 16;
     /// Zero events per second.
     pub const ZERO: Self = Self(0);
     /// The smallest positive rate, 2⁻¹⁶ events per second.
+    #[doc(hidden)]
     pub const EPSILON: Self = Self(1);
     /// The largest representable rate (≈ 2.8·10¹⁴ events per second).
     pub const MAX: Self = Self(u64::MAX);
 
-    /// The rate whose raw representation is `bits` (value · 2¹⁶).
+    /// The rate whose raw representation is `bits` (value · 2¹⁶); for
+    /// weir-hhh, whose kernel filter keeps rates in this representation.
+    #[doc(hidden)]
     #[inline]
     pub const fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
 
     /// The raw representation (value · 2¹⁶).
+    #[doc(hidden)]
     #[inline]
     pub const fn to_bits(self) -> u64 {
         self.0
@@ -63,6 +69,7 @@ impl FixedRate {
 
     /// Whole events per second, rounded down.
     #[inline]
+    #[doc(hidden)]
     pub const fn whole_per_second(self) -> u64 {
         self.0 >> Self::FRAC_BITS
     }

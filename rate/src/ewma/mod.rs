@@ -143,6 +143,7 @@ impl<C: Clock> Ewma<C> {
     }
 
     /// The update rule in use.
+    #[doc(hidden)]
     pub fn window(&self) -> EwmaWindow {
         self.window
     }

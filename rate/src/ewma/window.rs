@@ -26,7 +26,9 @@ pub struct EwmaWindow {
 }
 
 impl EwmaWindow {
-    /// The division-free update for exactly one event (see [`OneEventUpdate`]).
+    /// The division-free update for exactly one event (see
+    /// [`OneEventUpdate`]); weir-hhh's hot loop.
+    #[doc(hidden)]
     pub fn one_event(self) -> OneEventUpdate {
         OneEventUpdate::new(self)
     }
@@ -47,12 +49,14 @@ impl EwmaWindow {
     }
 
     /// The window.
+    #[doc(hidden)]
     #[inline]
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window_ns)
     }
 
-    /// The window in nanoseconds (never zero).
+    /// The window in nanoseconds (never zero), for weir's crates.
+    #[doc(hidden)]
     #[inline]
     pub fn window_nanos(&self) -> u64 {
         self.window_ns

@@ -93,11 +93,6 @@ impl<B, G> CountedBody<B, G> {
             watch: Some(watch),
         }
     }
-
-    /// The wrapped body.
-    pub fn into_inner(self) -> B {
-        self.inner
-    }
 }
 
 impl<B: Default, G> Default for CountedBody<B, G> {

@@ -255,9 +255,6 @@ where
 /// flight until the body has ended (or failed, or been dropped).
 pub type InflightBody<B> = CountedBody<B, InflightPermit>;
 
-/// The status an in-flight refusal uses (503, as pingora answers).
-pub const OVERLOADED: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
-
 /// One request counted in flight; uncounts it when dropped. The layer
 /// keeps it in the response future and then in the [`InflightBody`].
 ///

@@ -46,9 +46,7 @@ pub use adaptive::{
     AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
 };
 pub use body::CountedBody;
-pub use inflight::{
-    InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService, OVERLOADED,
-};
+pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService};
 pub use key::{
     ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
     KeyFn, PeerAddr, PeerIp,

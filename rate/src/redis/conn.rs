@@ -16,37 +16,37 @@ use std::time::Duration;
 ///
 /// let single = Target::server("redis://127.0.0.1:6379/");
 /// let cluster = Target::cluster(["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]);
-/// assert!(matches!(single, Target::Server(_)));
-/// assert!(matches!(cluster, Target::Cluster(ref n) if n.len() == 2));
+/// assert_ne!(single, cluster);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// One Redis server (a `redis://` URL), through a connection manager
-    /// that reconnects in the background after a failure.
+pub struct Target(Nodes);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Nodes {
     Server(String),
-    /// A Redis Cluster, given by some of its nodes; the client learns the
-    /// slot map, follows `MOVED`/`ASK` and refreshes the map after a
-    /// failover.
     Cluster(Vec<String>),
 }
 
 impl Target {
-    /// A single server.
+    /// One Redis server (a `redis://` URL), through a connection manager
+    /// that reconnects in the background after a failure.
     pub fn server(url: impl Into<String>) -> Self {
-        Self::Server(url.into())
+        Self(Nodes::Server(url.into()))
     }
 
-    /// A cluster, from one or more of its nodes.
+    /// A Redis Cluster, given by one or more of its nodes; the client
+    /// learns the slot map, follows `MOVED`/`ASK` and refreshes the map
+    /// after a failover.
     pub fn cluster<I, S>(nodes: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self::Cluster(nodes.into_iter().map(Into::into).collect())
+        Self(Nodes::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self.0, Nodes::Cluster(_))
     }
 }
 
@@ -93,9 +93,9 @@ impl Link {
     /// connection could fix (an unparsable URL, an empty node list).
     /// Each request waits at most `timeout` on the wire, as callers do.
     pub(crate) fn new(target: &Target, timeout: Duration) -> redis::RedisResult<Self> {
-        let client = match target {
-            Target::Server(url) => Client::Single(redis::Client::open(url.as_str())?),
-            Target::Cluster(nodes) => Client::Cluster(Box::new(
+        let client = match &target.0 {
+            Nodes::Server(url) => Client::Single(redis::Client::open(url.as_str())?),
+            Nodes::Cluster(nodes) => Client::Cluster(Box::new(
                 ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
@@ -230,6 +230,7 @@ impl ConnectionLike for Conn {
 /// assert_eq!(cluster_slot("123456789"), 12739); // the CRC16/XMODEM check value
 /// assert_eq!(cluster_slot("api:gcra:{user1}"), cluster_slot("user1"));
 /// ```
+#[doc(hidden)]
 pub fn cluster_slot(key: &str) -> u16 {
     let b = key.as_bytes();
     let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {

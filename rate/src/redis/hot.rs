@@ -152,7 +152,7 @@ impl Hot {
     }
 
     fn lease_decision(lim: &RedisLimiter, granted: Granted) -> Outcome {
-        let q = lim.quota();
+        let q = lim.inner.quota;
         let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
         let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
             .unwrap_or(u32::MAX);

@@ -253,30 +253,9 @@ impl RedisLimiter {
         self.inner.capacity
     }
 
-    /// The quota (of the first limit, for an all-of limiter: see
-    /// [`quotas`](Self::quotas)).
-    pub fn quota(&self) -> Quota {
-        self.inner.quota
-    }
-
     /// Every limit's quota, in the order the builder was given them.
     pub fn quotas(&self) -> Vec<Quota> {
         self.inner.limits.iter().map(|l| l.quota).collect()
-    }
-
-    /// The Redis key holding `key`'s state: `{prefix}:{alg}:{<key>}`
-    /// (for an all-of limiter, its first limit's; see
-    /// [`redis_keys`](Self::redis_keys)).
-    ///
-    /// ```no_run
-    /// # async fn demo(limiter: weir_rate::redis::RedisLimiter) {
-    /// assert_eq!(limiter.redis_key("u1"), "weir:gcra:{u1}");
-    /// # }
-    /// ```
-    pub fn redis_key(&self, key: &str) -> String {
-        let mut keys = self.redis_keys(key);
-        keys.truncate(1);
-        keys.pop().unwrap_or_default()
     }
 
     /// The Redis keys holding `key`'s state, one per limit: for a single

@@ -170,7 +170,7 @@ fn spin() {
 /// which, the rows being hashed independently, happens in about `ρ^hashes`
 /// of its checks; a burst tolerance above one request only lowers that. So
 /// for a target wrong-denial fraction `δ`: `slots = ⌈R / (r · δ^(1/hashes))⌉`,
-/// with `hashes` (at most [`MAX_SIZED_HASHES`](Self::MAX_SIZED_HASHES), since every allowed check
+/// with `hashes` (at most 4, since every allowed check
 /// writes every row) chosen to need the least memory. Coordinated bursts
 /// (many keys arriving in lockstep) are outside the bound. The bound is
 /// conservative (`rate/tests/sizing.rs` checks it on a simulated load).
@@ -224,18 +224,18 @@ impl SketchLimiter<MonotonicClock> {
     /// The most hashes [`shape_for_load`](Self::shape_for_load) chooses: every allowed check
     /// writes each of a key's cells, so more rows cost time on every check for
     /// a little less memory.
+    #[doc(hidden)]
     pub const MAX_SIZED_HASHES: usize = 4;
 
     /// The rows-layout shape of a [`SketchLimiter`] enforcing `quota` under
     /// `requests_per_second` checks across all keys, so that a key within its
     /// quota is wrongly denied in at most about `wrong_denials` (in (0, 1)) of
-    /// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤`
-    /// [`MAX_SIZED_HASHES`](Self::MAX_SIZED_HASHES) chosen for the least
-    /// memory (see [sizing](Self#sizing)).
+    /// its checks: `slots = ⌈R / (r · δ^(1/hashes))⌉` with `hashes ≤ 4`
+    /// chosen for the least memory (see [sizing](Self#sizing)).
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidProbability`] unless `wrong_denials` lies in
+    /// [`ConfigError::InvalidFraction`] unless `wrong_denials` lies in
     /// (0, 1); [`ConfigError::TooManyCells`] when the sketch would need more
     /// than 2³² cells.
     ///
@@ -256,7 +256,7 @@ impl SketchLimiter<MonotonicClock> {
         wrong_denials: f64,
     ) -> Result<Shape, ConfigError> {
         if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
-            return Err(ConfigError::InvalidProbability(wrong_denials));
+            return Err(ConfigError::InvalidFraction(wrong_denials));
         }
         let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
         let cells_per_row = requests_per_second.get() as f64 / per_key;

@@ -233,7 +233,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         // expiry second moved on (at most twice in the time taken).
         let in_place = server.command_stats("setrange")?.calls;
         assert!(in_place >= 17, "{alg}: {in_place} of 19 writes in place");
-        let key = limiter.redis_key("k");
+        let key = limiter.redis_keys("k").remove(0);
         let len: usize = server.cli(&["STRLEN", &key])?.trim().parse()?;
         assert_eq!(len, state_bytes(alg), "{alg}: state of {len} bytes");
         let ttl: i64 = server.cli(&["PTTL", &key])?.trim().parse()?;
@@ -246,7 +246,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         // eight stray bytes after it, as an older format might leave) is
         // not this algorithm's state: the key starts fresh and its value
         // is replaced whole, never overwritten in part.
-        let foreign = limiter.redis_key("foreign");
+        let foreign = limiter.redis_keys("foreign").remove(0);
         server.cli(&[
             "EVAL",
             "redis.call('SET', KEYS[2], redis.call('GET', KEYS[1]) .. 'stray!!!', 'PX', 60000)",
@@ -489,7 +489,7 @@ fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
                 full_in.push((key, v.decision.reset_after().as_millis() as i64));
             }
             for (key, full_in) in full_in {
-                let ttl = ttl_ms(&new.redis_key(key))?;
+                let ttl = ttl_ms(&new.redis_keys(key)[0])?;
                 assert!(
                     ttl >= full_in,
                     "{alg} {key}: expires in {ttl} ms, full again only in {full_in} ms"
@@ -543,7 +543,7 @@ fn former_state_format_is_read_not_reset() -> TestResult {
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url())),
         )?;
-        let key = limiter.redis_key("k");
+        let key = limiter.redis_keys("k").remove(0);
         server.cli(&[
             "EVAL",
             "local t = redis.call('TIME') \

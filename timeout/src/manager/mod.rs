@@ -33,13 +33,17 @@ use std::time::Duration;
 use weir_primitives::local::ThreadLocal;
 use weir_primitives::time::duration_to_nanos;
 
-/// The default tick: 10 ms, as in pingora.
+/// The default tick: 10 ms, as in pingora (the global manager's; its
+/// [`TimerManager::resolution`] answers it at run time).
+#[doc(hidden)]
 pub const DEFAULT_RESOLUTION: Duration = Duration::from_millis(10);
 
-/// Shortest tick a manager accepts.
+/// Shortest tick a manager accepts (stated in [`TimerManager::try_new`]).
+#[doc(hidden)]
 pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
 
-/// Longest tick a manager accepts.
+/// Longest tick a manager accepts (stated in [`TimerManager::try_new`]).
+#[doc(hidden)]
 pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
 
 /// What arming a timer produced.
@@ -168,15 +172,15 @@ impl Metrics {
     }
 }
 
-/// Why a [`TimerManager`] could not be built: a resolution outside
-/// [`MIN_RESOLUTION`]`..=`[`MAX_RESOLUTION`].
+/// Why a [`TimerManager`] could not be built: a resolution outside 1 µs
+/// to 1 h (its `Display` names the one asked for).
 ///
 /// ```
 /// use std::time::Duration;
 /// use weir_timeout::TimerManager;
 ///
 /// let err = TimerManager::try_new(Duration::from_secs(7200)).unwrap_err();
-/// assert_eq!(err.requested(), Duration::from_secs(7200));
+/// assert_eq!(err.to_string(), "timer resolution 7200s is outside 1µs..=3600s");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidResolution {
@@ -185,6 +189,7 @@ pub struct InvalidResolution {
 
 impl InvalidResolution {
     /// The resolution that was asked for.
+    #[doc(hidden)]
     pub fn requested(&self) -> Duration {
         self.requested
     }
@@ -205,7 +210,7 @@ impl std::error::Error for InvalidResolution {}
 /// A set of timers sharing one tick length and one sweeper thread.
 ///
 /// The free functions [`timeout`](crate::timeout) and [`sleep`](crate::sleep)
-/// use [`TimerManager::global`], whose tick is [`DEFAULT_RESOLUTION`]. Create
+/// use [`TimerManager::global`], whose tick is 10 ms, as pingora's. Create
 /// your own for a different precision; each has its own sweeper, started
 /// when its first timer is armed. Cloning gives another handle to the same
 /// manager.
@@ -236,7 +241,7 @@ impl TimerManager {
     /// # Errors
     ///
     /// [`InvalidResolution`] unless `resolution` is between
-    /// [`MIN_RESOLUTION`] and [`MAX_RESOLUTION`].
+    /// 1 µs and 1 h.
     ///
     /// ```
     /// use std::time::Duration;
@@ -272,12 +277,13 @@ impl TimerManager {
     }
 
     /// The process-wide manager behind [`timeout`](crate::timeout) and
-    /// [`sleep`](crate::sleep), with a [`DEFAULT_RESOLUTION`] tick. Created on
+    /// [`sleep`](crate::sleep), with a 10 ms tick. Created on
     /// first use; its sweeper starts with the first armed timer.
     ///
     /// ```
-    /// use weir_timeout::{TimerManager, DEFAULT_RESOLUTION};
-    /// assert_eq!(TimerManager::global().resolution(), DEFAULT_RESOLUTION);
+    /// use std::time::Duration;
+    /// use weir_timeout::TimerManager;
+    /// assert_eq!(TimerManager::global().resolution(), Duration::from_millis(10));
     /// ```
     pub fn global() -> &'static TimerManager {
         GLOBAL.get_or_init(|| TimerManager::try_new(DEFAULT_RESOLUTION).expect("valid default"))
