@@ -28,8 +28,9 @@ pub fn named_items(listing: &str) -> usize {
             "macro ",
         ];
         if DECLARATIONS.iter().any(|d| item.starts_with(d)) {
-            if item.starts_with("type ") && in_trait_impl {
-                // An associated type of a trait impl.
+            if item.starts_with("type ") && in_trait_impl && !in_module(&item[5..], &modules) {
+                // An associated type of a trait impl (an alias's parent is
+                // a module).
                 continue;
             }
             // A new item: the fields and variants after it are its own.
@@ -40,6 +41,24 @@ pub fn named_items(listing: &str) -> usize {
         }
     }
     count
+}
+
+/// Whether the item named at the start of `declared` (`k::m::Alias<T> = ..`)
+/// is defined in a listed module.
+fn in_module(declared: &str, modules: &[&str]) -> bool {
+    // The path with each `<...>` left out: `k::B<L>::State` is `k::B::State`.
+    let (mut name, mut depth) = (String::new(), 0);
+    for c in declared.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ' ' if depth == 0 => break,
+            _ if depth == 0 => name.push(c),
+            _ => {}
+        }
+    }
+    name.rsplit_once("::")
+        .is_some_and(|(parent, _)| modules.contains(&parent))
 }
 
 /// A listing line with its leading `#[...]` attributes removed.
@@ -120,5 +139,19 @@ pub fn k::B<L>::new(L) -> Self
 ";
         // mods k, k::m; struct A; A::new; run; enum E; variant V; B::new.
         assert_eq!(named_items(listing), 8);
+    }
+
+    #[test]
+    fn a_type_alias_after_a_trait_impl_is_counted() {
+        let listing = "\
+pub mod k
+pub struct k::A
+impl core::fmt::Debug for k::A
+pub fn k::A::fmt(&self, &mut core::fmt::Formatter<'_>) -> core::fmt::Result
+pub type k::A::Output = u8
+pub type k::Alias<B> = k::A
+";
+        // mod k; struct A; the alias.
+        assert_eq!(named_items(listing), 3);
     }
 }
