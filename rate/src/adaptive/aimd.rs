@@ -1,6 +1,6 @@
 //! [`Aimd`]: additive increase, multiplicative decrease, on drops.
 
-use super::builder::{Builder, Own};
+use super::builder::{Builder, Own, sealed};
 use super::window::{Window, grow, window_nanos};
 use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, factor};
 use crate::clock::Timestamp;
@@ -99,20 +99,15 @@ impl Builder<Aimd> {
         self.own.timeout = Some(timeout);
         self
     }
+}
 
-    /// The algorithm.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, the
-    /// backoff is out of range, or a duration is zero (the timeout) or
-    /// over 2⁶⁴ ns.
-    pub fn build(self) -> Result<Aimd, InvalidConfig> {
-        let mut common = self.common;
+impl sealed::Build for Aimd {
+    fn build(settings: Builder<Self>) -> Result<Aimd, InvalidConfig> {
+        let mut common = settings.common;
         common.check()?;
-        common.window_ns = window_nanos(self.window)?;
-        let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
-        let timeout = match self.own.timeout {
+        common.window_ns = window_nanos(settings.window)?;
+        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let timeout = match settings.own.timeout {
             Some(t) => super::nanos("timeout", t)?,
             None => u64::MAX,
         };

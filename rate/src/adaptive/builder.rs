@@ -1,7 +1,7 @@
 //! [`Builder`]: one settings type for every adaptive algorithm, so the
 //! settings they share are written (and documented) once.
 
-use super::Common;
+use super::{Common, InvalidConfig};
 use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -132,8 +132,29 @@ impl<A: sealed::Probes> Builder<A> {
     }
 }
 
+impl<A: sealed::Build> Builder<A> {
+    /// The algorithm.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, a
+    /// factor is out of its range (the backoff; Gradient2's tolerance and
+    /// smoothing), Vegas's thresholds are not `0 < alpha < beta`, or a
+    /// duration is zero (Aimd's timeout, a probe interval) or over 2⁶⁴ ns.
+    pub fn build(self) -> Result<A, InvalidConfig> {
+        A::build(self)
+    }
+}
+
 pub(super) mod sealed {
+    use super::{Builder, InvalidConfig};
+
     /// The algorithms that probe for the no-load latency (Vegas,
     /// Gradient2), whose builders take a probe interval and a seed.
     pub trait Probes {}
+
+    /// The algorithms a [`Builder`] builds, each checking its own settings.
+    pub trait Build: Sized {
+        fn build(settings: Builder<Self>) -> Result<Self, InvalidConfig>;
+    }
 }

@@ -116,6 +116,13 @@ impl Algorithm for Gradient2 {
 impl sealed::Probes for Gradient2 {}
 
 impl Builder<Gradient2> {
+    fn checked(self) -> Gradient2 {
+        match self.build() {
+            Ok(gradient) => gradient,
+            Err(e) => unreachable!("the default settings are valid: {e}"),
+        }
+    }
+
     /// How much slower than at no load the origin may answer before the
     /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
     /// to a long-term average, which already holds some queueing).
@@ -130,22 +137,17 @@ impl Builder<Gradient2> {
         self.own.smoothing = smoothing;
         self
     }
+}
 
-    /// The algorithm.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, a
-    /// factor is out of its range, or a duration is zero (the probe
-    /// interval) or over 2⁶⁴ ns.
-    pub fn build(self) -> Result<Gradient2, InvalidConfig> {
-        let mut common = self.common;
+impl sealed::Build for Gradient2 {
+    fn build(settings: Builder<Self>) -> Result<Gradient2, InvalidConfig> {
+        let mut common = settings.common;
         common.check()?;
-        common.window_ns = window_nanos(self.window)?;
-        let tolerance = factor("tolerance", self.own.tolerance, |t| t >= 1.0)?;
-        let smoothing = factor("smoothing", self.own.smoothing, |s| s > 0.0 && s <= 1.0)?;
-        let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
-        let interval = self
+        common.window_ns = window_nanos(settings.window)?;
+        let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
+        let smoothing = factor("smoothing", settings.own.smoothing, |s| s > 0.0 && s <= 1.0)?;
+        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let interval = settings
             .own
             .probe_interval
             .map(|i| super::nanos("probe_interval", i))
@@ -157,15 +159,8 @@ impl Builder<Gradient2> {
             backoff,
             estimate: f64::from(common.initial),
             window: Window::new(0),
-            baseline: Baseline::new(interval, self.own.seed),
+            baseline: Baseline::new(interval, settings.own.seed),
         })
-    }
-
-    fn checked(self) -> Gradient2 {
-        match self.build() {
-            Ok(gradient) => gradient,
-            Err(e) => unreachable!("the default settings are valid: {e}"),
-        }
     }
 }
 

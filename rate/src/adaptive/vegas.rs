@@ -135,41 +135,36 @@ impl Builder<Vegas> {
         self.own.beta = beta;
         self
     }
+}
 
-    /// The algorithm.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, not
-    /// `0 < alpha < beta`, the backoff is out of range, or a duration is
-    /// zero (the probe interval) or over 2⁶⁴ ns.
-    pub fn build(self) -> Result<Vegas, InvalidConfig> {
-        let mut common = self.common;
+impl sealed::Build for Vegas {
+    fn build(settings: Builder<Self>) -> Result<Vegas, InvalidConfig> {
+        let mut common = settings.common;
         common.check()?;
-        common.window_ns = window_nanos(self.window)?;
-        if !(0 < self.own.alpha && self.own.alpha < self.own.beta) {
+        common.window_ns = window_nanos(settings.window)?;
+        if !(0 < settings.own.alpha && settings.own.alpha < settings.own.beta) {
             return Err(InvalidConfig::new(
                 "alpha, beta",
                 Problem::Thresholds {
-                    alpha: self.own.alpha,
-                    beta: self.own.beta,
+                    alpha: settings.own.alpha,
+                    beta: settings.own.beta,
                 },
             ));
         }
-        let backoff = factor("backoff", self.backoff, |b| (0.5..1.0).contains(&b))?;
-        let interval = self
+        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let interval = settings
             .own
             .probe_interval
             .map(|i| super::nanos("probe_interval", i))
             .transpose()?;
         Ok(Vegas {
             common,
-            alpha: f64::from(self.own.alpha),
-            beta: f64::from(self.own.beta),
+            alpha: f64::from(settings.own.alpha),
+            beta: f64::from(settings.own.beta),
             backoff,
             estimate: f64::from(common.initial),
             window: Window::new(0),
-            baseline: Baseline::new(interval, self.own.seed),
+            baseline: Baseline::new(interval, settings.own.seed),
         })
     }
 }
