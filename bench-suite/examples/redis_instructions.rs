@@ -18,7 +18,7 @@
 
 use std::num::NonZeroU32;
 use weir_bench_suite::redis::ALGORITHMS;
-use weir_bench_suite::redis_cost::{Costs, instructions, instructions_table};
+use weir_bench_suite::redis::cost::{Costs, instructions, instructions_table};
 use weir_rate::Quota;
 
 fn main() {
