@@ -8,10 +8,13 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use weir_bench_suite::timeout::{self, Contender};
 
+/// Times `n` operations of one contender.
+type Shape = dyn Fn(&Runtime, Contender, u64) -> Duration;
+
 fn shapes(c: &mut Criterion) {
     let rt = timeout::runtime();
     let contended = |rt: &Runtime, c, n| (0..n).map(|_| timeout::contended(rt, c, 64, 100)).sum();
-    let shapes: [(&str, u64, &dyn Fn(&Runtime, Contender, u64) -> Duration); 3] = [
+    let shapes: [(&str, u64, &Shape); 3] = [
         ("ready", 1, &timeout::ready),
         ("pend_once", 1, &timeout::pend_once),
         ("contended", 6_400, &contended),

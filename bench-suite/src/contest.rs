@@ -116,6 +116,9 @@ pub fn run_streams<F: Fn(u32) -> bool + Sync>(streams: &[Vec<u32>], op: F) -> (D
     (slowest, results.iter().map(|r| r.1).sum())
 }
 
+/// A contender's first run: its heap and its count.
+pub type First = (AllocStats, u64);
+
 /// ns per event per thread, `[set][contender][repetition]`, of each
 /// contender on each set of streams (one thread a stream), rotated as
 /// [`rotate`] does; `time(c, streams)` returns the slowest thread's time
@@ -128,7 +131,7 @@ pub fn per_thread_ns(
     repetitions: usize,
     sets: &[Vec<Vec<u32>>],
     time: impl Fn(usize, &[Vec<u32>]) -> (Duration, u64),
-) -> (Vec<Vec<Vec<f64>>>, Vec<(AllocStats, u64)>) {
+) -> (Vec<Vec<Vec<f64>>>, Vec<First>) {
     let mut first = vec![(AllocStats::default(), 0); contenders];
     let ns = sets.iter().enumerate().map(|(s, streams)| {
         let events = streams.iter().map(Vec::len).sum::<usize>() as f64;

@@ -24,11 +24,14 @@ redis.call('HSET', KEYS[1], 'n', n, 'ts', now) \
 redis.call('PEXPIRE', KEYS[1], 60000) \
 return ok";
 
+/// Algorithm, path, batched, callers.
+type Config = (Algorithm, &'static str, bool, usize);
+
 /// What the paths measured: each configuration (algorithm, path, batched,
 /// callers) and its best round, and `redis-benchmark`'s unpipelined `INCR`
 /// at 50 clients.
 pub(super) struct Paths {
-    pub(super) best: Vec<((Algorithm, &'static str, bool, usize), Run)>,
+    pub(super) best: Vec<(Config, Run)>,
     pub(super) incr50: Option<f64>,
     pub(super) gcra_plain50: Option<f64>,
     /// A connected plain GCRA limiter, for capturing its script call.
