@@ -1,44 +1,34 @@
-//! Criterion micro-benchmarks of the three timeout shapes (ready, pend-once,
-//! contended) for weir-timeout, tokio, pingora-timeout and the bare future,
-//! on a 2-worker multi-thread runtime.
+//! Criterion micro-benchmarks of the timeout shapes (ready, pend-once, 64
+//! contended tasks × 100) for weir-timeout, tokio, pingora-timeout and the
+//! bare future, on a 2-worker multi-thread runtime.
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::time::Duration;
+use tokio::runtime::Runtime;
 use weir_bench_suite::timeout::{self, Contender};
+
+/// Times `n` operations of one contender.
+type Shape = dyn Fn(&Runtime, Contender, u64) -> Duration;
 
 fn shapes(c: &mut Criterion) {
     let rt = timeout::runtime();
-    let mut group = c.benchmark_group("timeout/ready");
-    group.throughput(Throughput::Elements(1));
-    for contender in Contender::ALL {
-        group.bench_function(contender.name(), |b| {
-            b.iter_custom(|n| timeout::ready(&rt, contender, n))
-        });
+    let contended = |rt: &Runtime, c, n| (0..n).map(|_| timeout::contended(rt, c, 64, 100)).sum();
+    let shapes: [(&str, u64, &Shape); 3] = [
+        ("ready", 1, &timeout::ready),
+        ("pend_once", 1, &timeout::pend_once),
+        ("contended", 6_400, &contended),
+    ];
+    for (name, elements, shape) in shapes {
+        let mut group = c.benchmark_group(format!("timeout/{name}"));
+        group.throughput(Throughput::Elements(elements));
+        for contender in Contender::ALL {
+            group.bench_function(contender.name(), |b| {
+                b.iter_custom(|n| shape(&rt, contender, n))
+            });
+        }
+        group.finish();
     }
-    group.finish();
-
-    let mut group = c.benchmark_group("timeout/pend_once");
-    group.throughput(Throughput::Elements(1));
-    for contender in Contender::ALL {
-        group.bench_function(contender.name(), |b| {
-            b.iter_custom(|n| timeout::pend_once(&rt, contender, n))
-        });
-    }
-    group.finish();
-
-    // 64 tasks × 100 timeouts per iteration.
-    let mut group = c.benchmark_group("timeout/contended");
-    group.throughput(Throughput::Elements(6_400));
-    for contender in Contender::ALL {
-        group.bench_function(contender.name(), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| timeout::contended(&rt, contender, 64, 100))
-                    .sum()
-            })
-        });
-    }
-    group.finish();
 }
 
 criterion_group!(benches, shapes);

@@ -18,35 +18,31 @@
 
 use std::num::NonZeroU32;
 use weir_bench_suite::redis::ALGORITHMS;
-use weir_bench_suite::redis_cost::{Costs, instructions, instructions_table};
+use weir_bench_suite::redis::cost::{Costs, instructions, instructions_table};
 use weir_rate::Quota;
 
 fn main() {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("no tokio runtime: {e}");
-            std::process::exit(1);
-        }
-    };
-    // Roomy enough that every decision is allowed, as in the report.
-    let quota = Quota::per_second(NonZeroU32::new(1_000_000).unwrap_or(NonZeroU32::MIN));
     let costs = match std::env::args().nth(1).as_deref() {
         None => Costs::One,
         Some("--each-cost") => Costs::Each,
-        Some(other) => {
-            eprintln!("unknown argument {other:?}: the only option is --each-cost");
-            std::process::exit(2);
-        }
+        Some(other) => exit(
+            &format!("unknown argument {other:?}: the only option is --each-cost"),
+            2,
+        ),
     };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let rt = rt.unwrap_or_else(|e| exit(&format!("no tokio runtime: {e}"), 1));
+    // Roomy enough that every decision is allowed, as in the report.
+    let quota = Quota::per_second(NonZeroU32::new(1_000_000).unwrap_or(NonZeroU32::MIN));
     match instructions(&rt, &ALGORITHMS, quota, costs) {
         Ok(rows) => print!("{}", instructions_table(&rows).plain()),
-        Err(e) => {
-            eprintln!("could not count: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => exit(&format!("could not count: {e}"), 1),
     }
+}
+
+fn exit(message: &str, code: i32) -> ! {
+    eprintln!("{message}");
+    std::process::exit(code)
 }

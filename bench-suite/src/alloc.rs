@@ -30,20 +30,12 @@ pub struct CountingAllocator;
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's (valid) layout.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            record_alloc(layout.size());
-        }
-        ptr
+        record_alloc(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's (valid) layout.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            record_alloc(layout.size());
-        }
-        ptr
+        record_alloc(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -57,9 +49,8 @@ unsafe impl GlobalAlloc for CountingAllocator {
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
             record_free(layout.size());
-            record_alloc(new_size);
         }
-        new
+        record_alloc(new, new_size)
     }
 }
 
@@ -73,14 +64,15 @@ fn record_free(size: usize) {
     }
 }
 
-fn record_alloc(size: usize) {
-    if !COUNTING.load(Ordering::Relaxed) {
-        return;
+/// Counts an allocation of `size` at `ptr` unless it failed; returns `ptr`.
+fn record_alloc(ptr: *mut u8, size: usize) -> *mut u8 {
+    if !ptr.is_null() && COUNTING.load(Ordering::Relaxed) {
+        let now = CURRENT.fetch_add(bytes(size), Ordering::Relaxed) + bytes(size);
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED.fetch_add(size, Ordering::Relaxed);
     }
-    let now = CURRENT.fetch_add(bytes(size), Ordering::Relaxed) + bytes(size);
-    PEAK.fetch_max(now, Ordering::Relaxed);
-    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    ALLOCATED.fetch_add(size, Ordering::Relaxed);
+    ptr
 }
 
 /// What a piece of work allocated, dhat-style.

@@ -6,11 +6,12 @@
 //! its repetitions (min / median / max), ratios pair a repetition with the
 //! anchor's in the same repetition, and goals are judged on the spread.
 
+use crate::alloc::{self, AllocStats};
 use crate::report::Report;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-/// The spread of one figure over repetitions: minimum, median, maximum.
+/// The spread of one figure over repetitions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
     /// The smallest value.
@@ -22,7 +23,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    /// The spread of `values` (at least one; NaNs sort last).
+    /// The spread of `values` (NaNs sort last).
     ///
     /// # Panics
     ///
@@ -40,14 +41,13 @@ impl Spread {
         }
     }
 
-    /// `min / median / max`, each written by `f` (a unit, a precision).
+    /// `min / median / max`, each written by `f`.
     pub fn show_each(&self, f: impl Fn(f64) -> String) -> String {
         format!("{} / {} / {}", f(self.min), f(self.median), f(self.max))
     }
 
-    /// `median (min–max)` with `decimals` digits after the point.
-    pub fn show(&self, decimals: usize) -> String {
-        let d = decimals;
+    /// `median (min–max)` with `d` digits after the point.
+    pub fn show(&self, d: usize) -> String {
         format!("{:.d$} ({:.d$}–{:.d$})", self.median, self.min, self.max)
     }
 }
@@ -59,8 +59,8 @@ pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
 }
 
 /// Runs `measure(contender, repetition)` for each of `contenders` in each
-/// of `repetitions` rounds, the order rotating from round to round, and
-/// shows the round on the progress bar as `what`; returns the results as
+/// of `repetitions` rounds, the order rotating from round to round, the
+/// round shown on the progress bar as `what`; results as
 /// `[contender][repetition]`.
 pub fn rotate<T>(
     report: &Report,
@@ -70,14 +70,11 @@ pub fn rotate<T>(
     mut measure: impl FnMut(usize, usize) -> T,
 ) -> Vec<Vec<T>> {
     let mut results: Vec<Vec<T>> = (0..contenders).map(|_| Vec::new()).collect();
-    for repetition in 0..repetitions {
-        report.progress(&format!(
-            "{what}, repetition {}/{repetitions}",
-            repetition + 1
-        ));
+    for r in 0..repetitions {
+        report.progress(&format!("{what}, repetition {}/{repetitions}", r + 1));
         for offset in 0..contenders {
-            let c = (repetition + offset) % contenders;
-            results[c].push(measure(c, repetition));
+            let c = (r + offset) % contenders;
+            results[c].push(measure(c, r));
         }
     }
     results
@@ -112,13 +109,44 @@ pub fn run_streams<F: Fn(u32) -> bool + Sync>(streams: &[Vec<u32>], op: F) -> (D
                 })
             })
             .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().expect("bench thread"))
-            .collect()
+        let joined = threads.into_iter().map(|t| t.join().expect("bench thread"));
+        joined.collect()
     });
     let slowest = results.iter().map(|r| r.0).max().unwrap_or_default();
     (slowest, results.iter().map(|r| r.1).sum())
+}
+
+/// A contender's first run: its heap and its count.
+pub type First = (AllocStats, u64);
+
+/// ns per event per thread, `[set][contender][repetition]`, of each
+/// contender on each set of streams (one thread a stream), rotated as
+/// [`rotate`] does; `time(c, streams)` returns the slowest thread's time
+/// and a count. The first repetition on the first set runs under the
+/// counting allocator: its heap and count are returned per contender.
+pub fn per_thread_ns(
+    report: &Report,
+    what: impl Fn(usize) -> String,
+    contenders: usize,
+    repetitions: usize,
+    sets: &[Vec<Vec<u32>>],
+    time: impl Fn(usize, &[Vec<u32>]) -> (Duration, u64),
+) -> (Vec<Vec<Vec<f64>>>, Vec<First>) {
+    let mut first = vec![(AllocStats::default(), 0); contenders];
+    let ns = sets.iter().enumerate().map(|(s, streams)| {
+        let events = streams.iter().map(Vec::len).sum::<usize>() as f64;
+        rotate(report, &what(s), contenders, repetitions, |c, r| {
+            let elapsed = if s == 0 && r == 0 {
+                let ((elapsed, count), stats) = alloc::measure(|| time(c, streams));
+                first[c] = (stats, count);
+                elapsed
+            } else {
+                time(c, streams).0
+            };
+            elapsed.as_nanos() as f64 * streams.len() as f64 / events
+        })
+    });
+    (ns.collect(), first)
 }
 
 /// A goal this run is judged against: a named figure (a ratio, a share, a
@@ -174,6 +202,13 @@ impl Goal {
             (true, false) => "met at the median, not in every repetition",
             _ => "**not met**",
         }
+    }
+
+    /// A goal table's cells for a figure per repetition: its spread (2
+    /// decimals) and the verdict.
+    pub fn judge(&self, values: &[f64]) -> [String; 2] {
+        let s = Spread::of(values);
+        [s.show(2), self.verdict_spread(&s).to_owned()]
     }
 }
 

@@ -77,10 +77,6 @@ pub fn unlimited(
 /// platform reports it).
 type Timing = (f64, Option<f64>);
 
-fn cpu_cell(t: Timing) -> String {
-    t.1.map_or("n/a".to_string(), |c| format!("{c:.1}"))
-}
-
 /// Feed every item `rounds` times to `each` with a simulated clock
 /// advancing 100 ns per packet (10 M packets/s); wall and on-CPU ns per
 /// packet.
@@ -150,20 +146,33 @@ pub fn run(report: &mut Report) {
     let mut table = Table::new(
         "configuration | family | ns/packet (wall) | ns/packet (on CPU) | M packets/s (wall) | vs rakelimit BPF here (wall) | sketch memory",
     );
-    let mut row = |name: &str,
-                   family: &str,
-                   (wall, cpu): (String, String),
-                   rate: String,
-                   ns: f64,
-                   base: f64,
-                   kib: usize| {
-        table.row(format!(
-            "{name} | {family} | {wall} | {cpu} | {rate} | {:.2}× its speed | {kib} KiB",
-            base / ns
-        ));
-    };
     // Wall ns per packet for the chart: (configuration, [IPv4, IPv6]).
     let mut chart: Vec<(String, [Option<f64>; 2])> = Vec::new();
+    let mut row = |name: &str, v6: bool, threads: f64, (wall, cpu): Timing, kib: usize| {
+        let (family, base) = if v6 {
+            ("IPv6", RAKELIMIT_TEST_RUN_NS_HERE.1)
+        } else {
+            ("IPv4", RAKELIMIT_TEST_RUN_NS_HERE.0)
+        };
+        let each = if threads > 1.0 { " per thread" } else { "" };
+        let cpu = cpu.map_or("n/a".to_string(), |c| format!("{c:.1}{each}"));
+        let rate = format!(
+            "{:.1}{}",
+            threads * 1e3 / wall,
+            if threads > 1.0 { " total" } else { "" }
+        );
+        let speed = base / wall;
+        table.row(format!("{name} | {family} | {wall:.1}{each} | {cpu} | {rate} | {speed:.2}× its speed | {kib} KiB"));
+        let label = if threads > 1.0 {
+            format!("{name} (per thread)")
+        } else {
+            name.to_owned()
+        };
+        match chart.last_mut() {
+            Some((last, bars)) if *last == label => bars[1] = Some(wall),
+            _ => chart.push((label, [Some(wall), None])),
+        }
+    };
     for (name, layout, hashes, slots) in [
         ("rows 2 x 1024 (default)", Layout::Rows, 2, 1024),
         ("blocked 2 x 1024", Layout::Blocked, 2, 1024),
@@ -172,58 +181,33 @@ pub fn run(report: &mut Report) {
     ] {
         report.progress(name);
         let rake = unlimited(layout, hashes, slots);
-        let mut bars = [None; 2];
-        for (f, (family, input, base)) in [
-            ("IPv4", &v4, RAKELIMIT_TEST_RUN_NS_HERE.0),
-            ("IPv6", &v6, RAKELIMIT_TEST_RUN_NS_HERE.1),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let t = time_warm(&rake, input, rounds);
-            bars[f] = Some(t.0);
-            let kib = rake.memory_bytes() / 1024;
+        for (v6, input) in [(false, &v4), (true, &v6)] {
             row(
                 name,
-                family,
-                (format!("{:.1}", t.0), cpu_cell(t)),
-                format!("{:.1}", 1e3 / t.0),
-                t.0,
-                base,
-                kib,
+                v6,
+                1.0,
+                time_warm(&rake, input, rounds),
+                rake.memory_bytes() / 1024,
             );
         }
-        chart.push((name.to_string(), bars));
     }
     // Two threads sharing one classifier (racy cell updates, per-thread
     // counters), each on its own tuples: ns per packet per thread.
     let (shared, other) = (unlimited(Layout::Rows, 2, 1024), tuples(n, false, 3));
     let per_thread: Vec<Timing> = std::thread::scope(|scope| {
-        let threads: Vec<_> = [&v4, &other]
-            .map(|input| scope.spawn(|| time_warm(&shared, input, rounds)))
-            .into();
+        let threads = [&v4, &other].map(|input| scope.spawn(|| time_warm(&shared, input, rounds)));
         threads
             .into_iter()
             .map(|h| h.join().unwrap_or((f64::NAN, None)))
             .collect()
     });
-    let ns = per_thread.iter().map(|t| t.0).sum::<f64>() / 2.0;
     let cpu: Option<Vec<f64>> = per_thread.iter().map(|t| t.1).collect();
-    let cpu = cpu.map_or("n/a".to_string(), |c| {
-        format!("{:.1} per thread", c.iter().sum::<f64>() / 2.0)
-    });
-    let name = "rows 2 x 1024, 2 threads sharing one classifier";
-    let kib = shared.memory_bytes() / 1024;
-    row(
-        name,
-        "IPv4",
-        (format!("{ns:.1} per thread"), cpu),
-        format!("{:.1} total", 2e3 / ns),
-        ns,
-        RAKELIMIT_TEST_RUN_NS_HERE.0,
-        kib,
+    let mean = (
+        per_thread.iter().map(|t| t.0).sum::<f64>() / 2.0,
+        cpu.map(|c| c.iter().sum::<f64>() / 2.0),
     );
-    chart.push((format!("{name} (per thread)"), [Some(ns), None]));
+    let name = "rows 2 x 1024, 2 threads sharing one classifier";
+    row(name, false, 2.0, mean, shared.memory_bytes() / 1024);
     let rake = unlimited(Layout::Rows, 2, 1024);
     let parse = |p: &Vec<u8>, now| {
         if let Ok(t) = FourTuple::parse(p) {
@@ -232,39 +216,38 @@ pub fn run(report: &mut Report) {
     };
     time_packets(&packets, 1, parse);
     let t = time_packets(&packets, rounds, parse);
-    let name = "rows 2 x 1024, parse raw packet + classify";
-    let kib = rake.memory_bytes() / 1024;
     row(
-        name,
-        "IPv4",
-        (format!("{:.1}", t.0), cpu_cell(t)),
-        format!("{:.1}", 1e3 / t.0),
-        t.0,
-        RAKELIMIT_TEST_RUN_NS_HERE.0,
-        kib,
+        "rows 2 x 1024, parse raw packet + classify",
+        false,
+        1.0,
+        t,
+        rake.memory_bytes() / 1024,
     );
-    chart.push((name.to_string(), [Some(t.0), None]));
     report.table(&table);
     let series = ["IPv4", "IPv6"]
         .iter()
         .enumerate()
         .map(|(f, family)| BarSeries::new(*family, chart.iter().map(|(_, bars)| bars[f])));
-    report.plot(
-        "hhh-classify-cost",
-        &BarPlot {
-            title: "weir-hhh: user-space classify cost by configuration, beside rakelimit's BPF program on this machine".into(),
-            x_label: "configuration".into(),
-            y_label: "ns/packet (wall)".into(),
-            groups: chart.iter().map(|(name, _)| name.clone()).collect(),
-            series: series.collect(),
-            references: vec![
-                (RAKELIMIT_TEST_RUN_NS_HERE.0, "rakelimit's BPF program, IPv4".into()),
-                (RAKELIMIT_TEST_RUN_NS_HERE.1, "rakelimit's BPF program, IPv6".into()),
-            ],
-            values: true,
-            ..BarPlot::default()
-        },
+    let title = "weir-hhh: user-space classify cost by configuration, beside rakelimit's BPF program on this machine";
+    let groups = chart.iter().map(|(name, _)| name.clone()).collect();
+    let plot = BarPlot::new(
+        title,
+        "configuration",
+        "ns/packet (wall)",
+        groups,
+        series.collect(),
     );
+    let references = vec![
+        (
+            RAKELIMIT_TEST_RUN_NS_HERE.0,
+            "rakelimit's BPF program, IPv4".into(),
+        ),
+        (
+            RAKELIMIT_TEST_RUN_NS_HERE.1,
+            "rakelimit's BPF program, IPv6".into(),
+        ),
+    ];
+    report.plot("hhh-classify-cost", &BarPlot { references, ..plot });
 
     metrics::metrics_cost(report, &packets, rounds);
 

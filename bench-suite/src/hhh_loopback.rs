@@ -38,9 +38,7 @@ struct Run {
 /// One more packet in second `start.elapsed()` of `per_second`.
 fn count(per_second: &mut Vec<u64>, start: Instant) {
     let second = start.elapsed().as_secs() as usize;
-    if per_second.len() <= second {
-        per_second.resize(second + 1, 0);
-    }
+    per_second.resize(per_second.len().max(second + 1), 0);
     per_second[second] += 1;
 }
 
@@ -197,12 +195,10 @@ pub fn run(report: &mut Report) {
     let per_flood = |r: &Run| r.server_cpu_ns as f64 / r.sent[0].max(1) as f64;
     let legit = |r: &Run| r.delivered[1] as f64 * 100.0 / r.sent[1].max(1) as f64;
     let mut row = |name: &str, r: &Run| {
-        let [flood_sent, legit_sent, flood, legit_delivered] =
+        let [sent, legit_sent, flood, delivered] =
             [r.sent[0], r.sent[1], r.delivered[0], r.delivered[1]].map(thousands);
         let (cpu, per_flood, legit) = (r.server_cpu_ns as f64 / 1e6, per_flood(r), legit(r));
-        table.row(format!(
-            "{name} | {flood_sent} | {flood} | {legit_delivered} of {legit_sent} ({legit:.2}%) | {cpu:.0} ms | {per_flood:.0} ns"
-        ));
+        table.row(format!("{name} | {sent} | {flood} | {delivered} of {legit_sent} ({legit:.2}%) | {cpu:.0} ms | {per_flood:.0} ns"));
     };
     row("user space (GuardedUdpSocket)", &user);
     let kernel = match kernel {
@@ -222,23 +218,22 @@ pub fn run(report: &mut Report) {
         Goal::at_least("legit ≥ 99%", 99.0).verdict(legit),
     ));
     for (name, run) in [("user-space", &user), ("kernel", &kernel)] {
-        let points = |pick: fn(&(u64, u64)) -> u64| {
-            run.per_second
-                .iter()
-                .enumerate()
-                .map(|(s, p)| (s as f64 + 0.5, pick(p) as f64))
-                .collect()
-        };
-        let plot = LinePlot {
-            title: format!("Loopback flood, {name} guard: sent vs delivered to the server"),
-            x_label: "time (s)".into(),
-            y_label: "packets per second".into(),
-            series: vec![
-                Series::line("sent (received by the kernel)", points(|p| p.0)),
-                Series::dashed("delivered to the server", points(|p| p.1)),
-            ],
-            ..LinePlot::default()
-        };
-        report.plot(&format!("hhh-loopback-{name}"), &plot);
+        let per_second = run
+            .per_second
+            .iter()
+            .enumerate()
+            .map(|(s, p)| (s as f64 + 0.5, p));
+        let (sent, delivered) = per_second
+            .map(|(s, p)| ((s, p.0 as f64), (s, p.1 as f64)))
+            .unzip();
+        let series = vec![
+            Series::line("sent (received by the kernel)", sent),
+            Series::dashed("delivered to the server", delivered),
+        ];
+        let title = format!("Loopback flood, {name} guard: sent vs delivered to the server");
+        report.plot(
+            &format!("hhh-loopback-{name}"),
+            &LinePlot::new(title, "time (s)", "packets per second", series),
+        );
     }
 }

@@ -1,25 +1,15 @@
 //! The HTTP load run: a hello-world axum service on loopback, bare and
-//! behind weir's layers, loaded in the same run by an in-process hyper
-//! client with keep-alive connections. The layers' goal is to cost under 5%
-//! of the bare service's throughput.
+//! behind weir's layers, loaded by an in-process hyper client with
+//! keep-alive connections; the layers' goal is to cost under 5% of the bare
+//! service's throughput.
 //!
-//! Throughput is what the goal names, but on a 2-core VM whose neighbours
-//! come and go, requests per second swing by more than 5% between
-//! back-to-back runs of the same binary. So the run measures the quantity
-//! that sets a saturated server's throughput instead: the server's CPU
-//! time per request. The server is a one-worker tokio runtime pinned to
-//! its own core (the client gets the other one), so everything it does —
-//! accepting, parsing, routing, the layers, writing — runs on one thread,
-//! whose CPU clock (`CLOCK_THREAD_CPUTIME_ID`) is read whenever the
-//! service under test changes. Work stolen by other processes does not
-//! land on that clock. One server serves every variant and switches
-//! between them every 50 ms (see `load_interleaved`), so slow drifts in
-//! the machine's speed hit them alike; the report quotes the pooled ratio
-//! and the median and middle half of the per-cycle ratios. Requests per
-//! second are reported beside it, as are the in-process figures (no
-//! sockets).
+//! On a 2-core VM whose neighbours come and go, requests per second swing
+//! by more than 5% between back-to-back runs, so the run measures what sets
+//! a saturated server's throughput instead: the server's CPU time per
+//! request, read from the CPU clock of its only worker thread (pinned to
+//! its own core), which work stolen by other processes does not reach.
 
-use crate::contest::{self, Spread};
+use crate::contest;
 use crate::machine;
 use crate::report::{Report, Table, thousands};
 use axum::Router;
@@ -58,17 +48,21 @@ pub enum Variant {
     Adaptive,
 }
 
-impl Variant {
-    fn name(self) -> &'static str {
-        [
-            "hello world (bare)",
-            "+ RateLimitLayer (per-IP GCRA)",
-            "+ RateLimitLayer + InflightLayer",
-            "+ the same two layers by two Router::layer calls",
-            "+ AdaptiveInflightLayer (per-route, Gradient2)",
-        ][self as usize]
-    }
-}
+const NAMES: [&str; 5] = [
+    "hello world (bare)",
+    "+ RateLimitLayer (per-IP GCRA)",
+    "+ RateLimitLayer + InflightLayer",
+    "+ the same two layers by two Router::layer calls",
+    "+ AdaptiveInflightLayer (per-route, Gradient2)",
+];
+
+const ALL: [Variant; 5] = [
+    Variant::Bare,
+    Variant::RateLimited,
+    Variant::RateAndInflight,
+    Variant::RateAndInflightSeparately,
+    Variant::Adaptive,
+];
 
 /// The services of the load run, in the order of every per-variant array
 /// here.
@@ -79,7 +73,6 @@ const VARIANTS: [Variant; 4] = [
     Variant::Adaptive,
 ];
 
-/// The service of a variant.
 fn router(variant: Variant) -> Router {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let peer_ip = |req: &http::Request<Body>| {
@@ -116,9 +109,9 @@ fn router(variant: Variant) -> Router {
     router.with_state(())
 }
 
-/// What one slice of the interleaved load run measured for one service:
-/// requests dispatched to it, the server thread's CPU time and the
-/// slice's wall-clock length (ns).
+/// What one slice of the load run measured for one service: requests
+/// dispatched to it, the server thread's CPU time and the slice's
+/// wall-clock length (ns).
 #[derive(Debug, Clone, Copy, Default)]
 struct Slice {
     requests: u64,
@@ -126,26 +119,13 @@ struct Slice {
     wall_ns: u64,
 }
 
-impl Slice {
-    fn cpu_per_request(&self) -> f64 {
-        self.cpu_ns as f64 / self.requests.max(1) as f64
-    }
-}
-
-/// Serve every variant from one server on loopback, switching which
-/// one answers every `slice`, in `cycles` cycles of one slice per variant
-/// (the order rotating from cycle to cycle), while `connections`
-/// keep-alive clients load it; returns each cycle's slices, indexed like
-/// [`VARIANTS`].
-///
-/// Switching every few tens of milliseconds inside one process is what
-/// makes the comparison fair on a noisy machine: whatever slows the
-/// machine down lasts longer than a cycle and so hits the services
-/// alike. The server is a one-worker runtime pinned to the first core (the
-/// client to the second), so the worker thread's CPU clock, read at each
-/// switch, is the server's whole cost. The dispatch in front of the
-/// variants (one atomic load and a router clone) is the same for all, so
-/// it dilutes the measured overhead very slightly, never inflates it.
+/// Serve every variant from one server on loopback, switching which one
+/// answers every `slice`, in `cycles` cycles of one slice per variant (the
+/// order rotating), while `connections` keep-alive clients load it; each
+/// cycle's slices, indexed like [`VARIANTS`]. Whatever slows the machine
+/// down lasts longer than a cycle and so hits the services alike. The
+/// dispatch in front of the variants (an atomic load and a router clone) is
+/// the same for all: it dilutes the measured overhead, never inflates it.
 fn load_interleaved(
     connections: usize,
     slice: Duration,
@@ -219,20 +199,18 @@ fn load_interleaved(
     })
 }
 
-/// Nanoseconds per request of `variant` called in-process (no sockets): the
-/// router answering a request that carries a peer address, on a
-/// current-thread runtime.
+/// Nanoseconds per request of `variant` called in-process (no sockets), on
+/// a current-thread runtime.
 pub fn in_process_ns(variant: Variant, requests: u32) -> f64 {
     time_in_process(router(variant), requests)
 }
 
-/// Nanoseconds per request of the per-IP `RateLimitLayer` in-process,
-/// with its decisions counted by weir-rate's `metrics` feature into a
-/// Prometheus recorder, and with the same layer whose counters found no
-/// recorder (what a build with the feature costs a service that installs
-/// none). The layer registers its counters on its first decision, so the
-/// recorded router answers one request under a thread-local recorder
-/// first; no global recorder is installed.
+/// ns per request of the per-IP `RateLimitLayer` in-process whose counters
+/// found no recorder (what a build with the `metrics` feature costs a
+/// service that installs none), and with its decisions counted into a
+/// Prometheus recorder. The layer registers its counters on its first
+/// decision, so the recorded router answers one request under a
+/// thread-local recorder first; no global recorder is installed.
 fn metrics_cost_ns(requests: u32) -> (f64, f64) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let recorded = router(Variant::RateLimited);
@@ -279,8 +257,7 @@ where
     })
 }
 
-/// The median and the interquartile range (the middle half) of `xs`,
-/// which must not be empty.
+/// The median and the quartiles of `xs`, which must not be empty.
 fn median_and_quartiles(xs: &mut [f64]) -> [f64; 3] {
     xs.sort_by(f64::total_cmp);
     [0.5, 0.25, 0.75].map(|q| {
@@ -305,11 +282,9 @@ pub fn run(report: &mut Report) {
          pooled and as the median (and middle half) of the per-cycle ratios. Requests per second are shown for reference: \
          here the client, not the server, is the bottleneck, so they hide the layers' cost."
     ));
-    report.progress(&format!(
-        "load run: {cycles} cycles of {} × {slice:?}",
-        VARIANTS.len()
-    ));
+    report.progress(&format!("load run: {cycles} cycles of 4 × {slice:?}"));
     let measured = load_interleaved(connections, slice, cycles);
+    let cpu_per_request = |s: &Slice| s.cpu_ns as f64 / s.requests.max(1) as f64;
     // Server CPU per request and requests per second over every slice.
     let pooled = |i: usize| {
         let sum =
@@ -324,42 +299,29 @@ pub fn run(report: &mut Report) {
     let mut table = Table::new(
         "service | server CPU per request | overhead (all slices pooled) | median of per-cycle ratios | middle half of cycles | requests/s",
     );
+    let percent = |r: f64| format!("{:+.1}%", (r - 1.0) * 100.0);
     for (i, variant) in VARIANTS.iter().enumerate() {
         let (ns, rps) = pooled(i);
-        let mut ratios: Vec<f64> = measured
+        let by_cycle = measured
             .iter()
-            .map(|c| c[i].cpu_per_request() / c[0].cpu_per_request().max(1e-9))
-            .collect();
-        let [median, lo, hi] =
-            median_and_quartiles(&mut ratios).map(|r| format!("{:+.1}%", (r - 1.0) * 100.0));
-        let overhead = format!("{:+.1}%", (ns / bare_server_ns.max(1e-9) - 1.0) * 100.0);
-        let (overhead, median, range) = if i == 0 {
-            ("—".into(), "—".into(), "—".into())
-        } else {
-            (overhead, median, format!("{lo} … {hi}"))
+            .map(|c| cpu_per_request(&c[i]) / cpu_per_request(&c[0]).max(1e-9));
+        let [median, lo, hi] = median_and_quartiles(&mut by_cycle.collect::<Vec<_>>()).map(percent);
+        let overhead = percent(ns / bare_server_ns.max(1e-9));
+        let [overhead, median, range] = match i {
+            0 => ["—", "—", "—"].map(String::from),
+            _ => [overhead, median, format!("{lo} … {hi}")],
         };
-        table.cells([
-            variant.name().into(),
-            format!("{:.2} µs", ns / 1000.0),
-            overhead,
-            median,
-            range,
-            thousands(rps as u64),
-        ]);
+        let (name, cpu, rps) = (NAMES[*variant as usize], ns / 1000.0, thousands(rps as u64));
+        table.row(format!(
+            "{name} | {cpu:.2} µs | {overhead} | {median} | {range} | {rps}"
+        ));
     }
     report.table(&table);
 
     // Interleaved repetitions, the fastest kept: noise only ever adds time.
     let requests = scale.pick(200_000, 500_000);
-    let in_process = [
-        Variant::Bare,
-        Variant::RateLimited,
-        Variant::RateAndInflight,
-        Variant::RateAndInflightSeparately,
-        Variant::Adaptive,
-    ];
-    let runs = contest::rotate(report, "in-process", in_process.len(), 5, |v, _| {
-        in_process_ns(in_process[v], requests)
+    let runs = contest::rotate(report, "in-process", NAMES.len(), 5, |v, _| {
+        in_process_ns(ALL[v], requests)
     });
     let fastest: Vec<f64> = contest::spreads(&runs, |x| *x)
         .iter()
@@ -368,13 +330,10 @@ pub fn run(report: &mut Report) {
     let mut table = Table::new(
         "service | ns per request (in-process, fastest of 5) | layers' cost | share of the bare server's CPU per request",
     );
-    for (variant, ns) in in_process.iter().zip(&fastest) {
+    for (name, ns) in NAMES.iter().zip(&fastest) {
         let cost = ns - fastest[0];
         let share = 100.0 * cost / bare_server_ns.max(1.0);
-        table.row(format!(
-            "{} | {ns:.0} | {cost:+.0} ns | {share:+.1}%",
-            variant.name()
-        ));
+        table.row(format!("{name} | {ns:.0} | {cost:+.0} ns | {share:+.1}%"));
     }
     report.text("The same services called in-process (no sockets), which isolates the layers' own cost per request from the network stack; \
                  set against the bare server's CPU time per request above, it is a second, steadier estimate of the overhead:");
@@ -382,23 +341,32 @@ pub fn run(report: &mut Report) {
 
     // The `metrics` feature: counted into a recorder, against the same
     // layer with no recorder, alternating, every repetition kept.
-    let pairs = &contest::rotate(report, "metrics cost", 1, 5, |_, _| {
+    let pairs = contest::rotate(report, "metrics cost", 1, 5, |_, _| {
         metrics_cost_ns(requests)
-    })[0];
-    let ns = |f: fn(&(f64, f64)) -> f64| Spread::of(&pairs.iter().map(f).collect::<Vec<_>>());
+    });
+    let ns = |f: fn(&(f64, f64)) -> f64, sign: &str| {
+        let spread = contest::spreads(&pairs, f)[0];
+        spread.show_each(|x| {
+            if sign.is_empty() {
+                format!("{x:.0}")
+            } else {
+                format!("{x:+.0}")
+            }
+        })
+    };
     let mut table =
         Table::new("per-IP RateLimitLayer, in-process | ns per request (min / median / max of 5)");
     table.row(format!(
         "no recorder (feature on, nothing installed) | {}",
-        ns(|p| p.0).show_each(|x| format!("{x:.0}"))
+        ns(|p| p.0, "")
     ));
     table.row(format!(
         "decisions counted into a Prometheus recorder | {}",
-        ns(|p| p.1).show_each(|x| format!("{x:.0}"))
+        ns(|p| p.1, "")
     ));
     table.row(format!(
         "cost of counting (paired difference) | {}",
-        ns(|p| p.1 - p.0).show_each(|x| format!("{x:+.0}"))
+        ns(|p| p.1 - p.0, "+")
     ));
     report.text("weir-rate's `metrics` feature: each decision increments one pre-registered counter. Without the feature the \
                  counting code is compiled out; with it and no recorder installed, the counters are no-ops:");

@@ -18,7 +18,6 @@ pub mod machine;
 mod plot;
 pub mod rate;
 pub mod redis;
-pub mod redis_cost;
 pub mod report;
 pub mod timeout;
 pub mod workload;

@@ -1,12 +1,10 @@
 //! The pingora-limits blog table, reproduced and extended: per-event time of
 //! weir's estimators against the real `pingora-limits` crate, weir's pingora
-//! drop-in (`weir_limits::pingora`, called with keys by value exactly like
-//! pingora-limits), a naive `Mutex<HashMap>` and `DashMap` (ahash), at 1, 2
-//! and 8 threads on the blog's workload (1 M `u32` keys drawn uniformly,
-//! events pre-generated); memory as dhat would report it; and the accuracy
-//! the blog left out.
+//! drop-in (called with keys by value exactly like pingora-limits), a naive
+//! `Mutex<HashMap>` and `DashMap` (ahash), at 1, 2 and 8 threads on the
+//! blog's workload (1 M uniformly drawn `u32` keys, pre-generated); memory
+//! as dhat would report it; and the accuracy the blog left out.
 
-use crate::alloc::{self, AllocStats};
 use crate::contest::{self, Goal, Spread};
 use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
@@ -32,37 +30,25 @@ pub trait Counter: Sync {
 // Every sketch's `incr` is forced into the timed loop: left to itself the
 // compiler inlined pingora-limits' there but called weir's out of line in
 // this binary (a call and six register saves per event), which measured the
-// inliner, not the counters.
-impl Counter for Estimator {
-    #[inline(always)]
-    fn incr(&self, key: u32) {
-        black_box(Estimator::incr(self, &key, 1));
-    }
+// inliner, not the counters. Both pingora-shaped estimators take the key by
+// value, as pingora code calls them.
+macro_rules! sketch {
+    ($($t:ty: |$s:ident, $k:ident| $incr:expr;)*) => {$(
+        impl Counter for $t {
+            #[inline(always)]
+            fn incr(&self, $k: u32) {
+                let $s = self;
+                black_box($incr);
+            }
+        }
+    )*};
 }
 
-impl Counter for ShardedEstimator {
-    #[inline(always)]
-    fn incr(&self, key: u32) {
-        black_box(ShardedEstimator::incr(self, &key, 1));
-    }
-}
-
-// Both pingora-shaped estimators are called exactly as pingora code calls
-// them (key by value), so their rows differ only in what is underneath.
-impl Counter for pingora_limits::estimator::Estimator {
-    #[inline(always)]
-    fn incr(&self, key: u32) {
-        black_box(pingora_limits::estimator::Estimator::incr(self, key, 1));
-    }
-}
-
-impl Counter for weir_limits::pingora::estimator::Estimator {
-    #[inline(always)]
-    fn incr(&self, key: u32) {
-        black_box(weir_limits::pingora::estimator::Estimator::incr(
-            self, key, 1,
-        ));
-    }
+sketch! {
+    Estimator: |s, k| s.incr(&k, 1);
+    ShardedEstimator: |s, k| s.incr(&k, 1);
+    pingora_limits::estimator::Estimator: |s, k| s.incr(k, 1);
+    weir_limits::pingora::estimator::Estimator: |s, k| s.incr(k, 1);
 }
 
 /// The blog's "naive" counter.
@@ -71,12 +57,8 @@ struct Naive(Mutex<HashMap<u32, usize>>);
 
 impl Counter for Naive {
     fn incr(&self, key: u32) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(key)
-            .or_insert(0) += 1;
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry(key).or_insert(0) += 1;
     }
 }
 
@@ -86,14 +68,14 @@ struct Dash(DashMap<u32, AtomicUsize, ahash::RandomState>);
 
 impl Counter for Dash {
     fn incr(&self, key: u32) {
-        if let Some(v) = self.0.get(&key) {
-            v.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.0
+        match self.0.get(&key) {
+            Some(v) => v.fetch_add(1, Ordering::Relaxed),
+            None => self
+                .0
                 .entry(key)
                 .or_default()
-                .fetch_add(1, Ordering::Relaxed);
-        }
+                .fetch_add(1, Ordering::Relaxed),
+        };
     }
 }
 
@@ -101,68 +83,46 @@ impl Counter for Dash {
 pub struct Contender {
     /// Name in the tables.
     pub name: &'static str,
-    /// Builds a fresh counter and runs one thread per stream over it
-    /// (barrier-started), calling the counter's own `incr` directly (no
-    /// dynamic dispatch in the loop); returns the slowest thread's time.
+    /// Runs one barrier-started thread per stream over a fresh counter,
+    /// calling its own `incr` (no dynamic dispatch in the loop); the
+    /// slowest thread's time.
     time: fn(&[Vec<u32>]) -> Duration,
     /// Builds a fresh, empty counter.
     pub build: fn() -> Box<dyn Counter>,
 }
 
-/// A [`Contender`] from a name and a constructor expression.
-macro_rules! contender {
-    ($name:expr, $build:expr) => {
-        Contender {
+/// [`Contender`]s from names and constructor expressions. The counter
+/// passes through `black_box` so its dimensions are run-time values, as in
+/// a server that sizes its sketch from configuration.
+macro_rules! contenders {
+    ($($name:expr => $build:expr,)*) => {
+        vec![$(Contender {
             name: $name,
-            time: |streams| time_counter(($build)(), streams),
+            time: |streams| {
+                let counter = black_box(($build)());
+                contest::run_streams(streams, |key| { Counter::incr(&counter, key); false }).0
+            },
             build: || Box::new(($build)()),
-        }
+        },)*]
     };
-}
-
-/// Time `counter` on `streams`. The counter passes through `black_box` so
-/// its dimensions are run-time values, as in a server that sizes its
-/// sketch from configuration, not constants folded into the loop.
-fn time_counter<C: Counter>(counter: C, streams: &[Vec<u32>]) -> Duration {
-    let counter = black_box(counter);
-    let count = |key| {
-        counter.incr(key);
-        false
-    };
-    contest::run_streams(streams, count).0
-}
-
-/// weir's estimator variants and the three competitors, at the blog's dimensions.
-pub fn contenders() -> Vec<Contender> {
-    vec![
-        contender!("weir Estimator (rows, plain: default)", || weir(
-            Layout::Rows,
-            Update::Plain
-        )),
-        contender!("weir Estimator (rows, conservative)", || weir(
-            Layout::Rows,
-            Update::Conservative
-        )),
-        contender!("weir Estimator (blocked, plain)", || weir(
-            Layout::Blocked,
-            Update::Plain
-        )),
-        contender!("weir ShardedEstimator", || ShardedEstimator::new(shape(
-            Layout::Rows
-        ))),
-        contender!(PINGORA, || pingora_limits::estimator::Estimator::new(
-            HASHES, SLOTS
-        )),
-        contender!("weir_limits::pingora Estimator (drop-in)", || {
-            weir_limits::pingora::estimator::Estimator::new(HASHES, SLOTS)
-        }),
-        contender!("naive Mutex<HashMap>", Naive::default),
-        contender!("DashMap (ahash)", Dash::default),
-    ]
 }
 
 /// The anchor every ratio is taken against.
 const PINGORA: &str = "pingora-limits Estimator";
+
+/// weir's estimator variants and the three competitors, at the blog's dimensions.
+pub fn contenders() -> Vec<Contender> {
+    contenders![
+        "weir Estimator (rows, plain: default)" => || weir(Layout::Rows, Update::Plain),
+        "weir Estimator (rows, conservative)" => || weir(Layout::Rows, Update::Conservative),
+        "weir Estimator (blocked, plain)" => || weir(Layout::Blocked, Update::Plain),
+        "weir ShardedEstimator" => || ShardedEstimator::new(shape(Layout::Rows)),
+        PINGORA => || pingora_limits::estimator::Estimator::new(HASHES, SLOTS),
+        "weir_limits::pingora Estimator (drop-in)" => || weir_limits::pingora::estimator::Estimator::new(HASHES, SLOTS),
+        "naive Mutex<HashMap>" => Naive::default,
+        "DashMap (ahash)" => Dash::default,
+    ]
+}
 
 fn weir(layout: Layout, update: Update) -> Estimator {
     Estimator::with_update(shape(layout), update)
@@ -179,8 +139,8 @@ const THREADS: [usize; 3] = [1, 2, 8];
 /// The report section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
-    let total: usize = scale.pick(4_000_000, 16_000_000);
-    let repetitions: usize = scale.pick(3, 5);
+    let (total, repetitions): (usize, usize) =
+        (scale.pick(4_000_000, 16_000_000), scale.pick(3, 5));
     report.section("weir-limits: the pingora-limits blog table");
     report.text(&format!(
         "{} events over {} uniformly drawn `u32` keys, pre-generated; dimensions {HASHES} hashes × {SLOTS} slots for every sketch. \
@@ -192,32 +152,22 @@ pub fn run(report: &mut Report) {
         thousands(u64::from(workload::KEYS))
     ));
     let contenders = contenders();
-    let mut memory = vec![AllocStats::default(); contenders.len()];
-    // ns per event per thread, [thread count][contender][repetition].
-    let mut ns: Vec<Vec<Vec<f64>>> = Vec::new();
-    for (t, threads) in THREADS.into_iter().enumerate() {
-        let streams: Vec<Vec<u32>> = (0..threads)
-            .map(|i| workload::uniform(total / threads, 1000 + i as u64))
-            .collect();
-        let what = format!("{threads} thread(s)");
-        ns.push(contest::rotate(
-            report,
-            &what,
-            contenders.len(),
-            repetitions,
-            |c, r| {
-                let time = || (contenders[c].time)(&streams);
-                let elapsed = if t == 0 && r == 0 {
-                    let (elapsed, stats) = alloc::measure(time);
-                    memory[c] = stats;
-                    elapsed
-                } else {
-                    time()
-                };
-                elapsed.as_nanos() as f64 * threads as f64 / total as f64
-            },
-        ));
-    }
+    let sets: Vec<Vec<Vec<u32>>> = THREADS
+        .map(|n| {
+            (0..n)
+                .map(|i| workload::uniform(total / n, 1000 + i as u64))
+                .collect()
+        })
+        .into();
+    let what = |t: usize| format!("{} thread(s)", THREADS[t]);
+    let (ns, memory) = contest::per_thread_ns(
+        report,
+        what,
+        contenders.len(),
+        repetitions,
+        &sets,
+        |c, s| ((contenders[c].time)(s), 0),
+    );
     let p = contenders
         .iter()
         .position(|c| c.name == PINGORA)
@@ -237,9 +187,9 @@ pub fn run(report: &mut Report) {
          | throughput × pingora (2 threads) | 2-thread / 1-thread throughput | peak bytes | allocations | total bytes",
     );
     for (c, contender) in contenders.iter().enumerate() {
-        let m = &memory[c];
+        let m = memory[c].0;
         let bytes = [m.peak_bytes, m.allocations, m.total_bytes].map(|n| thousands(n as u64));
-        let spreads = [&ns[0][c], &ns[1][c], &ns[2][c]].map(|v| Spread::of(v).show(1));
+        let spreads = ns.iter().map(|ns| Spread::of(&ns[c]).show(1));
         let ratios = [time_1t(c), throughput_2t(c), scaling(c)].map(|v| Spread::of(&v).show(2));
         table.cells(
             [contender.name.to_owned()]
@@ -250,24 +200,26 @@ pub fn run(report: &mut Report) {
         );
     }
     report.table(&table);
-    let groups = THREADS.map(|t| format!("{t} thread{}", if t == 1 { "" } else { "s" }));
     let series = contenders.iter().enumerate().map(|(c, contender)| {
         BarSeries::new(contender.name, ns.iter().map(|ns| Some(Spread::of(&ns[c]))))
     });
+    let groups = THREADS.map(|t| format!("{t} thread{}", if t == 1 { "" } else { "s" }));
+    let title =
+        "weir-limits: ns per event by counter and thread count (median, min–max; log scale)";
+    let plot = BarPlot::new(
+        title,
+        "threads counting at once",
+        "ns/event per thread",
+        groups.into(),
+        series.collect(),
+    );
+    // On a linear axis the locked maps' bars would flatten the sketches'.
     report.plot(
         "limits-ns-per-event",
         &BarPlot {
-            title:
-                "weir-limits: ns per event by counter and thread count (median, min–max; log scale)"
-                    .into(),
-            x_label: "threads counting at once".into(),
-            y_label: "ns/event per thread".into(),
-            groups: groups.into(),
-            series: series.collect(),
-            // On a linear axis the locked maps' bars would flatten the
-            // sketches' into slivers.
             log_y: true,
-            ..BarPlot::default()
+            values: false,
+            ..plot
         },
     );
     let contention = Spread::of(&scaling(p));
@@ -323,13 +275,11 @@ pub fn run(report: &mut Report) {
             true,
         ),
     ] {
-        let s = Spread::of(&values);
-        let verdict = if applies {
-            goal.verdict_spread(&s)
-        } else {
-            "not judged (uncontended run)"
-        };
-        goals.cells([goal.name, &s.show(2), verdict]);
+        let [figure, mut verdict] = goal.judge(&values);
+        if !applies {
+            verdict = "not judged (uncontended run)".into();
+        }
+        goals.cells([goal.name.into(), figure, verdict]);
     }
     report.table(&goals);
     accuracy(report);
@@ -348,11 +298,8 @@ fn overestimates(estimate: impl Fn(u32) -> i64, truth: &HashMap<u32, i64>) -> (f
     );
     let n = over.len() as f64;
     let exact = over.iter().filter(|&&o| o == 0).count() as f64;
-    (
-        over.iter().sum::<i64>() as f64 / n,
-        over.iter().copied().max().unwrap_or(0),
-        exact / n,
-    )
+    let max = over.iter().copied().max().unwrap_or(0);
+    (over.iter().sum::<i64>() as f64 / n, max, exact / n)
 }
 
 fn accuracy(report: &mut Report) {
@@ -372,36 +319,24 @@ fn accuracy(report: &mut Report) {
         ("Zipf 1.1", workload::zipf(events, 1.1, 7)),
     ] {
         let mut truth: HashMap<u32, i64> = HashMap::new();
-        for &k in &keys {
-            *truth.entry(k).or_default() += 1;
-        }
+        keys.iter().for_each(|&k| *truth.entry(k).or_default() += 1);
         for (hashes, slots) in [(HASHES, SLOTS), (4, 1 << 16)] {
             report.progress(&format!("accuracy {stream} {hashes}x{slots}"));
             let mut row = |name: &str, (mean, max, exact): (f64, i64, f64)| {
-                let max = thousands(max as u64);
+                let (max, exact) = (thousands(max as u64), exact * 100.0);
                 table.row(format!(
-                    "{stream} | {hashes} × {slots} | {name} | {mean:.1} | {max} | {:.1}%",
-                    exact * 100.0
+                    "{stream} | {hashes} × {slots} | {name} | {mean:.1} | {max} | {exact:.1}%"
                 ));
             };
-            for (name, layout, update) in [
-                ("weir rows, plain", Layout::Rows, Update::Plain),
-                (
-                    "weir rows, conservative",
-                    Layout::Rows,
-                    Update::Conservative,
-                ),
-                ("weir blocked, plain", Layout::Blocked, Update::Plain),
-                (
-                    "weir blocked, conservative",
-                    Layout::Blocked,
-                    Update::Conservative,
-                ),
-            ] {
+            for (layout, update) in [Layout::Rows, Layout::Blocked]
+                .into_iter()
+                .flat_map(|l| [(l, Update::Plain), (l, Update::Conservative)])
+            {
                 let shape = Shape::try_new(hashes, slots, layout).expect("valid dimensions");
                 let e = Estimator::with_update(shape.with_seed(99), update);
                 keys.iter().for_each(|k| _ = e.incr(k, 1));
-                row(name, overestimates(|k| e.get(&k) as i64, &truth));
+                let name = format!("weir {layout:?}, {update:?}").to_lowercase();
+                row(&name, overestimates(|k| e.get(&k) as i64, &truth));
             }
             let p = pingora_limits::estimator::Estimator::new(hashes, slots);
             keys.iter().for_each(|&k| _ = p.incr(k, 1));

@@ -24,7 +24,7 @@ pub fn describe() -> String {
 /// locked, as a Markdown sentence.
 pub fn crate_versions() -> String {
     const LOCK: &str = include_str!("../../Cargo.lock");
-    const NAMES: [&str; 7] = [
+    let names = [
         "pingora-limits",
         "pingora-timeout",
         "governor",
@@ -33,10 +33,8 @@ pub fn crate_versions() -> String {
         "redis",
         "ahash",
     ];
-    let versions: Vec<String> = NAMES
-        .iter()
-        .filter_map(|name| locked_version(LOCK, name).map(|v| format!("{name} {v}")))
-        .collect();
+    let versions = names.map(|name| locked_version(LOCK, name).map(|v| format!("{name} {v}")));
+    let versions: Vec<String> = versions.into_iter().flatten().collect();
     format!(
         "Crates: weir {}, {}.",
         env!("CARGO_PKG_VERSION"),
@@ -89,9 +87,7 @@ pub fn thread_cpu_nanos() -> Option<u64> {
     if rc != 0 {
         return None;
     }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u64::try_from(ts.tv_nsec).ok()?;
-    Some(secs * 1_000_000_000 + nanos)
+    Some(u64::try_from(ts.tv_sec).ok()? * 1_000_000_000 + u64::try_from(ts.tv_nsec).ok()?)
 }
 
 /// CPU seconds (user + system) process `pid` has used so far, from

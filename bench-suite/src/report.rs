@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 /// How big a run is: `--quick` for a few minutes, full for the blog's scale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
-    /// A short run (a few minutes for the whole report).
+    /// A few minutes for the whole report.
     Quick,
-    /// The full run (the blog's 100 M events).
+    /// The blog's 100 M events.
     Full,
 }
 
@@ -44,14 +44,11 @@ impl Table {
     /// A table with these column headers.
     pub fn with_headers(headers: impl IntoIterator<Item = impl Into<String>>) -> Self {
         let headers = headers.into_iter().map(Into::into).collect();
-        Self {
-            headers,
-            rows: Vec::new(),
-        }
+        let rows = Vec::new();
+        Self { headers, rows }
     }
 
-    /// Append a row written as a Markdown row, `"1 | 2 | 3"`: one cell per
-    /// header.
+    /// Append a row written as a Markdown row, `"1 | 2 | 3"`.
     pub fn row(&mut self, row: impl AsRef<str>) {
         self.cells(row.as_ref().split(" | "));
     }
@@ -123,14 +120,19 @@ impl Report {
         let style = style.expect("a valid template").with_key("left", left);
         bar.set_style(style.progress_chars("=> "));
         bar.enable_steady_tick(Duration::from_millis(200));
-        let (dir, markdown, plots) = (dir.into(), String::new(), Vec::new());
+        let (dir, markdown, plots, section) = (
+            dir.into(),
+            String::new(),
+            Vec::new(),
+            ("", 0, 0, Instant::now()),
+        );
         Self {
             dir,
             markdown,
             scale,
             plots,
             bar,
-            section: ("", 0, 0, Instant::now()),
+            section,
         }
     }
 
@@ -240,10 +242,10 @@ mod tests {
 
     #[test]
     fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(53_477_392), "53,477,392");
+        assert_eq!(
+            [0, 999, 1_000, 53_477_392].map(thousands),
+            ["0", "999", "1,000", "53,477,392"]
+        );
     }
 
     #[test]

@@ -1,14 +1,23 @@
-//! The backend and who guards it: `C` permits with a debt, and each
-//! contender's limiter layered in front of the handler.
+//! The backend and who guards it (`C` permits with a debt, each
+//! contender's limiter in front of the handler), and the open-loop load
+//! offered to it.
 
-use super::{CAPACITY, INITIAL_LIMIT, MAX_LIMIT, MIN_LIMIT, SERVICE};
+use super::{CAPACITY, CLIENT_TIMEOUT, INITIAL_LIMIT, MAX_LIMIT, MIN_LIMIT, OUTSTANDING, SERVICE};
+use crate::machine;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::routing::get;
 use http::StatusCode;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rand::SeedableRng;
+use rand_distr::Distribution;
 use std::num::{NonZeroU32, NonZeroUsize};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use weir_rate::adaptive::{Aimd, Algorithm, Gradient2, KeyedAdaptiveLimiter, Vegas};
@@ -28,35 +37,34 @@ pub(super) struct Backend {
 }
 
 impl Backend {
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         let permits = Arc::new(Semaphore::new(CAPACITY as usize));
+        let (debt, held_ns, served) = Default::default();
         Self {
             permits,
-            debt: Arc::default(),
-            held_ns: Arc::default(),
-            served: Arc::default(),
+            debt,
+            held_ns,
+            served,
         }
     }
 
     /// The mean time a request held its permit.
-    pub(super) fn service_time(&self) -> Duration {
-        Duration::from_nanos(
-            self.held_ns.load(Ordering::Relaxed) / self.served.load(Ordering::Relaxed).max(1),
-        )
+    fn service_time(&self) -> Duration {
+        let served = self.served.load(Ordering::Relaxed).max(1);
+        Duration::from_nanos(self.held_ns.load(Ordering::Relaxed) / served)
     }
 
-    pub(super) async fn handle(self) -> &'static str {
+    async fn handle(self) -> &'static str {
         let permit = self.permits.acquire().await.expect("never closed");
         let start = Instant::now();
         tokio::time::sleep(SERVICE).await;
-        self.held_ns.fetch_add(
-            u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        let held = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.held_ns.fetch_add(held, Ordering::Relaxed);
         self.served.fetch_add(1, Ordering::Relaxed);
+        let owed = |d: u32| d.checked_sub(1);
         if self
             .debt
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| d.checked_sub(1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, owed)
             .is_ok()
         {
             permit.forget();
@@ -64,11 +72,11 @@ impl Backend {
         "ok"
     }
 
-    pub(super) fn halve(&self) {
+    fn halve(&self) {
         self.debt.fetch_add(CAPACITY / 2, Ordering::Relaxed);
     }
 
-    pub(super) fn restore(&self) {
+    fn restore(&self) {
         let unpaid = self.debt.swap(0, Ordering::Relaxed);
         self.permits.add_permits((CAPACITY / 2 - unpaid) as usize);
     }
@@ -122,11 +130,11 @@ impl Contender {
 }
 
 /// Reads a contender's current limit, where it has one.
-pub(super) type LimitProbe = Arc<dyn Fn() -> Option<u32> + Send + Sync>;
+type LimitProbe = Arc<dyn Fn() -> Option<u32> + Send + Sync>;
 
 /// tower-acc's algorithm with its limit made visible for the plot.
 #[derive(Clone)]
-pub(super) struct Observed<A> {
+struct Observed<A> {
     inner: A,
     limit: Arc<AtomicUsize>,
 }
@@ -144,14 +152,15 @@ impl<A: tower_acc::Algorithm> tower_acc::Algorithm for Observed<A> {
 }
 
 /// tower-acc's concurrency limit, its queueing turned into 503s.
-pub(super) fn with_acc<A: tower_acc::Algorithm + Clone + Send + Sync + 'static>(
+fn with_acc<A: tower_acc::Algorithm + Clone + Send + Sync + 'static>(
     base: Router,
     algorithm: A,
 ) -> (Router, LimitProbe) {
     let limit = Arc::new(AtomicUsize::new(INITIAL_LIMIT as usize));
+    let (inner, probe) = (algorithm, Arc::clone(&limit));
     let observed = Observed {
-        inner: algorithm,
-        limit: Arc::clone(&limit),
+        inner,
+        limit: probe,
     };
     let unavailable =
         HandleErrorLayer::new(|_: tower::BoxError| async { StatusCode::SERVICE_UNAVAILABLE });
@@ -165,10 +174,7 @@ pub(super) fn with_acc<A: tower_acc::Algorithm + Clone + Send + Sync + 'static>(
     )
 }
 
-pub(super) fn with_weir<A: Algorithm + Clone + Sync>(
-    base: Router,
-    algorithm: A,
-) -> (Router, LimitProbe) {
+fn with_weir<A: Algorithm + Clone + Sync>(base: Router, algorithm: A) -> (Router, LimitProbe) {
     let layer = AdaptiveInflightLayer::new(
         GlobalKey,
         KeyedAdaptiveLimiter::new(algorithm, NonZeroUsize::MIN),
@@ -185,11 +191,7 @@ pub(super) fn with_weir<A: Algorithm + Clone + Sync>(
 /// `with_state` turns the handler into a route once, layers applied: axum
 /// otherwise does that for every request, and a layer that makes its state
 /// in `Layer::layer` (tower-acc's) would then get a fresh limit per request.
-pub(super) fn router(
-    contender: Contender,
-    backend: &Backend,
-    unloaded_p99: Duration,
-) -> (Router, LimitProbe) {
+fn router(contender: Contender, backend: &Backend, unloaded_p99: Duration) -> (Router, LimitProbe) {
     let backend = backend.clone();
     let base = Router::new().route("/", get(move || backend.clone().handle()));
     let nz = |n| NonZeroU32::new(n).expect("positive");
@@ -217,6 +219,184 @@ pub(super) fn router(
         Contender::Gradient2 => with_weir(base, Gradient2::default()),
     };
     (router.with_state(()), probe)
+}
+
+/// How a request of the generator ended: 200, 503 from the limiter,
+/// another status or error or the client's timeout, or never sent (too
+/// many outstanding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Served,
+    Refused,
+    Failed,
+    GaveUp,
+}
+
+/// One request of the generator: when it was sent (since the run began),
+/// how long it took, how it ended.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Record {
+    pub(super) sent: Duration,
+    pub(super) latency: Duration,
+    pub(super) kind: Kind,
+}
+
+/// One contender's run: its requests, the backend's mean service time,
+/// and (seconds since the start, limit) every 50 ms.
+pub(super) struct Run {
+    pub(super) records: Vec<Record>,
+    pub(super) service: Duration,
+    pub(super) limits: Vec<(f64, u32)>,
+}
+
+/// The three phases (full capacity, halved, restored), each `each` long,
+/// and the backend's capacity at full `C`, requests per second.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Phases {
+    pub(super) each: Duration,
+    pub(super) full: f64,
+}
+
+impl Phases {
+    pub(super) fn total(&self) -> Duration {
+        self.each * 3
+    }
+
+    /// When capacity is halved, and when restored.
+    pub(super) fn changes(&self) -> [Duration; 2] {
+        [self.each, self.each * 2]
+    }
+
+    /// The backend's capacity (requests per second) at `t`.
+    pub(super) fn capacity(&self, t: Duration) -> f64 {
+        let [halved, restored] = self.changes();
+        if t >= halved && t < restored {
+            self.full / 2.0
+        } else {
+            self.full
+        }
+    }
+}
+
+/// Poisson arrivals at `rate` per second for `total`, from `seed`.
+pub(super) fn schedule(rate: f64, total: Duration, seed: u64) -> Vec<Duration> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let gap = rand_distr::Exp::new(rate).expect("positive rate");
+    let times = std::iter::successors(Some(gap.sample(&mut rng)), |t| {
+        Some(t + gap.sample(&mut rng))
+    });
+    times
+        .take_while(|&t| t < total.as_secs_f64())
+        .map(Duration::from_secs_f64)
+        .collect()
+}
+
+/// Serves the backend behind `contender` and offers it `arrivals`, halving
+/// and restoring its capacity on `phases` (never if `None`).
+pub(super) fn load(
+    contender: Contender,
+    arrivals: &[Duration],
+    phases: Option<Phases>,
+    unloaded_p99: Duration,
+) -> Run {
+    let backend = Backend::new();
+    let (app, probe) = router(contender, &backend, unloaded_p99);
+    let (_server, client_rt, addr) = machine::serve_loopback(app);
+    client_rt.block_on(async move {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(OUTSTANDING)
+            .build(connector);
+        let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
+        // Open the first connections before the clock starts.
+        for _ in 0..4 {
+            if let Ok(response) = client.get(uri.clone()).await {
+                let _ = response.into_body().collect().await;
+            }
+        }
+        let start = tokio::time::Instant::now();
+        let end = arrivals.last().copied().unwrap_or_default();
+        let controller = phases.map(|phases| {
+            let backend = backend.clone();
+            tokio::spawn(async move {
+                let [halved, restored] = phases.changes();
+                tokio::time::sleep_until(start + halved).await;
+                backend.halve();
+                tokio::time::sleep_until(start + restored).await;
+                backend.restore();
+            })
+        });
+        let sampler = tokio::spawn(async move {
+            let (mut limits, mut tick) =
+                (Vec::new(), tokio::time::interval(Duration::from_millis(50)));
+            loop {
+                tick.tick().await;
+                let t = start.elapsed();
+                if t > end {
+                    return limits;
+                }
+                limits.extend(probe().map(|limit| (t.as_secs_f64(), limit)));
+            }
+        });
+        let records = Arc::new(Mutex::new(Vec::with_capacity(arrivals.len())));
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        for &at in arrivals {
+            tokio::time::sleep_until(start + at).await;
+            if outstanding.load(Ordering::Relaxed) >= OUTSTANDING {
+                let gave_up = Record {
+                    sent: at,
+                    latency: Duration::ZERO,
+                    kind: Kind::GaveUp,
+                };
+                records.lock().expect("records").push(gave_up);
+                continue;
+            }
+            outstanding.fetch_add(1, Ordering::Relaxed);
+            let (client, uri, records, outstanding) = (
+                client.clone(),
+                uri.clone(),
+                records.clone(),
+                outstanding.clone(),
+            );
+            tokio::spawn(async move {
+                let (sent, t0) = (start.elapsed(), Instant::now());
+                let answer = tokio::time::timeout(CLIENT_TIMEOUT, async {
+                    let response = client.get(uri).await.ok()?;
+                    let status = response.status();
+                    response.into_body().collect().await.ok()?;
+                    Some(status)
+                });
+                let kind = match answer.await {
+                    Ok(Some(StatusCode::OK)) => Kind::Served,
+                    Ok(Some(StatusCode::SERVICE_UNAVAILABLE)) => Kind::Refused,
+                    _ => Kind::Failed,
+                };
+                let latency = t0.elapsed();
+                records.lock().expect("records").push(Record {
+                    sent,
+                    latency,
+                    kind,
+                });
+                outstanding.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        let drained = tokio::time::Instant::now() + CLIENT_TIMEOUT + Duration::from_millis(500);
+        while outstanding.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < drained {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(controller) = controller {
+            let _ = controller.await;
+        }
+        let limits = sampler.await.unwrap_or_default();
+        let mut records = std::mem::take(&mut *records.lock().expect("records"));
+        records.sort_by_key(|r| r.sent);
+        Run {
+            records,
+            service: backend.service_time(),
+            limits,
+        }
+    })
 }
 
 #[cfg(test)]

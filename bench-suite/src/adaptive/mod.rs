@@ -10,27 +10,22 @@
 //! through and restored at two thirds. The limiter under test sits in the
 //! server in front of the handler, as envoy's adaptive concurrency filter
 //! does, and refuses with 503. Contenders run one after another on the
-//! same schedule: no limit; weir's static `InflightLayer` at the true
-//! capacity and at 4× it; `tower-acc`'s Gradient2 and Vegas (its queueing
-//! `poll_ready` turned into 503s by tower's `LoadShed`); weir's AIMD, Vegas
-//! and Gradient2 through `AdaptiveInflightLayer`.
-//!
-//! The server and the client run in one-worker tokio runtimes pinned to
-//! separate cores, as in the HTTP section. The generator gives up on an
-//! arrival while 512 of its requests are outstanding (only the unlimited
-//! backend gets there), and on a request after 2 s.
+//! same schedule. The generator gives up on an arrival while 512 of its
+//! requests are outstanding (only the unlimited backend gets there), and
+//! on a request after 2 s.
 
 mod contenders;
-mod load;
-mod overhead;
-mod verdict;
 
+use crate::contest::{self, Goal};
+use crate::http::time_service;
 use crate::plot::{LinePlot, Series};
 use crate::report::{Report, Table};
-use contenders::{CONTENDERS, Contender};
-use load::{Phases, load, schedule};
+use axum::body::Body;
+use contenders::{CONTENDERS, Contender, Kind, Phases, Record, Run, load, schedule};
+use std::num::NonZeroUsize;
 use std::time::Duration;
-use verdict::{goals, p99_timeline, quantile, served, verdict};
+use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
+use weir_rate::http::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
 
 /// Requests the backend serves at once.
 const CAPACITY: u32 = 32;
@@ -60,6 +55,123 @@ fn seconds(d: Option<Duration>) -> String {
     d.map_or_else(|| "never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
+/// The `q`-quantile of `xs` (sorted in place); zero if empty.
+fn quantile(xs: &mut [Duration], q: f64) -> Duration {
+    xs.sort_unstable();
+    contest::quantile(xs, q).unwrap_or_default()
+}
+
+/// Latencies of the admitted (200) requests sent at times `keep` accepts.
+fn served(records: &[Record], keep: impl Fn(Duration) -> bool) -> Vec<Duration> {
+    let served = records
+        .iter()
+        .filter(|r| r.kind == Kind::Served && keep(r.sent));
+    served.map(|r| r.latency).collect()
+}
+
+/// What the report says about one contender: goodput (responses within
+/// the SLO per second, as a share of the capacity) over the whole run and
+/// outside the 2 s after each change (and the first second); latency of
+/// admitted requests; shares refused (503) and failed (errors, timeouts,
+/// given up); time from halving and from restoring until converged.
+struct Verdict {
+    contender: Contender,
+    goodput: f64,
+    goodput_steady: f64,
+    p50: Duration,
+    p99: Duration,
+    p99_steady: Duration,
+    refused: f64,
+    failed: f64,
+    converged: [Option<Duration>; 2],
+}
+
+/// From `change` to the first moment `u` (in 100 ms steps) such that the
+/// 500 ms window from `u` (by send time) and the rest of the phase from `u`
+/// each have goodput at least 90 % of the capacity and a p99 of admitted
+/// requests within the SLO. (Asking it of every later window instead
+/// would let one hiccup of a shared machine, long after the limiter has
+/// settled, read as never converging.)
+fn converged(
+    records: &[Record],
+    phases: Phases,
+    change: Duration,
+    until: Duration,
+    slo: Duration,
+) -> Option<Duration> {
+    let (width, step) = (Duration::from_millis(500), Duration::from_millis(100));
+    let ok = |from: Duration, to: Duration| {
+        let mut served = served(records, |t| t >= from && t < to);
+        let good = served.iter().filter(|&&l| l <= slo).count() as f64;
+        good >= 0.9 * phases.capacity(from) * (to - from).as_secs_f64()
+            && quantile(&mut served, 0.99) <= slo
+    };
+    let starts = std::iter::successors(Some(change), |&from| Some(from + step));
+    let mut starts = starts.take_while(|&from| from + width <= until);
+    starts
+        .find(|&from| ok(from, from + width) && ok(from, until))
+        .map(|from| from - change)
+}
+
+fn verdict(contender: Contender, run: &Run, phases: Phases, slo: Duration) -> Verdict {
+    let records = &run.records;
+    let phases = Phases {
+        full: f64::from(CAPACITY) / run.service.as_secs_f64().max(1e-9),
+        ..phases
+    };
+    let total = records.len().max(1) as f64;
+    let count = |kind| records.iter().filter(|r| r.kind == kind).count() as f64;
+    let [halved, restored] = phases.changes();
+    let settle = Duration::from_secs(2);
+    // A steady stretch: past the first second and the 2 s after each change.
+    let steady = |t: Duration| {
+        t >= Duration::from_secs(1)
+            && phases
+                .changes()
+                .iter()
+                .all(|&c| !(t >= c && t < c + settle))
+    };
+    // Responses within the SLO over the capacity offered (integrated in
+    // 10 ms steps) at the times `keep` accepts.
+    let goodput = |keep: &dyn Fn(Duration) -> bool| {
+        let good = served(records, keep).iter().filter(|&&l| l <= slo).count() as f64;
+        let steps = (0..)
+            .map(|i| Duration::from_millis(10 * i))
+            .take_while(|&t| t < phases.total());
+        good / steps
+            .filter(|&t| keep(t))
+            .map(|t| phases.capacity(t) * 0.01)
+            .sum::<f64>()
+    };
+    let mut latencies = served(records, |_| true);
+    Verdict {
+        contender,
+        goodput: goodput(&|_| true),
+        goodput_steady: goodput(&steady),
+        p50: quantile(&mut latencies, 0.5),
+        p99: quantile(&mut latencies, 0.99),
+        p99_steady: quantile(&mut served(records, steady), 0.99),
+        refused: count(Kind::Refused) / total,
+        failed: (count(Kind::Failed) + count(Kind::GaveUp)) / total,
+        converged: [
+            converged(records, phases, halved, restored, slo),
+            converged(records, phases, restored, phases.total(), slo),
+        ],
+    }
+}
+
+/// p99 latency of admitted requests per 250 ms (by send time), for the plot.
+fn p99_timeline(run: &Run, total: Duration) -> Vec<(f64, f64)> {
+    let bucket = Duration::from_millis(250);
+    let starts = (0..).map(|i| bucket * i).take_while(|&from| from < total);
+    let p99 = |from: Duration| {
+        let mut served = served(&run.records, |t| t >= from && t < from + bucket);
+        let mid = (from + bucket / 2).as_secs_f64();
+        (!served.is_empty()).then(|| (mid, ms(quantile(&mut served, 0.99))))
+    };
+    starts.filter_map(p99).collect()
+}
+
 /// The report's section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
@@ -86,7 +198,6 @@ pub fn run(report: &mut Report) {
         halved.as_secs(),
         restored.as_secs(),
     ));
-
     // The unloaded latency: 10 % of capacity, no limit.
     report.progress("measuring the unloaded latency");
     let calm = schedule(
@@ -94,14 +205,11 @@ pub fn run(report: &mut Report) {
         scale.pick(Duration::from_secs(2), Duration::from_secs(3)),
         7,
     );
-    let mut calm_latencies = served(
+    let mut calm = served(
         &load(Contender::NoLimit, &calm, None, SERVICE).records,
         |_| true,
     );
-    let (unloaded_p50, unloaded_p99) = (
-        quantile(&mut calm_latencies, 0.5),
-        quantile(&mut calm_latencies, 0.99),
-    );
+    let (unloaded_p50, unloaded_p99) = (quantile(&mut calm, 0.5), quantile(&mut calm, 0.99));
     let slo = unloaded_p99 * 2;
 
     let arrivals = schedule(full_rate() * OVERLOAD, phases.total(), 30);
@@ -109,28 +217,27 @@ pub fn run(report: &mut Report) {
     let mut csv = String::from("contender,series,t_s,value\n");
     let (mut limit_series, mut p99_series) = (Vec::new(), Vec::new());
     for contender in CONTENDERS {
-        report.progress(&contender.name());
+        let name = contender.name();
+        report.progress(&name);
         let run = load(contender, &arrivals, Some(phases), unloaded_p99);
         verdicts.push(verdict(contender, &run, phases, slo));
         services.push(run.service);
         let p99 = p99_timeline(&run, phases.total());
-        for &(t, l) in &run.limits {
-            csv += &format!("{},limit,{t:.3},{l}\n", contender.name());
-        }
-        for (t, p99) in &p99 {
-            csv += &format!("{},p99_ms,{t:.3},{p99:.2}\n", contender.name());
-        }
+        run.limits
+            .iter()
+            .for_each(|(t, l)| csv += &format!("{name},limit,{t:.3},{l}\n"));
+        p99.iter()
+            .for_each(|(t, p99)| csv += &format!("{name},p99_ms,{t:.3},{p99:.2}\n"));
         if contender != Contender::Static(4 * CAPACITY) {
             if !run.limits.is_empty() {
                 let points = run.limits.iter().map(|&(t, l)| (t, f64::from(l))).collect();
-                limit_series.push(Series::line(contender.name(), points));
+                limit_series.push(Series::line(&name, points));
             }
             if contender != Contender::NoLimit {
-                p99_series.push(Series::line(contender.name(), p99));
+                p99_series.push(Series::line(name, p99));
             }
         }
     }
-
     let _ = std::fs::write(report.dir().join("adaptive-timeline.csv"), csv);
     services.sort();
     let service = services.get(services.len() / 2).copied().unwrap_or(SERVICE);
@@ -158,23 +265,15 @@ pub fn run(report: &mut Report) {
         "contender | goodput | goodput steady | p50 | p99 | p99 steady | refused | failed | converged after halving | after restoring",
     );
     for v in &verdicts {
-        let [goodput, steady, refused, failed] = [v.goodput, v.goodput_steady, v.refused, v.failed]
-            .map(|x| format!("{:.1} %", 100.0 * x));
-        let [p50, p99, p99_steady] =
-            [v.p50, v.p99, v.p99_steady].map(|d| format!("{:.1} ms", ms(d)));
-        let [after_halving, after_restoring] = v.converged.map(seconds);
-        table.cells([
-            v.contender.name(),
-            goodput,
-            steady,
-            p50,
-            p99,
-            p99_steady,
-            refused,
-            failed,
-            after_halving,
-            after_restoring,
-        ]);
+        let shares = [v.goodput, v.goodput_steady].map(|x| format!("{:.1} %", 100.0 * x));
+        let latencies = [v.p50, v.p99, v.p99_steady].map(|d| format!("{:.1} ms", ms(d)));
+        let failures = [v.refused, v.failed].map(|x| format!("{:.1} %", 100.0 * x));
+        let cells = shares
+            .into_iter()
+            .chain(latencies)
+            .chain(failures)
+            .chain(v.converged.map(seconds));
+        table.cells(std::iter::once(v.contender.name()).chain(cells));
     }
     report.table(&table);
     goals(report, &verdicts, unloaded_p99);
@@ -189,28 +288,149 @@ pub fn run(report: &mut Report) {
         )
     });
     limit_series.insert(0, Series::dashed("backend concurrency", capacity.collect()));
+    let title = "Concurrency limit over time (capacity halved, then restored)";
+    let plot = LinePlot::new(
+        title,
+        "time (s)",
+        "limit (requests in flight)",
+        limit_series,
+    );
     report.plot(
         "adaptive-limit",
         &LinePlot {
-            title: "Concurrency limit over time (capacity halved, then restored)".into(),
-            x_label: "time (s)".into(),
-            y_label: "limit (requests in flight)".into(),
-            series: limit_series,
-            references: Vec::new(),
             y_max: Some(f64::from(3 * CAPACITY)),
+            ..plot
         },
     );
+    let title = "p99 latency of admitted requests per 250 ms";
+    let plot = LinePlot::new(title, "time (s)", "p99 latency (ms)", p99_series);
+    let (references, y_max) = (vec![(ms(slo), "SLO".into())], Some((ms(slo) * 3.0).ceil()));
     report.plot(
         "adaptive-p99",
         &LinePlot {
-            title: "p99 latency of admitted requests per 250 ms".into(),
-            x_label: "time (s)".into(),
-            y_label: "p99 latency (ms)".into(),
-            series: p99_series,
-            references: vec![(ms(slo), "SLO".into())],
-            y_max: Some((ms(slo) * 3.0).ceil()),
+            references,
+            y_max,
+            ..plot
         },
     );
+    overhead(report);
+}
 
-    overhead::overhead(report);
+/// The issue's goals, checked for each of weir's algorithms.
+fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
+    let acc = || {
+        verdicts
+            .iter()
+            .filter(|v| matches!(v.contender, Contender::AccGradient2 | Contender::AccVegas))
+    };
+    let best_acc_goodput = acc().map(|v| v.goodput).fold(0.0, f64::max);
+    let best_acc_p99 = acc().map(|v| v.p99).min().unwrap_or(Duration::MAX);
+    let tuned = verdicts
+        .iter()
+        .find(|v| v.contender == Contender::Static(CAPACITY));
+    let tuned = tuned.map_or(0.0, |v| v.goodput);
+    let goals = [
+        Goal::at_least("goodput ≥ 95 % (steady)", 0.95),
+        Goal::at_most("p99 ≤ 2× unloaded (steady)", 2.0),
+        Goal::at_most("converged ≤ 2 s (both changes)", 2.0),
+        Goal::at_least("goodput and p99 ahead of tower-acc's best", 1.0),
+        Goal::at_least("goodput within 5 % of static = capacity", 0.95),
+    ];
+    let mut table =
+        Table::with_headers(std::iter::once("algorithm").chain(goals.iter().map(|g| g.name)));
+    let weir = verdicts.iter().filter(|v| {
+        matches!(
+            v.contender,
+            Contender::Aimd | Contender::Vegas | Contender::Gradient2
+        )
+    });
+    for v in weir {
+        let converged = v
+            .converged
+            .iter()
+            .map(|c| c.map_or(f64::INFINITY, |c| c.as_secs_f64()));
+        let converged = converged.fold(0.0, f64::max);
+        let p99 = v.p99_steady.as_secs_f64() / unloaded_p99.as_secs_f64();
+        let ahead = f64::from(u8::from(
+            v.goodput > best_acc_goodput && v.p99 < best_acc_p99,
+        ));
+        let of_tuned = v.goodput / tuned.max(1e-9);
+        let figures = [v.goodput_steady, p99, converged, ahead, of_tuned];
+        let [goodput, p99_ok, converged, ahead, tuned] =
+            std::array::from_fn(|i| goals[i].verdict(figures[i]));
+        let [halved, restored] = v.converged.map(seconds);
+        let (gap, lag) = (
+            100.0 * (v.goodput - best_acc_goodput),
+            ms(v.p99) - ms(best_acc_p99),
+        );
+        table.cells([
+            v.contender.name(),
+            format!("{goodput} ({:.1} %)", 100.0 * v.goodput_steady),
+            format!("{p99_ok} ({p99:.2}×)"),
+            format!("{converged} ({halved} / {restored})"),
+            format!("{ahead} ({gap:+.1} pt, {lag:+.1} ms)"),
+            format!("{tuned} ({:.1} % of it)", 100.0 * of_tuned),
+        ]);
+    }
+    report.text(
+        "The issue's goals, for weir's algorithms (whole-run figures where not marked steady):",
+    );
+    report.table(&table);
+}
+
+/// In-process cost per request of the layers around a service that answers
+/// at once, in interleaved rounds.
+fn overhead(report: &mut Report) {
+    use tower::Layer;
+    let requests = report.scale().pick(200_000, 1_000_000);
+    let hello = tower::service_fn(|_: http::Request<Body>| {
+        std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(
+            Body::empty(),
+        )))
+    });
+    let acc = || {
+        let limit = tower_acc::ConcurrencyLimitLayer::new(tower_acc::Gradient2::default());
+        tower::ServiceBuilder::new()
+            .layer(tower::load_shed::LoadShedLayer::new())
+            .layer(limit)
+            .service(hello)
+    };
+    let names = [
+        "bare service",
+        "InflightLayer (static)",
+        "AdaptiveInflightLayer (weir Gradient2)",
+        "tower-acc Gradient2 + LoadShed",
+    ];
+    let request = || http::Request::new(Body::empty());
+    let runs = contest::rotate(report, "in-process cost", 4, 5, |layer, _| {
+        let limiter = || KeyedAdaptiveLimiter::new(Gradient2::default(), NonZeroUsize::MIN);
+        match layer {
+            0 => time_service(hello, requests, request),
+            1 => time_service(
+                InflightLayer::new(GlobalKey, CAPACITY).layer(hello),
+                requests,
+                request,
+            ),
+            2 => time_service(
+                AdaptiveInflightLayer::new(GlobalKey, limiter()).layer(hello),
+                requests,
+                request,
+            ),
+            _ => time_service(acc(), requests, request),
+        }
+    });
+    let medians: Vec<f64> = contest::spreads(&runs, |x| *x)
+        .iter()
+        .map(|s| s.median)
+        .collect();
+    let mut table = Table::new("layer | ns per request (median of 5) | over the bare service");
+    for (name, ns) in names.iter().zip(&medians) {
+        table.row(format!("{name} | {ns:.0} | {:+.0} ns", ns - medians[0]));
+    }
+    report.text(
+        "In-process cost per request (no sockets): a service that answers at once, called \
+         through each layer on a current-thread runtime; the adaptive layers also read the \
+         clock twice and feed the algorithm once per request.",
+    );
+    report.table(&table);
 }

@@ -113,43 +113,34 @@ pub fn run_kernel(report: &mut Report) {
                 (Ok(_), None) => {
                     let k = Spread::of(&kernel_ns);
                     chart[0].push(Some(k.min));
-                    (
-                        format!("{:.0}", k.min),
-                        k.show(0),
-                        format!("{:.2}", k.min / rakelimit),
-                    )
+                    let (best, ratio) =
+                        (format!("{:.0}", k.min), format!("{:.2}", k.min / rakelimit));
+                    (best, k.show(0), ratio)
                 }
             };
             chart[1].push(Some(user.median));
             chart[2].push(Some(rakelimit));
             let (bytes, user) = (frame.len(), user.show(1));
-            table.cells([
-                family.into(),
-                bytes.to_string(),
-                best,
-                spread,
-                user,
-                format!("{rakelimit:.0}"),
-                ratio,
-            ]);
+            table.row(format!(
+                "{family} | {bytes} | {best} | {spread} | {user} | {rakelimit:.0} | {ratio}"
+            ));
         }
         report.table(&table);
         let [kernel, user, rakelimit] = chart;
+        let series = vec![
+            BarSeries::new("weir kernel filter (BPF_PROG_TEST_RUN)", kernel),
+            BarSeries::new("weir user space: parse + classify", user),
+            BarSeries::new(
+                "rakelimit's BPF program (issue 18's measurement)",
+                rakelimit,
+            ),
+        ];
+        let title = "weir-hhh: the kernel filter's cost per packet beside user space and rakelimit's BPF program";
+        let groups = families.iter().map(|f| f.0.to_string()).collect();
+        let y_label = "ns/packet (kernel: best call; user space: median)";
         report.plot(
             "hhh-kernel-cost",
-            &BarPlot {
-                title: "weir-hhh: the kernel filter's cost per packet beside user space and rakelimit's BPF program".into(),
-                x_label: "address family".into(),
-                y_label: "ns/packet (kernel: best call; user space: median)".into(),
-                groups: families.iter().map(|f| f.0.to_string()).collect(),
-                series: vec![
-                    BarSeries::new("weir kernel filter (BPF_PROG_TEST_RUN)", kernel),
-                    BarSeries::new("weir user space: parse + classify", user),
-                    BarSeries::new("rakelimit's BPF program (issue 18's measurement)", rakelimit),
-                ],
-                values: true,
-                ..BarPlot::default()
-            },
+            &BarPlot::new(title, "address family", y_label, groups, series),
         );
     }
 }

@@ -11,13 +11,11 @@ use weir_hhh::{Classifier, FourTuple};
 use weir_limits::Layout;
 use weir_limits::clock::ManualClock;
 
-/// The cost of weir-hhh's `metrics` feature on the packet path: ns per
-/// packet of the same raw packets through `FourTuple::attribute` and
-/// `classify` (what `classify_packet` does without the feature) and
-/// through `classify_packet` (which with it also counts the parse outcome
-/// in the thread's counters), alternating pass by pass, `rounds` passes
-/// each. On-CPU time where the platform reports it (it excludes the time
-/// other processes held the core), wall time otherwise.
+/// ns per packet of the same raw packets through `FourTuple::attribute`
+/// and `classify` (`classify_packet` without the feature) and through
+/// `classify_packet` (which with it also counts the parse outcome),
+/// alternating pass by pass, `rounds` passes each; on-CPU time where the
+/// platform reports it.
 fn parse_count_cost_ns<R: RandomSource>(
     rake: &Classifier<ManualClock, R>,
     packets: &[Vec<u8>],
@@ -68,8 +66,8 @@ pub(super) fn metrics_cost(report: &mut Report, packets: &[Vec<u8>], rounds: usi
         )
     });
     type Run = ((f64, f64), (f64, f64));
-    let spread = |f: fn(&Run) -> f64, decimals: usize| {
-        contest::spreads(&runs, f)[0].show_each(|x| format!("{x:.decimals$}"))
+    let spread = |f: fn(&Run) -> f64, d: usize| {
+        contest::spreads(&runs, f)[0].show_each(|x| format!("{x:.d$}"))
     };
     let mut t = Table::new("weir-hhh `metrics`, rows 2 x 1024, IPv4 | min / median / max of 5");
     for (name, cell) in [

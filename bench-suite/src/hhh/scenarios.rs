@@ -76,16 +76,16 @@ pub(super) fn scenarios(report: &mut Report) {
                     .map(|(s, &n)| (s as f64, n as f64))
                     .collect()
             };
-            let plot = LinePlot {
-                title: format!("{title}: {}", st.name),
-                x_label: "time (s)".into(),
-                y_label: "packets per second".into(),
-                series: vec![
-                    Series::line("received", points(&st.received)),
-                    Series::dashed("forwarded", points(&st.forwarded)),
-                ],
-                ..LinePlot::default()
-            };
+            let series = vec![
+                Series::line("received", points(&st.received)),
+                Series::dashed("forwarded", points(&st.forwarded)),
+            ];
+            let plot = LinePlot::new(
+                format!("{title}: {}", st.name),
+                "time (s)",
+                "packets per second",
+                series,
+            );
             report.plot(&format!("{stem}-{}", st.name.replace(' ', "-")), &plot);
         }
     }

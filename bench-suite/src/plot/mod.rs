@@ -10,20 +10,17 @@
 //! font-kit, fontconfig and FreeType). The SVG names the family; the
 //! viewer renders it.
 
-mod bar;
-mod canvas;
-mod line;
+mod draw;
 #[cfg(test)]
 mod tests;
 
 use crate::contest::Spread;
-use std::io;
 
 /// A chart the report saves as an SVG file, its title the image's alt text.
 pub(crate) trait Chart {
     fn title(&self) -> &str;
 
-    fn svg(&self) -> io::Result<String>;
+    fn svg(&self) -> std::io::Result<String>;
 }
 
 /// One line of a [`LinePlot`]: legend text, points in x order, and whether
@@ -37,8 +34,7 @@ pub(crate) struct Series {
 
 impl Series {
     pub(crate) fn line(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        let name = name.into();
-        let dashed = false;
+        let (name, dashed) = (name.into(), false);
         Self {
             name,
             points,
@@ -47,9 +43,8 @@ impl Series {
     }
 
     pub(crate) fn dashed(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        let dashed = true;
         Self {
-            dashed,
+            dashed: true,
             ..Self::line(name, points)
         }
     }
@@ -66,6 +61,25 @@ pub(crate) struct LinePlot {
     pub series: Vec<Series>,
     pub references: Vec<(f64, String)>,
     pub y_max: Option<f64>,
+}
+
+impl LinePlot {
+    /// Lines over `x_label` and `y_label`, no reference, no fixed top.
+    pub(crate) fn new(
+        title: impl Into<String>,
+        x_label: &str,
+        y_label: &str,
+        series: Vec<Series>,
+    ) -> Self {
+        let (title, x_label, y_label) = (title.into(), x_label.into(), y_label.into());
+        Self {
+            title,
+            x_label,
+            y_label,
+            series,
+            ..Self::default()
+        }
+    }
 }
 
 /// One bar: its height (a median where there is a spread) and the range
@@ -116,4 +130,26 @@ pub(crate) struct BarPlot {
     pub references: Vec<(f64, String)>,
     pub log_y: bool,
     pub values: bool,
+}
+
+impl BarPlot {
+    /// Bars of `series` in `groups`, on a linear axis, values printed.
+    pub(crate) fn new(
+        title: impl Into<String>,
+        x_label: &str,
+        y_label: &str,
+        groups: Vec<String>,
+        series: Vec<BarSeries>,
+    ) -> Self {
+        let (title, x_label, y_label) = (title.into(), x_label.into(), y_label.into());
+        Self {
+            title,
+            x_label,
+            y_label,
+            groups,
+            series,
+            values: true,
+            ..Self::default()
+        }
+    }
 }

@@ -1,4 +1,4 @@
-use super::canvas::{WIDTH, bar_colour, width_of};
+use super::draw::{WIDTH, bar_colour, width_of};
 use super::*;
 use plotters::style::RGBColor;
 

@@ -282,17 +282,17 @@ fn plot_counts(report: &mut Report, times: &[u64]) {
             Some(5),
         ),
     ] {
-        let plot = LinePlot {
-            title: title.into(),
-            x_label: "time (s)".into(),
-            y_label: format!("calls in the last {} s", WINDOW.as_secs()),
-            series: vec![
-                Series::line("perfect sliding window", perfect.clone()),
-                Series::dashed(label, series(estimator(counters))),
-            ],
-            references: vec![(f64::from(LIMIT), format!("limit {LIMIT}"))],
-            y_max: None,
-        };
-        report.plot(file, &plot);
+        let series = vec![
+            Series::line("perfect sliding window", perfect.clone()),
+            Series::dashed(label, series(estimator(counters))),
+        ];
+        let plot = LinePlot::new(
+            title,
+            "time (s)",
+            &format!("calls in the last {} s", WINDOW.as_secs()),
+            series,
+        );
+        let references = vec![(f64::from(LIMIT), format!("limit {LIMIT}"))];
+        report.plot(file, &LinePlot { references, ..plot });
     }
 }

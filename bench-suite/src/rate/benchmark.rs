@@ -2,18 +2,141 @@
 //! distribution and thread count, memory and allowed shares beside, the
 //! issue's goals, and the cheaper clocks.
 
-use super::contenders::{
-    EXACT, EXACT_RECENT, GOVERNOR, GOVERNOR_UPKEEP, SIZED_FOR, SKETCH, WRONG_DENIALS, bench_quota,
-    contenders,
-};
-use crate::alloc::{self, AllocStats};
 use crate::contest::{self, Goal, Spread};
 use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
 use crate::workload;
-use std::time::Instant;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
-use weir_rate::{Gcra, KeyedLimiter, SketchLimiter};
+use weir_rate::clock::RecentClock;
+use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
+
+/// A keyed limiter checked by `u32` key in the benchmark.
+pub trait KeyedContender: Sync {
+    /// Check one unit for `key`; true when allowed.
+    fn check(&self, key: u32) -> bool;
+}
+
+/// A weir limiter checked through its lean `allows` (yes or no, no
+/// `Decision`): the job governor's `check_key` does.
+pub struct Lean<L>(pub L);
+
+macro_rules! keyed {
+    ($(<$($g:ident: $b:path),*> $t:ty: |$s:ident, $k:ident| $check:expr;)*) => {$(
+        impl<$($g: $b),*> KeyedContender for $t {
+            #[inline]
+            fn check(&self, $k: u32) -> bool {
+                let $s = self;
+                $check
+            }
+        }
+    )*};
+}
+
+keyed! {
+    <C: Clock> KeyedLimiter<u32, Gcra, C>: |s, k| s.check(&k).is_allowed();
+    <C: Clock> SketchLimiter<C>: |s, k| s.check(&k).is_allowed();
+    <C: Clock> Lean<KeyedLimiter<u32, Gcra, C>>: |s, k| s.0.allows(&k);
+    <C: Clock> Lean<SketchLimiter<C>>: |s, k| s.0.allows(&k);
+    <> governor::DefaultKeyedRateLimiter<u32>: |s, k| s.check_key(&k).is_ok();
+    <> GovernorUpkeep: |s, k| s.check_key(&k).is_ok();
+}
+
+/// governor's keyed limiter on its upkeep clock (quanta's `recent()`).
+pub type GovernorUpkeep = governor::RateLimiter<
+    u32,
+    governor::state::keyed::DefaultKeyedStateStore<u32>,
+    governor::clock::QuantaUpkeepClock,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+>;
+
+/// The per-key quota of the benchmark: GCRA at 1000 per second with the
+/// default burst (the limit), as a new user of either crate would write it.
+pub fn bench_quota() -> Quota {
+    Quota::per_second(NonZeroU32::new(1000).expect("non-zero"))
+}
+
+/// The load the sketch is sized for: 40 M checks a second in all, about
+/// what two threads of this machine push through it.
+pub const SIZED_FOR: u64 = 40_000_000;
+
+/// The wrong-denial target the sketch is sized for (0.1%).
+pub const WRONG_DENIALS: f64 = 0.001;
+
+/// One contender of the keyed benchmark.
+pub struct Contender {
+    /// Name in the tables.
+    pub name: &'static str,
+    /// Checks every key of each stream on its own barrier-started thread
+    /// over a fresh limiter, calling it directly; the slowest thread's
+    /// time and the number allowed.
+    pub time: fn(&[Vec<u32>]) -> (Duration, u64),
+    /// Builds a fresh limiter.
+    pub build: fn() -> Box<dyn KeyedContender>,
+}
+
+macro_rules! contenders {
+    ($($name:expr => $build:expr,)*) => {
+        vec![$(Contender {
+            name: $name,
+            time: |streams| {
+                let limiter = std::hint::black_box(($build)());
+                contest::run_streams(streams, |key| KeyedContender::check(&limiter, key))
+            },
+            build: || Box::new(($build)()),
+        },)*]
+    };
+}
+
+fn governor_quota() -> governor::Quota {
+    let q = bench_quota();
+    let burst = NonZeroU32::new(q.burst()).expect("non-zero");
+    governor::Quota::per_second(NonZeroU32::new(q.limit()).expect("non-zero")).allow_burst(burst)
+}
+
+/// governor on an upkeep clock refreshed as often as weir's [`RecentClock`].
+fn governor_upkeep() -> GovernorUpkeep {
+    let clock = governor::clock::QuantaUpkeepClock::from_interval(RecentClock::INTERVAL);
+    governor::RateLimiter::dashmap_with_clock(governor_quota(), clock.expect("an upkeep thread"))
+}
+
+fn shape() -> weir_limits::Shape {
+    let load = NonZeroU64::new(SIZED_FOR).expect("non-zero");
+    SketchLimiter::shape_for_load(bench_quota(), load, WRONG_DENIALS).expect("a valid sizing")
+}
+
+/// The sketch as its own sizing rule sizes it for [`SIZED_FOR`] checks a
+/// second at [`WRONG_DENIALS`].
+pub fn sized_sketch() -> SketchLimiter {
+    let load = NonZeroU64::new(SIZED_FOR).expect("non-zero");
+    SketchLimiter::try_sized_for(bench_quota(), load, WRONG_DENIALS).expect("a valid sizing")
+}
+
+fn exact() -> KeyedLimiter<u32, Gcra> {
+    KeyedLimiter::new(Gcra::new(bench_quota()))
+}
+
+/// The anchor every ratio is taken against, weir's two lean limiters that
+/// the goals judge, and each crate on its cheaper clock.
+const GOVERNOR: &str = "governor keyed (DashMap, GCRA)";
+const EXACT: &str = "weir KeyedLimiter<Gcra> (exact), allows";
+const SKETCH: &str = "weir SketchLimiter (sized by its rule), allows";
+const GOVERNOR_UPKEEP: &str = "governor keyed on QuantaUpkeepClock (1 ms)";
+const EXACT_RECENT: &str = "weir KeyedLimiter<Gcra> on RecentClock, allows";
+
+/// weir's keyed limiters and governor's.
+pub fn contenders() -> Vec<Contender> {
+    contenders![
+        GOVERNOR => || governor::RateLimiter::keyed(governor_quota()),
+        EXACT => || Lean(exact()),
+        SKETCH => || Lean(sized_sketch()),
+        "weir KeyedLimiter, check (full Decision)" => exact,
+        "weir SketchLimiter, check (full Decision)" => sized_sketch,
+        GOVERNOR_UPKEEP => governor_upkeep,
+        EXACT_RECENT => || Lean(KeyedLimiter::with_clock(Gcra::new(bench_quota()), RecentClock::new())),
+    ]
+}
 
 /// The key distributions of the benchmark.
 const DISTRIBUTIONS: [&str; 2] = ["uniform", "Zipf 1.1"];
@@ -21,17 +144,10 @@ const DISTRIBUTIONS: [&str; 2] = ["uniform", "Zipf 1.1"];
 /// The benchmark part of the report.
 pub(super) fn benchmark(report: &mut Report) {
     let scale = report.scale();
-    let total: usize = scale.pick(4_000_000, 20_000_000);
-    let repetitions: usize = scale.pick(3, 5);
+    let (total, repetitions): (usize, usize) =
+        (scale.pick(4_000_000, 20_000_000), scale.pick(3, 5));
     report.section("weir-rate: keyed limiters against governor");
-    let q = bench_quota();
-    let shape = weir_rate::SketchLimiter::shape_for_load(
-        q,
-        std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
-        WRONG_DENIALS,
-    )
-    .expect("a valid sizing");
-    let (hashes, slots) = (shape.hashes(), shape.slots());
+    let (q, (hashes, slots)) = (bench_quota(), (shape().hashes(), shape().slots()));
     report.text(&format!(
         "{} checks over {} `u32` keys drawn uniformly or from Zipf (s = 1.1), pre-generated; per-key quota {} per second, burst {} (GCRA), \
          both crates on their default clocks. The sketch is sized by `SketchLimiter::try_sized_for` for {} M checks a second at {}% wrong denials: \
@@ -49,8 +165,7 @@ pub(super) fn benchmark(report: &mut Report) {
         hashes * slots * 8 / 1024,
     ));
     let contenders = contenders();
-    let n = contenders.len();
-    let position = |name: &str| {
+    let position = |name| {
         contenders
             .iter()
             .position(|c| c.name == name)
@@ -66,65 +181,48 @@ pub(super) fn benchmark(report: &mut Report) {
         "keys | threads | weir exact on RecentClock × governor on QuantaUpkeepClock | weir exact on RecentClock × governor on its default clock",
     );
     // ns per check for the chart: [contender][distribution × threads].
-    let mut chart: Vec<Vec<Option<Spread>>> = vec![Vec::new(); n];
-    let mut groups = Vec::new();
+    let (mut chart, mut groups) = (vec![Vec::new(); contenders.len()], Vec::new());
     for (d, distribution) in DISTRIBUTIONS.iter().enumerate() {
-        let mut first = vec![(AllocStats::default(), 0u64); n];
         let streams = |threads: usize| -> Vec<Vec<u32>> {
             let seed = |i: usize| 7000 + 100 * d as u64 + i as u64;
-            let keys = |i| {
-                if d == 0 {
-                    workload::uniform(total / threads, seed(i))
-                } else {
-                    workload::zipf(total / threads, 1.1, seed(i))
-                }
+            let keys = |i| match d {
+                0 => workload::uniform(total / threads, seed(i)),
+                _ => workload::zipf(total / threads, 1.1, seed(i)),
             };
             (0..threads).map(keys).collect()
         };
-        let one_thread = streams(1);
-        // ns per check per thread, [threads − 1][contender][repetition].
-        let ns: Vec<Vec<Vec<f64>>> = [one_thread.clone(), streams(2)]
-            .iter()
-            .enumerate()
-            .map(|(t, streams)| {
-                let what = format!("{distribution}, {} thread(s)", t + 1);
-                contest::rotate(report, &what, n, repetitions, |c, r| {
-                    let time = || (contenders[c].time)(streams);
-                    let (elapsed, _) = if t == 0 && r == 0 {
-                        let (result, stats) = alloc::measure(time);
-                        first[c] = (stats, result.1);
-                        result
-                    } else {
-                        time()
-                    };
-                    elapsed.as_nanos() as f64 * (t + 1) as f64 / total as f64
-                })
-            })
-            .collect();
+        let sets = [streams(1), streams(2)];
+        let what = |t: usize| format!("{distribution}, {} thread(s)", t + 1);
+        let (ns, first) = contest::per_thread_ns(
+            report,
+            what,
+            contenders.len(),
+            repetitions,
+            &sets,
+            |c, s| (contenders[c].time)(s),
+        );
         // Each repetition of `c` paired with the same repetition of `over`.
-        let ratio =
-            |over: usize, c: usize, t: usize| Spread::of(&contest::paired(&ns[t][over], &ns[t][c]));
+        let ratio = |over: usize, c: usize, t: usize| contest::paired(&ns[t][over], &ns[t][c]);
         for (t, ns_t) in ns.iter().enumerate() {
             groups.push(format!(
                 "{distribution}, {} thread{}",
                 t + 1,
                 if t == 0 { "" } else { "s" }
             ));
-            for (c, bars) in chart.iter_mut().enumerate() {
-                bars.push(Some(Spread::of(&ns_t[c])));
-            }
-            let (upkeep, default) = (
-                ratio(upkeep, exact_recent, t).show(2),
-                ratio(anchor, exact_recent, t).show(2),
-            );
+            chart
+                .iter_mut()
+                .zip(ns_t)
+                .for_each(|(bars, ns)| bars.push(Some(Spread::of(ns))));
+            let [upkeep, default] =
+                [upkeep, anchor].map(|over| Spread::of(&ratio(over, exact_recent, t)).show(2));
             recent.row(format!("{distribution} | {} | {upkeep} | {default}", t + 1));
         }
         for (c, contender) in contenders.iter().enumerate() {
             let (memory, allowed) = first[c];
             let [one, two] = [0, 1].map(|t| Spread::of(&ns[t][c]).show(1));
-            let [x1, x2] = [0, 1].map(|t| ratio(anchor, c, t).show(2));
+            let [x1, x2] = [0, 1].map(|t| Spread::of(&ratio(anchor, c, t)).show(2));
+            let share = allowed as f64 * 100.0 / total as f64;
             let (peak, allowed) = (thousands(memory.peak_bytes as u64), thousands(allowed));
-            let share = first[c].1 as f64 * 100.0 / total as f64;
             table.row(format!("{distribution} | {} | {one} | {two} | {x1} | {x2} | {peak} | {allowed} ({share:.2}%)", contender.name));
         }
         for (goal, c) in [
@@ -132,21 +230,19 @@ pub(super) fn benchmark(report: &mut Report) {
             (Goal::at_least("SketchLimiter ≥ 5× governor", 5.0), sketch),
         ] {
             for t in 0..2 {
-                let s = ratio(anchor, c, t);
+                let [figure, verdict] = goal.judge(&ratio(anchor, c, t));
                 goals.row(format!(
-                    "{}, {} thread(s) | {distribution} | {} | {}",
+                    "{}, {} thread(s) | {distribution} | {figure} | {verdict}",
                     goal.name,
-                    t + 1,
-                    s.show(2),
-                    goal.verdict_spread(&s)
+                    t + 1
                 ));
             }
         }
         // Allowed shares from the timed runs are not comparable: a slower
         // limiter spends more real time, so its over-quota keys earn more.
         // Compare on the 1-thread stream with the same timestamps for both.
-        let (by_exact, by_sketch) = allowed_on_a_timed_stream(&one_thread[0]);
-        let [by_exact, by_sketch] = [by_exact, by_sketch].map(|a| a as f64 * 100.0 / total as f64);
+        let [by_exact, by_sketch] =
+            allowed_on_a_timed_stream(&sets[0][0]).map(|a| a as f64 * 100.0 / total as f64);
         let gap = Goal::at_most(
             "SketchLimiter allows within 0.1 pp of the exact limiter (same timed stream)",
             0.1,
@@ -166,15 +262,19 @@ pub(super) fn benchmark(report: &mut Report) {
         .iter()
         .zip(chart)
         .map(|(c, bars)| BarSeries::new(c.name, bars));
+    let title = "weir-rate: ns per check by key distribution and thread count, keyed limiters against governor (median, min–max)";
+    let plot = BarPlot::new(
+        title,
+        "keys, threads checking at once",
+        "ns/check per thread",
+        groups,
+        series.collect(),
+    );
     report.plot(
         "rate-keyed-ns-per-check",
         &BarPlot {
-            title: "weir-rate: ns per check by key distribution and thread count, keyed limiters against governor (median, min–max)".into(),
-            x_label: "keys, threads checking at once".into(),
-            y_label: "ns/check per thread".into(),
-            groups,
-            series: series.collect(),
-            ..BarPlot::default()
+            values: false,
+            ..plot
         },
     );
     report.text("Goals (issue 14), judged on this run:");
@@ -192,9 +292,8 @@ pub(super) fn benchmark(report: &mut Report) {
         std::hint::black_box(sink);
         start.elapsed().as_nanos() as f64 / f64::from(reads)
     };
-    let monotonic = per_read(&MonotonicClock::new());
-    let std_clock = per_read(&StdClock::new());
-    let recent_clock = per_read(&weir_rate::clock::RecentClock::new());
+    let (monotonic, std_clock) = (per_read(&MonotonicClock::new()), per_read(&StdClock::new()));
+    let recent_clock = per_read(&RecentClock::new());
     report.text(&format!(
         "One clock read on this machine: weir's default `MonotonicClock` (time-stamp counter, as governor's quanta clock) {monotonic:.1} ns, \
          `StdClock` (`Instant::now()`) {std_clock:.1} ns, `RecentClock` {recent_clock:.1} ns."
@@ -209,22 +308,15 @@ pub(super) fn benchmark(report: &mut Report) {
 /// The checks of `keys` the exact limiter and the sized sketch allow when
 /// the checks arrive at half the sketch's sizing load ([`SIZED_FOR`] / 2,
 /// one thread's share), each at its own timestamp, the same for both.
-fn allowed_on_a_timed_stream(keys: &[u32]) -> (u64, u64) {
-    let q = bench_quota();
-    let exact = KeyedLimiter::with_clock(Gcra::new(q), ManualClock::new());
-    let shape = weir_rate::SketchLimiter::shape_for_load(
-        q,
-        std::num::NonZeroU64::new(SIZED_FOR).expect("non-zero"),
-        WRONG_DENIALS,
-    )
-    .expect("a valid sizing");
-    let sketch = SketchLimiter::with_clock(q, shape, ManualClock::new());
+fn allowed_on_a_timed_stream(keys: &[u32]) -> [u64; 2] {
+    let exact = KeyedLimiter::with_clock(Gcra::new(bench_quota()), ManualClock::new());
+    let sketch = SketchLimiter::with_clock(bench_quota(), shape(), ManualClock::new());
     let step = 2_000_000_000 / SIZED_FOR;
-    let (mut by_exact, mut by_sketch) = (0, 0);
+    let mut allowed = [0, 0];
     for (i, key) in keys.iter().enumerate() {
         let now = Timestamp::from_nanos(i as u64 * step);
-        by_exact += u64::from(exact.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
-        by_sketch += u64::from(sketch.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
+        allowed[0] += u64::from(exact.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
+        allowed[1] += u64::from(sketch.check_n_at(key, 1, now).is_ok_and(|d| d.is_allowed()));
     }
-    (by_exact, by_sketch)
+    allowed
 }

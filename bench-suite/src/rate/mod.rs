@@ -5,10 +5,9 @@
 
 mod accuracy;
 mod benchmark;
-mod contenders;
 mod spray;
 
-pub use contenders::{
+pub use benchmark::{
     Contender, GovernorUpkeep, KeyedContender, Lean, SIZED_FOR, WRONG_DENIALS, bench_quota,
     contenders, sized_sketch,
 };
