@@ -41,7 +41,12 @@ keyed! {
     <C: Clock> Lean<SketchLimiter<C>>: |s, k| s.0.allows(&k);
     <> governor::DefaultKeyedRateLimiter<u32>: |s, k| s.check_key(&k).is_ok();
     <> GovernorUpkeep: |s, k| s.check_key(&k).is_ok();
+    <> ClockFloor: |s, k| s.0.now_nanos() != u64::from(k);
 }
+
+/// No limiter, only the default clock read that every exact check makes:
+/// the time no limiter reading that clock per check can go below.
+pub struct ClockFloor(MonotonicClock);
 
 /// governor's keyed limiter on its upkeep clock (quanta's `recent()`).
 pub type GovernorUpkeep = governor::RateLimiter<
@@ -135,6 +140,7 @@ pub fn contenders() -> Vec<Contender> {
         "weir SketchLimiter, check (full Decision)" => sized_sketch,
         GOVERNOR_UPKEEP => governor_upkeep,
         EXACT_RECENT => || Lean(KeyedLimiter::with_clock(Gcra::new(bench_quota()), RecentClock::new())),
+        "floor: one default-clock read per check, no limiter" => || ClockFloor(MonotonicClock::new()),
     ]
 }
 
@@ -155,7 +161,9 @@ pub(super) fn benchmark(report: &mut Report) {
          run back to back (order rotating), each on a fresh limiter, threads barrier-started; ratios pair a repetition with governor's. \
          Memory is the peak heap growth of the first 1-thread run; 'allowed' is what each let through in it. \
          weir's rows marked `allows` answer yes or no, as governor's `check_key` does; the `check` rows build the full `Decision` \
-         (remaining, reset and retry times for headers). The goals are judged on the `allows` rows.",
+         (remaining, reset and retry times for headers). The goals are judged on the `allows` rows. \
+         The last row is no limiter at all, only the clock read an exact check makes on the default clock: \
+         its ratio to governor is the most any limiter reading that clock per check could reach here.",
         thousands(total as u64),
         thousands(u64::from(workload::KEYS)),
         q.limit(),
