@@ -42,6 +42,54 @@ keyed! {
     <> governor::DefaultKeyedRateLimiter<u32>: |s, k| s.check_key(&k).is_ok();
     <> GovernorUpkeep: |s, k| s.check_key(&k).is_ok();
     <> ClockFloor: |s, k| s.0.now_nanos() != u64::from(k);
+    <> CellFloor: |s, k| s.allows(k);
+}
+
+/// GCRA in one atomic word per cell of a flat array indexed by the key's
+/// hash, on the default clock: no key stored (keys sharing a cell share a
+/// limit), nothing forgotten, no lock; a denial only reads. Not a limiter
+/// to ship, but the floor of a lock-free keyed design.
+pub struct CellFloor {
+    cells: Box<[std::sync::atomic::AtomicU64]>,
+    hasher: ahash::RandomState,
+    clock: MonotonicClock,
+    interval: u64,
+    tolerance: u64,
+}
+
+impl CellFloor {
+    /// Twice the benchmark's keys in cells, so few keys share one.
+    fn new() -> Self {
+        let q = bench_quota();
+        let interval = 1_000_000_000 / u64::from(q.limit());
+        Self {
+            cells: (0..2 * workload::KEYS as usize)
+                .map(|_| Default::default())
+                .collect(),
+            hasher: ahash::RandomState::new(),
+            clock: MonotonicClock::new(),
+            interval,
+            tolerance: interval * u64::from(q.burst() - 1),
+        }
+    }
+
+    #[inline]
+    fn allows(&self, key: u32) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let cell = &self.cells[self.hasher.hash_one(key) as usize % self.cells.len()];
+        let now = self.clock.now_nanos();
+        let mut tat = cell.load(Acquire);
+        loop {
+            if tat.saturating_sub(self.tolerance) > now {
+                return false;
+            }
+            let next = tat.max(now) + self.interval;
+            match cell.compare_exchange_weak(tat, next, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(seen) => tat = seen,
+            }
+        }
+    }
 }
 
 /// No limiter, only the default clock read that every exact check makes:
@@ -141,6 +189,7 @@ pub fn contenders() -> Vec<Contender> {
         GOVERNOR_UPKEEP => governor_upkeep,
         EXACT_RECENT => || Lean(KeyedLimiter::with_clock(Gcra::new(bench_quota()), RecentClock::new())),
         "floor: one default-clock read per check, no limiter" => || ClockFloor(MonotonicClock::new()),
+        "floor: lock-free GCRA cells by key hash (no keys kept), allows" => CellFloor::new,
     ]
 }
 
@@ -162,8 +211,10 @@ pub(super) fn benchmark(report: &mut Report) {
          Memory is the peak heap growth of the first 1-thread run; 'allowed' is what each let through in it. \
          weir's rows marked `allows` answer yes or no, as governor's `check_key` does; the `check` rows build the full `Decision` \
          (remaining, reset and retry times for headers). The goals are judged on the `allows` rows. \
-         The last row is no limiter at all, only the clock read an exact check makes on the default clock: \
-         its ratio to governor is the most any limiter reading that clock per check could reach here.",
+         The two floor rows are not limiters to ship. The clock row is only the clock read an exact check makes on the default clock: \
+         its ratio to governor is the most any limiter reading that clock per check could reach here. The cells row is GCRA in one \
+         atomic word per cell of a flat array (two cells per key of the key space) indexed by the key's hash: no key kept, no lock, \
+         a denial only reads, the floor of a lock-free keyed design.",
         thousands(total as u64),
         thousands(u64::from(workload::KEYS)),
         q.limit(),
