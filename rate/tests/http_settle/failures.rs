@@ -91,27 +91,35 @@ pub(super) mod warnings {
     }
 }
 
+/// A current-thread runtime: what a server on it does (and warns about)
+/// happens on the test's own thread.
+pub(super) fn one_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Serve through `checker`, settling by the bytes sent, and stream `n`
+/// responses of 20 bytes to `user`, each arriving whole.
+async fn stream_settled_by_bytes<Ch: SettleKey<String>>(checker: Ch, user: &str, n: usize) {
+    let app = routes().layer(RateLimitLayer::new(checker, by_user()).settle(Settle::body_bytes()));
+    let addr = serve(app).await;
+    let client = client();
+    for _ in 0..n {
+        let got = get_as(&client, addr, user, "/stream/2/10").await;
+        assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
+    }
+}
+
 #[test]
 fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
     let before = warnings::on_this_thread();
     let reported = || warnings::on_this_thread() - before;
-    // One thread, so the server's tasks warn on this test's thread.
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = one_thread();
         rt.block_on(async {
-            let app = routes().layer(
-                RateLimitLayer::new(Unsettleable(in_process(100)), by_user())
-                    .settle(Settle::body_bytes()),
-            );
-            let addr = serve(app).await;
-            let client = client();
-            for _ in 0..3 {
-                let got = get_as(&client, addr, "ivy", "/stream/2/10").await;
-                assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
-            }
+            stream_settled_by_bytes(Unsettleable(in_process(100)), "ivy", 3).await;
             let deadline = tokio::time::Instant::now() + PATIENCE;
             while reported() < 3 {
                 assert!(
@@ -225,21 +233,9 @@ impl SettleKey<String> for Unanswered {
 #[test]
 fn a_settlement_cut_off_by_runtime_shutdown_is_reported() {
     let before = warnings::on_this_thread();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = one_thread();
     rt.block_on(async {
-        let app = routes().layer(
-            RateLimitLayer::new(Unanswered(in_process(100)), by_user())
-                .settle(Settle::body_bytes()),
-        );
-        let addr = serve(app).await;
-        let client = client();
-        for _ in 0..2 {
-            let got = get_as(&client, addr, "jo", "/stream/2/10").await;
-            assert_eq!((got.status, got.body.len()), (StatusCode::OK, 20));
-        }
+        stream_settled_by_bytes(Unanswered(in_process(100)), "jo", 2).await;
         // Let the server see both bodies end and start their settlements.
         tokio::time::sleep(Duration::from_millis(20)).await;
     });

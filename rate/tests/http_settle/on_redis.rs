@@ -79,12 +79,8 @@ fn redis_down_at_settlement_is_reported() {
         return;
     };
     let before = warnings::on_this_thread();
-    // One thread, so the server's tasks warn on this test's thread.
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = super::failures::one_thread();
         rt.block_on(async {
             let limiter = limiter(&server, "down", 1000).await;
             let (tx, rx) = mpsc::unbounded_channel::<Frame<Bytes>>();
