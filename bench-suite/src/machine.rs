@@ -103,6 +103,43 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     (hz > 0).then(|| ticks / hz as f64)
 }
 
+/// How long a cache line takes to go from one thread to another and back,
+/// in ns: the median of nine rounds in which two threads pass a counter
+/// between them `trips` times (a round in which either thread was
+/// preempted counts the wait, so one such round must not decide). Two-thread
+/// figures of contended structures move with it, and on a shared VM it
+/// moves with where the host puts the cores, so a report prints it beside
+/// them.
+pub fn cross_core_round_trip_ns(trips: u64) -> f64 {
+    let mut rounds: Vec<f64> = (0..9).map(|_| round_trip_round(trips)).collect();
+    rounds.sort_by(f64::total_cmp);
+    rounds[rounds.len() / 2]
+}
+
+fn round_trip_round(trips: u64) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let turn = AtomicU64::new(0);
+    let started = std::sync::Barrier::new(2);
+    let pass = |mine: u64| {
+        started.wait();
+        let start = std::time::Instant::now();
+        for trip in 0..trips {
+            let at = 2 * trip + mine;
+            while turn.load(Ordering::Acquire) != at {
+                std::hint::spin_loop();
+            }
+            turn.store(at + 1, Ordering::Release);
+        }
+        start.elapsed()
+    };
+    let elapsed = std::thread::scope(|s| {
+        let other = s.spawn(|| pass(1));
+        let mine = pass(0);
+        mine.max(other.join().expect("the other thread"))
+    });
+    elapsed.as_nanos() as f64 / trips.max(1) as f64
+}
+
 /// Pin the calling thread to one CPU (best effort: a no-op where the
 /// kernel refuses), so that load-run server and client threads stop
 /// trading places on the cores.

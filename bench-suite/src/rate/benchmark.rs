@@ -5,7 +5,7 @@
 use crate::contest::{self, Goal, Spread};
 use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
-use crate::workload;
+use crate::{machine, workload};
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
@@ -193,6 +193,9 @@ pub fn contenders() -> Vec<Contender> {
     ]
 }
 
+/// Round trips of the cross-core probe beside each distribution's runs.
+const TRIPS: u64 = 20_000;
+
 /// The key distributions of the benchmark.
 const DISTRIBUTIONS: [&str; 2] = ["uniform", "Zipf 1.1"];
 
@@ -241,6 +244,7 @@ pub(super) fn benchmark(report: &mut Report) {
     );
     // ns per check for the chart: [contender][distribution × threads].
     let (mut chart, mut groups) = (vec![Vec::new(); contenders.len()], Vec::new());
+    let mut trips = Vec::new();
     for (d, distribution) in DISTRIBUTIONS.iter().enumerate() {
         let streams = |threads: usize| -> Vec<Vec<u32>> {
             let seed = |i: usize| 7000 + 100 * d as u64 + i as u64;
@@ -251,6 +255,7 @@ pub(super) fn benchmark(report: &mut Report) {
             (0..threads).map(keys).collect()
         };
         let sets = [streams(1), streams(2)];
+        let trip_before = machine::cross_core_round_trip_ns(TRIPS);
         let what = |t: usize| format!("{distribution}, {} thread(s)", t + 1);
         let (ns, first) = contest::per_thread_ns(
             report,
@@ -297,6 +302,7 @@ pub(super) fn benchmark(report: &mut Report) {
                 ));
             }
         }
+        trips.push(format!("{distribution} {trip_before:.0} ns"));
         // Allowed shares from the timed runs are not comparable: a slower
         // limiter spends more real time, so its over-quota keys earn more.
         // Compare on the 1-thread stream with the same timestamps for both.
@@ -317,6 +323,13 @@ pub(super) fn benchmark(report: &mut Report) {
         ));
     }
     report.table(&table);
+    report.text(&format!(
+        "A cache line's round trip between two threads, measured just before each distribution's runs \
+         (the median of nine rounds of {} passes): {}. Every two-thread figure of a contended structure moves with it, and on a shared VM it moves with \
+         where the host puts the two cores: a round trip several times its usual marks that distribution's two-thread rows as disturbed.",
+        thousands(TRIPS),
+        trips.join("; "),
+    ));
     let series = contenders
         .iter()
         .zip(chart)
