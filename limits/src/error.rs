@@ -60,7 +60,10 @@ impl fmt::Display for ConfigError {
             Self::IntervalTooLong => {
                 f.write_str("the interval must be shorter than 2^64 ns (584 years)")
             }
-            Self::InvalidFraction(x) => write!(f, "{x} does not lie strictly between 0 and 1"),
+            Self::InvalidFraction(x) => write!(
+                f,
+                "an error target, failure probability or wrong-denial rate must lie strictly between 0 and 1, got {x}"
+            ),
         }
     }
 }

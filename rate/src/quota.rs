@@ -133,7 +133,7 @@ impl Quota {
     /// use weir_rate::{Quota, QuotaError};
     ///
     /// let q = Quota::try_with_period(Duration::from_millis(100)).unwrap();
-    /// assert_eq!((q.limit(), q.burst(), q.emission_interval_nanos()), (1, 1, 100_000_000));
+    /// assert_eq!((q.limit(), q.burst(), q.window()), (1, 1, Duration::from_millis(100)));
     /// assert_eq!(Quota::try_with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
     /// ```
     ///

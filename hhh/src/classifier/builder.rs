@@ -48,7 +48,7 @@ const DEFAULT_WINDOW_GROWTH: u32 = 2;
 ///     .random(SeededRandom::new(42))
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(rake.limit().whole_per_second(), 1_000);
+/// assert_eq!(rake.limit().as_f64(), 1_000.0);
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]

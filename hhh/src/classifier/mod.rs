@@ -383,7 +383,7 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     ///
     /// let rake = Classifier::try_new(1_000).unwrap();
     /// rake.set_limit(5_000).unwrap();
-    /// assert_eq!(rake.limit().whole_per_second(), 5_000);
+    /// assert_eq!(rake.limit().as_f64(), 5_000.0);
     /// ```
     ///
     /// # Errors

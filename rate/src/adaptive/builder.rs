@@ -117,7 +117,8 @@ impl<A> Builder<A> {
 }
 
 impl<A: sealed::Probes> Builder<A> {
-    /// How often the no-load latency is measured again (default 10 s,
+    /// Vegas and Gradient2 only (the algorithms that probe for the no-load
+    /// latency): how often it is measured again (default 10 s,
     /// jittered by ±25 %); `None` measures it only from windows, which
     /// can then never learn that the origin became slower.
     pub fn probe_interval(mut self, interval: Option<Duration>) -> Self {
@@ -125,7 +126,8 @@ impl<A: sealed::Probes> Builder<A> {
         self
     }
 
-    /// Seeds the probe jitter (deterministic for a given seed).
+    /// Vegas and Gradient2 only: seeds the probe jitter (deterministic for a
+    /// given seed).
     pub fn seed(mut self, seed: u64) -> Self {
         self.own.seed = seed;
         self

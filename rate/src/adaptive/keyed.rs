@@ -187,7 +187,7 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
 }
 
 impl<A, C> KeyedAdaptiveLimiter<A, C> {
-    /// How many keys are stored (at most [`capacity`](Self::capacity)).
+    /// How many keys are stored (at most the capacity it was made with).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.map.lock().len()).sum()
     }

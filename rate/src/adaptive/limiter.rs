@@ -264,11 +264,15 @@ impl<A: Algorithm, C: Clock + Clone> AdaptiveLimiter<A, C> {
     /// use weir_rate::clock::ManualClock;
     ///
     /// let clock = ManualClock::new();
-    /// let origin = AdaptiveLimiter::with_clock(Aimd::default(), clock.clone());
-    /// let guard = origin.try_acquire().unwrap();
-    /// clock.advance(Duration::from_millis(30));
-    /// guard.success(); // a sample of 30 ms, as the clock says
-    /// assert_eq!(origin.in_flight(), 0);
+    /// let slow_is_a_drop = Aimd::builder().timeout(Duration::from_millis(20)).build().unwrap();
+    /// let origin = AdaptiveLimiter::with_clock(slow_is_a_drop, clock.clone());
+    /// let before = origin.limit();
+    /// for _ in 0..16 {
+    ///     let guard = origin.try_acquire().unwrap();
+    ///     clock.advance(Duration::from_millis(30)); // slower than the timeout, by this clock
+    ///     guard.success();
+    /// }
+    /// assert!(origin.limit() < before);
     /// ```
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         Self {

@@ -207,7 +207,8 @@ impl Algorithm for Fixed {
 }
 
 /// Why an algorithm's builder refused its settings: which setting, and
-/// (in its `Display`) the values given.
+/// (in its `Display`) what was wrong with it, with the values given where
+/// they are numbers.
 ///
 /// ```
 /// use std::num::NonZeroU32;

@@ -10,7 +10,6 @@ use std::fmt;
 /// let r = FixedRate::from_per_second(3);
 /// assert_eq!(r.as_f64(), 3.0);
 /// assert_eq!(FixedRate::from_f64(0.5).as_f64(), 0.5);
-/// assert_eq!(FixedRate::from_f64(2.7).whole_per_second(), 2);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FixedRate(pub(super) u64);

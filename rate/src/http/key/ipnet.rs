@@ -21,7 +21,6 @@ pub struct IpNet {
 impl IpNet {
     /// Whether `ip` is inside this network. An IPv4-mapped IPv6 address
     /// (`::ffff:a.b.c.d`) is the IPv4 address it maps.
-    #[doc(hidden)]
     pub fn contains(&self, ip: IpAddr) -> bool {
         // Compared in IPv6 space, IPv4 as its mapped form, so a mapped peer
         // and its IPv4 network (or a mapped network and an IPv4 peer) meet.

@@ -11,7 +11,8 @@
 //! settlement runs when that body lets go of its [`SettleGuard`].
 //!
 //! A settlement that fails, or that a backend has not answered by the time
-//! its runtime shuts down, is counted as an error and logged; the key then
+//! its runtime shuts down, is logged (and counted as an error, with the
+//! `metrics` feature); the key then
 //! keeps what its check charged (or, cut off mid-call, whatever the
 //! backend made of the call).
 
@@ -340,6 +341,20 @@ impl Report {
             self.to,
         );
     }
+
+    /// The task finishing a settlement was dropped before the backend
+    /// answered: the call may or may not have been made.
+    fn cut_off(&self) {
+        self.settlements.count(&self.policy, Settled::Error);
+        tracing::warn!(
+            limiter = %self.policy,
+            from = self.from,
+            to = self.to,
+            "weir-rate: a settlement failed to finish (its task was dropped before the backend answered, e.g. by a runtime shutting down); the key keeps the {} units its check charged or {}, as far as the backend got",
+            self.from,
+            self.to,
+        );
+    }
 }
 
 /// A settlement a spawned task finishes. A runtime that shuts down (or a
@@ -358,7 +373,7 @@ impl Unfinished {
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(report) = self.0.take() {
-            report.failure(&"its task was dropped before the backend answered, e.g. by a runtime shutting down, so it may or may not have been made");
+            report.cut_off();
         }
     }
 }
