@@ -12,6 +12,7 @@ fn layers(c: &mut Criterion) {
         Variant::RateLimited,
         Variant::RateAndInflight,
         Variant::RateAndInflightSeparately,
+        Variant::RateLimitedSettled,
     ] {
         group.bench_function(format!("{variant:?}"), |b| {
             b.iter_custom(|iters| {

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
-use weir_rate::http::{AdaptiveInflightLayer, InflightLayer, KeyFn, RateLimitLayer};
+use weir_rate::http::{AdaptiveInflightLayer, InflightLayer, KeyFn, RateLimitLayer, Settle};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
 /// The services compared.
@@ -46,22 +46,28 @@ pub enum Variant {
     /// Behind a per-route `AdaptiveInflightLayer` learning its limit with
     /// Gradient2 (never refusing at this load).
     Adaptive,
+    /// The per-IP rate limit charging by the response body's bytes
+    /// (`settle(Settle::body_bytes())`, in-process table only): what
+    /// settling after the response adds.
+    RateLimitedSettled,
 }
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 6] = [
     "hello world (bare)",
     "+ RateLimitLayer (per-IP GCRA)",
     "+ RateLimitLayer + InflightLayer",
     "+ the same two layers by two Router::layer calls",
     "+ AdaptiveInflightLayer (per-route, Gradient2)",
+    "+ RateLimitLayer settling by body bytes (per-IP GCRA)",
 ];
 
-const ALL: [Variant; 5] = [
+const ALL: [Variant; 6] = [
     Variant::Bare,
     Variant::RateLimited,
     Variant::RateAndInflight,
     Variant::RateAndInflightSeparately,
     Variant::Adaptive,
+    Variant::RateLimitedSettled,
 ];
 
 /// The services of the load run, in the order of every per-variant array
@@ -103,6 +109,7 @@ fn router(variant: Variant) -> Router {
             KeyFn::new(path),
             KeyedAdaptiveLimiter::new(Gradient2::default(), std::num::NonZeroUsize::MIN),
         )),
+        Variant::RateLimitedSettled => hello.layer(rate().settle(Settle::body_bytes())),
     };
     // `with_state(())` finalises the routes once; without it axum rebuilds
     // every route (and re-applies its layers) on each request.
