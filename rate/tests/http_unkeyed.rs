@@ -4,60 +4,23 @@
 #![cfg(feature = "tower")]
 
 use http::{Request, Response, StatusCode};
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::num::NonZeroU32;
 use tower::{Layer, ServiceExt};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
 use weir_rate::http::{InflightLayer, PeerIp, RateLimitLayer};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
-/// Counts warnings on the thread that emits them, installed once for the
-/// whole binary: scoped subscribers (`with_default`) meet tracing's
-/// process-wide callsite cache, which two tests installing and dropping
-/// them at once can leave stale. Each test runs its service on a
-/// current-thread runtime, so every warning it causes is its own.
-struct Warnings;
-
-std::thread_local! {
-    static SEEN: Cell<usize> = const { Cell::new(0) };
-}
-
-impl Subscriber for Warnings {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= Level::WARN
-    }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::WARN)
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        if *event.metadata().level() == Level::WARN {
-            SEEN.with(|seen| seen.set(seen.get() + 1));
-        }
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
+#[path = "common/warnings.rs"]
+mod warnings;
 
 /// Run `f` on a current-thread runtime and count the warnings it logs.
 fn counting_warnings(f: impl std::future::Future<Output = ()>) -> usize {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        tracing::subscriber::set_global_default(Warnings)
-            .expect("the only global subscriber of this test binary");
-    });
-    let before = SEEN.with(Cell::get);
+    let before = warnings::on_this_thread("");
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")
         .block_on(f);
-    SEEN.with(Cell::get) - before
+    warnings::on_this_thread("") - before
 }
 
 fn hello()

@@ -27,68 +27,9 @@ impl SettleKey<String> for Unsettleable {
     }
 }
 
-/// Warnings of failed settlements, counted on the thread that emits them
-/// by a process-wide subscriber installed once. Scoped subscribers
-/// (`with_default`) meet tracing's process-wide callsite cache, which two
-/// tests installing and dropping them at once can leave stale (one such
-/// test failed once in a few runs); the tests that count run their server
-/// on a current-thread runtime, so every warning they cause is theirs.
-pub(super) mod warnings {
-    use std::cell::Cell;
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Level, Metadata, Subscriber};
-
-    std::thread_local! {
-        static SEEN: Cell<usize> = const { Cell::new(0) };
-    }
-
-    struct Counter;
-
-    /// The message of an event.
-    #[derive(Default)]
-    struct Message(String);
-
-    impl tracing::field::Visit for Message {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            if field.name() == "message" {
-                self.0 = format!("{value:?}");
-            }
-        }
-    }
-
-    impl Subscriber for Counter {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            *metadata.level() <= Level::WARN
-        }
-        fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-            Some(tracing::level_filters::LevelFilter::WARN)
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut message = Message::default();
-            event.record(&mut message);
-            if *event.metadata().level() == Level::WARN && message.0.contains("a settlement failed")
-            {
-                SEEN.with(|seen| seen.set(seen.get() + 1));
-            }
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-
-    /// Warnings of failed settlements emitted on this thread so far.
-    pub fn on_this_thread() -> usize {
-        static INSTALL: std::sync::Once = std::sync::Once::new();
-        INSTALL.call_once(|| {
-            tracing::subscriber::set_global_default(Counter)
-                .expect("the only global subscriber of this test binary");
-        });
-        SEEN.with(Cell::get)
-    }
+/// Warnings of failed settlements emitted on this thread so far.
+pub(super) fn reported() -> usize {
+    warnings::on_this_thread("a settlement failed")
 }
 
 /// A current-thread runtime: what a server on it does (and warns about)
@@ -114,14 +55,14 @@ async fn stream_settled_by_bytes<Ch: SettleKey<String>>(checker: Ch, user: &str,
 
 #[test]
 fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
-    let before = warnings::on_this_thread();
-    let reported = || warnings::on_this_thread() - before;
+    let before = reported();
+    let since = || reported() - before;
     {
         let rt = one_thread();
         rt.block_on(async {
             stream_settled_by_bytes(Unsettleable(in_process(100)), "ivy", 3).await;
             let deadline = tokio::time::Instant::now() + PATIENCE;
-            while reported() < 3 {
+            while since() < 3 {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "failures unreported"
@@ -130,7 +71,7 @@ fn a_failed_settlement_is_reported_not_lost_and_never_panics() {
             }
         });
     }
-    assert_eq!(reported(), 3, "one report per failed settlement");
+    assert_eq!(since(), 3, "one report per failed settlement");
 }
 
 /// The value of the sample of `metric` whose labels include every one of
@@ -232,17 +173,17 @@ impl SettleKey<String> for Unanswered {
 /// the runtime's tasks: it is reported as failed, not lost in silence.
 #[test]
 fn a_settlement_cut_off_by_runtime_shutdown_is_reported() {
-    let before = warnings::on_this_thread();
+    let before = reported();
     let rt = one_thread();
     rt.block_on(async {
         stream_settled_by_bytes(Unanswered(in_process(100)), "jo", 2).await;
         // Let the server see both bodies end and start their settlements.
         tokio::time::sleep(Duration::from_millis(20)).await;
     });
-    assert_eq!(warnings::on_this_thread() - before, 0, "nothing failed yet");
+    assert_eq!(reported() - before, 0, "nothing failed yet");
     drop(rt);
     assert_eq!(
-        warnings::on_this_thread() - before,
+        reported() - before,
         2,
         "one report per settlement the shutdown cut off"
     );

@@ -520,6 +520,9 @@ fn in_process(limit: u32) -> KeyedLimiter<String, FixedWindow, ManualClock> {
     )
 }
 
+#[path = "../common/warnings.rs"]
+mod warnings;
+
 mod failures;
 mod local;
 #[cfg(feature = "redis")]

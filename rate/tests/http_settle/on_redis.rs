@@ -1,6 +1,6 @@
 //! Every scenario against a private redis-server.
 
-use super::failures::warnings;
+use super::failures::reported;
 use super::*;
 use weir_rate::redis::{FailurePolicy, RedisLimiter, Target};
 use weir_test_support::redis_server::RedisServer;
@@ -78,7 +78,7 @@ fn redis_down_at_settlement_is_reported() {
     else {
         return;
     };
-    let before = warnings::on_this_thread();
+    let before = reported();
     {
         let rt = super::failures::one_thread();
         rt.block_on(async {
@@ -114,7 +114,7 @@ fn redis_down_at_settlement_is_reported() {
                 .to_bytes();
             assert_eq!(&body[..], b"firstsecond");
             let deadline = tokio::time::Instant::now() + PATIENCE;
-            while warnings::on_this_thread() - before < 1 {
+            while reported() - before < 1 {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "the failure went unreported"
