@@ -130,7 +130,7 @@ fn round_trip_round(trips: u64) -> f64 {
                 // On one core the other thread runs only if this one
                 // yields; on two it never waits this long.
                 spins += 1;
-                if spins % 1024 == 0 {
+                if spins.is_multiple_of(1024) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
