@@ -57,19 +57,35 @@ impl<T> SpinLock<T> {
     /// Take the lock, waiting with a [`Backoff`] while another thread holds it.
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
-        if self
+        self.lock_noting_wait().0
+    }
+
+    /// [`lock`](Self::lock), also telling whether the lock was held by
+    /// another thread when asked for (so callers can see contention).
+    ///
+    /// ```
+    /// use weir_primitives::sync::SpinLock;
+    ///
+    /// let lock = SpinLock::new(());
+    /// let (_guard, waited) = lock.lock_noting_wait();
+    /// assert!(!waited);
+    /// ```
+    #[inline]
+    pub fn lock_noting_wait(&self) -> (SpinGuard<'_, T>, bool) {
+        let waited = self
             .locked
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+            .is_err();
+        if waited {
             self.lock_contended();
         }
-        SpinGuard {
+        let guard = SpinGuard {
             lock: self,
             _not_auto: PhantomData,
             #[cfg(loom)]
             access: Some(self.value.get_mut()),
-        }
+        };
+        (guard, waited)
     }
 
     #[cold]

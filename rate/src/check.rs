@@ -237,6 +237,7 @@ where
 /// In-process limiters answer the async form with a completed future.
 impl<K, Q, L, C> CheckKeyAsync<Q> for KeyedLimiter<K, L, C>
 where
+    K: Send,
     Q: ?Sized,
     L: Limiter,
     Self: CheckKey<Q> + 'static,

@@ -191,6 +191,18 @@ pub trait Limiter: Send + Sync {
     /// assert!(window.check(&mut restored, idle_at, 4, Mode::Consume).unwrap().is_allowed());
     /// ```
     fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State;
+
+    /// If the state refuses one unit at `now_ns`: a time before which it
+    /// refuses every unit with the same decision, nothing remaining and
+    /// its reset and retry times counted down, as long as it changes only
+    /// by spending. `None` when it allows a unit at `now_ns`, or (the
+    /// default) when the algorithm names no such time; a keyed limiter then
+    /// asks the state every time.
+    #[doc(hidden)]
+    fn refused_until(&self, state: &Self::State, now_ns: u64) -> Option<u64> {
+        let _ = (state, now_ns);
+        None
+    }
 }
 
 /// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`

@@ -53,6 +53,35 @@ fn racing_exact_checks_of_one_key_never_exceed_its_burst() {
     });
 }
 
+/// A refusal remembered while the shard is busy never outlives a refund:
+/// once the refund is seen done, the key's unit is back, whichever way the
+/// checks and the refund interleaved.
+#[test]
+fn a_remembered_refusal_never_hides_a_refund() {
+    loom::model(|| {
+        let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
+        let limiter = Arc::new(KeyedLimiter::with_shards(
+            Gcra::new(quota),
+            ManualClock::new(),
+            1,
+        ));
+        let spent = limiter.check(&1u32);
+        assert!(spent.is_allowed());
+        limiter.loom_mark_busy();
+        let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let (other, finished) = (Arc::clone(&limiter), Arc::clone(&done));
+        let t = thread::spawn(move || {
+            other.refund(&1u32, &spent);
+            finished.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let first = limiter.allows(&1u32);
+        if done.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(first || limiter.allows(&1u32), "the refunded unit is back");
+        }
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn a_key_forgotten_by_a_racing_insert_comes_back_spent() {
     loom::model(|| {

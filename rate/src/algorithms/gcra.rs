@@ -201,6 +201,14 @@ impl Limiter for Gcra {
         (*tat).max(now_ns)
     }
 
+    /// `TAT + T − τ`: a unit is refused while `TAT + T > now + τ`, and
+    /// spending only moves the TAT later.
+    fn refused_until(&self, tat: &Self::State, now_ns: u64) -> Option<u64> {
+        let until = u128::from(*tat) + u128::from(self.interval);
+        let until = u64::try_from(until.saturating_sub(u128::from(self.tolerance))).ok()?;
+        (until > now_ns).then_some(until)
+    }
+
     /// The TAT itself: it is the time the key's spending is paid off.
     fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
         if idle_at <= now_ns {

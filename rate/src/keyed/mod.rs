@@ -1,23 +1,28 @@
 //! [`KeyedLimiter`]: one limit per key, exactly up to a capacity of keys,
 //! in a sharded map from key to state.
 
+mod refusals;
 mod shard;
+#[cfg(test)]
+mod tests;
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
 use crate::limiter::{Limiter, Mode};
-use crate::sync::SpinLock;
+use crate::sync::{AtomicU64, SpinLock};
 use crate::{Layout, Shape};
 use hashbrown::HashTable;
+use refusals::{Refusals, Refused};
 use shard::{
-    KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, Padded, SPILL_HASHES,
-    Shard, at_reading, find, spent, stamped,
+    KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, SPILL_HASHES, Shard,
+    at_reading, find, spent, stamped,
 };
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use weir_limits::sketch::Locator;
+use weir_primitives::time::duration_to_nanos;
 
 const DEFAULT_SHARDS: usize = 64;
 
@@ -59,6 +64,16 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// amortised O(1) per insert. Compare [`SketchLimiter`](crate::SketchLimiter),
 /// which keeps GCRA times only, all in a sketch.
 ///
+/// When many threads refuse one key (a flood), they would pass its
+/// shard's lock between cores on every check. So once a shard's lock has
+/// been found held, each thread remembers the keys of that shard it has
+/// just seen refused by [`allows`](Self::allows) or [`check`](Self::check),
+/// and until when, and
+/// answers them from that memory; any refund, new limit, caller's time
+/// ahead of the clock or charge of a refused key forgets all of it first,
+/// so the answers are the lock's, to the last header. (For GCRA; other
+/// algorithms always ask the shard.)
+///
 /// # Memory
 ///
 /// A limiter remembers at most its capacity of keys
@@ -99,7 +114,9 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// a sliding log's entries, comes on top); the spill sketches; a second
 /// table per shard during its rebuild; and, only for keys judged at a
 /// caller's time ahead of the clock, up to `capacity` keys again with 8
-/// bytes each (see [Time](Self#time)). Tables rebuild in place of growing
+/// bytes each (see [Time](Self#time)); and, for each thread that has
+/// checked a busy shard, 256 remembered refusals (a key and three words
+/// each), freed with the limiter. Tables rebuild in place of growing
 /// past their capacity's size, and shrink when sweeps leave them a quarter
 /// full, so after a spray the memory goes back once the keys turn idle
 /// ([`evict_idle`](Self::evict_idle) or the next sweeps).
@@ -129,8 +146,10 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
 /// refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
 /// key judged there until the clock caught up.
-pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
+pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
     shards: Box<[LockedShard<K, L>]>,
+    /// Each thread's memory of keys refused while their shard was busy.
+    refusals: Refusals<K>,
     hasher: ahash::RandomState,
     /// Where a key's cells are in its shard's spill sketch, from the hash
     /// that found its shard.
@@ -141,7 +160,7 @@ pub struct KeyedLimiter<K, L: Limiter, C = MonotonicClock> {
     shard_capacity: usize,
 }
 
-impl<K, L: Limiter, C> KeyedLimiter<K, L, C> {
+impl<K: Send, L: Limiter, C> KeyedLimiter<K, L, C> {
     /// The most keys a [`KeyedLimiter`] remembers unless a constructor says
     /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
     /// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
@@ -230,8 +249,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let spill = Shape::try_new(SPILL_HASHES, slots, Layout::Rows)
             .unwrap_or(Shape::rows::<SPILL_HASHES, 1>());
         let shards = (0..shards)
-            .map(|_| {
-                Padded(SpinLock::new(Shard {
+            .map(|_| LockedShard {
+                lock: SpinLock::new(Shard {
                     limiter: limiter.clone(),
                     map: HashTable::new(),
                     sweep_at: MIN_SWEEP,
@@ -240,11 +259,13 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                     spilled: None,
                     spilled_until: 0,
                     ahead: HashTable::new(),
-                }))
+                }),
+                busy_until: AtomicU64::new(0),
             })
             .collect();
         Self {
             shards,
+            refusals: Refusals::new(),
             hasher,
             spill: Locator::new(spill),
             clock,
@@ -272,12 +293,12 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// `key`'s hash and its shard.
     #[inline]
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &SpinLock<Shard<K, L>>) {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &LockedShard<K, L>) {
         let hash = self.hasher.hash_one(key);
         // The map uses the low bits and the top seven; take the shard from
         // bits in between.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        (hash, &self.shards[index].0)
+        (hash, &self.shards[index])
     }
 
     /// Check one unit for `key`.
@@ -287,8 +308,31 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.run(key, 1, Mode::Consume)
-            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+        let now = self.clock.now_nanos();
+        let (hash, shard) = self.shard(key);
+        if shard.busy_until.load(Ordering::Relaxed) > now
+            && let Some(refused) = self.refusals.refusal(hash, key, now)
+        {
+            return self.shadowed(refused.decision(now));
+        }
+        let Ok(decision) = self.decide_in(
+            shard,
+            hash,
+            key,
+            true,
+            at_reading(now),
+            |l, s, now| l.check(s, now, 1, Mode::Consume),
+            spent,
+        );
+        match decision {
+            Ok(decision) => {
+                if !decision.is_conforming() && shard.busy_until.load(Ordering::Relaxed) > now {
+                    self.remember_refusal(shard, hash, key, now);
+                }
+                self.shadowed(decision)
+            }
+            Err(_) => Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX),
+        }
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
@@ -401,11 +445,12 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         };
         let now = self.clock.now_nanos();
         let (hash, shard) = self.shard(key);
-        let mut shard = shard.lock();
+        let mut shard = shard.lock.lock();
         let shard = &mut *shard;
         shard.latest = now.max(shard.latest);
         let at = stamped(&shard.ahead, hash, key, shard.latest);
         if let Some(entry) = find(&mut shard.map, hash, key) {
+            self.refusals.invalidate();
             shard.limiter.refund(&mut entry.state, at, receipt);
         }
     }
@@ -444,7 +489,15 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             key,
             true,
             at_reading(now),
-            |limiter, state, now| limiter.charge(state, now, cost),
+            |limiter, state, now| {
+                // A charge moves a refused key's reset and retry times, which
+                // a remembered refusal would still report: forget them all.
+                // Only a key refused now can be remembered as refused.
+                if limiter.refused_until(state, now).is_some() {
+                    self.refusals.invalidate();
+                }
+                limiter.charge(state, now, cost)
+            },
             |receipt: &Receipt| receipt.cost() > 0,
         );
         receipt
@@ -454,7 +507,11 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// each key has spent: no burst on a change.
     pub fn set_limit(&self, limiter: L) {
         for shard in self.shards.iter() {
-            shard.0.lock().limiter = limiter.clone();
+            let mut shard = shard.lock.lock();
+            // Under each shard's lock: a refusal recorded there before it
+            // is forgotten, one recorded after is judged by the new limit.
+            self.refusals.invalidate();
+            shard.limiter = limiter.clone();
         }
     }
 
@@ -464,7 +521,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         let now = self.clock.now_nanos();
         let mut left = 0;
         for shard in self.shards.iter() {
-            let mut shard = shard.0.lock();
+            let mut shard = shard.lock.lock();
             shard.latest = now.max(shard.latest);
             shard.sweep(&self.hasher);
             left += shard.map.len();
@@ -472,9 +529,19 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         left
     }
 
+    /// Every shard as if its lock had been found held, so the loom models
+    /// reach the memory of refused keys without racing for it first.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn loom_mark_busy(&self) {
+        for shard in self.shards.iter() {
+            shard.busy_until.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
     /// Keys currently remembered.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+        self.shards.iter().map(|s| s.lock.lock().map.len()).sum()
     }
 
     /// Whether no key is remembered.
@@ -534,18 +601,70 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
-        let Ok(allowed) = self.decide_at(
+        let (hash, shard) = self.shard(key);
+        if shard.busy_until.load(Ordering::Relaxed) > now
+            && self.refusals.refusal(hash, key, now).is_some()
+        {
+            return self.shadow.load(Ordering::Relaxed);
+        }
+        let Ok(allowed) = self.decide_in(
+            shard,
+            hash,
             key,
             true,
             at_reading(now),
             |limiter, state, now| limiter.allows(state, now, 1),
             |&allowed| allowed,
         );
+        if !allowed && shard.busy_until.load(Ordering::Relaxed) > now {
+            self.remember_refusal(shard, hash, key, now);
+        }
         allowed || self.shadow.load(Ordering::Relaxed)
     }
 }
 
-impl<K, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+    /// Remember, for this thread, until when `key` (just refused at `now`
+    /// in its busy shard) stays refused, as its state says under the lock.
+    #[cold]
+    #[inline(never)]
+    fn remember_refusal<Q>(&self, shard: &LockedShard<K, L>, hash: u64, key: &Q, now: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let refused = {
+            let mut guard = shard.lock.lock();
+            let shard = &mut *guard;
+            let epoch = self.refusals.epoch();
+            let now = now.max(shard.latest);
+            // A key judged at a caller's time ahead is judged there, not
+            // at the clock's: its refusals are not remembered.
+            let ahead = stamped(&shard.ahead, hash, key, now) != now;
+            let limiter = &shard.limiter;
+            find(&mut shard.map, hash, key)
+                .filter(|_| !ahead)
+                .and_then(|entry| {
+                    let until = limiter.refused_until(&entry.state, now)?;
+                    let decision = limiter.check(&mut entry.state, now, 1, Mode::Peek).ok()?;
+                    let reset_at = now.saturating_add(duration_to_nanos(decision.reset_after()));
+                    let (limit, window) = (decision.limit(), decision.window());
+                    let refused = Refused {
+                        until,
+                        reset_at,
+                        limit,
+                        window,
+                    };
+                    Some((refused, epoch))
+                })
+        };
+        if let Some((refused, epoch)) = refused {
+            self.refusals.remember(hash, key, refused, epoch);
+        }
+    }
+}
+
+impl<K: Send, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())

@@ -4,11 +4,13 @@
 //! ahead of the clock.
 
 use super::KeyedLimiter;
+use super::refusals::BUSY_FOR;
 use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed};
 use crate::limiter::Limiter;
 use crate::sketch::Cells;
-use crate::sync::SpinLock;
+use crate::sync::Ordering;
+use crate::sync::{AtomicU64, SpinLock};
 use hashbrown::HashTable;
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -34,10 +36,15 @@ pub(super) const SPILL_HASHES: usize = 2;
 pub(super) const KEYS_PER_SPILL_SLOT: usize = 8;
 pub(super) const MAX_SPILL_SLOTS: usize = 1 << 20;
 
+/// A shard behind its lock, on cache lines of its own.
 #[repr(align(128))]
-pub(super) struct Padded<T>(pub(super) T);
-
-pub(super) type LockedShard<K, L> = Padded<SpinLock<Shard<K, L>>>;
+pub(super) struct LockedShard<K, L: Limiter> {
+    pub(super) lock: SpinLock<Shard<K, L>>,
+    /// Until when (clock nanoseconds) checks of this shard ask their
+    /// thread's memory of refused keys first: set when the lock is found
+    /// held (see `refusals`).
+    pub(super) busy_until: AtomicU64,
+}
 
 pub(super) struct Shard<K, L: Limiter> {
     pub(super) limiter: L,
@@ -296,17 +303,42 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (hash, shard) = self.shard(key);
+        let (hash, locked) = self.shard(key);
+        self.decide_in(locked, hash, key, keep, when, decide, spent)
+    }
+
+    /// [`decide_at`](Self::decide_at) for a key already hashed to its shard.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn decide_in<Q, R, E>(
+        &self,
+        locked: &LockedShard<K, L>,
+        hash: u64,
+        key: &Q,
+        keep: bool,
+        when: impl FnOnce(&mut u64) -> Result<u64, E>,
+        decide: impl FnOnce(&L, &mut L::State, u64) -> R,
+        spent: impl FnOnce(&R) -> bool,
+    ) -> Result<R, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let hasher = &self.hasher;
-        let mut guard = shard.lock();
+        let (mut guard, waited) = locked.lock.lock_noting_wait();
         let shard = &mut *guard;
         let now = when(&mut shard.latest)?;
+        if waited {
+            let busy_until = shard.latest.saturating_add(BUSY_FOR);
+            locked.busy_until.store(busy_until, Ordering::Relaxed);
+        }
         // Later than the shard's time only for a caller's time ahead of it.
         let ahead = now > shard.latest;
         let now = stamped(&shard.ahead, hash, key, now);
         if let Some(entry) = find(&mut shard.map, hash, key) {
             let result = decide(&shard.limiter, &mut entry.state, now);
             if ahead {
+                self.refusals.invalidate();
                 shard.stamp(hasher, hash, key, now);
             }
             return Ok(result);
@@ -326,6 +358,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 .map
                 .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
             if ahead {
+                self.refusals.invalidate();
                 shard.stamp(hasher, hash, key, now);
             }
             if shard.map.len() >= shard.sweep_at {
