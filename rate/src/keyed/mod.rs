@@ -315,9 +315,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         {
             return self.shadowed(refused.decision(now));
         }
-        let Ok(decision) = self.decide_in(
-            shard,
-            hash,
+        let Ok(decision) = self.decide_at(
+            (hash, shard),
             key,
             true,
             at_reading(now),
@@ -413,6 +412,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     {
         let at = now.as_nanos();
         let decision = self.decide_at(
+            self.shard(key),
             key,
             true,
             |latest: &mut u64| {
@@ -486,6 +486,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     {
         let now = self.clock.now_nanos();
         let Ok(receipt) = self.decide_at(
+            self.shard(key),
             key,
             true,
             at_reading(now),
@@ -562,6 +563,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     {
         let now = self.clock.now_nanos();
         let Ok(decision) = self.decide_at(
+            self.shard(key),
             key,
             mode == Mode::Consume,
             at_reading(now),
@@ -607,9 +609,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         {
             return self.shadow.load(Ordering::Relaxed);
         }
-        let Ok(allowed) = self.decide_in(
-            shard,
-            hash,
+        let Ok(allowed) = self.decide_at(
+            (hash, shard),
             key,
             true,
             at_reading(now),

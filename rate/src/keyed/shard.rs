@@ -285,35 +285,16 @@ where
 
 /// Deciding for a key in its shard.
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
-    /// Run `decide` on `key`'s state at the time `when` picks from the
-    /// shard's time (which it may raise), or later if the key has been
-    /// judged later. A key not remembered gets a fresh state (or the one
-    /// its spilled time restores), kept only if `keep`, `decide` `spent`
-    /// something and left it not idle.
+    /// Run `decide` on the state of `key` (found by `shard`, its hash and
+    /// shard) at the time `when` picks from the shard's time (which it may
+    /// raise), or later if the key has been judged later. A key not
+    /// remembered gets a fresh state (or the one its spilled time
+    /// restores), kept only if `keep`, `decide` `spent` something and left
+    /// it not idle.
     #[inline]
     pub(super) fn decide_at<Q, R, E>(
         &self,
-        key: &Q,
-        keep: bool,
-        when: impl FnOnce(&mut u64) -> Result<u64, E>,
-        decide: impl FnOnce(&L, &mut L::State, u64) -> R,
-        spent: impl FnOnce(&R) -> bool,
-    ) -> Result<R, E>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let (hash, locked) = self.shard(key);
-        self.decide_in(locked, hash, key, keep, when, decide, spent)
-    }
-
-    /// [`decide_at`](Self::decide_at) for a key already hashed to its shard.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn decide_in<Q, R, E>(
-        &self,
-        locked: &LockedShard<K, L>,
-        hash: u64,
+        (hash, locked): (u64, &LockedShard<K, L>),
         key: &Q,
         keep: bool,
         when: impl FnOnce(&mut u64) -> Result<u64, E>,
