@@ -72,9 +72,11 @@ impl<T> SpinLock<T> {
     /// ```
     #[inline]
     pub fn lock_noting_wait(&self) -> (SpinGuard<'_, T>, bool) {
+        // Strong, so that `waited` means the lock was held: a weak one may
+        // fail spuriously where compare-and-swap is load-linked.
         let waited = self
             .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err();
         if waited {
             self.lock_contended();

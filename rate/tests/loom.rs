@@ -82,6 +82,33 @@ fn a_remembered_refusal_never_hides_a_refund() {
     });
 }
 
+/// Nor a new limit: once the wider burst is seen set, the key's next unit
+/// passes.
+#[test]
+fn a_remembered_refusal_never_hides_a_new_limit() {
+    loom::model(|| {
+        let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
+        let limiter = Arc::new(KeyedLimiter::with_shards(
+            Gcra::new(quota),
+            ManualClock::new(),
+            1,
+        ));
+        assert!(limiter.check(&1u32).is_allowed());
+        limiter.loom_mark_busy();
+        let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let (other, finished) = (Arc::clone(&limiter), Arc::clone(&done));
+        let t = thread::spawn(move || {
+            other.set_limit(Gcra::new(quota.allow_burst(NonZeroU32::new(2).unwrap())));
+            finished.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let first = limiter.allows(&1u32);
+        if done.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(first || limiter.allows(&1u32), "the wider burst's unit");
+        }
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn a_key_forgotten_by_a_racing_insert_comes_back_spent() {
     loom::model(|| {

@@ -334,7 +334,7 @@ pub(super) fn benchmark(report: &mut Report) {
     report.table(&table);
     report.text(
         "On the flood, once a shard's lock has been found held, weir's exact limiter answers a key it has just refused from the \
-         checking thread's own memory of refusals (exact: a refund, a new limit, a caller's time ahead or a charge of a refused key forgets them), so two threads \
+         checking thread's own memory of refusals (exact: a refund, a new limit, a caller's time ahead, a charge of a refused key or an eviction forgets them), so two threads \
          refusing one key do not pass the lock's cache line between them; governor's keyed check takes a read lock on its map's shard (a write to the lock's word) on every check.",
     );
     report.text(&format!(

@@ -12,17 +12,16 @@ use crate::limiter::{Limiter, Mode};
 use crate::sync::{AtomicU64, SpinLock};
 use crate::{Layout, Shape};
 use hashbrown::HashTable;
-use refusals::{Refusals, Refused};
+use refusals::Refusals;
 use shard::{
     KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, SPILL_HASHES, Shard,
-    at_reading, find, spent, stamped,
+    at_reading, find, stamped,
 };
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use weir_limits::sketch::Locator;
-use weir_primitives::time::duration_to_nanos;
 
 const DEFAULT_SHARDS: usize = 64;
 
@@ -67,12 +66,15 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// When many threads refuse one key (a flood), they would pass its
 /// shard's lock between cores on every check. So once a shard's lock has
 /// been found held, each thread remembers the keys of that shard it has
-/// just seen refused by [`allows`](Self::allows) or [`check`](Self::check),
-/// and until when, and
-/// answers them from that memory; any refund, new limit, caller's time
-/// ahead of the clock or charge of a refused key forgets all of it first,
-/// so the answers are the lock's, to the last header. (For GCRA; other
-/// algorithms always ask the shard.)
+/// just seen refused one unit ([`allows`](Self::allows),
+/// [`check`](Self::check), or [`check_n`](Self::check_n) of 1, as the tower
+/// layers ask), and until when, and answers them from that memory. A
+/// refund, a new limit, a caller's time ahead of the clock, a charge of a
+/// refused key or a key forgotten to make room forgets all of it first, so
+/// the answers are the lock's, to the last header, on a clock that does
+/// not go back (one set back, as [`ManualClock::set`](crate::clock::ManualClock::set)
+/// can, may find them stricter). For GCRA; other algorithms always ask the
+/// shard.
 ///
 /// # Memory
 ///
@@ -115,8 +117,8 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// table per shard during its rebuild; and, only for keys judged at a
 /// caller's time ahead of the clock, up to `capacity` keys again with 8
 /// bytes each (see [Time](Self#time)); and, for each thread that has
-/// checked a busy shard, 256 remembered refusals (a key and three words
-/// each), freed with the limiter. Tables rebuild in place of growing
+/// checked a busy shard, 256 remembered refusals (a key and seven words
+/// each), kept until overwritten and freed with the limiter. Tables rebuild in place of growing
 /// past their capacity's size, and shrink when sweeps leave them a quarter
 /// full, so after a spray the memory goes back once the keys turn idle
 /// ([`evict_idle`](Self::evict_idle) or the next sweeps).
@@ -308,30 +310,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now_nanos();
-        let (hash, shard) = self.shard(key);
-        if shard.busy_until.load(Ordering::Relaxed) > now
-            && let Some(refused) = self.refusals.refusal(hash, key, now)
-        {
-            return self.shadowed(refused.decision(now));
-        }
-        let Ok(decision) = self.decide_at(
-            (hash, shard),
-            key,
-            true,
-            at_reading(now),
-            |l, s, now| l.check(s, now, 1, Mode::Consume),
-            spent,
-        );
-        match decision {
-            Ok(decision) => {
-                if !decision.is_conforming() && shard.busy_until.load(Ordering::Relaxed) > now {
-                    self.remember_refusal(shard, hash, key, now);
-                }
-                self.shadowed(decision)
-            }
-            Err(_) => Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX),
-        }
+        self.check_unit(key)
+            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
@@ -345,7 +325,36 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if cost == 1 {
+            return self.check_unit(key);
+        }
         self.run(key, cost, Mode::Consume)
+    }
+
+    /// One unit for `key`, answered from this thread's memory of refusals
+    /// while the key's shard is busy.
+    #[inline]
+    fn check_unit<Q>(&self, key: &Q) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let (hash, shard) = self.shard(key);
+        if shard.busy_until.load(Ordering::Relaxed) > now
+            && let Some(refused) = self.refusals.refusal(hash, key, now)
+        {
+            return Ok(self.shadowed(refused.decision(now)));
+        }
+        let Ok(decision) = self.decide_at(
+            (hash, shard),
+            key,
+            true,
+            true,
+            at_reading(now),
+            |l, s, now| l.check(s, now, 1, Mode::Consume),
+        );
+        Ok(self.shadowed(decision?))
     }
 
     /// What [`check_n`](Self::check_n) would answer, without spending.
@@ -415,6 +424,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             self.shard(key),
             key,
             true,
+            false,
             |latest: &mut u64| {
                 if at > *latest {
                     let reading = self.clock.now_nanos();
@@ -424,7 +434,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 Ok::<_, CheckAtError>(at.max(*latest))
             },
             |limiter, state, now| limiter.check(state, now, cost, Mode::Consume),
-            spent,
         )??;
         Ok(self.shadowed(decision))
     }
@@ -489,6 +498,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             self.shard(key),
             key,
             true,
+            false,
             at_reading(now),
             |limiter, state, now| {
                 // A charge moves a refused key's reset and retry times, which
@@ -499,7 +509,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 }
                 limiter.charge(state, now, cost)
             },
-            |receipt: &Receipt| receipt.cost() > 0,
         );
         receipt
     }
@@ -566,9 +575,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             self.shard(key),
             key,
             mode == Mode::Consume,
+            false,
             at_reading(now),
             |l, s, now| l.check(s, now, cost, mode),
-            spent,
         );
         Ok(self.shadowed(decision?))
     }
@@ -613,55 +622,11 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             (hash, shard),
             key,
             true,
+            true,
             at_reading(now),
             |limiter, state, now| limiter.allows(state, now, 1),
-            |&allowed| allowed,
         );
-        if !allowed && shard.busy_until.load(Ordering::Relaxed) > now {
-            self.remember_refusal(shard, hash, key, now);
-        }
         allowed || self.shadow.load(Ordering::Relaxed)
-    }
-}
-
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
-    /// Remember, for this thread, until when `key` (just refused at `now`
-    /// in its busy shard) stays refused, as its state says under the lock.
-    #[cold]
-    #[inline(never)]
-    fn remember_refusal<Q>(&self, shard: &LockedShard<K, L>, hash: u64, key: &Q, now: u64)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let refused = {
-            let mut guard = shard.lock.lock();
-            let shard = &mut *guard;
-            let epoch = self.refusals.epoch();
-            let now = now.max(shard.latest);
-            // A key judged at a caller's time ahead is judged there, not
-            // at the clock's: its refusals are not remembered.
-            let ahead = stamped(&shard.ahead, hash, key, now) != now;
-            let limiter = &shard.limiter;
-            find(&mut shard.map, hash, key)
-                .filter(|_| !ahead)
-                .and_then(|entry| {
-                    let until = limiter.refused_until(&entry.state, now)?;
-                    let decision = limiter.check(&mut entry.state, now, 1, Mode::Peek).ok()?;
-                    let reset_at = now.saturating_add(duration_to_nanos(decision.reset_after()));
-                    let (limit, window) = (decision.limit(), decision.window());
-                    let refused = Refused {
-                        until,
-                        reset_at,
-                        limit,
-                        window,
-                    };
-                    Some((refused, epoch))
-                })
-        };
-        if let Some((refused, epoch)) = refused {
-            self.refusals.remember(hash, key, refused, epoch);
-        }
     }
 }
 

@@ -10,19 +10,26 @@
 //! A refusal spends nothing, and spending never loosens a limit, so a key
 //! refused at `now` stays refused by every unit check until the time its
 //! algorithm names ([`Limiter::refused_until`](crate::Limiter::refused_until)).
-//! Four things change that answer or its decision: a refund, a new limit
+//! Five things change that answer or its decision: a refund, a new limit
 //! and a caller's time ahead of the clock (the key is then judged at that
-//! time) can let it through sooner, and a charge of a refused key moves
-//! its reset and retry times. Each bumps the limiter's epoch under the
-//! key's shard lock (every shard's, for a new limit) before it changes
-//! anything, and an entry counts only under the epoch that was current,
-//! under the same lock, when its refusal was decided. A check that reads
-//! the old epoch is ordered before the bump, so before the change; one
-//! that reads the new epoch asks the shard. Nothing else changes a refused
-//! key: its own checks are refused and spend nothing, the spill sketch
-//! restores a key forgotten to make room as it was (for GCRA), and a
-//! refused key is not idle, so no sweep forgets it. A key judged at a
+//! time) can let it through sooner; a charge of a refused key moves its
+//! reset and retry times; and a key forgotten to make room comes back from
+//! spill cells that other keys' times may have raised. Each bumps the
+//! limiter's epoch under the key's shard lock (every shard's, for a new
+//! limit; for an eviction, before a full shard makes room) before it
+//! changes anything, and an entry counts only under the epoch that was
+//! current, under the same lock, when its refusal was decided. A check
+//! that reads the old epoch is ordered before the bump, so before the
+//! change; one that reads the new epoch asks the shard. Nothing else
+//! changes a refused key: its own checks are refused and spend nothing,
+//! and a refused key is not idle, so no sweep forgets it. A key judged at a
 //! caller's time ahead is not remembered at all.
+//!
+//! An answer from here is judged at the thread's own clock reading, where
+//! the lock judges at the latest reading its shard has seen: the same on a
+//! clock that does not go back (readings of the time-stamp counter on two
+//! cores differ by far less than any refusal lasts); on a clock set back,
+//! the memory can be the stricter of the two, never the looser.
 //!
 //! Answering from here does not raise the shard's time: that only leaves
 //! sweeps judging idleness a little earlier, which forgets fewer keys.
@@ -35,8 +42,8 @@
 //! check pays a lookup in the calling thread's table (one slot picked by
 //! bits of the key's hash, and a compare), and a refusal found there
 //! touches no line another core writes. Each thread that has checked a
-//! contended shard holds [`SLOTS`] entries (the key and six words)
-//! for each limiter, freed with the limiter.
+//! contended shard holds [`SLOTS`] entries (the key and seven words) for
+//! each limiter, kept until overwritten and freed with the limiter.
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};

@@ -4,10 +4,10 @@
 //! ahead of the clock.
 
 use super::KeyedLimiter;
-use super::refusals::BUSY_FOR;
+use super::refusals::{BUSY_FOR, Refused};
 use crate::clock::Clock;
-use crate::decision::{Decision, NeverAllowed};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, NeverAllowed, Receipt};
+use crate::limiter::{Limiter, Mode};
 use crate::sketch::Cells;
 use crate::sync::Ordering;
 use crate::sync::{AtomicU64, SpinLock};
@@ -16,6 +16,7 @@ use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::hash::Hash;
 use weir_limits::sketch::Locator;
+use weir_primitives::time::duration_to_nanos;
 
 pub(super) const MIN_SWEEP: usize = 64;
 
@@ -74,10 +75,58 @@ pub(super) struct Entry<K, S> {
     pub(super) state: S,
 }
 
-/// Whether a check spent anything (so its key must be remembered).
-#[inline]
-pub(super) fn spent(result: &Result<Decision, NeverAllowed>) -> bool {
-    result.as_ref().is_ok_and(|d| d.receipt().is_some())
+/// What a decision on a key's state came to.
+pub(super) trait Outcome {
+    /// Whether it spent anything (so its key must be remembered).
+    fn spent(&self) -> bool;
+    /// Whether it refused one unit (so a busy shard's checker may remember
+    /// the refusal).
+    fn refused(&self) -> bool;
+}
+
+/// `allows`.
+impl Outcome for bool {
+    fn spent(&self) -> bool {
+        *self
+    }
+    fn refused(&self) -> bool {
+        !*self
+    }
+}
+
+/// A check's decision.
+impl Outcome for Result<Decision, NeverAllowed> {
+    fn spent(&self) -> bool {
+        self.as_ref().is_ok_and(|d| d.receipt().is_some())
+    }
+    fn refused(&self) -> bool {
+        self.as_ref().is_ok_and(|d| !d.is_conforming())
+    }
+}
+
+/// A forced charge, which never refuses.
+impl Outcome for Receipt {
+    fn spent(&self) -> bool {
+        self.cost() > 0
+    }
+    fn refused(&self) -> bool {
+        false
+    }
+}
+
+/// The refusal `limiter` makes of one unit on `state` at `now`, if it can
+/// name until when it lasts.
+#[cold]
+#[inline(never)]
+fn refusal<L: Limiter>(limiter: &L, state: &mut L::State, now: u64) -> Option<Refused> {
+    let until = limiter.refused_until(state, now)?;
+    let decision = limiter.check(state, now, 1, Mode::Peek).ok()?;
+    Some(Refused {
+        until,
+        reset_at: now.saturating_add(duration_to_nanos(decision.reset_after())),
+        limit: decision.limit(),
+        window: decision.window(),
+    })
 }
 
 /// The `when` of a check at a reading of the limiter's own clock: it
@@ -289,17 +338,19 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// shard) at the time `when` picks from the shard's time (which it may
     /// raise), or later if the key has been judged later. A key not
     /// remembered gets a fresh state (or the one its spilled time
-    /// restores), kept only if `keep`, `decide` `spent` something and left
-    /// it not idle.
+    /// restores), kept only if `keep` and `decide` spent something and left
+    /// it not idle. If `remember`, the shard is busy and `decide` refused a
+    /// remembered key at the clock's time, the calling thread remembers the
+    /// refusal (see `refusals`).
     #[inline]
-    pub(super) fn decide_at<Q, R, E>(
+    pub(super) fn decide_at<Q, R: Outcome, E>(
         &self,
         (hash, locked): (u64, &LockedShard<K, L>),
         key: &Q,
         keep: bool,
+        remember: bool,
         when: impl FnOnce(&mut u64) -> Result<u64, E>,
         decide: impl FnOnce(&L, &mut L::State, u64) -> R,
-        spent: impl FnOnce(&R) -> bool,
     ) -> Result<R, E>
     where
         K: Borrow<Q>,
@@ -315,20 +366,41 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         }
         // Later than the shard's time only for a caller's time ahead of it.
         let ahead = now > shard.latest;
-        let now = stamped(&shard.ahead, hash, key, now);
+        let judged = stamped(&shard.ahead, hash, key, now);
         if let Some(entry) = find(&mut shard.map, hash, key) {
-            let result = decide(&shard.limiter, &mut entry.state, now);
+            let result = decide(&shard.limiter, &mut entry.state, judged);
+            // Only refusals at the clock's time: a key judged at a caller's
+            // time ahead is judged there, not where a later check reads.
+            let refused = (remember
+                && judged == now
+                && !ahead
+                && result.refused()
+                && locked.busy_until.load(Ordering::Relaxed) > now)
+                .then(|| refusal(&shard.limiter, &mut entry.state, now))
+                .flatten()
+                .map(|refused| (refused, self.refusals.epoch()));
             if ahead {
                 self.refusals.invalidate();
-                shard.stamp(hasher, hash, key, now);
+                shard.stamp(hasher, hash, key, judged);
+            }
+            drop(guard);
+            if let Some((refused, epoch)) = refused {
+                self.refusals.remember(hash, key, refused, epoch);
             }
             return Ok(result);
         }
+        let now = judged;
         let mut state = shard.restore(&self.spill, hash, now);
         let result = decide(&shard.limiter, &mut state, now);
         // A check that spent nothing leaves a restored state as its spilled
         // time would restore it again, and a fresh one idle.
-        if keep && spent(&result) && !shard.limiter.is_idle(&state, now) {
+        if keep && result.spent() && !shard.limiter.is_idle(&state, now) {
+            if shard.map.len() >= shard.capacity {
+                // Keys forgotten to make room are restored from cells that
+                // other keys' times may raise: a remembered refusal's reset
+                // and retry times would no longer be the shard's.
+                self.refusals.invalidate();
+            }
             shard.make_room(hasher, &self.spill);
             // The only allocation a borrowed key costs: on first spend.
             let entry = Entry {

@@ -6,8 +6,8 @@ use crate::clock::{Clock, ManualClock, Timestamp};
 use crate::sync::Ordering;
 use crate::{Gcra, Quota};
 use proptest::prelude::*;
-use std::num::NonZeroU32;
-use std::sync::mpsc;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::{Barrier, mpsc};
 use std::time::Duration;
 
 type Keyed = KeyedLimiter<u32, Gcra, ManualClock>;
@@ -18,12 +18,31 @@ fn limiter(clock: &ManualClock, burst: u32) -> Keyed {
     KeyedLimiter::with_shards(Gcra::new(quota), clock.clone(), 2)
 }
 
+/// Two limiters that hash and spill alike, with room for `capacity` keys
+/// in their one shard, so that both forget the same keys into the same
+/// cells.
+fn twins(clocks: &(ManualClock, ManualClock), capacity: usize, burst: u32) -> (Keyed, Keyed) {
+    let quota = Quota::per_second(NonZeroU32::new(10).unwrap())
+        .allow_burst(NonZeroU32::new(burst).unwrap());
+    let capacity = NonZeroUsize::new(capacity).unwrap();
+    let make = |clock: &ManualClock| {
+        KeyedLimiter::with_shards_and_capacity(Gcra::new(quota), clock.clone(), 1, capacity)
+    };
+    let (a, mut b) = (make(&clocks.0), make(&clocks.1));
+    b.hasher = a.hasher.clone();
+    b.spill = a.spill.clone();
+    (a, b)
+}
+
 /// Every shard as if found contended for good.
 fn busy(limiter: &Keyed) {
     for shard in limiter.shards.iter() {
         shard.busy_until.store(u64::MAX, Ordering::Relaxed);
     }
 }
+
+/// Keys the steps pick from: more than the smallest capacity below.
+const KEYS: u32 = 12;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -38,11 +57,11 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0u32..3).prop_map(Step::Allows),
-        2 => (0u32..3).prop_map(Step::Check),
-        1 => (0u32..3).prop_map(Step::Refund),
-        1 => (0u32..3, 0u64..300_000_000).prop_map(|(k, ahead)| Step::CheckAhead(k, ahead)),
-        1 => (0u32..3, 1u32..4).prop_map(|(k, cost)| Step::Charge(k, cost)),
+        6 => (0u32..KEYS).prop_map(Step::Allows),
+        2 => (0u32..KEYS).prop_map(Step::Check),
+        1 => (0u32..KEYS).prop_map(Step::Refund),
+        1 => (0u32..KEYS, 0u64..300_000_000).prop_map(|(k, ahead)| Step::CheckAhead(k, ahead)),
+        1 => (0u32..KEYS, 1u32..4).prop_map(|(k, cost)| Step::Charge(k, cost)),
         1 => (1u32..5).prop_map(Step::SetBurst),
         3 => (0u64..150_000_000).prop_map(Step::Advance),
     ]
@@ -55,11 +74,12 @@ proptest! {
     #[test]
     fn remembered_refusals_decide_as_the_lock_does(
         steps in proptest::collection::vec(step(), 1..200),
+        capacity in prop_oneof![Just(4usize), Just(8), Just(1000)],
     ) {
         let clocks = (ManualClock::new(), ManualClock::new());
-        let (remembering, plain) = (limiter(&clocks.0, 2), limiter(&clocks.1, 2));
+        let (remembering, plain) = twins(&clocks, capacity, 2);
         busy(&remembering);
-        let mut receipts = [[None; 2]; 3];
+        let mut receipts = [[None; 2]; KEYS as usize];
         for (i, step) in steps.iter().enumerate() {
             match *step {
                 Step::Allows(k) => {
@@ -78,8 +98,8 @@ proptest! {
                 }
                 Step::CheckAhead(k, ahead) => {
                     let at = |clock: &ManualClock| Timestamp::from_nanos(clock.now_nanos() + ahead);
-                    let a = remembering.check_n_at(&k, 1, at(&clocks.0)).map(|d| d.is_allowed());
-                    let b = plain.check_n_at(&k, 1, at(&clocks.1)).map(|d| d.is_allowed());
+                    let a = remembering.check_n_at(&k, 1, at(&clocks.0));
+                    let b = plain.check_n_at(&k, 1, at(&clocks.1));
                     prop_assert_eq!(a.ok(), b.ok(), "step {}: {:?}", i, steps);
                 }
                 Step::Charge(k, cost) => {
@@ -101,32 +121,63 @@ proptest! {
     }
 }
 
-/// A refusal this thread remembers is answered without the shard's lock:
-/// with every lock held elsewhere, the check still returns.
+/// A remembered key forgotten to make room comes back from spill cells
+/// that keys forgotten after it may have raised: its remembered reset and
+/// retry times must not outlive that (the review's case: burst 1, keys
+/// charged past their burst fill a full shard).
+#[test]
+fn a_key_forgotten_to_make_room_is_not_answered_from_memory() {
+    for _ in 0..40 {
+        let clocks = (ManualClock::new(), ManualClock::new());
+        let (remembering, plain) = twins(&clocks, 16, 1);
+        busy(&remembering);
+        for limiter in [&remembering, &plain] {
+            assert!(limiter.allows(&1));
+            assert!(!limiter.allows(&1));
+            for key in 100..117 {
+                limiter.charge(&key, 2);
+            }
+        }
+        for clock in [&clocks.0, &clocks.1] {
+            clock.advance(Duration::from_millis(50));
+        }
+        assert_eq!(remembering.check(&1), plain.check(&1));
+    }
+}
+
+/// A refusal a thread remembers is answered without the shard's lock:
+/// with every lock held by another thread, its checks still return, while
+/// a thread with nothing remembered waits.
 #[test]
 fn a_remembered_refusal_is_answered_without_the_lock() {
     let clock = ManualClock::new();
     let limiter = limiter(&clock, 1);
     busy(&limiter);
-    assert!(limiter.allows(&7));
-    assert!(!limiter.allows(&7), "burst 1 spent");
-    let guards: Vec<_> = limiter.shards.iter().map(|s| s.lock.lock()).collect();
+    let (spent, locked) = (Barrier::new(2), Barrier::new(3));
     let (tx, rx) = mpsc::channel();
-    std::thread::scope(|s| {
+    let answer = std::thread::scope(|s| {
         s.spawn(|| {
-            // This thread's own memory is empty: it would wait for the lock.
-            let _ = tx.send(("other thread", limiter.allows(&7)));
+            assert!(limiter.allows(&7));
+            assert!(!limiter.allows(&7), "burst 1 spent");
+            spent.wait();
+            locked.wait();
+            let checked = limiter.check(&7);
+            let _ = tx.send(("remembering", limiter.allows(&7), checked.retry_after()));
         });
-        let checked = limiter.check(&7);
-        let _ = tx.send((
-            "remembering thread",
-            limiter.allows(&7) || checked.is_allowed(),
-        ));
+        s.spawn(|| {
+            locked.wait();
+            // Nothing remembered on this thread: it waits for the lock.
+            let _ = tx.send(("forgetful", limiter.allows(&7), None));
+        });
+        spent.wait();
+        let guards: Vec<_> = limiter.shards.iter().map(|s| s.lock.lock()).collect();
+        locked.wait();
         let first = rx.recv_timeout(Duration::from_secs(10));
-        assert_eq!(first, Ok(("remembering thread", false)));
-        assert_eq!(checked.retry_after(), Some(Duration::from_millis(100)));
         drop(guards);
+        first
     });
+    let retry = Some(Duration::from_millis(100));
+    assert_eq!(answer, Ok(("remembering", false, retry)));
 }
 
 /// An uncontended shard remembers nothing: one thread never pays for it.
