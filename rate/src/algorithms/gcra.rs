@@ -1,4 +1,4 @@
-use super::{clamp_ns, clamp_u32};
+use super::clamp_ns;
 use crate::decision::{Decision, NeverAllowed, Receipt, Remaining};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::Quota;
@@ -127,10 +127,10 @@ impl Gcra {
                 let slack = clamp_ns(horizon.saturating_sub(u128::from(start)));
                 let new = u128::from(start) + u128::from(cost) * u128::from(t);
                 let retry = clamp_ns(new.saturating_sub(horizon));
-                Decision::deny(
+                Decision::deny_with(
                     limit,
                     window,
-                    clamp_u32(u128::from(slack / t)),
+                    Remaining::ratio(slack, t),
                     start - now,
                     retry,
                 )

@@ -128,12 +128,31 @@ impl Decision {
         reset_after: u64,
         retry_after: u64,
     ) -> Self {
+        Self::deny_with(
+            limit,
+            window,
+            Remaining::exact(remaining),
+            reset_after,
+            retry_after,
+        )
+    }
+
+    /// [`deny`](Self::deny) with the remaining units as a quotient, divided
+    /// only when asked for.
+    #[inline]
+    pub(crate) fn deny_with(
+        limit: u32,
+        window: Duration,
+        remaining: Remaining,
+        reset_after: u64,
+        retry_after: u64,
+    ) -> Self {
         Self {
             allowed: false,
             conforming: false,
             limit,
             window,
-            remaining: Remaining::exact(remaining),
+            remaining,
             reset_after: nanos(reset_after),
             retry_after: Some(nanos(retry_after.max(1))),
             delay: Duration::ZERO,
