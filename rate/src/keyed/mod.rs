@@ -331,6 +331,26 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         self.run(key, cost, Mode::Consume)
     }
 
+    /// This thread's remembered refusal of `key`, consulted only while its
+    /// shard is busy, if it still holds at `now`.
+    #[inline]
+    fn remembered_refusal<Q>(
+        &self,
+        shard: &LockedShard<K, L>,
+        hash: u64,
+        key: &Q,
+        now: u64,
+    ) -> Option<refusals::Refused>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if shard.busy_until.load(Ordering::Relaxed) <= now {
+            return None;
+        }
+        self.refusals.refusal(hash, key, now)
+    }
+
     /// One unit for `key`, answered from this thread's memory of refusals
     /// while the key's shard is busy.
     #[inline]
@@ -341,9 +361,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     {
         let now = self.clock.now_nanos();
         let (hash, shard) = self.shard(key);
-        if shard.busy_until.load(Ordering::Relaxed) > now
-            && let Some(refused) = self.refusals.refusal(hash, key, now)
-        {
+        if let Some(refused) = self.remembered_refusal(shard, hash, key, now) {
             return Ok(self.shadowed(refused.decision(now)));
         }
         let Ok(decision) = self.decide_at(
@@ -613,9 +631,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     {
         let now = self.clock.now_nanos();
         let (hash, shard) = self.shard(key);
-        if shard.busy_until.load(Ordering::Relaxed) > now
-            && self.refusals.refusal(hash, key, now).is_some()
-        {
+        if self.remembered_refusal(shard, hash, key, now).is_some() {
             return self.shadow.load(Ordering::Relaxed);
         }
         let Ok(allowed) = self.decide_at(
