@@ -5,9 +5,9 @@
 //! <zipf|uniform|flood> <threads> <repetitions>`. It frees a replaced table
 //! two rebuilds later, which is unsafe in general: a measurement, not a design.
 //!
-//! Ad-hoc (not committed): a lock-free keyed GCRA table prototype (keys kept,
-//! lock-free probe and insert, rebuild under a shard lock, old tables leaked),
-//! against governor and today's KeyedLimiter, same binary, interleaved.
+//! A lock-free keyed GCRA table (keys kept, lock-free probe and insert,
+//! rebuild under a shard lock) against governor and today's `KeyedLimiter`,
+//! in one binary, interleaved.
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Barrier, Mutex};
