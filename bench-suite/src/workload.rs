@@ -6,6 +6,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 
+/// Run one thread a stream of these inputs, released together, as every
+/// keyed table of the report does (also for ad hoc probes outside it).
+pub use crate::contest::run_streams;
+
 /// Number of distinct keys in the blog's workload.
 pub const KEYS: u32 = 1_000_000;
 

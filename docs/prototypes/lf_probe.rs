@@ -10,9 +10,8 @@
 //! in one binary, interleaved.
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
-use weir_bench_suite::workload;
+use std::sync::Mutex;
+use weir_bench_suite::workload::{self, run_streams};
 use weir_rate::clock::{Clock, MonotonicClock};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 
@@ -157,21 +156,4 @@ fn main() {
         let lns = t.as_secs_f64() * 1e9 / per;
         println!("{dist} {threads}t: governor {gns:.1} ({ga})  weir {wns:.1} ({:.2}x, {wa})  lockfree {lns:.1} ({:.2}x, {la})", gns / wns, gns / lns);
     }
-}
-
-fn run_streams<F: Fn(u32) -> bool + Sync>(streams: &[Vec<u32>], op: F) -> (Duration, u64) {
-    let barrier = Barrier::new(streams.len());
-    let results: Vec<(Duration, u64)> = std::thread::scope(|s| {
-        let threads: Vec<_> = streams.iter().map(|keys| {
-            let (barrier, op) = (&barrier, &op);
-            s.spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                let hits = keys.iter().filter(|&&key| op(key)).count() as u64;
-                (start.elapsed(), hits)
-            })
-        }).collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    });
-    (results.iter().map(|r| r.0).max().unwrap(), results.iter().map(|r| r.1).sum())
 }
