@@ -72,7 +72,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
             Ok(d) => d,
             // Capacity is at least 1 for every algorithm (quotas are
             // non-zero); answer a denial rather than panic regardless.
-            Err(_) => Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX),
+            Err(_) => Decision::deny(0, 0, 0, 0, u64::MAX),
         }
     }
 

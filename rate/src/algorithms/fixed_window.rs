@@ -98,7 +98,7 @@ impl Limiter for FixedWindow {
         let now = self.roll(s, now_ns);
         let end_in = s.start.saturating_add(self.quota.window_nanos()) - now;
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
-        let window = self.quota.window();
+        let window = self.quota.window_nanos();
         // Saturating: a forced charge can count far past the limit.
         if s.count.saturating_add(cost64) <= limit64 {
             let after = s.count + cost64;

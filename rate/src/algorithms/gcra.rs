@@ -114,7 +114,7 @@ impl Gcra {
     /// The decision for a step. Divisions are on `u64` (the hot path).
     #[inline]
     pub(crate) fn decide(&self, now: u64, cost: u32, step: &Step) -> Decision {
-        let (limit, window) = (self.quota.limit(), self.quota.window());
+        let (limit, window) = (self.quota.limit(), self.quota.window_nanos());
         let horizon = u128::from(now) + u128::from(self.tolerance);
         let t = self.interval;
         match *step {

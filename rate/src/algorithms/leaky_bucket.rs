@@ -1,6 +1,6 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed, Receipt, nanos};
+use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::{Limiter, Mode};
 use crate::quota::{Quota, QuotaError};
 use std::time::Duration;
@@ -119,7 +119,7 @@ impl Limiter for LeakyBucket {
         let start = s.drains_at.max(now_ns);
         let wait = u128::from(start - now_ns);
         let last_wait = wait + u128::from(cost.saturating_sub(1)) * t;
-        let (limit, window) = (self.bucket.quota.limit(), self.bucket.quota.window());
+        let (limit, window) = (self.bucket.quota.limit(), self.bucket.quota.window_nanos());
         // Units that could still join the queue: those whose wait ≤ max_delay.
         let room = |backlog: u128| {
             if backlog > u128::from(max_delay) {
@@ -138,7 +138,7 @@ impl Limiter for LeakyBucket {
             }
             let backlog = end - u128::from(now_ns);
             let mut d = Decision::allow(limit, window, room(backlog), clamp_ns(backlog));
-            d.delay = nanos(clamp_ns(wait));
+            d.delay_ns = clamp_ns(wait);
             Ok(d.charged(mode, now_ns, cost))
         } else {
             let retry = clamp_ns(last_wait.saturating_sub(u128::from(max_delay)));

@@ -104,7 +104,7 @@ impl Limiter for SlidingLog {
         NeverAllowed::check(cost, limit)?;
         let now = self.expire(s, now_ns);
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
-        let window = self.quota.window();
+        let window = self.quota.window_nanos();
         if s.total.saturating_add(cost64) <= limit64 {
             let remaining = (limit64 - s.total - cost64) as u32;
             let reset = if cost > 0 {

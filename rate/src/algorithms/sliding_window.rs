@@ -224,7 +224,7 @@ impl Limiter for SlidingWindow {
         let (full, oldest) = self.parts(s, 0);
         let used = self.scaled(full, oldest, pos);
         let need = used + u128::from(cost) * sub;
-        let window = self.quota.window();
+        let window = self.quota.window_nanos();
         if need <= budget {
             if mode == Mode::Consume {
                 s.counts[s.head] = s.counts[s.head].saturating_add(u64::from(cost));

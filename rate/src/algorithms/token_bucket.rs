@@ -85,7 +85,7 @@ impl Bucket {
         let cap = u128::from(burst) * ONE;
         // Saturating: a forced charge can leave the level past the burst.
         let need = drained.level.saturating_add(u128::from(cost) * ONE);
-        let (limit, window) = (self.quota.limit(), self.quota.window());
+        let (limit, window) = (self.quota.limit(), self.quota.window_nanos());
         if need <= cap {
             if mode == Mode::Consume {
                 *s = drained;

@@ -8,8 +8,6 @@
 
 use super::Decision;
 use std::fmt;
-#[cfg(test)]
-use std::time::Duration;
 
 /// The HTTP status of a request denied by a rate limit (Too Many Requests).
 pub(crate) const TOO_MANY_REQUESTS: u16 = 429;
@@ -25,7 +23,7 @@ impl Decision {
             "{};q={};w={}",
             Quoted(name),
             self.limit,
-            ceil_secs(self.window).max(1)
+            ceil_secs(self.window()).max(1)
         )
     }
 
@@ -43,7 +41,7 @@ impl Decision {
         out.push_str(";r=");
         push_decimal(&mut out, u64::from(self.remaining()));
         out.push_str(";t=");
-        push_decimal(&mut out, ceil_secs(self.reset_after));
+        push_decimal(&mut out, ceil_secs(self.reset_after()));
         out
     }
 
@@ -52,7 +50,7 @@ impl Decision {
         if self.allowed {
             return None;
         }
-        self.retry_after.map(|d| ceil_secs(d).to_string())
+        self.retry_after().map(|d| ceil_secs(d).to_string())
     }
 
     /// The response header fields for a policy called `name`, as
@@ -169,12 +167,12 @@ mod tests {
 
     #[test]
     fn header_values_round_up_and_escape() {
-        let d = Decision::deny(10, Duration::from_millis(1500), 0, 1_000_000_001, 1);
+        let d = Decision::deny(10, 1_500_000_000, 0, 1_000_000_001, 1);
         assert_eq!(d.ratelimit_policy("a\"b"), "\"a\\\"b\";q=10;w=2");
         assert_eq!(d.ratelimit("x"), "\"x\";r=0;t=2");
         assert_eq!(d.retry_after_header().as_deref(), Some("1"));
         assert_eq!(d.headers("x").len(), 3);
-        let ok = Decision::allow(10, Duration::from_secs(1), 3, 0);
+        let ok = Decision::allow(10, 1_000_000_000, 3, 0);
         assert_eq!(ok.status(), None);
         assert_eq!(ok.headers("x").len(), 2);
         assert_eq!(d.status(), Some(429));
@@ -185,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_policy_name_is_quoted_once() {
-        let d = Decision::allow(5, Duration::from_secs(60), 4, 60_000_000_000);
+        let d = Decision::allow(5, 60_000_000_000, 4, 60_000_000_000);
         let api = PolicyName::new("api");
         assert_eq!(api.as_str(), "\"api\"");
         assert_eq!(d.ratelimit_for(&api), d.ratelimit("api"));

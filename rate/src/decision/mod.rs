@@ -34,17 +34,37 @@ use std::time::Duration;
 /// }
 /// ```
 #[must_use = "a decision not looked at lets every request through"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,
     pub(crate) conforming: bool,
     pub(crate) limit: u32,
-    pub(crate) window: Duration,
+    // Times in nanoseconds, made `Duration`s only when asked for: a check
+    // that returns its decision then pays no division and moves a third
+    // fewer bytes.
+    pub(crate) window_ns: u64,
     pub(crate) remaining: Remaining,
-    pub(crate) reset_after: Duration,
-    pub(crate) retry_after: Option<Duration>,
-    pub(crate) delay: Duration,
+    pub(crate) reset_after_ns: u64,
+    /// Zero when the check conformed; a denial's is at least 1.
+    pub(crate) retry_after_ns: u64,
+    pub(crate) delay_ns: u64,
     pub(crate) receipt: Option<Receipt>,
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("conforming", &self.conforming)
+            .field("limit", &self.limit)
+            .field("window", &self.window())
+            .field("remaining", &self.remaining)
+            .field("reset_after", &self.reset_after())
+            .field("retry_after", &self.retry_after())
+            .field("delay", &self.delay())
+            .field("receipt", &self.receipt)
+            .finish()
+    }
 }
 
 /// Units remaining as a quotient, divided only when asked for (the
@@ -90,21 +110,15 @@ impl fmt::Debug for Remaining {
     }
 }
 
-/// Nanoseconds as a `Duration`.
-#[inline]
-pub(crate) fn nanos(ns: u64) -> Duration {
-    Duration::from_nanos(ns)
-}
-
 impl Decision {
-    pub(crate) fn allow(limit: u32, window: Duration, remaining: u32, reset_after: u64) -> Self {
-        Self::allow_with(limit, window, Remaining::exact(remaining), reset_after)
+    pub(crate) fn allow(limit: u32, window_ns: u64, remaining: u32, reset_after: u64) -> Self {
+        Self::allow_with(limit, window_ns, Remaining::exact(remaining), reset_after)
     }
 
     #[inline]
     pub(crate) fn allow_with(
         limit: u32,
-        window: Duration,
+        window_ns: u64,
         remaining: Remaining,
         reset_after: u64,
     ) -> Self {
@@ -112,25 +126,25 @@ impl Decision {
             allowed: true,
             conforming: true,
             limit,
-            window,
+            window_ns,
             remaining,
-            reset_after: nanos(reset_after),
-            retry_after: None,
-            delay: Duration::ZERO,
+            reset_after_ns: reset_after,
+            retry_after_ns: 0,
+            delay_ns: 0,
             receipt: None,
         }
     }
 
     pub(crate) fn deny(
         limit: u32,
-        window: Duration,
+        window_ns: u64,
         remaining: u32,
         reset_after: u64,
         retry_after: u64,
     ) -> Self {
         Self::deny_with(
             limit,
-            window,
+            window_ns,
             Remaining::exact(remaining),
             reset_after,
             retry_after,
@@ -142,7 +156,7 @@ impl Decision {
     #[inline]
     pub(crate) fn deny_with(
         limit: u32,
-        window: Duration,
+        window_ns: u64,
         remaining: Remaining,
         reset_after: u64,
         retry_after: u64,
@@ -151,11 +165,11 @@ impl Decision {
             allowed: false,
             conforming: false,
             limit,
-            window,
+            window_ns,
             remaining,
-            reset_after: nanos(reset_after),
-            retry_after: Some(nanos(retry_after.max(1))),
-            delay: Duration::ZERO,
+            reset_after_ns: reset_after,
+            retry_after_ns: retry_after.max(1),
+            delay_ns: 0,
             receipt: None,
         }
     }
@@ -184,7 +198,7 @@ impl Decision {
     /// The quota's window (`w` of `RateLimit-Policy`).
     #[inline]
     pub fn window(&self) -> Duration {
-        self.window
+        Duration::from_nanos(self.window_ns)
     }
 
     /// Units that could still be spent now (`r` of `RateLimit`).
@@ -197,21 +211,21 @@ impl Decision {
     /// spent (`t` of `RateLimit`).
     #[inline]
     pub fn reset_after(&self) -> Duration {
-        self.reset_after
+        Duration::from_nanos(self.reset_after_ns)
     }
 
     /// For a denial, the time after which the same request would be allowed
     /// if nothing else is spent meanwhile; `None` when it conformed.
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        (self.retry_after_ns > 0).then(|| Duration::from_nanos(self.retry_after_ns))
     }
 
     /// For a shaper ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper)):
     /// how long the caller must wait before proceeding. Zero otherwise.
     #[inline]
     pub fn delay(&self) -> Duration {
-        self.delay
+        Duration::from_nanos(self.delay_ns)
     }
 
     /// What this check spent, to name in a refund: `Some` only for an
@@ -252,7 +266,7 @@ impl Decision {
     pub fn combine(self, other: Decision) -> Decision {
         // Non-conforming first (false < true), then least remaining; the
         // limit and window only break exact ties, so the choice is symmetric.
-        let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window);
+        let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window_ns);
         let first = if binding(&other) < binding(&self) {
             other
         } else {
@@ -261,12 +275,10 @@ impl Decision {
         Decision {
             allowed: self.allowed && other.allowed,
             conforming: self.conforming && other.conforming,
-            reset_after: self.reset_after.max(other.reset_after),
-            retry_after: match (self.retry_after, other.retry_after) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            },
-            delay: self.delay.max(other.delay),
+            reset_after_ns: self.reset_after_ns.max(other.reset_after_ns),
+            // Zero (none) loses to any retry time.
+            retry_after_ns: self.retry_after_ns.max(other.retry_after_ns),
+            delay_ns: self.delay_ns.max(other.delay_ns),
             receipt: match (self.receipt, other.receipt) {
                 (Some(a), Some(b)) if a == b => Some(a),
                 _ => None,
@@ -291,8 +303,8 @@ mod tests {
 
     #[test]
     fn combining_does_not_depend_on_order() {
-        let allowed_empty = Decision::allow(10, Duration::from_secs(1), 0, 5);
-        let denied = Decision::deny(20, Duration::from_secs(60), 3, 7, 9);
+        let allowed_empty = Decision::allow(10, 1_000_000_000, 0, 5);
+        let denied = Decision::deny(20, 60_000_000_000, 3, 7, 9);
         assert_eq!(allowed_empty.combine(denied), denied.combine(allowed_empty));
         let combined = denied.combine(allowed_empty);
         assert!(!combined.is_allowed());

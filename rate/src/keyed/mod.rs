@@ -311,7 +311,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.check_unit(key)
-            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+            .unwrap_or_else(|_| Decision::deny(0, 0, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.

@@ -49,7 +49,6 @@ use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
 use std::borrow::Borrow;
 use std::cell::RefCell;
-use std::time::Duration;
 use weir_primitives::local::ThreadLocal;
 
 /// Entries per thread: a direct-mapped table, one entry per slot.
@@ -85,7 +84,7 @@ impl<K> Slot<K> {
             until: 0,
             reset_at: 0,
             limit: 0,
-            window: Duration::ZERO,
+            window_ns: 0,
         },
         epoch: 0,
         key: None,
@@ -100,7 +99,7 @@ pub(super) struct Refused {
     /// When the refusing decision said the key resets.
     pub(super) reset_at: u64,
     pub(super) limit: u32,
-    pub(super) window: Duration,
+    pub(super) window_ns: u64,
 }
 
 impl Refused {
@@ -109,7 +108,7 @@ impl Refused {
     #[inline]
     pub(super) fn decision(&self, now: u64) -> Decision {
         let reset_after = self.reset_at.saturating_sub(now);
-        Decision::deny(self.limit, self.window, 0, reset_after, self.until - now)
+        Decision::deny(self.limit, self.window_ns, 0, reset_after, self.until - now)
     }
 }
 

@@ -16,7 +16,6 @@ use std::borrow::Borrow;
 use std::convert::Infallible;
 use std::hash::Hash;
 use weir_limits::sketch::Locator;
-use weir_primitives::time::duration_to_nanos;
 
 pub(super) const MIN_SWEEP: usize = 64;
 
@@ -123,9 +122,9 @@ fn refusal<L: Limiter>(limiter: &L, state: &mut L::State, now: u64) -> Option<Re
     let decision = limiter.check(state, now, 1, Mode::Peek).ok()?;
     Some(Refused {
         until,
-        reset_at: now.saturating_add(duration_to_nanos(decision.reset_after())),
-        limit: decision.limit(),
-        window: decision.window(),
+        reset_at: now.saturating_add(decision.reset_after_ns),
+        limit: decision.limit,
+        window_ns: decision.window_ns,
     })
 }
 

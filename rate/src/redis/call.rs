@@ -229,7 +229,7 @@ impl Core {
             let d = decision(scripts::decode(record), &limit.quota);
             combined = Some(combined.map_or(d, |c| c.combine(d)));
         }
-        let mut d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, 0));
+        let mut d = combined.unwrap_or_else(|| Decision::allow(0, 0, 0, 0));
         if d.allowed && cost > 0 {
             d.receipt = Some(Receipt::on_redis(at_ns, cost));
         }
@@ -321,11 +321,11 @@ fn decision(raw: Raw, quota: &Quota) -> Decision {
     let remaining = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
     let reset = raw.reset_after_us.saturating_mul(1000);
     if raw.allowed {
-        Decision::allow(quota.limit(), quota.window(), remaining, reset)
+        Decision::allow(quota.limit(), quota.window_nanos(), remaining, reset)
     } else {
         Decision::deny(
             quota.limit(),
-            quota.window(),
+            quota.window_nanos(),
             remaining,
             reset,
             raw.retry_after_us.saturating_mul(1000),

@@ -134,7 +134,7 @@ impl RedisLimiter {
     /// Also what a shed caller gets.
     pub(crate) fn closed(&self) -> Decision {
         let q = &self.inner.quota;
-        Decision::deny(q.limit(), q.window(), 0, 1_000_000_000, 1_000_000_000)
+        Decision::deny(q.limit(), q.window_nanos(), 0, 1_000_000_000, 1_000_000_000)
     }
 
     /// The failure policy's answer for `cost` units of `key`, with the
@@ -147,7 +147,7 @@ impl RedisLimiter {
             FailurePolicy::Open => (
                 Decision::allow(
                     q.limit(),
-                    q.window(),
+                    q.window_nanos(),
                     0,
                     duration_to_nanos(self.inner.backoff),
                 ),

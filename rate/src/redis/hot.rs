@@ -99,8 +99,9 @@ struct Entry {
     /// the time left when Redis answered.
     reset_at: u64,
     /// The limit and window of the last Redis answer (of an all-of
-    /// limiter, the binding limit's), which answers from the lease report.
-    policy: Option<(u32, Duration)>,
+    /// limiter, the binding limit's; the window in nanoseconds), which
+    /// answers from the lease report.
+    policy: Option<(u32, u64)>,
     fetching: bool,
     /// Bumped and notified when a fetch finishes.
     generation: u64,
@@ -115,7 +116,7 @@ struct Granted {
     remaining: u64,
     left: u32,
     reset_ns: u64,
-    policy: Option<(u32, Duration)>,
+    policy: Option<(u32, u64)>,
 }
 
 enum Step {
@@ -153,7 +154,7 @@ impl Hot {
 
     fn lease_decision(lim: &RedisLimiter, granted: Granted) -> Outcome {
         let q = lim.inner.quota;
-        let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
+        let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window_nanos()));
         let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
             .unwrap_or(u32::MAX);
         Outcome {
@@ -328,9 +329,9 @@ impl Hot {
         let d = result?;
         let remaining = u64::from(d.remaining());
         e.remaining = Some((remaining, now));
-        let reset = duration_to_nanos(d.reset_after());
+        let reset = d.reset_after_ns;
         e.reset_at = now.saturating_add(reset);
-        e.policy = Some((d.limit(), d.window()));
+        e.policy = Some((d.limit(), d.window_ns));
         if !d.is_allowed() {
             return None;
         }

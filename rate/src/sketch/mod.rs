@@ -303,7 +303,7 @@ impl<C: Clock> SketchLimiter<C> {
     #[inline]
     pub fn check<K: Hash + ?Sized>(&self, key: &K) -> Decision {
         self.run(key, 1, Mode::Consume)
-            .unwrap_or_else(|_| Decision::deny(0, std::time::Duration::ZERO, 0, 0, u64::MAX))
+            .unwrap_or_else(|_| Decision::deny(0, 0, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
