@@ -1,14 +1,15 @@
 //! [`KeyedLimiter`]: one limit per key, exactly up to a capacity of keys,
 //! in a sharded map from key to state.
 
+mod check;
 mod refusals;
 mod shard;
 #[cfg(test)]
 mod tests;
 
-use crate::clock::{Clock, MonotonicClock, Timestamp};
-use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
-use crate::limiter::{Limiter, Mode};
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::{Receipt, Spending};
+use crate::limiter::Limiter;
 use crate::sync::{AtomicU64, SpinLock};
 use crate::{Layout, Shape};
 use hashbrown::HashTable;
@@ -146,7 +147,7 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// clock left standing). Dropping those times, when the table is full,
 /// only judges their keys earlier, which no algorithm finds looser. A time
 /// more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
-/// refused ([`CheckAtError::AheadOfClock`]): judged at, it would leave its
+/// refused ([`CheckAtError::AheadOfClock`](crate::CheckAtError::AheadOfClock)): judged at, it would leave its
 /// key judged there until the clock caught up.
 pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
     shards: Box<[LockedShard<K, L>]>,
@@ -303,159 +304,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         (hash, &self.shards[index])
     }
 
-    /// Check one unit for `key`.
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.check_unit(key)
-            .unwrap_or_else(|_| Decision::deny(0, 0, 0, 0, u64::MAX))
-    }
-
-    /// Check `cost` units for `key`, spending them if allowed.
-    ///
-    /// # Errors
-    ///
-    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
-    pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        if cost == 1 {
-            return self.check_unit(key);
-        }
-        self.run(key, cost, Mode::Consume)
-    }
-
-    /// This thread's remembered refusal of `key`, consulted only while its
-    /// shard is busy, if it still holds at `now`.
-    #[inline]
-    fn remembered_refusal<Q>(
-        &self,
-        shard: &LockedShard<K, L>,
-        hash: u64,
-        key: &Q,
-        now: u64,
-    ) -> Option<refusals::Refused>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        if shard.busy_until.load(Ordering::Relaxed) <= now {
-            return None;
-        }
-        self.refusals.refusal(hash, key, now)
-    }
-
-    /// One unit for `key`, answered from this thread's memory of refusals
-    /// while the key's shard is busy.
-    #[inline]
-    fn check_unit<Q>(&self, key: &Q) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let now = self.clock.now_nanos();
-        let (hash, shard) = self.shard(key);
-        if let Some(refused) = self.remembered_refusal(shard, hash, key, now) {
-            return Ok(self.shadowed(refused.decision(now)));
-        }
-        let Ok(decision) = self.decide_at(
-            (hash, shard),
-            key,
-            true,
-            true,
-            at_reading(now),
-            |l, s, now| l.check(s, now, 1, Mode::Consume),
-        );
-        Ok(self.shadowed(decision?))
-    }
-
-    /// What [`check_n`](Self::check_n) would answer, without spending.
-    ///
-    /// # Errors
-    ///
-    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
-    pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.run(key, cost, Mode::Peek)
-    }
-
-    /// The time on this limiter's clock, for [`check_n_at`](Self::check_n_at).
-    pub fn now(&self) -> Timestamp<C> {
-        self.clock.now()
-    }
-
-    /// [`check_n`](Self::check_n) at a time read from this limiter's clock
-    /// (e.g. once for a batch of requests, or replayed from a trace). The
-    /// time is judged at for `key` alone (see [Time](Self#time)); the clock
-    /// is read only when it is later than any reading the key's shard has
-    /// judged at.
-    ///
-    /// # Errors
-    ///
-    /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
-    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
-    /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
-    /// changes anything.
-    ///
-    /// ```
-    /// use std::num::NonZeroU32;
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// let per_user = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
-    /// let now = per_user.now();
-    /// let batch = ["alice", "bob", "alice"].map(|user| per_user.check_n_at(&user, 1, now).unwrap());
-    /// assert_eq!(batch.map(|d| d.is_allowed()), [true, true, false]);
-    /// ```
-    ///
-    /// A reading of another type of clock is a type error:
-    ///
-    /// ```compile_fail,E0308
-    /// use std::num::NonZeroU32;
-    /// use weir_rate::clock::{Clock, ManualClock, StdClock};
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// let per_user = KeyedLimiter::with_clock(Gcra::new(Quota::per_second(NonZeroU32::MIN)), ManualClock::new());
-    /// let _ = per_user.check_n_at(&"alice", 1, StdClock::new().now());
-    /// ```
-    pub fn check_n_at<Q>(
-        &self,
-        key: &Q,
-        cost: u32,
-        now: Timestamp<C>,
-    ) -> Result<Decision, CheckAtError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let at = now.as_nanos();
-        let decision = self.decide_at(
-            self.shard(key),
-            key,
-            true,
-            false,
-            |latest: &mut u64| {
-                if at > *latest {
-                    let reading = self.clock.now_nanos();
-                    CheckAtError::check_ahead(at, reading)?;
-                    *latest = reading.min(at).max(*latest);
-                }
-                Ok::<_, CheckAtError>(at.max(*latest))
-            },
-            |limiter, state, now| limiter.check(state, now, cost, Mode::Consume),
-        )??;
-        Ok(self.shadowed(decision))
-    }
-
     /// Give back what `decision` (a check of `key` on this limiter, or
     /// the [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
     /// still counts: see [`Limiter::refund`]. Nothing for a decision that
@@ -580,69 +428,6 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// Shadow (dry-run) mode, as for [`RateLimiter::set_shadow`](crate::RateLimiter::set_shadow).
     pub fn set_shadow(&self, shadow: bool) {
         self.shadow.store(shadow, Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn run<Q>(&self, key: &Q, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let now = self.clock.now_nanos();
-        let Ok(decision) = self.decide_at(
-            self.shard(key),
-            key,
-            mode == Mode::Consume,
-            false,
-            at_reading(now),
-            |l, s, now| l.check(s, now, cost, mode),
-        );
-        Ok(self.shadowed(decision?))
-    }
-
-    #[inline]
-    fn shadowed(&self, decision: Decision) -> Decision {
-        if self.shadow.load(Ordering::Relaxed) {
-            decision.shadowed()
-        } else {
-            decision
-        }
-    }
-
-    /// Whether one unit for `key` may be spent now, spending it if so:
-    /// [`check`](Self::check) for callers that need only the yes or no
-    /// (no headers), without building a [`Decision`]. In shadow mode it
-    /// always answers yes, as `check(key).is_allowed()` does.
-    ///
-    /// ```
-    /// use std::num::NonZeroU32;
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// let per_client = KeyedLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(1).unwrap())));
-    /// assert!(per_client.allows("alice"));
-    /// assert!(!per_client.allows("alice"));
-    /// assert!(per_client.allows("bob"));
-    /// ```
-    #[inline]
-    pub fn allows<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let now = self.clock.now_nanos();
-        let (hash, shard) = self.shard(key);
-        if self.remembered_refusal(shard, hash, key, now).is_some() {
-            return self.shadow.load(Ordering::Relaxed);
-        }
-        let Ok(allowed) = self.decide_at(
-            (hash, shard),
-            key,
-            true,
-            true,
-            at_reading(now),
-            |limiter, state, now| limiter.allows(state, now, 1),
-        );
-        allowed || self.shadow.load(Ordering::Relaxed)
     }
 }
 
