@@ -82,9 +82,18 @@ mod fast {
     /// assert_eq!(all, [7, 9]);
     /// ```
     pub struct ThreadLocal<T: Send> {
-        values: thread_local::ThreadLocal<T>,
+        values: thread_local::ThreadLocal<OwnLines<T>>,
         id: u64,
     }
+
+    /// A thread's value on cache lines of its own (two, for the adjacent
+    /// line the prefetcher pairs with it). `thread_local` keeps the values
+    /// of a bucket of thread ids side by side, so without it two threads'
+    /// values can share a line, and a value written on every use (a
+    /// `RefCell`'s borrow count, a counter) moves that line between their
+    /// cores on every use, by where the allocator happened to put the bucket.
+    #[repr(align(128))]
+    struct OwnLines<T>(T);
 
     impl<T: Send> ThreadLocal<T> {
         /// No value for any thread yet.
@@ -101,7 +110,7 @@ mod fast {
             if EXITING.get() {
                 return None;
             }
-            self.values.get()
+            self.values.get().map(|v| &v.0)
         }
 
         /// The calling thread's value, made by `create` on its first call;
@@ -136,7 +145,7 @@ mod fast {
             }
             // First the crate's lookup, which registers its id guard on the
             // thread's first use; then ours, so that ours is dropped first.
-            let value = self.values.get_or(create);
+            let value = &self.values.get_or(|| OwnLines(create())).0;
             if TEARDOWN.try_with(|_| ()).is_err() {
                 // Dropped already (it set `EXITING`): only reachable from a
                 // destructor that runs between ours and the crate's.
@@ -148,16 +157,16 @@ mod fast {
         }
 
         /// Every thread's value (the caller synchronises with their writers).
-        pub fn iter(&self) -> thread_local::Iter<'_, T>
+        pub fn iter(&self) -> impl Iterator<Item = &T>
         where
             T: Sync,
         {
-            self.values.iter()
+            self.values.iter().map(|v| &v.0)
         }
 
         /// Every thread's value, mutably: no thread can be using them.
-        pub fn iter_mut(&mut self) -> thread_local::IterMut<'_, T> {
-            self.values.iter_mut()
+        pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+            self.values.iter_mut().map(|v| &mut v.0)
         }
     }
 
@@ -251,6 +260,24 @@ mod model {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::ThreadLocal;
+
+    /// Values written on every use must not share a line across threads,
+    /// wherever the allocator puts them (see `OwnLines`).
+    #[test]
+    fn each_thread_value_has_cache_lines_of_its_own() {
+        let per_thread = ThreadLocal::new();
+        let addresses: Vec<usize> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| std::ptr::from_ref(per_thread.get_or(|| 0u8).unwrap()) as usize)
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for a in &addresses {
+            assert_eq!(a % 128, 0, "a value at {a:#x} shares its lines");
+        }
+    }
 
     #[test]
     fn instances_used_in_turn_keep_their_values() {
