@@ -409,7 +409,7 @@ impl ShardedEstimator {
         let shards: usize = self
             .shards
             .iter()
-            .map(|s| s.view.bytes() + s.base.bytes() + std::mem::size_of::<Shard>())
+            .map(|s| s.view.bytes() + s.base.bytes() + ThreadLocal::<Shard>::BYTES_PER_THREAD)
             .sum();
         std::mem::size_of::<Self>() + self.shared.memory_bytes() + shards
     }

@@ -92,10 +92,20 @@ mod fast {
     /// values can share a line, and a value written on every use (a
     /// `RefCell`'s borrow count, a counter) moves that line between their
     /// cores on every use, by where the allocator happened to put the bucket.
+    /// The price is memory: see [`ThreadLocal::BYTES_PER_THREAD`].
     #[repr(align(128))]
     struct OwnLines<T>(T);
 
     impl<T: Send> ThreadLocal<T> {
+        /// What one thread's value occupies in the table, beyond what it
+        /// owns on the heap: the value padded to whole 128-byte blocks and
+        /// `thread_local`'s flag beside it, padded alike (256 bytes for a
+        /// value of up to 128). Tables are allocated a bucket of thread ids
+        /// at a time, so a thread with the n-th id may allocate room for
+        /// about n values at once.
+        pub const BYTES_PER_THREAD: usize =
+            std::mem::align_of::<OwnLines<T>>() + std::mem::size_of::<OwnLines<T>>();
+
         /// No value for any thread yet.
         pub fn new() -> Self {
             Self {
@@ -204,6 +214,9 @@ mod model {
     }
 
     impl<T> ThreadLocal<T> {
+        /// What one thread's value occupies (the model keeps it unpadded).
+        pub const BYTES_PER_THREAD: usize = std::mem::size_of::<T>();
+
         /// No value for any thread yet.
         pub fn new() -> Self {
             Self {
@@ -277,6 +290,13 @@ mod tests {
         for a in &addresses {
             assert_eq!(a % 128, 0, "a value at {a:#x} shares its lines");
         }
+    }
+
+    #[test]
+    fn a_value_of_up_to_a_block_takes_two_blocks() {
+        assert_eq!(ThreadLocal::<u8>::BYTES_PER_THREAD, 256);
+        assert_eq!(ThreadLocal::<[u8; 128]>::BYTES_PER_THREAD, 256);
+        assert_eq!(ThreadLocal::<[u8; 129]>::BYTES_PER_THREAD, 384);
     }
 
     #[test]

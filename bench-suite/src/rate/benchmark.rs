@@ -301,8 +301,14 @@ pub(super) fn benchmark(report: &mut Report) {
             continue;
         }
         for (goal, c) in [
-            (Goal::at_least("KeyedLimiter allows ≥ 3× governor", 3.0), exact),
-            (Goal::at_least("KeyedLimiter check (full Decision) ≥ 2× governor", 2.0), exact_check),
+            (
+                Goal::at_least("KeyedLimiter allows ≥ 3× governor", 3.0),
+                exact,
+            ),
+            (
+                Goal::at_least("KeyedLimiter check (full Decision) ≥ 2× governor", 2.0),
+                exact_check,
+            ),
         ] {
             for t in 0..2 {
                 let [figure, verdict] = goal.judge(&ratio(anchor, c, t));

@@ -118,7 +118,7 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// table per shard during its rebuild; and, only for keys judged at a
 /// caller's time ahead of the clock, up to `capacity` keys again with 8
 /// bytes each (see [Time](Self#time)); and, for each thread that has
-/// checked a busy shard, 256 remembered refusals (a key and seven words
+/// checked a busy shard, 256 remembered refusals (a key and six words
 /// each), kept until overwritten and freed with the limiter. Tables rebuild in place of growing
 /// past their capacity's size, and shrink when sweeps leave them a quarter
 /// full, so after a spray the memory goes back once the keys turn idle

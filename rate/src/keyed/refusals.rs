@@ -42,7 +42,7 @@
 //! check pays a lookup in the calling thread's table (one slot picked by
 //! bits of the key's hash, and a compare), and a refusal found there
 //! touches no line another core writes. Each thread that has checked a
-//! contended shard holds [`SLOTS`] entries (the key and seven words) for
+//! contended shard holds [`SLOTS`] entries (the key and six words) for
 //! each limiter, kept until overwritten and freed with the limiter.
 
 use crate::decision::Decision;
@@ -182,5 +182,17 @@ impl<K: Send> Refusals<K> {
 
     fn table() -> RefCell<Box<[Slot<K>]>> {
         RefCell::new((0..SLOTS).map(|_| Slot::EMPTY).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    /// What the limiter's docs promise a remembered refusal costs.
+    #[test]
+    fn a_remembered_refusal_is_the_key_and_six_words() {
+        let key = std::mem::size_of::<Option<u64>>();
+        assert_eq!(std::mem::size_of::<Slot<u64>>(), key + 6 * 8);
     }
 }
