@@ -296,7 +296,10 @@ pub(super) fn benchmark(report: &mut Report) {
             let (peak, allowed) = (thousands(memory.peak_bytes as u64), thousands(allowed));
             table.row(format!("{distribution} | {} | {one} | {two} | {x1} | {x2} | {peak} | {allowed} ({share:.2}%)", contender.name));
         }
-        trips.push(format!("{distribution} {trip_before:.0} ns"));
+        let trip_after = machine::cross_core_round_trip_ns(TRIPS);
+        trips.push(format!(
+            "{distribution} {trip_before:.0} ns before, {trip_after:.0} after"
+        ));
         if d >= 2 {
             continue;
         }
@@ -345,9 +348,9 @@ pub(super) fn benchmark(report: &mut Report) {
          refusing one key do not pass the lock's cache line between them; governor's keyed check takes a read lock on its map's shard (a write to the lock's word) on every check.",
     );
     report.text(&format!(
-        "A cache line's round trip between two threads, measured just before each distribution's runs \
+        "A cache line's round trip between two threads, measured just before and just after each distribution's runs \
          (the median of nine rounds of {} passes): {}. Every two-thread figure of a contended structure moves with it, and on a shared VM it moves with \
-         where the host puts the two cores: a round trip several times its usual marks that distribution's two-thread rows as disturbed.",
+         where the host puts the two cores: a round trip several times its usual, before or after, marks that distribution's two-thread rows as disturbed.",
         thousands(TRIPS),
         trips.join("; "),
     ));
