@@ -399,7 +399,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         for shard in self.shards.iter() {
             let mut shard = shard.lock.lock();
             shard.latest = now.max(shard.latest);
-            shard.sweep(&self.hasher);
+            shard.sweep(&self.hasher, false);
             left += shard.map.len();
         }
         left

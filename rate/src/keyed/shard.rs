@@ -156,9 +156,33 @@ impl<K: Hash, L: Limiter> Shard<K, L> {
     /// judged ahead of it that it has reached), and give memory back when
     /// few keys are left. A key idle then is idle at its own later time
     /// too, and its time stays: forgotten, it is judged as if kept.
-    pub(super) fn sweep(&mut self, hasher: &ahash::RandomState) {
+    ///
+    /// With `rebuild`, the live keys move to a fresh table instead of the
+    /// idle ones being erased in place. A check's sweep comes once the table
+    /// has doubled since the last one, when it would soon have to grow (and
+    /// move every key) anyway, and most of its keys are often idle (spent
+    /// once, as under a spray): erasing each costs a probe of the
+    /// neighbouring control groups and leaves tombstones that later inserts
+    /// pay to rehash away, where moving a live key costs one insert.
+    /// [`evict_idle`](super::KeyedLimiter::evict_idle) erases in place: it
+    /// may come at any time, when most keys are live.
+    pub(super) fn sweep(&mut self, hasher: &ahash::RandomState, rebuild: bool) {
         let (limiter, latest) = (&self.limiter, self.latest);
-        self.map.retain(|e| !limiter.is_idle(&e.state, latest));
+        if rebuild {
+            let room = self
+                .map
+                .len()
+                .clamp(MIN_SWEEP, self.capacity.max(MIN_SWEEP));
+            let old = std::mem::replace(&mut self.map, HashTable::with_capacity(room));
+            for e in old {
+                if !limiter.is_idle(&e.state, latest) {
+                    let hash = hasher.hash_one(&e.key);
+                    self.map.insert_unique(hash, e, |e| hasher.hash_one(&e.key));
+                }
+            }
+        } else {
+            self.map.retain(|e| !limiter.is_idle(&e.state, latest));
+        }
         self.prune_stamps(hasher);
         let len = self.map.len();
         self.sweep_at = (len * 2).max(MIN_SWEEP);
@@ -414,7 +438,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
                 shard.stamp(hasher, hash, key, now);
             }
             if shard.map.len() >= shard.sweep_at {
-                shard.sweep(hasher);
+                shard.sweep(hasher, true);
             }
         }
         Ok(result)
