@@ -485,3 +485,39 @@ mod bounded {
         assert!(limiter.allows(&1u8));
     }
 }
+
+/// A check's sweep forgets idle keys and keeps every live one: many keys
+/// in one shard, so the checks themselves sweep it several times, some
+/// spent long ago (idle) and some just now (still refused).
+#[test]
+fn sweeps_forget_idle_keys_and_keep_live_ones() {
+    let clock = ManualClock::new();
+    let capacity = std::num::NonZeroUsize::new(100_000).unwrap();
+    let keyed = KeyedLimiter::with_shards_and_capacity(
+        Gcra::new(per_second(1)),
+        clock.clone(),
+        1,
+        capacity,
+    );
+    for key in 0..1_000u32 {
+        assert!(keyed.allows(&key), "key {key}'s first unit");
+    }
+    for key in 0..1_000u32 {
+        assert!(!keyed.allows(&key), "key {key} was spent a moment ago");
+    }
+    clock.advance(Duration::from_secs(2));
+    for key in 1_000..3_000u32 {
+        assert!(keyed.allows(&key), "key {key}'s first unit");
+    }
+    for key in 1_000..3_000u32 {
+        assert!(
+            !keyed.allows(&key),
+            "key {key} survived the sweeps its peers made"
+        );
+    }
+    // The first sweep after the clock moved on forgot the 1 000 idle keys.
+    assert_eq!(keyed.len(), 2_000, "only the live keys are kept");
+    for key in 0..1_000u32 {
+        assert!(keyed.allows(&key), "key {key} is idle again after 2 s");
+    }
+}
