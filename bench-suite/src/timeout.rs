@@ -482,7 +482,8 @@ fn metrics_cost(report: &mut Report, rt: &Runtime, n: u64) {
     report.text(
         "weir-timeout's `metrics` feature adds nothing to arming, cancelling or firing a timer: \
          `TimerManager::publish_metrics` publishes the manager's own snapshot (`metrics()`, \
-         which takes each thread's table lock and each armed tick's lock briefly) when called, \
+         which takes each thread's table lock briefly and reads each armed tick's counts \
+         without its lock) when called, \
          e.g. once per scrape. Its cost is therefore the call itself, and whatever the locks it \
          takes do to timers armed meanwhile: below, the pend-once shape alone and with another \
          thread publishing every 1 ms (a thousand times a typical scrape rate), paired and \

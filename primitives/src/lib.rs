@@ -7,6 +7,8 @@
 //! * [`sync`]: the spin lock for critical sections of a few instructions and
 //!   the spin-then-yield [`Backoff`](sync::Backoff); both are loom's under
 //!   `--cfg loom`, so the models of the crates above check them.
+//! * [`biased`]: a lock whose owner thread takes it without a
+//!   read-modify-write, and others after revoking that bias once.
 //! * [`local`]: per-thread values with a cache of the last one handed out.
 //! * [`tsc`]: the process's one time-stamp counter, calibrated once against
 //!   the OS clock, with an accurate scale (for clocks) and a lower bound on
@@ -15,6 +17,7 @@
 //! * [`time`]: saturating duration arithmetic.
 //! * [`random`]: the SplitMix64 generator and mixer.
 
+pub mod biased;
 pub mod fork;
 pub mod local;
 pub mod random;

@@ -45,3 +45,30 @@ fn each_thread_gets_its_own_value() {
         assert_eq!(all, [1, 2]);
     });
 }
+
+/// The owner on its fast path and a thread that revokes the bias hand the
+/// value to each other: each increment happens after the other's (loom's
+/// cell checks every access), whichever comes first.
+#[test]
+fn the_biased_lock_excludes_its_owner_and_a_revoker() {
+    use weir_primitives::biased::BiasedLock;
+    loom::model(|| {
+        let lock = Arc::new(BiasedLock::new(0u32, 1));
+        let revoker = {
+            let lock = Arc::clone(&lock);
+            thread::spawn(move || {
+                let mut guard = lock.lock(2);
+                let seen = *guard;
+                *guard = seen + 1;
+            })
+        };
+        for _ in 0..2 {
+            let mut guard = lock.lock(1);
+            let seen = *guard;
+            *guard = seen + 1;
+        }
+        revoker.join().unwrap();
+        assert!(!lock.is_biased());
+        assert_eq!(*lock.lock(1), 3);
+    });
+}

@@ -7,7 +7,7 @@
 //! keeps its task alive): no per-waiter allocation, no per-waiter reference
 //! count, no intrusive list to unlink.
 //!
-//! # Why one lock, held for a few instructions
+//! # Why one lock
 //!
 //! pingora's shared timer is a flag plus a `Notify`: a waiter checks the flag,
 //! then arms the notification, and a tick fired between the two is missed.
@@ -18,6 +18,15 @@
 //! `loom_tests.rs` checks exactly that. A separate atomic copy of the flag
 //! lets an already-armed waiter that is re-polled see "fired" without taking
 //! the lock.
+//!
+//! The lock is `weir_primitives::biased::BiasedLock`, biased towards the
+//! thread that created the bucket (the owner of its table): arming and
+//! cancelling on that thread, the common case, take it with plain stores,
+//! where an uncontended compare-exchange would be the dearest instruction
+//! on the path. The sweeper, and a thread cancelling a timer that a
+//! work-stealing runtime moved to it, revoke the bias once per bucket with a
+//! process-wide barrier; the counts metrics read are copied out under the
+//! lock, so a metrics snapshot revokes nothing.
 //!
 //! # Lifetime without `Arc`
 //!
@@ -30,7 +39,7 @@
 //! waiters plus a few cached buckets per thread, and the common path (same
 //! bucket as last time, on the owning thread) touches no reference count.
 
-use crate::sync::{AtomicBool, Lock, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, BiasedLock, Ordering, bias_id};
 use std::task::Waker;
 
 /// A tick's shared timer: the wakers of everyone waiting for that tick.
@@ -40,7 +49,16 @@ pub(crate) struct Bucket {
     pub(crate) tick: u64,
     /// Copy of `State::fired`, readable without the lock.
     fired: AtomicBool,
-    state: Lock<State>,
+    /// Copies of the armed waiters and `State::cancelled`, for metrics:
+    /// stored (not added to) under the lock, read without it, so that a
+    /// metrics snapshot neither waits for nor revokes the owner's bias.
+    armed: AtomicU64,
+    cancelled: AtomicU64,
+    /// Biased towards the thread whose table the bucket is in: it arms and
+    /// cancels with plain stores; the sweeper, and a thread cancelling a
+    /// timer that moved to it, revoke the bias once (see
+    /// `weir_primitives::biased`).
+    state: BiasedLock<State>,
     /// Under loom a freed bucket is kept (see `table::Buckets::free`) and
     /// marked, so the models report a use after free instead of crashing.
     #[cfg(loom)]
@@ -81,22 +99,27 @@ pub enum Release {
 
 impl Bucket {
     /// A new bucket for `tick`, entered in its table and, if `cached`, in the
-    /// owner's cache.
+    /// owner's cache; biased towards the calling thread (the table's owner).
     pub(crate) fn new(tick: u64, cached: bool) -> Self {
         Self {
             tick,
             fired: AtomicBool::new(false),
+            armed: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             #[cfg(loom)]
             freed: std::sync::atomic::AtomicBool::new(false),
-            state: Lock::new(State {
-                fired: false,
-                live: 0,
-                in_table: true,
-                cached: u8::from(cached),
-                slots: Vec::new(),
-                free: Vec::new(),
-                cancelled: 0,
-            }),
+            state: BiasedLock::new(
+                State {
+                    fired: false,
+                    live: 0,
+                    in_table: true,
+                    cached: u8::from(cached),
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    cancelled: 0,
+                },
+                bias_id(),
+            ),
         }
     }
 
@@ -127,7 +150,20 @@ impl Bucket {
             }
         };
         st.live += 1;
+        self.publish(&st);
         Some(slot)
+    }
+
+    /// Copy the counts metrics read without the lock; the caller holds it.
+    #[inline(always)]
+    fn publish(&self, st: &State) {
+        let armed = if st.fired {
+            0
+        } else {
+            st.slots.len() - st.free.len()
+        };
+        self.armed.store(armed as u64, Ordering::Relaxed);
+        self.cancelled.store(st.cancelled, Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -137,7 +173,7 @@ impl Bucket {
             !self.freed.load(std::sync::atomic::Ordering::SeqCst),
             "a bucket used after it was freed"
         );
-        self.state.lock()
+        self.state.lock(bias_id())
     }
 
     /// Whether the tick has fired, without the lock. `Acquire` pairs with the
@@ -191,6 +227,7 @@ impl Bucket {
             st.live -= 1;
             st.release_decision()
         };
+        self.publish(&st);
         drop(st);
         drop(waker);
         release
@@ -207,6 +244,7 @@ impl Bucket {
             st.in_table = false;
         }
         let cancelled = std::mem::take(&mut st.cancelled);
+        self.publish(&st);
         (cancelled, st.release_decision() == Release::Free)
     }
 
@@ -226,6 +264,7 @@ impl Bucket {
             st.in_table = false;
         }
         let cancelled = std::mem::take(&mut st.cancelled);
+        self.publish(&st);
         (cancelled, st.release_decision() == Release::Free)
     }
 
@@ -243,21 +282,29 @@ impl Bucket {
         let slots = std::mem::take(&mut st.slots);
         let cancelled = std::mem::take(&mut st.cancelled);
         let free = st.release_decision() == Release::Free;
+        self.publish(&st);
         drop(st);
         let wakers = slots.into_iter().flatten().collect();
         (wakers, cancelled, free)
     }
 
-    /// (live registrations, armed waiters, pending cancellations), for metrics.
+    /// (armed waiters, pending cancellations), for metrics: read without
+    /// the lock, as last stored under it.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn stats(&self) -> (usize, usize, u64) {
-        let st = self.lock();
-        let armed = if st.fired {
-            0
-        } else {
-            st.slots.len() - st.free.len()
-        };
-        (st.live, armed, st.cancelled)
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.armed.load(Ordering::Relaxed),
+            self.cancelled.load(Ordering::Relaxed),
+        )
+    }
+
+    /// (live registrations, armed waiters, pending cancellations), under
+    /// the lock.
+    #[cfg(all(test, not(loom)))]
+    fn stats(&self) -> (usize, u64, u64) {
+        let live = self.lock().live;
+        let (armed, cancelled) = self.counts();
+        (live, armed, cancelled)
     }
 }
 
@@ -411,7 +458,7 @@ mod tests {
                 let (live, armed, _) = b.stats();
                 if m.frees == 0 {
                     prop_assert_eq!(live, m.live.len());
-                    prop_assert_eq!(armed, if m.fired { 0 } else { m.live.len() });
+                    prop_assert_eq!(armed, if m.fired { 0 } else { m.live.len() as u64 });
                 }
             }
             // Release whatever is left: waiters, the cache, then the sweeper.

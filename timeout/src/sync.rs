@@ -2,13 +2,11 @@
 //! that the loom models (`cargo xtask loom`, built with `--cfg loom`) can swap
 //! in loom's checked versions without touching the protocol itself.
 //!
-//! [`Lock`] (a bucket's state) is weir-primitives' spin lock, itself built on
-//! loom's atomics and cell under loom, so the models check it too. Every
-//! critical section it guards is a handful of instructions (push or take one
-//! waker, flip a flag), and the owning worker is almost always the only
-//! thread that touches it, so one uncontended compare-exchange to lock and a
-//! plain release store to unlock beat a parking mutex, whose unlock is a
-//! second read-modify-write. [`Mutex`] (a thread's timer table, held for a
+//! [`BiasedLock`] (a bucket's state) is weir-primitives' biased lock: the
+//! worker thread that owns a bucket is almost always the only one to touch
+//! it, and arms and cancels with plain stores; the sweeper, and a thread
+//! cancelling a timer that moved to it, revoke the bias once. It is built on
+//! loom's atomics and cell under loom, so the models check it too. [`Mutex`] (a thread's timer table, held for a
 //! whole sweep of it) is parking_lot's, and loom's under loom.
 
 #[cfg(loom)]
@@ -16,7 +14,26 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
-pub(crate) use weir_primitives::sync::SpinLock as Lock;
+pub(crate) use weir_primitives::biased::BiasedLock;
+
+/// The calling thread's name for a [`BiasedLock`]: its serial (see
+/// `manager::fork`), or 0 (no bias) once its thread-local storage is being
+/// torn down, when every such thread shares one serial.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn bias_id() -> u64 {
+    crate::manager::bias_id()
+}
+
+/// Under loom, each model thread's own number.
+#[cfg(loom)]
+pub(crate) fn bias_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    loom::thread_local! {
+        static ID: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    ID.with(|id| *id)
+}
 
 #[cfg(not(loom))]
 pub(crate) use parking_lot::Mutex;

@@ -297,7 +297,8 @@ impl ThreadTable {
         earliest
     }
 
-    /// Fired, cancelled and armed waiters, for metrics. Takes the lock.
+    /// Fired, cancelled and armed waiters, for metrics. Takes the table's
+    /// lock, not the buckets' (see [`Bucket::counts`]).
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn stats(&self) -> TableStats {
         let map = self.map.lock();
@@ -308,8 +309,8 @@ impl ThreadTable {
         };
         for b in map.values() {
             // SAFETY: the table's hold keeps it alive under the lock.
-            let (_, armed, cancelled) = unsafe { b.0.as_ref() }.stats();
-            s.waiters += armed as u64;
+            let (armed, cancelled) = unsafe { b.0.as_ref() }.counts();
+            s.waiters += armed;
             s.cancelled += cancelled;
         }
         let mut cached: Vec<*mut Bucket> = self
@@ -326,7 +327,7 @@ impl ThreadTable {
             // only the owner could release it, and that needs the table lock
             // we hold.
             // SAFETY: as just argued.
-            let (_, _, cancelled) = unsafe { &*b }.stats();
+            let (_, cancelled) = unsafe { &*b }.counts();
             s.cancelled += cancelled;
         }
         s

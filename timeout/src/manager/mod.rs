@@ -257,6 +257,9 @@ impl TimerManager {
             });
         }
         watch_forks();
+        // Registering for the barrier that revokes a bucket's bias may wait
+        // for the kernel's RCU grace period: here, not under a first arm.
+        weir_primitives::biased::biasing_available();
         Ok(Self {
             inner: Arc::new(Inner {
                 resolution_ns: duration_to_nanos(resolution),
@@ -379,6 +382,17 @@ impl TimerManager {
     /// immediately (otherwise the child's first timer does).
     pub fn unpause(&self) {
         self.inner.unpause();
+    }
+}
+
+/// The calling thread's name for a bucket's biased lock (see `sync`): its
+/// serial, or 0 (no bias) while its thread-local storage is torn down, when
+/// every such thread is [`TORN_DOWN`].
+#[inline(always)]
+pub(crate) fn bias_id() -> u64 {
+    match thread_serial() {
+        TORN_DOWN => 0,
+        serial => serial,
     }
 }
 
