@@ -49,10 +49,13 @@ use std::marker::PhantomData;
 /// use weir_primitives::biased::BiasedLock;
 ///
 /// let lock = BiasedLock::new(0u32, 7);
-/// *lock.lock(7) += 1; // the owner: plain stores
-/// *lock.lock(8) += 1; // another thread: revokes the bias, once
-/// assert!(!lock.is_biased());
-/// assert_eq!(*lock.lock(7), 2);
+/// // SAFETY: no other thread calls itself 7 or 8.
+/// unsafe {
+///     *lock.lock(7) += 1; // the owner: plain stores
+///     *lock.lock(8) += 1; // another thread: revokes the bias, once
+///     assert!(!lock.is_biased());
+///     assert_eq!(*lock.lock(7), 2);
+/// }
 /// ```
 pub struct BiasedLock<T> {
     /// The id allowed the fast path; 0 when there is none (revoked, or
@@ -94,6 +97,11 @@ impl<T> BiasedLock<T> {
         }
     }
 
+    /// [`Revocation::add`], as a method of the lock.
+    pub fn revoke_into<'a>(&'a self, revocation: &mut Revocation<'a>) {
+        revocation.add(self);
+    }
+
     /// Whether the owner still has its fast path.
     pub fn is_biased(&self) -> bool {
         self.owner.load(Ordering::Relaxed) != 0
@@ -103,10 +111,21 @@ impl<T> BiasedLock<T> {
     /// read-modify-write when `me` is the owner and the bias stands;
     /// otherwise the spin lock, after revoking the bias if it stands.
     ///
-    /// Two threads must never lock with the same `me`.
+    /// # Safety
+    ///
+    /// No two threads lock with the same non-zero `me` while either may
+    /// still be holding the guard: the owner's fast path excludes revokers,
+    /// not another thread that calls itself the owner. Locking with 0 is
+    /// always sound.
     #[inline]
-    pub fn lock(&self, me: u64) -> BiasedGuard<'_, T> {
-        if me != 0 && self.owner.load(Ordering::Relaxed) == me {
+    pub unsafe fn lock(&self, me: u64) -> BiasedGuard<'_, T> {
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner == 0 {
+            // No bias, or a settled revocation: a revoker holds the spin
+            // lock from clearing the owner until the owner has stepped out.
+            return self.guard(Some(self.slow.lock()));
+        }
+        if owner == me {
             self.inside.store(true, Ordering::Relaxed);
             self.light_barrier();
             if self.owner.load(Ordering::Relaxed) == me {
@@ -115,12 +134,12 @@ impl<T> BiasedLock<T> {
             // Revoked meanwhile: step out, so the revoker can go on.
             self.inside.store(false, Ordering::Release);
         }
-        self.lock_slow()
+        self.revoke_and_lock()
     }
 
     #[cold]
     #[inline(never)]
-    fn lock_slow(&self) -> BiasedGuard<'_, T> {
+    fn revoke_and_lock(&self) -> BiasedGuard<'_, T> {
         let slow = self.slow.lock();
         if self.owner.load(Ordering::Relaxed) != 0 {
             self.owner.store(0, Ordering::Relaxed);
@@ -161,6 +180,96 @@ impl<T> BiasedLock<T> {
     }
 }
 
+/// Revokes the biases of several locks with one barrier: [`add`](Self::add)
+/// each, then drop the revocation (one barrier, then a wait for each owner
+/// to step out). Until then each added lock's spin lock is held, so no
+/// thread takes it on the slow path while its bias is cleared but not yet
+/// settled; its owner may still be on its fast path, and is waited for.
+///
+/// ```
+/// use weir_primitives::biased::{BiasedLock, Revocation};
+///
+/// let locks = [BiasedLock::new(1, 7), BiasedLock::new(2, 8)];
+/// let mut revocation = Revocation::new();
+/// for lock in &locks {
+///     revocation.add(lock);
+/// }
+/// drop(revocation);
+/// assert!(locks.iter().all(|l| !l.is_biased()));
+/// ```
+#[derive(Default)]
+pub struct Revocation<'a> {
+    held: Vec<Held<'a>>,
+}
+
+/// A lock whose bias was cleared: its spin lock and its owner's flag.
+struct Held<'a> {
+    _slow: SpinGuard<'a, ()>,
+    inside: &'a AtomicBool,
+    #[cfg(loom)]
+    barrier: &'a loom::sync::atomic::AtomicUsize,
+}
+
+impl<'a> Revocation<'a> {
+    /// Nothing to revoke yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Clear `lock`'s bias, if it has one and its spin lock is free; that
+    /// spin lock is then held until the revocation is dropped. A lock whose
+    /// spin lock another thread holds is left alone: that thread is
+    /// revoking it, or it was revoked already. Never waits, so it may be
+    /// called under other locks.
+    pub fn add<T>(&mut self, lock: &'a BiasedLock<T>) {
+        if !lock.is_biased() {
+            return;
+        }
+        let Some(slow) = lock.slow.try_lock() else {
+            return;
+        };
+        // Another revoker may have settled it before we got the spin lock.
+        if lock.owner.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        lock.owner.store(0, Ordering::Relaxed);
+        self.held.push(Held {
+            _slow: slow,
+            inside: &lock.inside,
+            #[cfg(loom)]
+            barrier: &lock.barrier,
+        });
+    }
+}
+
+impl Drop for Revocation<'_> {
+    /// One barrier for every added lock, then each owner's fast path is
+    /// waited out and the spin locks are released: the biases are settled.
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        #[cfg(not(loom))]
+        membarrier::run();
+        for held in self.held.drain(..) {
+            #[cfg(loom)]
+            held.barrier.fetch_add(1, Ordering::AcqRel);
+            let mut backoff = Backoff::new();
+            while held.inside.load(Ordering::Acquire) {
+                backoff.wait();
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Revocation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Revocation")
+            .field("locks", &self.held.len())
+            .finish()
+    }
+}
+
 /// Whether a bias can be revoked in this process: `membarrier`'s private
 /// expedited command is available and this process registered for it
 /// (once, on the first call; registration is kept by forked children).
@@ -198,12 +307,31 @@ mod membarrier {
 
     /// A full barrier on every running thread of the process. Only called
     /// for a lock that was biased, so after a successful registration,
-    /// which only `exec` undoes (and with it this process's memory).
+    /// which only `exec` undoes (and with it this process's memory). The
+    /// kernel may still fail it for want of memory (`ENOMEM`, retried), and
+    /// a seccomp filter installed after registration may deny it: then no
+    /// bias can be revoked safely, and the process stops with a message
+    /// rather than let two threads into one lock.
     pub(super) fn run() {
         #[cfg(target_os = "linux")]
-        if !call(PRIVATE_EXPEDITED) {
-            // No way left to exclude the owner: stopping is the only safe
-            // outcome, and the kernel documents no failure here.
+        for attempt in 0.. {
+            if call(PRIVATE_EXPEDITED) {
+                return;
+            }
+            let error = std::io::Error::last_os_error();
+            let transient = matches!(
+                error.raw_os_error(),
+                Some(libc::ENOMEM | libc::EINTR | libc::EAGAIN)
+            );
+            if transient && attempt < 1000 {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                continue;
+            }
+            eprintln!(
+                "weir: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after \
+                 registering for it ({error}); a lock's bias cannot be revoked safely. \
+                 Allow membarrier in the process's seccomp filter."
+            );
             std::process::abort();
         }
     }
@@ -281,6 +409,11 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn lock_as<T>(lock: &BiasedLock<T>, me: u64) -> BiasedGuard<'_, T> {
+        // SAFETY: every thread of these tests locks with an id of its own.
+        unsafe { lock.lock(me) }
+    }
+
     #[test]
     fn this_machine_can_revoke_a_bias() {
         // CI and the development machines run Linux ≥ 4.14; elsewhere the
@@ -295,20 +428,42 @@ mod tests {
         let lock = BiasedLock::new(0u32, 3);
         assert_eq!(lock.is_biased(), biasing_available());
         for _ in 0..10 {
-            *lock.lock(3) += 1;
+            *lock_as(&lock, 3) += 1;
         }
         assert_eq!(lock.is_biased(), biasing_available());
-        *lock.lock(4) += 1;
+        *lock_as(&lock, 4) += 1;
         assert!(!lock.is_biased());
-        *lock.lock(3) += 1;
-        assert_eq!(*lock.lock(0), 12);
+        *lock_as(&lock, 3) += 1;
+        assert_eq!(*lock_as(&lock, 0), 12);
+    }
+
+    #[test]
+    fn a_revocation_settles_every_lock_it_was_given() {
+        let locks: Vec<_> = (1..=3u64)
+            .map(|owner| BiasedLock::new(0u32, owner))
+            .collect();
+        {
+            let mut revocation = Revocation::new();
+            for lock in &locks {
+                revocation.add(lock);
+            }
+            // Added twice by two revocations: the second finds it settled.
+            let mut again = Revocation::new();
+            drop(revocation);
+            again.add(&locks[0]);
+        }
+        for (lock, owner) in locks.iter().zip(1..) {
+            assert!(!lock.is_biased());
+            *lock_as(lock, owner) += 1;
+            assert_eq!(*lock_as(lock, 0), 1);
+        }
     }
 
     #[test]
     fn no_owner_means_no_bias() {
         let lock = BiasedLock::new((), 0);
         assert!(!lock.is_biased());
-        drop(lock.lock(0));
+        drop(lock_as(&lock, 0));
     }
 
     /// The owner on its fast path and other threads revoking meet on one
@@ -322,7 +477,7 @@ mod tests {
                     let lock = Arc::clone(&lock);
                     std::thread::spawn(move || {
                         for _ in 0..20_000 {
-                            let mut guard = lock.lock(me);
+                            let mut guard = lock_as(&lock, me);
                             let seen = *guard;
                             std::hint::black_box(());
                             *guard = seen + 1;
@@ -333,7 +488,7 @@ mod tests {
             for t in threads {
                 t.join().unwrap();
             }
-            assert_eq!(*lock.lock(1), 60_000);
+            assert_eq!(*lock_as(&lock, 0), 60_000);
         }
     }
 }

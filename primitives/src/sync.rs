@@ -90,6 +90,28 @@ impl<T> SpinLock<T> {
         (guard, waited)
     }
 
+    /// The lock if it is free now, without waiting.
+    ///
+    /// ```
+    /// use weir_primitives::sync::SpinLock;
+    ///
+    /// let lock = SpinLock::new(());
+    /// let held = lock.try_lock();
+    /// assert!(held.is_some() && lock.try_lock().is_none());
+    /// ```
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then(|| SpinGuard {
+                lock: self,
+                _not_auto: PhantomData,
+                #[cfg(loom)]
+                access: Some(self.value.get_mut()),
+            })
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {

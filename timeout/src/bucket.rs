@@ -39,7 +39,7 @@
 //! waiters plus a few cached buckets per thread, and the common path (same
 //! bucket as last time, on the owning thread) touches no reference count.
 
-use crate::sync::{AtomicBool, AtomicU64, BiasedLock, Ordering, bias_id};
+use crate::sync::{AtomicBool, AtomicU64, BiasedLock, Ordering, Revocation, bias_id};
 use std::task::Waker;
 
 /// A tick's shared timer: the wakers of everyone waiting for that tick.
@@ -128,14 +128,22 @@ impl Bucket {
     /// holds nothing).
     #[inline]
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
-        let mut st = self.lock();
-        if st.fired {
+        if self.is_fired() {
             return None;
         }
-        // Nothing is changed until the waker is cloned and the slot index
-        // checked (either may panic): an unwind leaves the state as it was,
-        // with no registration counted that nobody holds.
+        // Cloned before locking: a clone runs the waker's own code, which
+        // may arm or cancel a timer of this very bucket (a lock is not
+        // re-entrant). A clone that panics leaves nothing changed.
         let waker = waker.clone();
+        let mut st = self.lock();
+        if st.fired {
+            drop(st);
+            drop(waker);
+            return None;
+        }
+        // Nothing is changed until the slot index is checked (it may
+        // panic): an unwind leaves the state as it was, with no
+        // registration counted that nobody holds.
         let slot = match st.free.pop() {
             Some(slot) => {
                 let slot = slot as usize;
@@ -173,7 +181,9 @@ impl Bucket {
             !self.freed.load(std::sync::atomic::Ordering::SeqCst),
             "a bucket used after it was freed"
         );
-        self.state.lock(bias_id())
+        // SAFETY: `bias_id` is unique among live threads, 0 (no fast path)
+        // for those whose thread-local storage is being torn down.
+        unsafe { self.state.lock(bias_id()) }
     }
 
     /// Whether the tick has fired, without the lock. `Acquire` pairs with the
@@ -190,19 +200,25 @@ impl Bucket {
         if self.is_fired() {
             return true;
         }
-        let mut st = self.lock();
+        let st = self.lock();
         if st.fired {
             return true;
         }
-        let stored = &mut st.slots[slot];
-        match stored {
-            Some(w) if w.will_wake(waker) => {}
-            _ => {
-                let old = stored.replace(waker.clone());
-                drop(st);
-                drop(old);
-            }
+        if matches!(&st.slots[slot], Some(w) if w.will_wake(waker)) {
+            return false;
         }
+        drop(st);
+        // A new waker: cloned outside the lock (see `register`).
+        let new = waker.clone();
+        let mut st = self.lock();
+        if st.fired {
+            drop(st);
+            drop(new);
+            return true;
+        }
+        let old = st.slots[slot].replace(new);
+        drop(st);
+        drop(old);
         false
     }
 
@@ -286,6 +302,12 @@ impl Bucket {
         drop(st);
         let wakers = slots.into_iter().flatten().collect();
         (wakers, cancelled, free)
+    }
+
+    /// Clear this bucket's bias as part of `revocation` (the sweeper, about
+    /// to fire it: one barrier for all the buckets of a sweep).
+    pub(crate) fn revoke_into<'a>(&'a self, revocation: &mut Revocation<'a>) {
+        self.state.revoke_into(revocation);
     }
 
     /// (armed waiters, pending cancellations), for metrics: read without
@@ -412,6 +434,43 @@ mod tests {
         // Only the cache's hold is left.
         assert!(!free);
         assert!(b.uncache(|| {}).1, "freed by its last hold");
+    }
+
+    std::thread_local! {
+        static REENTER: std::cell::Cell<*const Bucket> = const { std::cell::Cell::new(std::ptr::null()) };
+    }
+
+    fn reentrant_clone(data: *const ()) -> std::task::RawWaker {
+        let bucket = REENTER.with(|b| b.replace(std::ptr::null()));
+        if !bucket.is_null() {
+            // SAFETY: the test keeps the bucket alive while it registers.
+            assert!(unsafe { &*bucket }.register(Waker::noop()).is_some());
+        }
+        std::task::RawWaker::new(data, &REENTRANT)
+    }
+    static REENTRANT: std::task::RawWakerVTable =
+        std::task::RawWakerVTable::new(reentrant_clone, nop, nop, nop);
+
+    /// A waker's clone runs the waker's own code, which may arm a timer of
+    /// the same tick: it must not run inside the bucket's lock (a spin lock
+    /// deadlocks there; the owner's fast path would hand out the state
+    /// twice).
+    #[test]
+    fn a_waker_whose_clone_arms_the_same_bucket() {
+        // SAFETY: the vtable's functions ignore the data pointer.
+        let waker =
+            unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &REENTRANT)) };
+        let b = Bucket::new(1, false);
+        REENTER.with(|r| r.set(&b));
+        let slot = b.register(&waker).unwrap();
+        assert_eq!(b.stats(), (2, 2, 0));
+        REENTER.with(|r| r.set(&b));
+        assert!(!b.poll_slot(slot, Waker::noop()), "a new waker, not fired");
+        REENTER.with(|r| r.set(&b));
+        assert!(!b.poll_slot(slot, &waker));
+        assert_eq!(b.stats(), (3, 3, 0));
+        let (wakers, _, _) = b.fire();
+        assert_eq!(wakers.len(), 3);
     }
 
     proptest! {

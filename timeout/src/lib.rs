@@ -26,8 +26,10 @@
 //!   in that tick's slot vector, cancelling clears the slot. Each thread
 //!   caches, per recent duration, the bucket it used last and how long that
 //!   bucket stays the right answer (checked with the TSC, not the clock), so
-//!   under load arming is a counter read, a compare and one short
-//!   uncontended lock.
+//!   under load arming is a counter read, a compare and a lock that the
+//!   owning thread takes without a locked instruction (it is biased
+//!   towards that thread; the sweeper, or a thread cancelling a timer that
+//!   moved to it, revokes the bias once per tick's timer).
 //! - **Per-thread tables, one sweeper.** Each worker has its own table, so
 //!   arming never waits on another worker. One sweeper thread per manager
 //!   sleeps until the earliest armed tick starts, fires what is due, and
@@ -45,6 +47,16 @@
 //!
 //! Below roughly a hundred timeouts a second none of this matters and
 //! `tokio::time::timeout` is just as good.
+//!
+//! # Platform
+//!
+//! Revoking a bias needs Linux's `membarrier(2)` (kernel 4.14 or later).
+//! A [`TimerManager`] registers for it when built; where it is missing or
+//! denied then, timers take an ordinary spin lock instead. A seccomp filter
+//! that denies `membarrier` *after* a manager was built leaves no safe way
+//! to revoke a bias: the process stops with a message the first time one is
+//! needed. Allow `membarrier` in such a filter, or sandbox before building
+//! a manager.
 //!
 //! # Metrics
 //!

@@ -127,9 +127,25 @@ impl Table {
         }
     }
 
-    /// The sweeper: fire every tick up to `due`; returns the wakers to
-    /// wake (the table lock is released) and the earliest tick left.
+    /// The sweeper: revoke the biases of the due buckets with one barrier,
+    /// then fire every tick up to `due`; returns the wakers to wake (the
+    /// table lock is released) and the earliest tick left.
     pub fn fire_due(&self, due: u64) -> (Vec<std::task::Waker>, u64) {
+        let mut revocation = crate::sync::Revocation::new();
+        // SAFETY: dropped right below, before any bucket is fired.
+        unsafe { self.table.revoke_due(due, &mut revocation) };
+        drop(revocation);
+        let mut wakers = Vec::new();
+        let earliest = self.table.fire_due(&self.buckets, due, &mut wakers);
+        (wakers, earliest)
+    }
+
+    /// [`fire_due`](Self::fire_due) without the sweep's shared
+    /// revocation: each bucket's bias is revoked as it is fired, as a sweep
+    /// does for a bucket whose spin lock another thread held when the
+    /// revocation was gathered. (The models with a third thread spinning
+    /// use it: loom's branch budget cannot hold three spinning threads.)
+    pub fn fire_due_one_by_one(&self, due: u64) -> (Vec<std::task::Waker>, u64) {
         let mut wakers = Vec::new();
         let earliest = self.table.fire_due(&self.buckets, due, &mut wakers);
         (wakers, earliest)

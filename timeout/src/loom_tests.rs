@@ -201,13 +201,44 @@ fn cancel_racing_the_fire_wakes_or_releases_once() {
         let (task, waker) = task();
         let r = table.arm(1, &waker).unwrap();
         drop(waker);
-        let sweeper = spawn_sweep(&table, 1);
+        let sweeper = {
+            let table = std::sync::Arc::clone(&table);
+            thread::spawn(move || {
+                let (wakers, _) = table.fire_due_one_by_one(1);
+                let n = wakers.len();
+                wakers.into_iter().for_each(Waker::wake);
+                n
+            })
+        };
         let canceller = thread::spawn(move || r.cancel());
         table.clear_cache();
         canceller.join().unwrap();
         let woke = sweeper.join().unwrap();
         assert_eq!(task.0.load(Ordering::SeqCst), woke);
         assert!(woke <= 1);
+        all_released(&table, &task);
+    });
+}
+
+/// A timer whose task a work-stealing runtime moved: it is re-polled and
+/// cancelled on another thread (revoking the bucket's bias) while the owner
+/// arms and cancels through the same cached bucket. Every access to the
+/// bucket is ordered, nothing is woken, and nothing leaks.
+#[test]
+fn a_moved_timer_cancelled_while_the_owner_arms() {
+    loom::model(|| {
+        let table = Table::new();
+        let (task, waker) = task();
+        let moved = table.arm(1, &waker).unwrap();
+        let other = thread::spawn(move || {
+            assert!(!moved.poll(Waker::noop()));
+            moved.cancel();
+        });
+        let mine = table.arm(1, &waker).unwrap();
+        drop(waker);
+        mine.cancel();
+        other.join().unwrap();
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
         all_released(&table, &task);
     });
 }

@@ -14,7 +14,7 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
-pub(crate) use weir_primitives::biased::BiasedLock;
+pub(crate) use weir_primitives::biased::{BiasedLock, Revocation};
 
 /// The calling thread's name for a [`BiasedLock`]: its serial (see
 /// `manager::fork`), or 0 (no bias) once its thread-local storage is being

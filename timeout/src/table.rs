@@ -14,7 +14,7 @@
 //! lock is released.
 
 use crate::bucket::{Bucket, Release};
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Mutex, Ordering, Revocation};
 use std::collections::BTreeMap;
 use std::ptr::{self, NonNull};
 use std::task::Waker;
@@ -261,6 +261,24 @@ impl ThreadTable {
         });
         self.cancelled.fetch_add(cancelled, Ordering::Relaxed);
         free.then_some(old)
+    }
+
+    /// The sweeper, before [`fire_due`](Self::fire_due): add every bucket of
+    /// a tick up to `due` to `revocation`, so that one barrier revokes the
+    /// biases of all the buckets a sweep fires.
+    ///
+    /// # Safety
+    /// `revocation` is dropped before anything else in the sweep: its
+    /// buckets stay in their tables (and alive) until then, because
+    /// releasing a table's hold needs the bucket's lock, and every thread
+    /// that takes this map lock after us sees the bias cleared and waits
+    /// for the spin lock `revocation` holds.
+    pub(crate) unsafe fn revoke_due<'a>(&self, due: u64, revocation: &mut Revocation<'a>) {
+        let map = self.map.lock();
+        for (_, b) in map.range(..=due) {
+            // SAFETY: per the function's contract.
+            unsafe { &*b.0.as_ptr() }.revoke_into(revocation);
+        }
     }
 
     /// The sweeper: fire every bucket of a tick up to `due`, adding their

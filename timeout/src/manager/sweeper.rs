@@ -14,6 +14,7 @@
 
 use super::Inner;
 use crate::clock;
+use crate::sync::Revocation;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::{self, Thread};
@@ -82,6 +83,15 @@ impl Inner {
         let mut earliest = u64::MAX;
         // Woken once no table lock is held (see `Bucket::fire`).
         let mut wakers = Vec::new();
+        // One barrier revokes the biases of every bucket this sweep fires.
+        let mut revocation = Revocation::new();
+        for table in self.all_tables() {
+            if !table.abandoned.load(Ordering::Relaxed) {
+                // SAFETY: dropped right below, before any bucket is fired.
+                unsafe { table.revoke_due(due, &mut revocation) };
+            }
+        }
+        drop(revocation);
         for table in self.all_tables() {
             if table.abandoned.load(Ordering::Relaxed) {
                 continue;
