@@ -180,6 +180,47 @@ impl<T> BiasedLock<T> {
     }
 }
 
+/// The calling thread's id for biased locks: never 0 or reused within the
+/// process, so two live threads never share one; 0 (no fast path) where
+/// thread-local storage is no longer available.
+///
+/// ```
+/// use weir_primitives::biased::thread_id;
+///
+/// let mine = thread_id();
+/// assert_eq!(thread_id(), mine);
+/// assert_ne!(std::thread::spawn(thread_id).join().unwrap(), mine);
+/// ```
+#[cfg(not(loom))]
+#[inline]
+pub fn thread_id() -> u64 {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicU64 as StdAtomicU64;
+    static NEXT: StdAtomicU64 = StdAtomicU64::new(1);
+    std::thread_local! {
+        // `const` and without `Drop`: readable in other thread-local
+        // destructors too.
+        static ID: Cell<u64> = const { Cell::new(0) };
+    }
+    ID.try_with(|id| {
+        if id.get() == 0 {
+            id.set(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        id.get()
+    })
+    .unwrap_or(0)
+}
+
+/// Under loom, each model thread's own id.
+#[cfg(loom)]
+pub fn thread_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    loom::thread_local! {
+        static ID: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    ID.with(|id| *id)
+}
+
 /// Revokes the biases of several locks with one barrier: [`add`](Self::add)
 /// each, then drop the revocation (one barrier, then a wait for each owner
 /// to step out). Until then each added lock's spin lock is held, so no

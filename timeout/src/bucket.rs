@@ -181,8 +181,7 @@ impl Bucket {
             !self.freed.load(std::sync::atomic::Ordering::SeqCst),
             "a bucket used after it was freed"
         );
-        // SAFETY: `bias_id` is unique among live threads, 0 (no fast path)
-        // for those whose thread-local storage is being torn down.
+        // SAFETY: `bias_id` names the calling thread alone.
         unsafe { self.state.lock(bias_id()) }
     }
 

@@ -16,24 +16,8 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, O
 
 pub(crate) use weir_primitives::biased::{BiasedLock, Revocation};
 
-/// The calling thread's name for a [`BiasedLock`]: its serial (see
-/// `manager::fork`), or 0 (no bias) once its thread-local storage is being
-/// torn down, when every such thread shares one serial.
-#[cfg(not(loom))]
-#[inline(always)]
-pub(crate) fn bias_id() -> u64 {
-    crate::manager::bias_id()
-}
-
-/// Under loom, each model thread's own number.
-#[cfg(loom)]
-pub(crate) fn bias_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    loom::thread_local! {
-        static ID: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    ID.with(|id| *id)
-}
+/// The calling thread's id for a bucket's [`BiasedLock`].
+pub(crate) use weir_primitives::biased::thread_id as bias_id;
 
 #[cfg(not(loom))]
 pub(crate) use parking_lot::Mutex;

@@ -385,17 +385,6 @@ impl TimerManager {
     }
 }
 
-/// The calling thread's name for a bucket's biased lock (see `sync`): its
-/// serial, or 0 (no bias) while its thread-local storage is torn down, when
-/// every such thread is [`TORN_DOWN`].
-#[inline(always)]
-pub(crate) fn bias_id() -> u64 {
-    match thread_serial() {
-        TORN_DOWN => 0,
-        serial => serial,
-    }
-}
-
 /// Whether the current tokio runtime (if any) runs on a paused test clock,
 /// so that timers must follow its virtual time. Exact as [`clock::is_frozen`]
 /// is; no runtime means no paused clock. Tokio exposes no "is paused" query,
