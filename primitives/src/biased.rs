@@ -38,7 +38,7 @@ use std::{
     sync::atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
-use crate::sync::{Backoff, SpinGuard, SpinLock};
+use crate::sync::{Backoff, Held, SpinGuard, SpinLock};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -158,9 +158,10 @@ impl<T> BiasedLock<T> {
         BiasedGuard {
             lock: self,
             slow,
+            // SAFETY: the caller just took the lock, on either path; it is
+            // released only after the guard ends this access.
+            held: unsafe { Held::new(&self.value) },
             _not_auto: PhantomData,
-            #[cfg(loom)]
-            access: Some(self.value.get_mut()),
         }
     }
 
@@ -240,11 +241,11 @@ pub fn thread_id() -> u64 {
 /// ```
 #[derive(Default)]
 pub struct Revocation<'a> {
-    held: Vec<Held<'a>>,
+    cleared: Vec<Cleared<'a>>,
 }
 
 /// A lock whose bias was cleared: its spin lock and its owner's flag.
-struct Held<'a> {
+struct Cleared<'a> {
     _slow: SpinGuard<'a, ()>,
     inside: &'a AtomicBool,
     #[cfg(loom)]
@@ -274,7 +275,7 @@ impl<'a> Revocation<'a> {
             return;
         }
         lock.owner.store(0, Ordering::Relaxed);
-        self.held.push(Held {
+        self.cleared.push(Cleared {
             _slow: slow,
             inside: &lock.inside,
             #[cfg(loom)]
@@ -287,16 +288,16 @@ impl Drop for Revocation<'_> {
     /// One barrier for every added lock, then each owner's fast path is
     /// waited out and the spin locks are released: the biases are settled.
     fn drop(&mut self) {
-        if self.held.is_empty() {
+        if self.cleared.is_empty() {
             return;
         }
         #[cfg(not(loom))]
         membarrier::run();
-        for held in self.held.drain(..) {
+        for cleared in self.cleared.drain(..) {
             #[cfg(loom)]
-            held.barrier.fetch_add(1, Ordering::AcqRel);
+            cleared.barrier.fetch_add(1, Ordering::AcqRel);
             let mut backoff = Backoff::new();
-            while held.inside.load(Ordering::Acquire) {
+            while cleared.inside.load(Ordering::Acquire) {
                 backoff.wait();
             }
         }
@@ -306,7 +307,7 @@ impl Drop for Revocation<'_> {
 impl fmt::Debug for Revocation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Revocation")
-            .field("locks", &self.held.len())
+            .field("locks", &self.cleared.len())
             .finish()
     }
 }
@@ -393,9 +394,8 @@ pub struct BiasedGuard<'a, T> {
     lock: &'a BiasedLock<T>,
     /// The spin lock's guard, or `None` on the owner's fast path.
     slow: Option<SpinGuard<'a, ()>>,
+    held: Held<'a, T>,
     _not_auto: PhantomData<*const ()>,
-    #[cfg(loom)]
-    access: Option<loom::cell::MutPtr<T>>,
 }
 
 // SAFETY: a shared guard only hands out `&T`.
@@ -406,33 +406,21 @@ impl<T> std::ops::Deref for BiasedGuard<'_, T> {
 
     #[inline]
     fn deref(&self) -> &T {
-        #[cfg(not(loom))]
-        // SAFETY: the guard holds the lock, so no other reference exists.
-        return unsafe { &*self.lock.value.get() };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks it.
-        return unsafe { self.access.as_ref().expect("live guard").deref() };
+        self.held.get()
     }
 }
 
 impl<T> std::ops::DerefMut for BiasedGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        #[cfg(not(loom))]
-        // SAFETY: the guard holds the lock, and `&mut self` makes this the
-        // only reference through it.
-        return unsafe { &mut *self.lock.value.get() };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks it.
-        return unsafe { self.access.as_ref().expect("live guard").deref() };
+        self.held.get_mut()
     }
 }
 
 impl<T> Drop for BiasedGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        #[cfg(loom)]
-        drop(self.access.take());
+        self.held.end();
         if self.slow.is_none() {
             self.lock.inside.store(false, Ordering::Release);
         }

@@ -81,13 +81,7 @@ impl<T> SpinLock<T> {
         if waited {
             self.lock_contended();
         }
-        let guard = SpinGuard {
-            lock: self,
-            _not_auto: PhantomData,
-            #[cfg(loom)]
-            access: Some(self.value.get_mut()),
-        };
-        (guard, waited)
+        (self.guard(), waited)
     }
 
     /// The lock if it is free now, without waiting.
@@ -104,12 +98,19 @@ impl<T> SpinLock<T> {
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-            .then(|| SpinGuard {
-                lock: self,
-                _not_auto: PhantomData,
-                #[cfg(loom)]
-                access: Some(self.value.get_mut()),
-            })
+            .then(|| self.guard())
+    }
+
+    /// The guard of a lock just taken.
+    #[inline(always)]
+    fn guard(&self) -> SpinGuard<'_, T> {
+        SpinGuard {
+            lock: self,
+            // SAFETY: the flag was just taken, and is released only after
+            // the guard ends this access.
+            held: unsafe { Held::new(&self.value) },
+            _not_auto: PhantomData,
+        }
     }
 
     #[cold]
@@ -156,57 +157,94 @@ impl<T> fmt::Debug for SpinLock<T> {
 /// belongs to the locking thread.
 pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    held: Held<'a, T>,
     _not_auto: PhantomData<*const ()>,
-    /// Loom's record of this access, checked against every other one;
-    /// ended before the release.
-    #[cfg(loom)]
-    access: Option<loom::cell::MutPtr<T>>,
 }
 
 // SAFETY: a shared guard only hands out `&T`, so sharing it between threads
 // is sound exactly when `T: Sync`.
 unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
 
-#[cfg(loom)]
-impl<T> SpinGuard<'_, T> {
-    fn loom_access(&self) -> &loom::cell::MutPtr<T> {
-        self.access.as_ref().expect("a live guard holds its access")
-    }
-}
-
 impl<T> std::ops::Deref for SpinGuard<'_, T> {
     type Target = T;
 
     #[inline]
     fn deref(&self) -> &T {
-        #[cfg(not(loom))]
-        // SAFETY: the guard holds the lock, so no other reference exists.
-        return unsafe { &*self.lock.value.get() };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks it.
-        return unsafe { self.loom_access().deref() };
+        self.held.get()
     }
 }
 
 impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        #[cfg(not(loom))]
-        // SAFETY: the guard holds the lock, and `&mut self` makes this the
-        // only reference through it.
-        return unsafe { &mut *self.lock.value.get() };
-        #[cfg(loom)]
-        // SAFETY: as above; loom checks it.
-        return unsafe { self.loom_access().deref() };
+        self.held.get_mut()
     }
 }
 
 impl<T> Drop for SpinGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
+        self.held.end();
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+/// A locked value as its guard reaches it: the one place a lock's cell is
+/// dereferenced, and under loom, loom's record of the access, checked
+/// against every other one and ended ([`end`](Self::end)) before the lock
+/// is released.
+pub(crate) struct Held<'a, T> {
+    #[cfg_attr(loom, allow(dead_code))]
+    cell: &'a UnsafeCell<T>,
+    #[cfg(loom)]
+    access: Option<loom::cell::MutPtr<T>>,
+}
+
+impl<'a, T> Held<'a, T> {
+    /// # Safety
+    ///
+    /// The caller holds the lock that guards `cell`, and makes no other
+    /// `Held` of it, until this one is ended or dropped.
+    #[inline(always)]
+    pub(crate) unsafe fn new(cell: &'a UnsafeCell<T>) -> Self {
+        Self {
+            cell,
+            #[cfg(loom)]
+            access: Some(cell.get_mut()),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &T {
+        #[cfg(not(loom))]
+        // SAFETY: per `new`, no other reference to the value exists.
+        return unsafe { &*self.cell.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.live().deref() };
+    }
+
+    #[inline(always)]
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        #[cfg(not(loom))]
+        // SAFETY: per `new`, and `&mut self` makes this the only
+        // reference through it.
+        return unsafe { &mut *self.cell.get() };
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks it.
+        return unsafe { self.live().deref() };
+    }
+
+    /// End the access, before the lock is released.
+    #[inline(always)]
+    pub(crate) fn end(&mut self) {
         #[cfg(loom)]
         drop(self.access.take());
-        self.lock.locked.store(false, Ordering::Release);
+    }
+
+    #[cfg(loom)]
+    fn live(&self) -> &loom::cell::MutPtr<T> {
+        self.access.as_ref().expect("a live guard holds its access")
     }
 }
 
