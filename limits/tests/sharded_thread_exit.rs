@@ -37,6 +37,13 @@ fn in_child(name: &str, scenario: fn()) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),
     );
+    // A filter that matches nothing passes too: the child must have run
+    // this very test.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "{name}: the child ran no test: {stdout}"
+    );
 }
 
 fn sketch() -> Arc<ShardedEstimator> {

@@ -102,6 +102,12 @@ impl<T> BiasedLock<T> {
         revocation.add(self);
     }
 
+    /// Whether some thread holds the lock now, on either path, or a
+    /// revocation holds its spin lock (a snapshot, for assertions).
+    pub fn is_held(&self) -> bool {
+        self.slow.is_locked() || self.inside.load(Ordering::Relaxed)
+    }
+
     /// Whether the owner still has its fast path.
     pub fn is_biased(&self) -> bool {
         self.owner.load(Ordering::Relaxed) != 0
@@ -227,6 +233,9 @@ pub fn thread_id() -> u64 {
 /// to step out). Until then each added lock's spin lock is held, so no
 /// thread takes it on the slow path while its bias is cleared but not yet
 /// settled; its owner may still be on its fast path, and is waited for.
+/// So the thread that adds a lock must not lock it before the drop, and a
+/// revocation must be dropped, not forgotten: either would leave that spin
+/// lock held for good.
 ///
 /// ```
 /// use weir_primitives::biased::{BiasedLock, Revocation};

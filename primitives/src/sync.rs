@@ -84,6 +84,11 @@ impl<T> SpinLock<T> {
         (self.guard(), waited)
     }
 
+    /// Whether some thread holds the lock now (a snapshot, for assertions).
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+
     /// The lock if it is free now, without waiting.
     ///
     /// ```

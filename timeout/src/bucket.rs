@@ -309,6 +309,13 @@ impl Bucket {
         self.state.revoke_into(revocation);
     }
 
+    /// Whether any thread holds this bucket's lock, or a revocation its spin
+    /// lock: a bucket must not be freed then (the loom models check it).
+    #[cfg(loom)]
+    pub(crate) fn lock_is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
     /// (armed waiters, pending cancellations), for metrics: read without
     /// the lock, as last stored under it.
     #[cfg_attr(loom, allow(dead_code))]

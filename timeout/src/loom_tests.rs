@@ -243,6 +243,28 @@ fn a_moved_timer_cancelled_while_the_owner_arms() {
     });
 }
 
+/// A timer cancelled on another thread (revoking its bucket's bias) while
+/// the sweeper gathers the due buckets for one shared barrier: a bucket
+/// whose spin lock the canceller holds is left out of the shared
+/// revocation and revoked as it is fired. The owner does nothing meanwhile.
+/// Woken once or released by the cancel, never both; nothing leaks.
+#[test]
+fn a_cancel_elsewhere_races_the_shared_revocation() {
+    loom::model(|| {
+        let table = Table::new();
+        let (task, waker) = task();
+        let r = table.arm(1, &waker).unwrap();
+        drop(waker);
+        table.clear_cache();
+        let canceller = thread::spawn(move || r.cancel());
+        let woke = sweep(&table, 1);
+        canceller.join().unwrap();
+        assert_eq!(task.0.load(Ordering::SeqCst), woke);
+        assert!(woke <= 1);
+        all_released(&table, &task);
+    });
+}
+
 /// A waiter re-arming through the cache while the sweeper fires the cached
 /// bucket: it is either refused (the tick fired: its deadline passed) or
 /// registered and then woken by that fire, or its bucket survives the

@@ -72,6 +72,9 @@ impl Buckets {
         #[cfg(loom)]
         {
             // SAFETY: a freed bucket's memory is kept until `self` goes.
+            let held = unsafe { bucket.as_ref() }.lock_is_held();
+            assert!(!held, "a bucket freed while a thread holds its lock");
+            // SAFETY: as above.
             let freed = &unsafe { bucket.as_ref() }.freed;
             let twice = freed.swap(true, std::sync::atomic::Ordering::SeqCst);
             assert!(!twice, "a bucket freed twice");

@@ -400,7 +400,10 @@ fn timers_armed_in_a_thread_local_destructor() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "timers_armed_in_a_thread_local_destructor"])
+        .args([
+            "--exact",
+            "lifecycles::timers_armed_in_a_thread_local_destructor",
+        ])
         .args(["--test-threads", "1", "--nocapture"])
         .env(CHILD, "1")
         .output()
@@ -410,6 +413,13 @@ fn timers_armed_in_a_thread_local_destructor() {
         "the child failed ({}): {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
+    );
+    // A filter that matches nothing passes too: the child must have run
+    // this very test.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "the child ran no test: {stdout}"
     );
 }
 
