@@ -24,7 +24,9 @@
 //!
 //! Where `membarrier` is missing (not Linux, an old kernel, a seccomp
 //! filter), [`BiasedLock::new`] makes a lock without bias: the spin lock
-//! alone. Under `--cfg loom` both barriers are read-modify-writes of one
+//! alone. A filter that denies it only after this process registered
+//! leaves no safe way to revoke a bias: the revoker stops the process with
+//! a message rather than let two threads in. Under `--cfg loom` both barriers are read-modify-writes of one
 //! atomic, which loom models exactly and which give the same guarantee.
 
 #[cfg(loom)]
