@@ -99,13 +99,19 @@ impl<T> BiasedLock<T> {
         }
     }
 
-    /// [`Revocation::add`], as a method of the lock.
-    pub fn revoke_into<'a>(&'a self, revocation: &mut Revocation<'a>) {
-        revocation.add(self);
-    }
-
     /// Whether some thread holds the lock now, on either path, or a
     /// revocation holds its spin lock (a snapshot, for assertions).
+    ///
+    /// ```
+    /// use weir_primitives::biased::{BiasedLock, thread_id};
+    ///
+    /// let lock = BiasedLock::new((), thread_id());
+    /// // SAFETY: `thread_id` names this thread alone.
+    /// let guard = unsafe { lock.lock(thread_id()) };
+    /// assert!(lock.is_held());
+    /// drop(guard);
+    /// assert!(!lock.is_held());
+    /// ```
     pub fn is_held(&self) -> bool {
         self.slow.is_locked() || self.inside.load(Ordering::Relaxed)
     }
@@ -264,7 +270,7 @@ struct Cleared<'a> {
 }
 
 impl<'a> Revocation<'a> {
-    /// Nothing to revoke yet.
+    /// Nothing to revoke yet ([`Revocation`] has an example).
     pub fn new() -> Self {
         Self::default()
     }
@@ -327,6 +333,13 @@ impl fmt::Debug for Revocation<'_> {
 /// expedited command is available and this process registered for it
 /// (once, on the first call; registration is kept by forked children).
 /// Always `true` under loom, whose barriers are modelled.
+///
+/// ```
+/// use weir_primitives::biased::{BiasedLock, biasing_available};
+///
+/// // A lock made where no bias can be revoked is an ordinary spin lock.
+/// assert_eq!(BiasedLock::new((), 1).is_biased(), biasing_available());
+/// ```
 pub fn biasing_available() -> bool {
     #[cfg(loom)]
     return true;
@@ -336,6 +349,7 @@ pub fn biasing_available() -> bool {
 
 #[cfg(not(loom))]
 mod membarrier {
+    #[cfg(target_os = "linux")]
     use std::sync::OnceLock;
 
     #[cfg(target_os = "linux")]
@@ -350,12 +364,15 @@ mod membarrier {
         unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
     }
 
+    #[cfg(target_os = "linux")]
     pub(super) fn available() -> bool {
         static REGISTERED: OnceLock<bool> = OnceLock::new();
-        #[cfg(target_os = "linux")]
-        return *REGISTERED.get_or_init(|| call(REGISTER_PRIVATE_EXPEDITED));
-        #[cfg(not(target_os = "linux"))]
-        return *REGISTERED.get_or_init(|| false);
+        *REGISTERED.get_or_init(|| call(REGISTER_PRIVATE_EXPEDITED))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn available() -> bool {
+        false
     }
 
     /// A full barrier on every running thread of the process. Only called

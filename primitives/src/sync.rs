@@ -85,6 +85,16 @@ impl<T> SpinLock<T> {
     }
 
     /// Whether some thread holds the lock now (a snapshot, for assertions).
+    ///
+    /// ```
+    /// use weir_primitives::sync::SpinLock;
+    ///
+    /// let lock = SpinLock::new(());
+    /// let guard = lock.lock();
+    /// assert!(lock.is_locked());
+    /// drop(guard);
+    /// assert!(!lock.is_locked());
+    /// ```
     pub fn is_locked(&self) -> bool {
         self.locked.load(Ordering::Relaxed)
     }

@@ -306,7 +306,7 @@ impl Bucket {
     /// Clear this bucket's bias as part of `revocation` (the sweeper, about
     /// to fire it: one barrier for all the buckets of a sweep).
     pub(crate) fn revoke_into<'a>(&'a self, revocation: &mut Revocation<'a>) {
-        self.state.revoke_into(revocation);
+        revocation.add(&self.state);
     }
 
     /// Whether any thread holds this bucket's lock, or a revocation its spin
@@ -450,7 +450,12 @@ mod tests {
         let bucket = REENTER.with(|b| b.replace(std::ptr::null()));
         if !bucket.is_null() {
             // SAFETY: the test keeps the bucket alive while it registers.
-            assert!(unsafe { &*bucket }.register(Waker::noop()).is_some());
+            let bucket = unsafe { &*bucket };
+            assert!(
+                !bucket.state.is_held(),
+                "the waker was cloned inside the bucket's lock"
+            );
+            assert!(bucket.register(Waker::noop()).is_some());
         }
         std::task::RawWaker::new(data, &REENTRANT)
     }

@@ -6,8 +6,9 @@
 //! worker thread that owns a bucket is almost always the only one to touch
 //! it, and arms and cancels with plain stores; the sweeper, and a thread
 //! cancelling a timer that moved to it, revoke the bias once. It is built on
-//! loom's atomics and cell under loom, so the models check it too. [`Mutex`] (a thread's timer table, held for a
-//! whole sweep of it) is parking_lot's, and loom's under loom.
+//! loom's atomics and cell under loom, so the models check it too.
+//! [`Mutex`] (a thread's timer table, held for a whole sweep of it) is
+//! parking_lot's, and loom's under loom.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
