@@ -285,13 +285,14 @@ fn short_windows_refill_and_expire() -> TestResult {
             // straddles a window's end is owed a fresh window's limit too.
             // So the burst is tried again, on a new key, until one fits in
             // one window (a run of ten checks takes milliseconds of 300).
+            let window_us = u64::try_from(quota.window().as_micros())?;
             let window_of = |server: &RedisServer| -> Result<u64, Box<dyn std::error::Error>> {
                 let time = server.cli(&["TIME"])?;
                 let mut parts = time.split_whitespace().map(str::parse::<u64>);
                 let (Some(Ok(s)), Some(Ok(us))) = (parts.next(), parts.next()) else {
                     return Err(format!("TIME answered {time:?}").into());
                 };
-                Ok((s * 1_000_000 + us) / 300_000)
+                Ok((s * 1_000_000 + us) / window_us)
             };
             let (mut key, mut allowed) = (String::new(), 0);
             for attempt in 0..5 {
