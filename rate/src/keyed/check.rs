@@ -69,8 +69,8 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now_nanos();
         let (hash, shard) = self.shard(key);
+        let now = self.clock.now_nanos();
         if let Some(refused) = self.remembered_refusal(shard, hash, key, now) {
             return Ok(self.shadowed(refused.decision(now)));
         }
@@ -172,9 +172,10 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let located = self.shard(key);
         let now = self.clock.now_nanos();
         let Ok(decision) = self.decide_at(
-            self.shard(key),
+            located,
             key,
             mode == Mode::Consume,
             false,
@@ -213,8 +214,11 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now_nanos();
+        // The clock is read after hashing, not before: the time-stamp
+        // counter's read is slow but independent of the hash, so the two
+        // overlap.
         let (hash, shard) = self.shard(key);
+        let now = self.clock.now_nanos();
         if self.remembered_refusal(shard, hash, key, now).is_some() {
             return self.shadow.load(Ordering::Relaxed);
         }

@@ -34,7 +34,7 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
-use weir_limits::sketch::{Locator, MAX_HASHES};
+use weir_limits::sketch::{Location, Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
 
 mod cells;
@@ -369,7 +369,7 @@ impl<C: Clock> SketchLimiter<C> {
             self.trusted_until
                 .fetch_max(reading.saturating_add(MAX_AHEAD_NANOS), Ordering::Relaxed);
         }
-        Ok(self.run_at(key, cost, Mode::Consume, at)?)
+        Ok(self.run_at(&self.locator.locate(key), cost, Mode::Consume, at)?)
     }
 
     /// Spend `cost` units for `key` now, unconditionally: work already done
@@ -395,10 +395,10 @@ impl<C: Clock> SketchLimiter<C> {
     /// assert!(!limiter.check(&"alice").is_allowed());
     /// ```
     pub fn charge<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Receipt {
+        let location = self.locator.locate(key);
         let now = self.clock.now_nanos();
         let gcra = self.params.read();
         let debt = u128::from(cost) * u128::from(gcra.interval_nanos());
-        let location = self.locator.locate(key);
         loop {
             let mut seen = [0u64; MAX_HASHES];
             let (min, at) = self.cells.min(&location, &mut seen);
@@ -437,19 +437,21 @@ impl<C: Clock> SketchLimiter<C> {
         cost: u32,
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
-        self.run_at(key, cost, mode, self.clock.now_nanos())
+        // The clock is read after hashing: the counter read overlaps it.
+        let location = self.locator.locate(key);
+        self.run_at(&location, cost, mode, self.clock.now_nanos())
     }
 
-    fn run_at<K: Hash + ?Sized>(
+    fn run_at(
         &self,
-        key: &K,
+        location: &Location,
         cost: u32,
         mode: Mode,
         now: u64,
     ) -> Result<Decision, NeverAllowed> {
         let gcra = self.params.read();
         NeverAllowed::check(cost, gcra.quota().burst())?;
-        let step = self.step(&gcra, key, cost, mode, now);
+        let step = self.step(&gcra, location, cost, mode, now);
         let decision = gcra.decide(now, cost, &step);
         Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
             decision.shadowed()
@@ -474,31 +476,27 @@ impl<C: Clock> SketchLimiter<C> {
     /// ```
     #[inline]
     pub fn allows<K: Hash + ?Sized>(&self, key: &K) -> bool {
+        let location = self.locator.locate(key);
         let now = self.clock.now_nanos();
         let gcra = self.params.read();
-        let allowed = matches!(self.step(&gcra, key, 1, Mode::Consume, now), Step::Allow(_));
+        let allowed = matches!(
+            self.step(&gcra, &location, 1, Mode::Consume, now),
+            Step::Allow(_)
+        );
         allowed || self.shadow.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// One GCRA step for `key` over its cells (a cost within the burst),
     /// committed unless `mode` is [`Mode::Peek`].
     #[inline]
-    fn step<K: Hash + ?Sized>(
-        &self,
-        gcra: &Gcra,
-        key: &K,
-        cost: u32,
-        mode: Mode,
-        now: u64,
-    ) -> Step {
-        let location = self.locator.locate(key);
+    fn step(&self, gcra: &Gcra, location: &Location, cost: u32, mode: Mode, now: u64) -> Step {
         loop {
             let mut seen = [0u64; MAX_HASHES];
             // The commit below targets the minimum's cell, one of the
             // key's own even when every cell is saturated at `u64::MAX`;
             // a cell of no interest to the key would fail the
             // compare-and-swap and retry forever.
-            let (min, at) = self.cells.min(&location, &mut seen);
+            let (min, at) = self.cells.min(location, &mut seen);
             let step = gcra_step(
                 min,
                 now,
@@ -512,7 +510,7 @@ impl<C: Clock> SketchLimiter<C> {
             if mode == Mode::Peek {
                 return step;
             }
-            self.cells.raise(&location, new, &seen, Some(at));
+            self.cells.raise(location, new, &seen, Some(at));
             if self.cells.commit(at, min, new) {
                 return step;
             }
