@@ -14,7 +14,12 @@
 //! * **Cancellation spends nothing.** A denied check spends nothing, and
 //!   the one allowed check completes in the same poll that returns it, so
 //!   dropping a wait (a client gone, a `timeout` around it) at any point
-//!   leaves the limit as if it had never waited.
+//!   leaves the limit as if it had never waited (but see shapers below).
+//! * **Shapers' delays are waited too.** A shaper
+//!   ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper)) admits
+//!   a unit at once and says when it may leave ([`Decision::delay`]); the
+//!   wait ends then. A wait dropped during that delay leaves the unit
+//!   spent, its departure unused: stricter, never looser.
 //! * **Impossible costs fail at once** with [`NeverAllowed`], instead of
 //!   waiting forever.
 //! * **Cheap sleeps.** The waits sleep on `weir-timeout`, whose deadlines
@@ -138,6 +143,12 @@ where
     loop {
         let decision = check().await?;
         if decision.is_allowed() {
+            // A shaper admits now and says when the unit may leave: ready
+            // means that time has come.
+            let delay = decision.delay();
+            if !delay.is_zero() {
+                weir_timeout::sleep(delay).await;
+            }
             return Ok(decision);
         }
         // A denial always carries its retry-after; a missing one would be

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir_rate::wait::{Jitter, TokioClock};
-use weir_rate::{Gcra, KeyedLimiter, Quota, RateLimiter, SketchLimiter};
+use weir_rate::{Gcra, KeyedLimiter, LeakyBucket, Quota, RateLimiter, SketchLimiter};
 
 /// `n` a second, one at a time (no burst).
 fn per_second(n: u32) -> Quota {
@@ -47,6 +47,25 @@ async fn waiters_on_one_key_are_released_at_the_rate_in_order_none_early() {
         let due = Duration::from_millis(100) * k as u32;
         assert!(*at >= due, "waiter {k} released early at {at:?}");
         assert!(*at <= due + LATE, "waiter {k} released late at {at:?}");
+    }
+}
+
+/// A shaper admits a unit at once and says when it may leave: ready means
+/// that time has come, so units waited for leave `T` apart.
+#[tokio::test(start_paused = true)]
+async fn a_shapers_units_are_ready_when_their_delay_has_passed() {
+    let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+    let shaper = LeakyBucket::try_shaper(quota, Duration::from_secs(1)).unwrap();
+    let single = RateLimiter::with_clock(shaper.clone(), TokioClock::new());
+    let keyed = KeyedLimiter::<String, _, _>::with_clock(shaper, TokioClock::new());
+    let start = tokio::time::Instant::now();
+    for k in 0..4u32 {
+        let one = single.until_ready(1, Jitter::NONE).await.unwrap();
+        let other = keyed.until_key_ready("k", 1, Jitter::NONE).await.unwrap();
+        assert!(one.is_allowed() && other.is_allowed());
+        let (due, at) = (Duration::from_millis(100) * k, start.elapsed());
+        assert!(at >= due, "unit {k} ready early at {at:?}");
+        assert!(at <= due + LATE, "unit {k} ready late at {at:?}");
     }
 }
 

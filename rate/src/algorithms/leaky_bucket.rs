@@ -17,7 +17,9 @@ use std::time::Duration;
 ///   leave exactly `T = window / limit` apart; a request whose last unit
 ///   would wait longer than `max_delay` is denied (the queue is full). The
 ///   queue holds `⌊max_delay / T⌋ + 1` units. This smooths bursts instead of
-///   passing them on, at the cost of latency.
+///   passing them on, at the cost of latency. The tower layer and the
+///   waits (`until_ready`) wait the delay for you; `allows` answers only
+///   whether a request was admitted.
 ///
 /// Refunds follow [`TokenBucket`](crate::TokenBucket) for a meter. A
 /// shaper's refunds return nothing: every admitted request has been told

@@ -292,6 +292,8 @@ impl Decision {
     pub(crate) fn shadowed(self) -> Self {
         Self {
             allowed: true,
+            // A dry run holds nothing back: not a denial, not a shaper's wait.
+            delay_ns: 0,
             ..self
         }
     }

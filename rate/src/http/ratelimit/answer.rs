@@ -54,6 +54,15 @@ impl Answering {
         Some(value)
     }
 
+    /// How long an admitted request waits before it is forwarded: a
+    /// shaper's delay, except in shadow mode, which holds nothing back.
+    pub(super) fn delay(&self, decision: Option<&Decision>) -> std::time::Duration {
+        match decision {
+            Some(decision) if !self.shadow => decision.delay(),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     pub(super) fn count(&self, outcome: Outcome) {
         self.decisions.count(&self.policy, outcome);
     }

@@ -8,6 +8,12 @@
 //! [`CheckKeyAsync`]; in-process limiters answer it with an
 //! already-completed future, which the service polls once and never boxes.
 //!
+//! A shaper ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper))
+//! admits a burst and spaces it out: the layer holds each admitted request
+//! for its decision's [`delay`](crate::Decision::delay) before calling the
+//! inner service (not in shadow mode), without holding the service's
+//! readiness meanwhile.
+//!
 //! With [`settle`](RateLimitLayer::settle) the layer charges by the
 //! response instead: the limiter must also be [`SettleKey`], and the
 //! response body becomes a [`SettleBody`] that settles when it ends.
@@ -20,7 +26,7 @@ use super::response::Unkeyed;
 use super::settle::{Finish, Settle, SettleBody, SettleGuard, Settler};
 use crate::decision::PolicyName;
 use crate::telemetry::Outcome;
-use crate::{CheckKeyAsync, Decision, SettleKey};
+use crate::{CheckKeyAsync, Decision, NeverAllowed, SettleKey};
 use http::{Request, Response, StatusCode};
 use std::future::Future;
 use std::pin::Pin;
@@ -486,6 +492,9 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
             Poll::Ready(outcome) => outcome,
             Poll::Pending => return self.wait_for(check, request, (key, cost), ticket),
         };
+        if !self.layer.answering.delay(outcome.as_ref().ok()).is_zero() {
+            return self.wait_for(std::future::ready(outcome), request, (key, cost), ticket);
+        }
         let decision = outcome.as_ref().ok().copied();
         match self.layer.answering.next(outcome) {
             Next::Answer(response) => answered(response),
@@ -499,16 +508,18 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         }
     }
 
-    /// The boxed path, for a decision that is not ready yet.
+    /// The boxed path, for a decision that is not ready yet, or one that
+    /// admits the request after a delay (a shaper's).
     ///
     /// The readiness `poll_ready` reserved (a concurrency permit, a buffer
     /// slot) is given back at once, by dropping the reserved service, and
-    /// asked for again only if the decision admits the request: a request
-    /// waiting on a round trip, which may yet be denied, must not hold
-    /// capacity the origin's admitted requests need.
+    /// asked for again only once the decision admits the request and its
+    /// delay has passed: a request waiting on a round trip, which may yet
+    /// be denied, or waiting its turn, must not hold capacity the origin's
+    /// admitted requests need.
     fn wait_for<B, ResBody, T: Send + 'static>(
         &mut self,
-        check: <Ch as CheckKeyAsync<X::Key>>::Future,
+        check: impl Future<Output = Result<Decision, NeverAllowed>> + Send + 'static,
         request: Request<B>,
         (key, cost): (X::Key, u32),
         ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
@@ -532,6 +543,12 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
             match answering.next(outcome) {
                 Next::Answer(response) => Ok((response, None)),
                 Next::Forward(headers) => {
+                    // A shaper admits now and tells the request when to
+                    // leave; forwarding it at once would pass the burst on.
+                    let delay = answering.delay(decision.as_ref());
+                    if !delay.is_zero() {
+                        weir_timeout::sleep(delay).await;
+                    }
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     // Made only once the request is admitted and the
                     // service ready: a ticket dropped settles nothing,

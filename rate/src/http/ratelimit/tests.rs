@@ -1,6 +1,6 @@
 use super::*;
 use crate::http::{GlobalKey, KeyFn};
-use crate::{FixedWindow, KeyedLimiter, NeverAllowed, Quota};
+use crate::{FixedWindow, KeyedLimiter, LeakyBucket, NeverAllowed, Quota};
 use std::convert::Infallible;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -49,6 +49,62 @@ async fn allows_the_quota_then_answers_429_with_headers() {
     clock.advance(Duration::from_secs(60));
     let again = service.oneshot(Request::new(())).await.unwrap();
     assert_eq!(again.status(), StatusCode::OK);
+}
+
+/// A shaper admits a burst but spaces it out: each admitted request is
+/// held for its decision's delay before the service sees it, and a layer in
+/// shadow mode holds nothing back.
+#[tokio::test(start_paused = true)]
+async fn a_shaper_spaces_out_the_requests_it_admits() {
+    for shadow in [false, true] {
+        let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+        let shaper = LeakyBucket::try_shaper(quota, Duration::from_millis(250)).unwrap();
+        let limiter = KeyedLimiter::with_clock(shaper, ManualClock::new());
+        let service = RateLimitLayer::new(limiter, GlobalKey)
+            .shadow(shadow)
+            .layer(hello());
+        let start = tokio::time::Instant::now();
+        let requests: Vec<_> = (0..4)
+            .map(|_| {
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let response = service.oneshot(Request::new(())).await.unwrap();
+                    (start.elapsed(), response.status())
+                })
+            })
+            .collect();
+        let mut answered = Vec::new();
+        for request in requests {
+            answered.push(request.await.unwrap());
+        }
+        answered.sort();
+        let statuses: Vec<StatusCode> = answered.iter().map(|a| a.1).collect();
+        let times: Vec<Duration> = answered.iter().map(|a| a.0).collect();
+        if shadow {
+            assert_eq!(statuses, [StatusCode::OK; 4], "{answered:?}");
+            assert!(times[3] < Duration::from_millis(25), "{answered:?}");
+            continue;
+        }
+        // Three fit the queue, leaving at 0, 100 and 200 ms; the fourth
+        // would wait 300 ms, past the 250 allowed: refused at once.
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::OK,
+                StatusCode::OK
+            ],
+            "{answered:?}"
+        );
+        for (at, due) in [(times[0], 0), (times[2], 100), (times[3], 200)] {
+            let due = Duration::from_millis(due);
+            assert!(
+                at >= due && at <= due + Duration::from_millis(25),
+                "{answered:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
