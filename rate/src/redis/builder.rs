@@ -72,9 +72,12 @@ impl RedisLimiterBuilder {
     /// [`MAX_LIMITS`] limits.
     ///
     /// Each limit keeps its state in a Redis key of its own, all of one key
-    /// in one Cluster slot: `{<prefix>:<key>}:<i>:<alg>` for the `i`-th
-    /// limit (from 0, in the order given; `alg` as in a single limit's
-    /// key). The limits' order and kinds name the state: a limiter built
+    /// in one Cluster slot: `<prefix>:all:{<prefix>:<key>}:<i>:<alg>` for
+    /// the `i`-th limit (from 0, in the order given; `alg` as in a single
+    /// limit's key). The prefix before the tag ends at its first `{`, so
+    /// limiters with different prefixes never share a key, whatever the
+    /// keys (a prefix `login` and a key `ip:1.2.3.4` are not the prefix
+    /// `login:ip` and the key `1.2.3.4`). The limits' order and kinds name the state: a limiter built
     /// later on the same prefix with the same kinds in the same order
     /// (other quotas allowed) takes it over, as a single limit's does.
     ///
@@ -206,7 +209,9 @@ impl RedisLimiterBuilder {
         // One limit keeps the layout it always had, `<prefix>:<alg>:{<key>}`;
         // a set tags the prefix and key together, so its keys share a
         // slot whatever the key (a tag of the key alone is empty, and then
-        // each whole key is hashed, for a key starting with `}`).
+        // each whole key is hashed, for a key starting with `}`). The tag
+        // alone would be ambiguous (`{a:b:c}` is the prefix `a` or `a:b`),
+        // so the prefix also comes first, ended by the tag's `{`.
         let all_of = self.limits.len() > 1;
         let (source, label, key_head, limits) = if all_of {
             let limits = self
@@ -221,7 +226,7 @@ impl RedisLimiterBuilder {
             (
                 scripts::all_of_check(&algorithms),
                 format!("{}:all:", self.prefix),
-                format!("{{{}:", self.prefix),
+                format!("{0}:all:{{{0}:", self.prefix),
                 limits,
             )
         } else {

@@ -86,7 +86,7 @@
 //!   allow, as the in-process [`AllOf`](crate::AllOf) does, so a refusal
 //!   by one spends nothing of the others (redis-cell's issue 22). Each
 //!   limit keeps its state in a Redis key of its own, all of one key in
-//!   one Cluster slot (`{<prefix>:<key>}:<i>:<alg>`); plain and batched
+//!   one Cluster slot (`<prefix>:all:{<prefix>:<key>}:<i>:<alg>`); plain and batched
 //!   paths alike. The default failure policy keeps them all-or-nothing
 //!   too, in process.
 //! * **Refunds and forced charges** ([`RedisLimiter::refund`],
@@ -260,7 +260,7 @@ impl RedisLimiter {
 
     /// The Redis keys holding `key`'s state, one per limit: for a single
     /// limit `{prefix}:{alg}:{<key>}`, for an all-of limiter
-    /// `{<prefix>:<key>}:<i>:<alg>` (see
+    /// `<prefix>:all:{<prefix>:<key>}:<i>:<alg>` (see
     /// [`RedisLimiterBuilder::and`]).
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
         let base = self.base_key(key);

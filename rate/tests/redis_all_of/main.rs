@@ -99,15 +99,55 @@ fn a_daily_refusal_leaves_the_per_second_budget_unspent() -> TestResult {
         "the refused requests spent the per-second budget: {left:?}"
     );
     // One Redis key per limit, all of one key in one Cluster slot.
-    let keys = server.cli(&["KEYS", &format!("{{{prefix}:k}}:*")])?;
+    let keys = server.cli(&["KEYS", &format!("{prefix}:all:*")])?;
     let mut keys: Vec<&str> = keys.lines().collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
         [
-            format!("{{{prefix}:k}}:0:gcra"),
-            format!("{{{prefix}:k}}:1:fw")
+            format!("{prefix}:all:{{{prefix}:k}}:0:gcra"),
+            format!("{prefix}:all:{{{prefix}:k}}:1:fw")
         ]
+    );
+    Ok(())
+}
+
+/// Two limiters whose prefixes differ must never share a key, whatever the
+/// keys: a client naming itself `ip:203.0.113.5` under the prefix `login`
+/// must not spend what the prefix `login:ip` holds for that address.
+///
+/// Written first against the layout `{<prefix>:<key>}:<i>:<alg>`, it
+/// failed: the two limiters' keys were the same Redis keys.
+#[test]
+fn limiters_with_different_prefixes_never_share_a_key() -> TestResult {
+    let Some(server) =
+        RedisServer::start_or_skip("limiters_with_different_prefixes_never_share_a_key")?
+    else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    let prefix = unique_prefix("login");
+    let left = rt.block_on(async {
+        let connect = |prefix: String| {
+            RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(2))))
+                .and(FixedWindow::new(per_day(100)))
+                .prefix(prefix)
+                .on_failure(FailurePolicy::Closed)
+                .connect(Target::server(server.url()))
+        };
+        let by_name = connect(prefix.clone()).await?;
+        let by_ip = connect(format!("{prefix}:ip")).await?;
+        for _ in 0..3 {
+            let v = by_name.check_verbose("ip:203.0.113.5", 1).await?;
+            assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        }
+        let v = by_ip.check_verbose("203.0.113.5", 1).await?;
+        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        Ok::<_, BoxError>(v.decision)
+    })?;
+    assert!(
+        left.is_allowed() && left.remaining() == 1,
+        "a name under one prefix spent an address under another: {left:?}"
     );
     Ok(())
 }
