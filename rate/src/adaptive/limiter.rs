@@ -131,7 +131,10 @@ impl std::error::Error for Overloaded {}
 /// [`dropped`](Self::dropped), [`ignore`](Self::ignore)), else when dropped,
 /// as [`Outcome::Dropped`]: a request abandoned without an answer (a
 /// cancelled future, a panic, an early return) says the origin did not
-/// answer in time.
+/// answer in time. Where a client can cancel at will, release its
+/// cancelled requests' guards with [`ignore`](Self::ignore), as the tower
+/// layer does: counted as drops, one client's cancels would lower the
+/// limit for everyone sharing it.
 ///
 /// ```
 /// use weir_rate::adaptive::{AdaptiveLimiter, Vegas};

@@ -8,8 +8,15 @@
 //! travels in the response future and then in the body: its latency is
 //! reported when the response head arrives (classified by status, see
 //! [`AdaptiveInflightLayer::classify`]), and it counts in flight until its
-//! body has ended or been dropped. A request whose future is dropped before
-//! an answer (the client went away) reports a drop.
+//! body has ended or been dropped.
+//!
+//! A request whose future is dropped before its answer (the client went
+//! away, or a layer outside this one cut it short) releases its place and
+//! teaches the limit nothing: a client can cancel at will, and cancels
+//! counted as drops would let a few clients hold a shared limit at its
+//! minimum. Put a timeout *inside* this layer (between it and the origin),
+//! so that a slow origin fails the request with the timeout's error, which
+//! reports a drop.
 
 use super::body::CountedBody;
 use super::key::KeyExtractor;
@@ -215,7 +222,7 @@ where
             Ok(guard) => AdaptiveFuture {
                 state: AdaptiveFutureState::Running {
                     future: self.inner.call(request),
-                    guard: Some(guard),
+                    guard: Awaiting(Some(guard)),
                     classify: self.layer.classify,
                 },
             },
@@ -227,7 +234,7 @@ where
 pin_project! {
     /// The response future of [`AdaptiveInflightService`]: holds the
     /// request's guard until it hands it to the response body, or is
-    /// dropped (which reports a drop).
+    /// dropped (which releases it, teaching nothing).
     ///
     /// The [`AdaptiveInflightService`] example names it.
     pub struct AdaptiveFuture<F, B, A: Algorithm, C: Clock> {
@@ -242,9 +249,22 @@ pin_project! {
         Rejected { response: Option<Response<B>> },
         Running {
             #[pin] future: F,
-            guard: Option<AdaptiveGuard<A, C>>,
+            guard: Awaiting<A, C>,
             classify: fn(StatusCode) -> Outcome,
         },
+    }
+}
+
+/// An admitted request's guard while its answer is awaited. Dropped still
+/// holding it, the request was cancelled: released as ignored, not as the
+/// guard's default drop.
+struct Awaiting<A: Algorithm, C: Clock>(Option<AdaptiveGuard<A, C>>);
+
+impl<A: Algorithm, C: Clock> Drop for Awaiting<A, C> {
+    fn drop(&mut self) {
+        if let Some(guard) = self.0.take() {
+            guard.ignore();
+        }
     }
 }
 
@@ -277,7 +297,7 @@ where
                 classify,
             } => {
                 let result = std::task::ready!(future.poll(cx));
-                let mut guard = guard.take();
+                let mut guard = guard.0.take();
                 match result {
                     Ok(response) => {
                         if let Some(guard) = guard.as_mut() {
@@ -385,18 +405,40 @@ mod tests {
         assert_eq!(layer.limiter().limit(&()), Some(18));
     }
 
+    /// A client can cancel at will (close the connection, reset an HTTP/2
+    /// stream): counted as drops, a few cancels a second would hold a
+    /// shared limit at its minimum and refuse everyone else. So a request
+    /// cancelled before its answer releases its place and teaches nothing.
+    ///
+    /// Written first against the layer that reported a drop per cancel, it
+    /// failed: the limit fell from 20 to 1.
     #[tokio::test]
-    async fn a_cancelled_request_counts_as_a_drop() {
+    async fn a_client_cancelling_teaches_the_limit_nothing() {
         let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
         let service = layer.layer(gated(Arc::new(Semaphore::new(0)), StatusCode::OK));
-        let pending = tokio::spawn(service.oneshot(Request::new(())));
-        while layer.limiter().in_flight(&()) < 1 {
-            tokio::task::yield_now().await;
+        for _ in 0..200 {
+            let pending = tokio::spawn(service.clone().oneshot(Request::new(())));
+            while layer.limiter().in_flight(&()) < 1 {
+                tokio::task::yield_now().await;
+            }
+            pending.abort();
+            let _ = pending.await;
+            assert_eq!(layer.limiter().in_flight(&()), 0);
         }
-        pending.abort();
-        let _ = pending.await;
+        assert_eq!(layer.limiter().limit(&()), Some(20));
+    }
+
+    /// An origin that fails (or a timeout layered inside this one, which
+    /// fails the request with its error) still reports a drop.
+    #[tokio::test]
+    async fn an_origin_error_counts_as_a_drop() {
+        let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
+        let failing = layer.layer(tower::service_fn(|_req: Request<()>| async {
+            Err::<Response<String>, &'static str>("timed out")
+        }));
+        assert!(failing.oneshot(Request::new(())).await.is_err());
         assert_eq!(layer.limiter().in_flight(&()), 0);
-        assert_eq!(layer.limiter().limit(&()), Some(18));
+        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
     }
 
     #[tokio::test]
