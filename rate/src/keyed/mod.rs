@@ -109,7 +109,8 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// the sliding window) at peak, so that only a spray is forgotten early.
 /// Beyond it, a key spray can make an honest key that is not remembered
 /// start as spent as the most spent of the forgotten keys in each of its
-/// cells (for one-shot keys, one request), and an honest key that is
+/// cells (for one-shot keys, one request; for a key forgotten in debt
+/// from forced charges, that debt), and an honest key that is
 /// remembered is forgotten only if it turns idle sooner than they do. Memory is then
 /// bounded by: in each shard, a hash table of the next power of two of
 /// `8/7 × capacity / shards` slots, each the size of the key, its state and

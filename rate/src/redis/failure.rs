@@ -49,7 +49,9 @@ pub enum FailurePolicy {
     /// closest to idle, never loosening a limit; see its memory bound).
     /// With `N` instances sharing the traffic, up to `N ×` the limit
     /// passes while Redis is down, never more; a colliding key in the
-    /// sketch can only be held tighter, never looser. Answers carry
+    /// sketch can only be held tighter, never looser (for as long as a
+    /// forced charge's debt lasts, when requests are charged by the
+    /// response: see [`SketchLimiter::charge`]). Answers carry
     /// [`Source::Local`](super::Source::Local).
     ///
     /// ```

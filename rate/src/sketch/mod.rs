@@ -380,6 +380,14 @@ impl<C: Clock> SketchLimiter<C> {
     /// clock's range), so colliding keys can only be held tighter, as with
     /// a check. Also in shadow mode.
     ///
+    /// Tighter can mean for long: a charge far beyond the burst (a large
+    /// response on a small quota) holds a key whose every cell it shares
+    /// until the debt is paid, where a check holds it at most one window.
+    /// Where clients choose both their keys and what they are charged (many
+    /// keys, each charged a large cost), the share of honest keys held
+    /// grows with the cells the debts cover: charge large costs through an
+    /// exact [`KeyedLimiter`](crate::KeyedLimiter), or cap them.
+    ///
     /// The sketch has no refunds (lowering a shared cell could loosen
     /// another key), so the returned [`Receipt`] only records the charge.
     ///

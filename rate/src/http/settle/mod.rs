@@ -88,7 +88,10 @@ impl Settle {
     }
 
     /// One unit per byte of body sent ([`Sent::body_bytes`]), saturating
-    /// at `u32::MAX`.
+    /// at `u32::MAX`. This limits bytes, not requests: a response with no
+    /// body (`HEAD`, 204, 304, an empty 401) costs nothing once settled, so
+    /// where requests themselves must be limited (a login route), stack a
+    /// layer that counts them.
     pub fn body_bytes() -> Self {
         Self::by(|sent| saturate(sent.body_bytes()))
     }
