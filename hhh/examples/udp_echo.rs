@@ -71,7 +71,7 @@ async fn main() -> std::io::Result<()> {
     });
 
     let mut buf = vec![0u8; 65_536];
-    let mut drops = 0u64;
+    let (mut drops, mut unanswered) = (0u64, 0u64);
     loop {
         let (len, peer) = guard
             .recv_from_inspect(&mut buf, |peer, verdict| {
@@ -85,6 +85,13 @@ async fn main() -> std::io::Result<()> {
                 }
             })
             .await?;
-        guard.send_to(&buf[..len], peer).await?;
+        // A sender can make its own reply fail (a spoofed source port 0 is
+        // delivered but cannot be answered): skip it, never stop serving.
+        if let Err(e) = guard.send_to(&buf[..len], peer).await {
+            if unanswered.is_multiple_of(1000) {
+                eprintln!("no reply #{} to {peer}: {e}", unanswered + 1);
+            }
+            unanswered += 1;
+        }
     }
 }

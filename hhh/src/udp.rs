@@ -28,7 +28,9 @@
 //! let mut buf = [0u8; 1500];
 //! loop {
 //!     let (len, peer) = guard.recv_from(&mut buf).await?; // floods never get here
-//!     guard.send_to(&buf[..len], peer).await?;
+//!     // A sender can make its own reply fail (a spoofed source port 0 is
+//!     // delivered but cannot be answered): skip it, never stop serving.
+//!     let _ = guard.send_to(&buf[..len], peer).await;
 //! }
 //! # }
 //! ```
@@ -126,7 +128,10 @@ impl<C: Clock, R: RandomSource> GuardedUdpSocket<C, R> {
     ///
     /// # Errors
     ///
-    /// The socket's send error.
+    /// The socket's send error, including for targets a sender chose: a
+    /// datagram from source port 0 (spoofed) is delivered, but a reply to
+    /// it fails with `InvalidInput`. A serve loop should skip a failed
+    /// reply rather than stop.
     pub async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
         self.socket.send_to(buf, target).await
     }
