@@ -90,11 +90,18 @@ impl Inflight {
     ///
     /// Counts are modular (they wrap past `isize::MAX`, as the plain
     /// rule's do), so dropping the guards of even extreme values leaves
-    /// exactly what was there before.
+    /// exactly what was there before; the estimate returned for a positive
+    /// `value` saturates at `isize::MAX` instead, so that a count pushed
+    /// past the range (a weight a client chose) is refused, not read as
+    /// negative and admitted.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);
         let location = self.estimator.locator().locate_hash(hash);
-        let now = add_then_read(&self.estimator, &location, value);
+        let now = reported(
+            add_then_read(&self.estimator, &location, value),
+            value,
+            Some(value),
+        );
         let guard = InflightGuard {
             estimator: Arc::clone(&self.estimator),
             hash,
@@ -123,6 +130,19 @@ fn add_then_read(estimator: &Estimator, location: &Location, value: isize) -> is
     estimator.add_all(location, value);
     fence(Ordering::SeqCst);
     estimator.get_at(location)
+}
+
+/// The estimate to report after adding `added`, when the guard now holds
+/// `held` (`None`: more than `isize::MAX`). Every row holds at least what a
+/// live guard holds (the others' values are non-negative), so less means a
+/// row wrapped: reported as `isize::MAX`, to be refused rather than read as
+/// negative and admitted.
+fn reported(estimate: isize, added: isize, held: Option<isize>) -> isize {
+    match held {
+        _ if added <= 0 => estimate,
+        Some(held) if estimate >= held => estimate,
+        _ => isize::MAX,
+    }
 }
 
 impl Default for Inflight {
@@ -156,9 +176,14 @@ impl InflightGuard {
     /// returns the new estimate, ordered against racers like
     /// [`Inflight::incr`].
     pub fn incr(&mut self, value: isize) -> isize {
+        let held = self.value.checked_add(value);
         self.value = self.value.wrapping_add(value);
         let location = self.estimator.locator().locate_hash(self.hash);
-        add_then_read(&self.estimator, &location, value)
+        reported(
+            add_then_read(&self.estimator, &location, value),
+            value,
+            held,
+        )
     }
 
     /// The current in-flight estimate of this guard's key.
@@ -179,6 +204,24 @@ impl Drop for InflightGuard {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Counts past `isize::MAX` wrap, so dropping the guards still leaves
+    /// exactly what was there; but a wrapped (negative) estimate would pass
+    /// every `estimate > limit` test, so the estimate reported saturates.
+    #[test]
+    fn an_estimate_past_the_range_saturates_instead_of_admitting() {
+        let inflight = Inflight::new();
+        let (huge, _) = inflight.incr("k", isize::MAX);
+        let (mut small, now) = inflight.incr("k", 2);
+        assert_eq!(now, isize::MAX);
+        assert_eq!(small.incr(1), isize::MAX);
+        drop((huge, small));
+        assert_eq!(inflight.get("k"), 0);
+        let (mut one, _) = inflight.incr("k", 1);
+        assert_eq!(one.incr(isize::MAX), isize::MAX, "a guard past the range");
+        drop(one);
+        assert_eq!(inflight.get("k"), 0);
+    }
 
     #[test]
     fn guards_released_on_another_thread_still_uncount() {
