@@ -166,6 +166,12 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// `MonotonicClock` of a process waits up to 20 ms for the counter's
 /// calibration.
 ///
+/// The counter is chosen once per process. Where it can restart while the
+/// process lives (a suspend to RAM on hardware that resets it), readings
+/// stand still until it passes its old value, and limiters see no time
+/// pass meanwhile (stricter, then a long idle): on machines that suspend,
+/// use [`StdClock`], which the OS corrects.
+///
 /// ```
 /// use weir_limits::clock::{Clock, MonotonicClock};
 ///
