@@ -257,12 +257,15 @@ pin_project! {
 
 /// An admitted request's guard while its answer is awaited. Dropped still
 /// holding it, the request was cancelled: released as ignored, not as the
-/// guard's default drop.
+/// guard's default drop. An origin that panicked failed, and keeps that
+/// default.
 struct Awaiting<A: Algorithm, C: Clock>(Option<AdaptiveGuard<A, C>>);
 
 impl<A: Algorithm, C: Clock> Drop for Awaiting<A, C> {
     fn drop(&mut self) {
-        if let Some(guard) = self.0.take() {
+        if let Some(guard) = self.0.take()
+            && !std::thread::panicking()
+        {
             guard.ignore();
         }
     }
@@ -426,6 +429,22 @@ mod tests {
             assert_eq!(layer.limiter().in_flight(&()), 0);
         }
         assert_eq!(layer.limiter().limit(&()), Some(20));
+    }
+
+    /// An origin that panics failed: a drop, not a client's cancel.
+    #[tokio::test]
+    async fn an_origin_that_panics_counts_as_a_drop() {
+        let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
+        let panicking = layer.layer(tower::service_fn(|_req: Request<()>| async {
+            if true {
+                panic!("the origin failed");
+            }
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        let joined = tokio::spawn(panicking.oneshot(Request::new(()))).await;
+        assert!(joined.unwrap_err().is_panic());
+        assert_eq!(layer.limiter().in_flight(&()), 0);
+        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
     }
 
     /// An origin that fails (or a timeout layered inside this one, which
