@@ -12,7 +12,10 @@
 //! admits a burst and spaces it out: the layer holds each admitted request
 //! for its decision's [`delay`](crate::Decision::delay) before calling the
 //! inner service (not in shadow mode), without holding the service's
-//! readiness meanwhile.
+//! readiness meanwhile. A waiting request is held in memory (its future,
+//! boxed) until its turn: at most the shaper's queue per key, so bound the
+//! keys (the limiter's capacity) or the requests in flight
+//! ([`InflightLayer`](super::InflightLayer)) to bound them all.
 //!
 //! With [`settle`](RateLimitLayer::settle) the layer charges by the
 //! response instead: the limiter must also be [`SettleKey`], and the
