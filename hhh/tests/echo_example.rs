@@ -97,32 +97,54 @@ fn send_raw(packet: &[u8], to: SocketAddrV4) -> bool {
 
 #[test]
 fn the_echo_example_survives_a_datagram_it_cannot_answer() {
-    // A free port, taken and released; the service binds it next.
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
     let mut child = Command::new(example())
-        .args([addr.to_string(), "1000".to_string()])
+        .args(["127.0.0.1:0", "1000"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start the example");
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+    // Read both streams to the end on threads (the service prints every
+    // second; a closed pipe would fail its prints), passing lines on.
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+    }
     let mut service = Service(child);
-    assert!(banner.starts_with("echoing on"), "{banner:?}");
+    let wait_for = |prefix: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match seen.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    };
+    let banner = wait_for("echoing on ").expect("the service's banner");
+    let addr: SocketAddrV4 = banner["echoing on ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {banner:?}"));
 
     if !send_raw(&from_port_zero(addr, b"spoofed"), addr) {
         eprintln!("no raw socket (needs root or CAP_NET_RAW): not tested");
         return;
     }
-    // Let the service read it (and fail to answer it) before the ping.
-    std::thread::sleep(Duration::from_millis(200));
+    // The service read it and could not answer it.
+    assert!(
+        wait_for("no reply #1 ").is_some(),
+        "the spoofed datagram never reached the service, or it stopped on it"
+    );
 
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client

@@ -93,7 +93,9 @@ impl Inflight {
     /// exactly what was there before; the estimate returned for a positive
     /// `value` saturates at `isize::MAX` instead, so that a count pushed
     /// past the range (a weight a client chose) is refused, not read as
-    /// negative and admitted.
+    /// negative and admitted. That rule assumes weights are non-negative
+    /// (a negative one lowers every key sharing its counters) and catches
+    /// one wrap: cap weights a client chooses well below `isize::MAX`.
     pub fn incr<K: Hash + ?Sized>(&self, key: &K, value: isize) -> (InflightGuard, isize) {
         let hash = self.estimator.locator().hash(key);
         let location = self.estimator.locator().locate_hash(hash);

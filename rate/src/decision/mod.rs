@@ -222,7 +222,8 @@ impl Decision {
     }
 
     /// For a shaper ([`LeakyBucket::try_shaper`](crate::LeakyBucket::try_shaper)):
-    /// how long the caller must wait before proceeding. Zero otherwise.
+    /// how long the caller must wait before proceeding. Zero otherwise, and
+    /// in shadow mode (a dry run holds nothing back).
     #[inline]
     pub fn delay(&self) -> Duration {
         Duration::from_nanos(self.delay_ns)

@@ -222,7 +222,10 @@ where
             Ok(guard) => AdaptiveFuture {
                 state: AdaptiveFutureState::Running {
                     future: self.inner.call(request),
-                    guard: Awaiting(Some(guard)),
+                    guard: Awaiting {
+                        guard: Some(guard),
+                        polling: false,
+                    },
                     classify: self.layer.classify,
                 },
             },
@@ -258,13 +261,17 @@ pin_project! {
 /// An admitted request's guard while its answer is awaited. Dropped still
 /// holding it, the request was cancelled: released as ignored, not as the
 /// guard's default drop. An origin that panicked failed, and keeps that
-/// default.
-struct Awaiting<A: Algorithm, C: Clock>(Option<AdaptiveGuard<A, C>>);
+/// default: a poll that never returned marks it, whenever the future is
+/// dropped (during the unwinding, or later by whoever caught the panic).
+struct Awaiting<A: Algorithm, C: Clock> {
+    guard: Option<AdaptiveGuard<A, C>>,
+    polling: bool,
+}
 
 impl<A: Algorithm, C: Clock> Drop for Awaiting<A, C> {
     fn drop(&mut self) {
-        if let Some(guard) = self.0.take()
-            && !std::thread::panicking()
+        if let Some(guard) = self.guard.take()
+            && !self.polling
         {
             guard.ignore();
         }
@@ -299,8 +306,11 @@ where
                 guard,
                 classify,
             } => {
-                let result = std::task::ready!(future.poll(cx));
-                let mut guard = guard.0.take();
+                guard.polling = true;
+                let polled = future.poll(cx);
+                guard.polling = false;
+                let result = std::task::ready!(polled);
+                let mut guard = guard.guard.take();
                 match result {
                     Ok(response) => {
                         if let Some(guard) = guard.as_mut() {
@@ -441,10 +451,22 @@ mod tests {
             }
             Ok::<_, Infallible>(Response::new(String::new()))
         }));
-        let joined = tokio::spawn(panicking.oneshot(Request::new(()))).await;
+        let joined = tokio::spawn(panicking.clone().oneshot(Request::new(()))).await;
         assert!(joined.unwrap_err().is_panic());
         assert_eq!(layer.limiter().in_flight(&()), 0);
         assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
+        // Caught where it was polled (as tower-http's CatchPanicLayer does)
+        // and dropped after the unwinding: still a drop.
+        let mut service = panicking;
+        let mut future = Box::pin(service.call(Request::new(())));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = future.as_mut().poll(&mut cx);
+        }));
+        assert!(caught.is_err());
+        drop(future);
+        assert_eq!(layer.limiter().in_flight(&()), 0);
+        assert_eq!(layer.limiter().limit(&()), Some(16), "18 × 0.9");
     }
 
     /// An origin that fails (or a timeout layered inside this one, which

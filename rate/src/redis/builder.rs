@@ -95,7 +95,7 @@ impl RedisLimiterBuilder {
     ///     .prefix("api")
     ///     .connect(Target::server("redis://127.0.0.1:6379/"))
     ///     .await?;
-    /// assert_eq!(limiter.redis_keys("u1"), ["{api:u1}:0:gcra", "{api:u1}:1:fw"]);
+    /// assert_eq!(limiter.redis_keys("u1"), ["api:all:{api:u1}:0:gcra", "api:all:{api:u1}:1:fw"]);
     /// let decision = limiter.check("u1").await;
     /// if !decision.is_allowed() {
     ///     // Neither limit was spent.

@@ -55,10 +55,12 @@ impl Answering {
     }
 
     /// How long an admitted request waits before it is forwarded: a
-    /// shaper's delay, except in shadow mode, which holds nothing back.
+    /// shaper's delay, except in shadow mode, which holds nothing back. A
+    /// denial waits for nothing, whatever delay a shaper combined into it
+    /// (an all-of limit) carried.
     pub(super) fn delay(&self, decision: Option<&Decision>) -> std::time::Duration {
         match decision {
-            Some(decision) if !self.shadow => decision.delay(),
+            Some(decision) if decision.is_allowed() && !self.shadow => decision.delay(),
             _ => std::time::Duration::ZERO,
         }
     }

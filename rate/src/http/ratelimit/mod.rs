@@ -15,7 +15,12 @@
 //! readiness meanwhile. A waiting request is held in memory (its future,
 //! boxed) until its turn: at most the shaper's queue per key, so bound the
 //! keys (the limiter's capacity) or the requests in flight
-//! ([`InflightLayer`](super::InflightLayer)) to bound them all.
+//! ([`InflightLayer`](super::InflightLayer)) to bound them all. Keep the
+//! shaper's `max_delay` below any timeout outside the layer (the client's
+//! included): a request that times out waiting has spent its place in the
+//! queue for nothing. The waits are on weir-timeout's ticks (10 ms by
+//! default), so a shaper faster than a request per tick releases its
+//! requests a tick's worth at a time.
 //!
 //! With [`settle`](RateLimitLayer::settle) the layer charges by the
 //! response instead: the limiter must also be [`SettleKey`], and the
@@ -331,7 +336,8 @@ pin_project_lite::pin_project! {
     ///
     /// In-process limiters decide inside `call`, so the common path is the
     /// inner service's future plus precomputed headers: no allocation.
-    /// Limiters that must wait (a network round trip) take the boxed path.
+    /// Limiters that must wait (a network round trip), and a shaper's
+    /// delayed admissions, take the boxed path.
     /// `T` is what an admitted request carries to its response: `()`, or
     /// a [`SettleGuard`] for a settling layer.
     pub struct RateLimitFuture<F, B, E, T = ()> {

@@ -107,6 +107,28 @@ async fn a_shaper_spaces_out_the_requests_it_admits() {
     }
 }
 
+/// A denial is answered at once, even when a shaper in an all-of limit
+/// would have delayed the request: only an admission waits.
+#[tokio::test(start_paused = true)]
+async fn a_denial_never_waits_a_shapers_delay() {
+    let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+    let shaper = LeakyBucket::try_shaper(quota, Duration::from_secs(1)).unwrap();
+    let once = FixedWindow::new(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+    let limiter = KeyedLimiter::with_clock((shaper, once), ManualClock::new());
+    let mut service = RateLimitLayer::new(limiter, GlobalKey).layer(hello());
+    let first = service.ready().await.unwrap().call(Request::new(()));
+    assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+    let denied = service.ready().await.unwrap().call(Request::new(()));
+    assert!(
+        matches!(denied.state, RateLimitFutureState::Answered { .. }),
+        "a denial took the waiting path"
+    );
+    assert_eq!(
+        denied.await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
 #[tokio::test]
 async fn costs_weigh_requests_and_impossible_costs_are_refused_without_retry_after() {
     let (limiter, _clock) = per_minute(10);
