@@ -195,3 +195,19 @@ fn an_uncontended_limiter_remembers_no_refusal() {
             .is_none()
     );
 }
+
+/// A limiter in shadow mode is a dry run: a shaper's admissions carry no
+/// delay, so nothing that waits on `Decision::delay` (the tower layer, the
+/// waits) holds a request back.
+#[test]
+fn a_shadowed_shaper_asks_no_one_to_wait() {
+    let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+    let shaper = crate::LeakyBucket::try_shaper(quota, Duration::from_secs(1)).unwrap();
+    let limiter = KeyedLimiter::with_clock(shaper, ManualClock::new());
+    assert_eq!(limiter.check(&1u32).delay(), Duration::ZERO);
+    assert_eq!(limiter.check(&1u32).delay(), Duration::from_millis(100));
+    limiter.set_shadow(true);
+    let shadowed = limiter.check(&1u32);
+    assert!(shadowed.is_allowed());
+    assert_eq!(shadowed.delay(), Duration::ZERO);
+}
