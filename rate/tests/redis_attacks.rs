@@ -505,3 +505,84 @@ fn checks_dropped_at_every_await_point_leave_nothing_behind() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// A Redis Cluster client resends a call whose reply it lost (redis-rs's
+/// `retries`, which MOVED and ASK redirects need), so a script can run
+/// twice. A check or charge run twice is stricter, but a refund run twice
+/// would give back twice what was spent. The refund's call is captured
+/// from `SLOWLOG` and sent once more, byte for byte, as such a resend
+/// would send it: the limit must give back one unit, not two.
+#[test]
+fn a_refund_resent_after_a_lost_reply_gives_back_once() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("refund resent")? else {
+        return Ok(());
+    };
+    let mut raw = redis::Client::open(server.url())?.get_connection()?;
+    let rt = rt()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(3))))
+            .prefix(unique_prefix("resent"))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url())),
+    )?;
+    let spent: Vec<_> = (0..3).map(|_| rt.block_on(limiter.check("k"))).collect();
+    assert!(spent.iter().all(|d| d.is_allowed()), "{spent:?}");
+
+    let slowest: String = redis::cmd("CONFIG")
+        .arg(&["GET", "slowlog-log-slower-than"])
+        .query::<Vec<String>>(&mut raw)?
+        .pop()
+        .ok_or("no slowlog threshold")?;
+    redis::cmd("CONFIG")
+        .arg(&["SET", "slowlog-log-slower-than", "0"])
+        .query::<()>(&mut raw)?;
+    redis::cmd("SLOWLOG").arg("RESET").query::<()>(&mut raw)?;
+    rt.block_on(limiter.refund("k", &spent[0]))?;
+    let log: Vec<(u64, u64, u64, Vec<Vec<u8>>)> = redis::cmd("SLOWLOG")
+        .arg(&["GET", "16"])
+        .query::<Vec<redis::Value>>(&mut raw)?
+        .into_iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(mut fields) if fields.len() >= 4 => {
+                fields.truncate(4);
+                redis::from_redis_value(redis::Value::Array(fields)).ok()
+            }
+            _ => None,
+        })
+        .collect();
+    redis::cmd("CONFIG")
+        .arg(&["SET", "slowlog-log-slower-than", &slowest])
+        .query::<()>(&mut raw)?;
+    let call = log
+        .iter()
+        .map(|(_, _, _, args)| args)
+        .find(|args| {
+            args.first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"EVALSHA"))
+        })
+        .ok_or("the refund's EVALSHA is not in SLOWLOG")?;
+    assert!(
+        call.iter().all(|a| !a.ends_with(b"more bytes)")) && call.len() < 32,
+        "SLOWLOG shortened the call: {call:?}"
+    );
+    let mut resend = redis::cmd("EVALSHA");
+    for arg in &call[1..] {
+        resend.arg(arg.as_slice());
+    }
+    resend.query::<redis::Value>(&mut raw)?;
+
+    let first = rt.block_on(limiter.check("k"));
+    assert!(
+        first.is_allowed(),
+        "the refund gave nothing back: {first:?}"
+    );
+    // A refund gives back what the spending still counts for, a unit less
+    // the time since the check: two would leave all but microseconds of a
+    // second unit, one leaves the next unit a full emission interval away.
+    let second = rt.block_on(limiter.check("k"));
+    assert!(
+        second.retry_after() > Some(Duration::from_secs(600)),
+        "the resent refund gave back most of a second unit: {second:?}"
+    );
+    Ok(())
+}

@@ -9,6 +9,7 @@ use super::conn::Link;
 use super::scripts::{self, Raw, Settle};
 use crate::decision::{Decision, Receipt};
 use crate::quota::Quota;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir_primitives::time::duration_to_nanos;
@@ -245,11 +246,14 @@ impl Core {
         (op, cost, at_us): (Settle, u32, u64),
         deadline: Instant,
     ) -> Result<u64, RedisLimitError> {
-        let names: Vec<String> = self
+        let mut names: Vec<String> = self
             .limits
             .iter()
             .map(|l| format!("{key}{}", l.suffix))
             .collect();
+        if op == Settle::Refund {
+            names.push(refund_mark(key));
+        }
         let mut cmd = redis::Cmd::new();
         cmd.arg("EVALSHA")
             .arg(self.settle.get_hash())
@@ -258,7 +262,8 @@ impl Core {
             .arg(&self.params)
             .arg(op.code())
             .arg(cost)
-            .arg(at_us);
+            .arg(at_us)
+            .arg(self.mark_lifetime_ms());
         let call = async {
             let reply = self.send(&cmd, &self.settle).await?;
             match scripts::split_reply(&reply) {
@@ -272,6 +277,14 @@ impl Core {
         tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call)
             .await
             .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
+    }
+
+    /// How long a refund's mark lives (ms): longer than a cluster client
+    /// goes on resending one call (two retries, each given up after a
+    /// timeout, with back-offs of at most 200 ms), capped at a day.
+    fn mark_lifetime_ms(&self) -> u64 {
+        let ms = self.timeout.as_millis().saturating_mul(4) + 1000;
+        u64::try_from(ms).unwrap_or(u64::MAX).min(86_400_000)
     }
 
     /// Send `cmd`, an `EVALSHA` of `script`, loading the script on
@@ -313,6 +326,18 @@ impl Core {
         outstanding.answered();
         Ok(reply.inspect_err(|e| self.link.discard_on(generation, e))?)
     }
+}
+
+/// The key marking one refund of the key of base `key` as applied (same
+/// hash tag, so same Cluster slot): a count of this process's refunds,
+/// hashed with this process's random keys so that instances sharing Redis
+/// do not name each other's.
+fn refund_mark(key: &str) -> String {
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    static KEYS: OnceLock<ahash::RandomState> = OnceLock::new();
+    let n = SENT.fetch_add(1, Ordering::Relaxed);
+    let token = KEYS.get_or_init(ahash::RandomState::new).hash_one(n);
+    format!("{key}:refund:{token:016x}")
 }
 
 /// A limit's decision from its record: rounded as the in-process limiters

@@ -100,7 +100,11 @@
 //!   failure policy's local limiter, and a refund of a receipt the local
 //!   limiter issued goes back to it; a refund of a Redis receipt that
 //!   Redis cannot take is an error, never given to the fallback (which
-//!   never counted it).
+//!   never counted it). A refund is applied once however often its call
+//!   reaches Redis (a Redis Cluster client resends a call whose reply it
+//!   lost): it leaves a mark key beside the key's state
+//!   (`<state key>:refund:<random>`, living four timeouts plus a second),
+//!   and a call that finds its mark gives nothing back.
 //! * **Local overload** is not a Redis failure. A caller that finds the
 //!   batching queue full, or whose deadline passes while it waits in the
 //!   queue behind this instance's own load (no call to Redis failed

@@ -181,10 +181,13 @@ impl Settle {
 /// The script of forced charges and refunds for a set of limits of one
 /// key (one limit for a single limiter): `KEYS` holds the key's `L` Redis
 /// keys, `ARGV` every limit's parameters, then the operation
-/// ([`Settle::code`]), the cost and the receipt's time (µs). Every limit
-/// is charged, or refunded by the receipt, by its `CHARGE` or `REFUND`
-/// and written back if that changed it. The reply is the server's `now`
-/// (a charge's receipt instant).
+/// ([`Settle::code`]), the cost, the receipt's time (µs) and how long a
+/// refund's mark lives (ms). Every limit is charged, or refunded by the
+/// receipt, by its `CHARGE` or `REFUND` and written back if that changed
+/// it. A refund names one more key, its mark, after the limits' keys: set
+/// with that lifetime when the refund is applied, it turns the same call
+/// arriving again into nothing. The reply is the server's `now` (a
+/// charge's receipt instant).
 pub(crate) fn settle(algorithms: &[Algorithm]) -> String {
     let (blocks, params) = limit_blocks(algorithms, "settle", &|body| {
         format!(
@@ -218,6 +221,11 @@ end"#,
 {blocks}
 local P = {params}
 local op, cost, at = tonumber(ALL[P + 1]), tonumber(ALL[P + 2]), tonumber(ALL[P + 3])
+-- A refund's last key marks it done: a call sent again (a cluster client
+-- resends one whose reply it lost) gives nothing back twice.
+if op == 2 and not redis.call('SET', KEYS[#KEYS], '', 'NX', 'PX', ALL[P + 4]) then
+  return pack('<d', now)
+end
 local vals = read(KEYS)
 {calls}
 return pack('<d', now)
