@@ -44,8 +44,12 @@ use std::hash::Hash;
 /// assert!(!admit(&per_user, "alice"));
 /// ```
 pub trait CheckKey<Q: ?Sized>: Send + Sync {
-    /// Decide `cost` units for `key`, spending them when allowed; an error
-    /// when `cost` exceeds what the quota can ever allow at once.
+    /// Decide `cost` units for `key`, spending them when allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the quota can ever allow
+    /// at once; a denial is an `Ok` decision.
     fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
 
     /// Spend `cost` units for `key` unconditionally (see

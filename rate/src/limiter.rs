@@ -60,6 +60,11 @@ pub trait Limiter: Send + Sync {
 
     /// Decide whether `cost` units may be spent at `now_ns`, spending them
     /// when allowed and `mode` is [`Mode::Consume`].
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds [`capacity`](Self::capacity);
+    /// a denial is an `Ok` decision.
     fn check(
         &self,
         state: &mut Self::State,

@@ -142,7 +142,7 @@ impl KernelFilter {
         let params = builder.params()?;
         let config = Config::new(&params)?;
         let cells = u32::try_from(config.cells_per_sketch * GENERALISATIONS as u64)
-            .expect("params() bounds the cells to u32::MAX");
+            .map_err(|_| KernelError::Unsupported("more than 2^32 cells in all"))?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("weir_cells", cells)
             .override_global("weir_cfg", &config, true)

@@ -45,6 +45,11 @@ pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
 /// Longest tick a manager accepts (stated in [`TimerManager::try_new`]).
 #[doc(hidden)]
 pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
+// The global manager's resolution needs no check at run time.
+const _: () = assert!(
+    DEFAULT_RESOLUTION.as_nanos() >= MIN_RESOLUTION.as_nanos()
+        && DEFAULT_RESOLUTION.as_nanos() <= MAX_RESOLUTION.as_nanos()
+);
 
 /// What arming a timer produced.
 #[derive(Debug)]
@@ -256,11 +261,17 @@ impl TimerManager {
                 requested: resolution,
             });
         }
+        Ok(Self::with_resolution(resolution))
+    }
+
+    /// A manager ticking every `resolution`, which the caller has checked
+    /// against the bounds.
+    fn with_resolution(resolution: Duration) -> Self {
         watch_forks();
         // Registering for the barrier that revokes a bucket's bias may wait
         // for the kernel's RCU grace period: here, not under a first arm.
         weir_primitives::biased::biasing_available();
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 resolution_ns: duration_to_nanos(resolution),
                 clock: Clock::new(),
@@ -276,7 +287,7 @@ impl TimerManager {
                 threads_started: AtomicU64::new(0),
                 buckets: Buckets::default(),
             }),
-        })
+        }
     }
 
     /// The process-wide manager behind [`timeout`](crate::timeout) and
@@ -289,7 +300,7 @@ impl TimerManager {
     /// assert_eq!(TimerManager::global().resolution(), Duration::from_millis(10));
     /// ```
     pub fn global() -> &'static TimerManager {
-        GLOBAL.get_or_init(|| TimerManager::try_new(DEFAULT_RESOLUTION).expect("valid default"))
+        GLOBAL.get_or_init(|| TimerManager::with_resolution(DEFAULT_RESOLUTION))
     }
 
     /// The tick length.
