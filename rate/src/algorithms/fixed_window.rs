@@ -30,6 +30,19 @@ pub struct FixedWindow {
 }
 
 /// [`FixedWindow`]'s state: the current window's start and count.
+///
+/// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
+/// hand through [`Limiter`](crate::Limiter), times in ns:
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+/// let limiter = FixedWindow::new(Quota::per_second(NonZeroU32::MIN));
+/// let mut state = limiter.new_state(0);
+/// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
+/// assert!(!limiter.check(&mut state, 1, 1, Mode::Consume)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FixedWindowState {
     start: u64,

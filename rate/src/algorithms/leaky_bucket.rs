@@ -52,6 +52,19 @@ pub struct LeakyBucket {
 
 /// [`LeakyBucket`]'s state: the meter's level, or for a shaper the time its
 /// queue drains.
+///
+/// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
+/// hand through [`Limiter`](crate::Limiter), times in ns:
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{LeakyBucket, Limiter, Mode, Quota};
+/// let limiter = LeakyBucket::meter(Quota::per_second(NonZeroU32::MIN));
+/// let mut state = limiter.new_state(0);
+/// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
+/// assert!(!limiter.check(&mut state, 1, 1, Mode::Consume)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeakyState {
     meter: TokenBucketState,

@@ -32,6 +32,19 @@ pub struct SlidingLog {
 }
 
 /// [`SlidingLog`]'s state: the allowed requests still in the window.
+///
+/// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
+/// hand through [`Limiter`](crate::Limiter), times in ns:
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{SlidingLog, Limiter, Mode, Quota};
+/// let limiter = SlidingLog::new(Quota::per_second(NonZeroU32::MIN));
+/// let mut state = limiter.new_state(0);
+/// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
+/// assert!(!limiter.check(&mut state, 1, 1, Mode::Consume)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct SlidingLogState {
     entries: VecDeque<(u64, u32)>,

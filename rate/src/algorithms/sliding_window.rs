@@ -50,6 +50,19 @@ pub struct SlidingWindow {
 }
 
 /// [`SlidingWindow`]'s state: a ring of sub-window counters.
+///
+/// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
+/// hand through [`Limiter`](crate::Limiter), times in ns:
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::{SlidingWindow, Limiter, Mode, Quota};
+/// let limiter = SlidingWindow::try_new(Quota::per_second(NonZeroU32::MIN), 2)?;
+/// let mut state = limiter.new_state(0);
+/// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
+/// assert!(!limiter.check(&mut state, 1, 1, Mode::Consume)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingWindowState {
     /// Start of the current sub-window.

@@ -166,7 +166,9 @@ impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
 /// use http::{Request, Response};
 /// use std::convert::Infallible;
 /// use tower::{Layer, Service, ServiceExt};
-/// use weir_rate::http::{AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, GlobalKey};
+/// use weir_rate::http::{
+///     AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, GlobalKey,
+/// };
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let inner = tower::service_fn(|_: Request<String>| async {
@@ -181,6 +183,9 @@ impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
 /// let future: AdaptiveFuture<_, _, _, _> = service.ready().await.unwrap().call(Request::new(String::new()));
 /// let response = future.await.unwrap();
 /// assert_eq!(response.status(), 200);
+/// // The request's latency sample stays open until its body is done.
+/// let body: AdaptiveBody<String, _, _> = response.into_body();
+/// drop(body);
 /// # });
 /// ```
 #[derive(Debug)]
@@ -329,6 +334,8 @@ where
 /// The response body of [`AdaptiveInflightLayer`]: the request stays
 /// counted in flight, and its latency sample open, until the body has
 /// ended (or failed, or been dropped).
+///
+/// The [`AdaptiveInflightService`] example names it.
 pub type AdaptiveBody<B, A, C> = CountedBody<B, AdaptiveGuard<A, C>>;
 
 #[cfg(test)]

@@ -253,6 +253,8 @@ where
 
 /// The response body of [`InflightLayer`]: the request stays counted in
 /// flight until the body has ended (or failed, or been dropped).
+///
+/// The [`CountedBody`](super::CountedBody) example names it.
 pub type InflightBody<B> = CountedBody<B, InflightPermit>;
 
 /// One request counted in flight; uncounts it when dropped. The layer

@@ -442,6 +442,8 @@ pub struct SettleGuard<K> {
 
 /// The response body of a settling [`RateLimitLayer`](super::RateLimitLayer):
 /// counted as it streams, settled when it ends or is dropped.
+///
+/// The [`SettleGuard`] example names it.
 pub type SettleBody<B, K> = CountedBody<B, SettleGuard<K>>;
 
 impl<K> fmt::Debug for SettleGuard<K> {
