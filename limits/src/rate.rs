@@ -29,6 +29,19 @@
 //! never see a window half zeroed, nor "nothing counted" for a window that
 //! was.
 //!
+//! A rotation interrupted by `fork()` is finished by the child. The child
+//! has only the forking thread, so a rotation another thread had claimed
+//! would otherwise stay claimed, and every reader and writer of a later
+//! window would wait for it forever. Each claimer first records the
+//! process's fork count ([`weir_primitives::fork::forks`], which moves only
+//! in a child, at the fork); a thread that finds a claim recorded under
+//! another count knows its claimer is not in this process, takes the claim
+//! over (one compare-and-swap on the record decides who), zeroes the spare
+//! sketch as the claimer would have, and releases the word. A claim that
+//! skipped windows is released without publishing its window: the next
+//! writer finds the gap again and zeroes every sketch. Forks are seen
+//! through `pthread_atfork`; a raw `clone` system call is not.
+//!
 //! An event whose clock reading is older than the current window (it raced
 //! with a rotation, or the clock went backwards) is counted in the current
 //! window, never in a stale one. A writer stalled for more than a whole
@@ -43,6 +56,7 @@ use crate::sketch::Locator;
 use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use std::hash::Hash;
 use std::time::Duration;
+use weir_primitives::fork;
 
 const ROTATING: u64 = 1;
 /// The largest window number that fits in the state word beside `ROTATING`.
@@ -127,6 +141,9 @@ pub struct Rate<C: Clock = MonotonicClock> {
     windows: [Estimator; 3],
     /// `window_number << 1 | ROTATING`.
     state: AtomicU64,
+    /// The fork count of the process whose thread claimed the rotation,
+    /// written before each claim (see the module docs).
+    claimed_in: AtomicU64,
     interval_nanos: u64,
     interval: Duration,
     clock: C,
@@ -212,9 +229,13 @@ impl<C: Clock> Rate<C> {
         let windows =
             std::array::from_fn(|_| Estimator::from_parts(locator.clone(), crate::Update::Plain));
         let first = window_number(clock.now_nanos(), interval_nanos);
+        // Without the count (no memory for the handler), a child forked
+        // mid-rotation waits for that rotation forever.
+        fork::watch();
         Ok(Self {
             windows,
             state: AtomicU64::new(first << 1),
+            claimed_in: AtomicU64::new(fork::forks()),
             interval_nanos,
             interval,
             clock,
@@ -252,6 +273,7 @@ impl<C: Clock> Rate<C> {
             if state & ROTATING != 0 {
                 // Which sketches it zeroes depends on whether windows were
                 // skipped, which the word does not say.
+                self.finish_orphaned_rotation(state);
                 backoff.wait();
                 continue;
             }
@@ -323,9 +345,13 @@ impl<C: Clock> Rate<C> {
                 return published;
             }
             if state & ROTATING != 0 {
+                self.finish_orphaned_rotation(state);
                 backoff.wait();
                 continue;
             }
+            // Every claimer of one process records the same count, so
+            // a losing claimer's write changes nothing.
+            self.claimed_in.store(fork::forks(), Ordering::Relaxed);
             // The next window is published with the claim itself: its
             // sketch was zeroed by the last rotation, so its writers need
             // not wait. After a gap the claim keeps the old window until
@@ -360,13 +386,41 @@ impl<C: Clock> Rate<C> {
             return window;
         }
     }
+
+    /// Finish the rotation claimed in `state` if its claimer is in an
+    /// ancestor process (see the module docs); otherwise leave it to the
+    /// claimer.
+    #[cold]
+    fn finish_orphaned_rotation(&self, state: u64) {
+        let here = fork::forks();
+        // Acquire: the record a claimer wrote before its claim, which the
+        // caller's load of `state` made visible.
+        let recorded = self.claimed_in.load(Ordering::Acquire);
+        if recorded == here {
+            return;
+        }
+        if self
+            .claimed_in
+            .compare_exchange(recorded, here, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // This thread owns the claim now: nobody else writes the word
+        // until it is released.
+        let published = state >> 1;
+        self.sketch(published + 1).reset();
+        self.state.store(published << 1, Ordering::Release);
+    }
 }
 
 impl<C: Clock> std::fmt::Debug for Rate<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.load(Ordering::Relaxed);
         f.debug_struct("Rate")
             .field("interval", &self.interval)
-            .field("window", &(self.state.load(Ordering::Relaxed) >> 1))
+            .field("window", &(state >> 1))
+            .field("rotating", &(state & ROTATING != 0))
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,6 @@
 //! What a forked child must forget: one `pthread_atfork` child handler for
-//! the whole process, running the hooks weir's crates register.
+//! the whole process, counting forks ([`forks`]) and running the hooks
+//! weir's crates register.
 //!
 //! In the child only the forking thread exists. Background threads (a
 //! clock's upkeep thread, a timer sweeper) did not survive, and whatever
@@ -9,7 +10,59 @@
 //! stores to `const` thread-locals without destructors. No allocation, no
 //! lock, no I/O.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// See [`forks`].
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many forks this process descends through, counted since the child
+/// handler was installed ([`watch`] or [`on_fork_in_child`]). It changes
+/// only in a child, at the fork, so a value recorded by a thread that is
+/// not the current count's was recorded in an ancestor process: that
+/// thread is not in this one.
+///
+/// ```
+/// use weir_primitives::fork;
+/// assert!(fork::watch());
+/// let here = fork::forks();
+/// assert_eq!(fork::forks(), here); // only a child's count moves
+/// ```
+#[inline]
+pub fn forks() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// Count forks from now on (see [`forks`]), installing the child handler
+/// if it is not yet. Returns `false` if it could not be installed
+/// (`pthread_atfork` failed for lack of memory); on targets without `fork`
+/// there is nothing to count and it returns `true`.
+///
+/// ```
+/// assert!(weir_primitives::fork::watch());
+/// ```
+pub fn watch() -> bool {
+    #[cfg(unix)]
+    {
+        use std::sync::OnceLock;
+
+        static INSTALLED: OnceLock<bool> = OnceLock::new();
+
+        extern "C" fn in_child() {
+            FORKS.fetch_add(1, Ordering::Relaxed);
+            run_hooks();
+        }
+        *INSTALLED.get_or_init(|| {
+            // SAFETY: registers a handler that only adds to an atomic, loads
+            // atomics and calls the hooks, each async-signal-safe by
+            // `on_fork_in_child`'s contract.
+            unsafe { libc::pthread_atfork(None, None, Some(in_child)) == 0 }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        true
+    }
+}
 
 /// Hooks a process can hold; weir's crates register one each.
 const CAPACITY: usize = 8;
@@ -44,20 +97,11 @@ static HOOKS: [AtomicPtr<()>; CAPACITY] =
 pub fn on_fork_in_child(hook: fn()) -> bool {
     #[cfg(unix)]
     {
-        use std::sync::{Mutex, OnceLock};
+        use std::sync::Mutex;
 
-        static INSTALLED: OnceLock<bool> = OnceLock::new();
         static REGISTER: Mutex<()> = Mutex::new(());
 
-        extern "C" fn in_child() {
-            run_hooks();
-        }
-        let installed = *INSTALLED.get_or_init(|| {
-            // SAFETY: registers a handler that only loads atomics and calls
-            // the hooks, each async-signal-safe by this function's contract.
-            unsafe { libc::pthread_atfork(None, None, Some(in_child)) == 0 }
-        });
-        if !installed {
+        if !watch() {
             return false;
         }
         // Registrations are rare; the lock keeps two of one hook from both
@@ -84,6 +128,7 @@ pub fn on_fork_in_child(hook: fn()) -> bool {
 }
 
 /// Run every registered hook, in registration order.
+#[cfg(unix)]
 fn run_hooks() {
     for slot in &HOOKS {
         let hook = slot.load(Ordering::Acquire);

@@ -8,7 +8,7 @@
 //! abandoned, so nothing ever waits on a lock a vanished thread held, and
 //! starts a fresh sweeper at once. A child that arms nothing but goes on
 //! waiting for a timer armed before the fork starts its sweeper on that
-//! timer's next poll: the same `pthread_atfork` hook counts forks, and a
+//! timer's next poll: the same `pthread_atfork` handler counts forks, and a
 //! poll that finds its manager's sweeper started before the latest one
 //! starts this process's (see [`forks`]). The pause belongs to the parent's
 //! sweeper: the child's never honours it, so the child need not unpause.
@@ -63,17 +63,10 @@ pub(super) fn watch_tear_down() {
     let _ = TEAR_DOWN.try_with(|_| {});
 }
 
-/// Forks this process descends through (as seen by [`watch_forks`]'s
-/// hook): it changes only in a child, at the fork, so a manager whose
-/// sweeper was started at another count than the current one has no
-/// sweeper in this process.
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// See [`FORKS`].
-#[inline]
-pub(super) fn forks() -> u64 {
-    FORKS.load(Ordering::Relaxed)
-}
+/// Forks this process descends through ([`weir_primitives::fork::forks`]):
+/// a manager whose sweeper was started at another count than the current
+/// one has no sweeper in this process.
+pub(super) use weir_primitives::fork::forks;
 
 /// A number unique to the current thread (0: never). Unlike
 /// `thread_local`'s ids these are never reused, and in a forked child the
@@ -109,9 +102,8 @@ pub(super) fn thread_serial() -> u64 {
 pub(super) fn watch_forks() {
     fn in_child() {
         // Async-signal-safe: one store to this thread's own `const`
-        // thread-local and one lock-free atomic add.
+        // thread-local. (The fork count moves before the hooks run.)
         let _ = SERIAL.try_with(|s| s.set(0));
-        FORKS.fetch_add(1, Ordering::Relaxed);
     }
     let _ = weir_primitives::fork::on_fork_in_child(in_child);
 }

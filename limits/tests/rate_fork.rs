@@ -1,0 +1,84 @@
+//! A fork while another thread rotates a `Rate`'s window leaves the child a
+//! claimed rotation that no thread of the child will finish (only the
+//! forking thread survives). The child's readers and writers must not
+//! wait for it forever: the child finishes the rotation itself.
+//!
+//! One test in its own binary: no other test thread runs when it forks.
+#![cfg(target_os = "linux")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir_limits::clock::ManualClock;
+use weir_limits::{Layout, Rate, Shape};
+use weir_test_support::fork;
+
+#[test]
+fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std::error::Error>> {
+    // Sketches large enough that zeroing one takes tens of milliseconds
+    // (every page of it faulted in), so the fork lands inside a rotation.
+    let shape = Shape::try_new(4, 1 << 22, Layout::Rows)?;
+    let clock = ManualClock::new();
+    let second = Duration::from_secs(1);
+    let rate = Arc::new(Rate::try_with_shape(second, shape, clock.clone())?);
+    rate.observe(&"k", 3);
+    clock.advance(second);
+    rate.observe(&"k", 5);
+    clock.advance(second);
+    // This thread claims window 2 (published with the claim), zeroes the
+    // spare sketch, then counts its 7.
+    let rotating = std::thread::spawn({
+        let rate = rate.clone();
+        move || rate.observe(&"k", 7)
+    });
+    let waited = Instant::now();
+    while !format!("{rate:?}").contains("window: 2") {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never claimed");
+        std::hint::spin_loop();
+    }
+    let child = fork::spawn(|| {
+        // The parent's 7 never arrived here; window 1's 5 is the previous.
+        let c = rate.components(&"k");
+        if (c.previous, c.current) != (5, 0) {
+            return 2;
+        }
+        // Writers of a later window find the rotation finished too.
+        clock.advance(second);
+        if rate.observe(&"k", 1) != 1 {
+            return 3;
+        }
+        0
+    });
+    let code = child.wait(Duration::from_secs(10));
+    assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 7);
+    assert_eq!(code, 0, "child: 2 = wrong counts, 3 = wrong count after");
+
+    // After a quiet spell the claim keeps the old window published while
+    // every sketch is zeroed; a child forked then starts from nothing.
+    clock.advance(second * 3);
+    let rotating = std::thread::spawn({
+        let rate = rate.clone();
+        move || rate.observe(&"k", 11)
+    });
+    let waited = Instant::now();
+    while !format!("{rate:?}").contains("rotating: true") {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never claimed");
+        std::hint::spin_loop();
+    }
+    let child = fork::spawn(|| {
+        let c = rate.components(&"k");
+        if (c.previous, c.current) != (0, 0) {
+            return 2;
+        }
+        if rate.observe(&"k", 1) != 1 || rate.components(&"k").current != 1 {
+            return 3;
+        }
+        0
+    });
+    let code = child.wait(Duration::from_secs(10));
+    assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 11);
+    assert_eq!(
+        code, 0,
+        "after a gap, child: 2 = stale counts, 3 = wrong count after"
+    );
+    Ok(())
+}
