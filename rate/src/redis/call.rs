@@ -5,7 +5,7 @@
 //! from this instance's own load.
 
 use super::RedisLimitError;
-use super::conn::Link;
+use super::conn::{Link, cluster_slot};
 use super::scripts::{self, Raw, Settle};
 use crate::decision::{Decision, Receipt};
 use crate::quota::Quota;
@@ -246,26 +246,42 @@ impl Core {
         (op, cost, at_us): (Settle, u32, u64),
         deadline: Instant,
     ) -> Result<u64, RedisLimitError> {
-        let mut names: Vec<String> = self
+        let names: Vec<String> = self
             .limits
             .iter()
             .map(|l| format!("{key}{}", l.suffix))
             .collect();
-        if op == Settle::Refund {
-            names.push(refund_mark(key));
-        }
-        let mut cmd = redis::Cmd::new();
-        cmd.arg("EVALSHA")
-            .arg(self.settle.get_hash())
-            .arg(names.len())
-            .arg(&names)
-            .arg(&self.params)
-            .arg(op.code())
-            .arg(cost)
-            .arg(at_us)
-            .arg(self.mark_lifetime_ms());
+        // Only a cluster client sends a call twice. A mark in another slot
+        // than the state (a key whose hash tag is empty) would make every
+        // refund of that key a cross-slot error, so such a key goes
+        // unmarked.
+        let mark = (op == Settle::Refund && self.cluster)
+            .then(|| refund_mark(key))
+            .filter(|mark| cluster_slot(mark) == cluster_slot(&names[0]));
+        let command = |mark: Option<&String>| {
+            let mut cmd = redis::Cmd::new();
+            cmd.arg("EVALSHA")
+                .arg(self.settle.get_hash())
+                .arg(names.len() + usize::from(mark.is_some()))
+                .arg(&names)
+                .arg(mark)
+                .arg(&self.params)
+                .arg(op.code())
+                .arg(cost)
+                .arg(at_us)
+                .arg(self.mark_lifetime_ms());
+            cmd
+        };
         let call = async {
-            let reply = self.send(&cmd, &self.settle).await?;
+            let mut reply = self.send(&command(mark.as_ref()), &self.settle).await;
+            // While the slot migrates, a script naming a key that one of
+            // the two masters lacks is refused unrun (the mark never exists
+            // yet): the refund goes again unmarked, on the state alone.
+            if mark.is_some() && matches!(&reply, Err(RedisLimitError::Redis(e)) if slot_moving(e))
+            {
+                reply = self.send(&command(None), &self.settle).await;
+            }
+            let reply = reply?;
             match scripts::split_reply(&reply) {
                 Some((now_us, [])) => Ok(now_us),
                 _ => Err(RedisLimitError::BadReply(format!(
@@ -329,14 +345,17 @@ impl Core {
 }
 
 /// The key marking one refund of the key of base `key` as applied (same
-/// hash tag, so same Cluster slot): a count of this process's refunds,
-/// hashed with this process's random keys so that instances sharing Redis
-/// do not name each other's.
+/// hash tag, so the same Cluster slot, unless the tag is empty): a count of
+/// this process's refunds with its process id, hashed with random keys.
+/// The id tells apart the workers a parent forked (they inherit its
+/// count and keys); the keys, instances on other hosts.
 fn refund_mark(key: &str) -> String {
     static SENT: AtomicU64 = AtomicU64::new(0);
     static KEYS: OnceLock<ahash::RandomState> = OnceLock::new();
     let n = SENT.fetch_add(1, Ordering::Relaxed);
-    let token = KEYS.get_or_init(ahash::RandomState::new).hash_one(n);
+    let token = KEYS
+        .get_or_init(ahash::RandomState::new)
+        .hash_one((std::process::id(), n));
     format!("{key}:refund:{token:016x}")
 }
 

@@ -53,7 +53,8 @@
 //!   `SET`), and otherwise replaces it with a new expiry (`SET … PXAT`);
 //!   the deadline is known from the stored state (the rate algorithms
 //!   store it), so the script always knows which applies. Idle keys
-//!   therefore linger at most two seconds. After a quota change (a new
+//!   therefore linger at most two seconds (a refund's mark on a cluster,
+//!   below, four timeouts and a second). After a quota change (a new
 //!   limiter on the same prefix) keys keep an expiry covering the new
 //!   quota: the token bucket and GCRA store their expiry second itself,
 //!   and a token bucket that the new quota would refill only after that
@@ -100,11 +101,21 @@
 //!   failure policy's local limiter, and a refund of a receipt the local
 //!   limiter issued goes back to it; a refund of a Redis receipt that
 //!   Redis cannot take is an error, never given to the fallback (which
-//!   never counted it). A refund is applied once however often its call
-//!   reaches Redis (a Redis Cluster client resends a call whose reply it
-//!   lost): it leaves a mark key beside the key's state
-//!   (`<state key>:refund:<random>`, living four timeouts plus a second),
-//!   and a call that finds its mark gives nothing back.
+//!   never counted it). On a Redis Cluster a refund is applied once however
+//!   often its call reaches Redis (the cluster client resends a call whose
+//!   reply it lost, within four timeouts): it leaves a mark key in the
+//!   key's slot (`<base>:refund:<token>`, where the key's state is
+//!   `<base>` or, for several limits, `<base>:<i>:<alg>`), living four
+//!   timeouts plus a second, and a call that finds its mark gives nothing
+//!   back. So marks add at most refunds per second × that lifetime keys.
+//!   Three cases go unmarked, and a resent refund of theirs gives back
+//!   twice: a key whose hash tag is empty (it starts with `}`, so Redis
+//!   hashes the whole name and a mark would land in another slot), a
+//!   refund while its slot migrates between masters (Redis refuses a
+//!   script naming a key one side lacks, so it goes again on the state
+//!   alone), and a mark evicted early (`volatile-*` eviction policies
+//!   pick keys with an expiry first). A single server's connection never
+//!   sends a call twice, so its refunds carry no mark.
 //! * **Local overload** is not a Redis failure. A caller that finds the
 //!   batching queue full, or whose deadline passes while it waits in the
 //!   queue behind this instance's own load (no call to Redis failed

@@ -79,10 +79,10 @@ impl RedisLimiter {
     /// limit, computed by the script against the server's `TIME` from the
     /// receipt's server instant. Nothing for a decision that spent nothing
     /// or carries no receipt (a denial, a peek, an answer from a lease,
-    /// fail-open or shedding). Refund each spending at most once: a
-    /// call of this method gives back once even if its call reaches Redis
-    /// twice (a cluster client resending it), but two calls give back
-    /// twice.
+    /// fail-open or shedding). Refund each spending at most once: two
+    /// calls give back twice. (One call gives back once even if a cluster
+    /// client sends it twice; see the [module docs](crate::redis) for the
+    /// exceptions.)
     ///
     /// A refund goes where the spending was counted: a receipt from Redis
     /// to Redis, one from the failure policy's local limiter (a decision

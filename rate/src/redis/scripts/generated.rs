@@ -184,9 +184,9 @@ impl Settle {
 /// ([`Settle::code`]), the cost, the receipt's time (µs) and how long a
 /// refund's mark lives (ms). Every limit is charged, or refunded by the
 /// receipt, by its `CHARGE` or `REFUND` and written back if that changed
-/// it. A refund names one more key, its mark, after the limits' keys: set
-/// with that lifetime when the refund is applied, it turns the same call
-/// arriving again into nothing. The reply is the server's `now` (a
+/// it. A refund may name one more key, its mark, after the limits' keys:
+/// set with that lifetime when the refund is applied, it turns the same
+/// call arriving again into nothing. The reply is the server's `now` (a
 /// charge's receipt instant).
 pub(crate) fn settle(algorithms: &[Algorithm]) -> String {
     let (blocks, params) = limit_blocks(algorithms, "settle", &|body| {
@@ -221,15 +221,18 @@ end"#,
 {blocks}
 local P = {params}
 local op, cost, at = tonumber(ALL[P + 1]), tonumber(ALL[P + 2]), tonumber(ALL[P + 3])
--- A refund's last key marks it done: a call sent again (a cluster client
--- resends one whose reply it lost) gives nothing back twice.
-if op == 2 and not redis.call('SET', KEYS[#KEYS], '', 'NX', 'PX', ALL[P + 4]) then
+-- A refund's mark, a key after the limits' own, says it is done: a call
+-- sent again (a cluster client resends one whose reply it lost) gives
+-- nothing back twice.
+if op == 2 and #KEYS > {limits}
+    and not redis.call('SET', KEYS[#KEYS], '', 'NX', 'PX', ALL[P + 4]) then
   return pack('<d', now)
 end
 local vals = read(KEYS)
 {calls}
 return pack('<d', now)
 "#,
-        calls = calls.join("\n")
+        calls = calls.join("\n"),
+        limits = algorithms.len(),
     )
 }
