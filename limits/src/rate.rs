@@ -8,8 +8,8 @@
 //! event after a quiet spell (pingora-limits starts a new window at whatever
 //! call comes first after expiry). Time is integer nanoseconds, so
 //! sub-millisecond intervals work, and intervals up to 584 years are accepted.
-//! Window numbers saturate at 2⁶³ − 1 (they share a word with the rotating
-//! bit); only a 1 ns interval gets there, after 292 years on the clock, and
+//! Window numbers saturate at 2⁶² − 1 (they share a word with two flags);
+//! only a 1 ns interval gets there, after 146 years on the clock, and
 //! from then on every event counts in that last window, as clocks saturate
 //! at `u64::MAX` ns.
 //!
@@ -19,7 +19,7 @@
 //! later window claims the bit and publishes the new window in one
 //! compare-and-swap (writers of the new window may proceed at once, their
 //! sketch is clean), zeroes the sketch that will be needed next, and clears
-//! the bit. Writers never clear anything they might be counting into, so no
+//! the bit. (A second flag says the claim skips windows, below.) Writers never clear anything they might be counting into, so no
 //! event is lost to a rotation race, and all window arithmetic is on window
 //! numbers, so racing timestamps cannot underflow. If windows were skipped
 //! (a quiet spell) the rotating thread zeroes every sketch before
@@ -36,11 +36,14 @@
 //! process's fork count ([`weir_primitives::fork::forks`], which moves only
 //! in a child, at the fork); a thread that finds a claim recorded under
 //! another count knows its claimer is not in this process, takes the claim
-//! over (one compare-and-swap on the record decides who), zeroes the spare
-//! sketch as the claimer would have, and releases the word. A claim that
-//! skipped windows is released without publishing its window: the next
-//! writer finds the gap again and zeroes every sketch. Forks are seen
-//! through `pthread_atfork`; a raw `clone` system call is not.
+//! over (one compare-and-swap on the record decides who), zeroes what the
+//! claimer would have (the spare sketch, or, when the word's second flag
+//! says the claim skips windows, every sketch, which the claimer may have
+//! left half zeroed) and releases the word. A gap's claim is released
+//! without publishing its window: the next writer finds the gap again.
+//! Forks are seen through `pthread_atfork`; a raw `clone` system call is
+//! not, nor a fork from a signal handler that interrupted a claimer between
+//! its record and its claim.
 //!
 //! An event whose clock reading is older than the current window (it raced
 //! with a rotation, or the clock went backwards) is counted in the current
@@ -58,11 +61,17 @@ use std::hash::Hash;
 use std::time::Duration;
 use weir_primitives::fork;
 
+/// In the state word: a rotation is claimed.
 const ROTATING: u64 = 1;
-/// The largest window number that fits in the state word beside `ROTATING`.
-const LAST_WINDOW: u64 = u64::MAX >> 1;
+/// In the state word, beside [`ROTATING`]: the claim skips windows, so it
+/// zeroes every sketch before publishing.
+const SKIPPING: u64 = 2;
+/// Where the window number starts in the state word.
+const SHIFT: u32 = 2;
+/// The largest window number that fits in the state word beside the flags.
+const LAST_WINDOW: u64 = u64::MAX >> SHIFT;
 
-/// The window holding `nanos`, saturated so that `window << 1` loses no bit.
+/// The window holding `nanos`, saturated so that `window << SHIFT` loses no bit.
 #[inline]
 fn window_number(nanos: u64, interval_nanos: u64) -> u64 {
     (nanos / interval_nanos).min(LAST_WINDOW)
@@ -139,7 +148,7 @@ impl RateComponents {
 /// ```
 pub struct Rate<C: Clock = MonotonicClock> {
     windows: [Estimator; 3],
-    /// `window_number << 1 | ROTATING`.
+    /// `window_number << SHIFT | SKIPPING | ROTATING`.
     state: AtomicU64,
     /// The fork count of the process whose thread claimed the rotation,
     /// written before each claim (see the module docs).
@@ -234,7 +243,7 @@ impl<C: Clock> Rate<C> {
         fork::watch();
         Ok(Self {
             windows,
-            state: AtomicU64::new(first << 1),
+            state: AtomicU64::new(first << SHIFT),
             claimed_in: AtomicU64::new(fork::forks()),
             interval_nanos,
             interval,
@@ -277,7 +286,7 @@ impl<C: Clock> Rate<C> {
                 backoff.wait();
                 continue;
             }
-            let published = state >> 1;
+            let published = state >> SHIFT;
             // A reader behind the published window (clock raced or went
             // back) reads as of the published window.
             let window = self.window_at(now).max(published);
@@ -340,7 +349,7 @@ impl<C: Clock> Rate<C> {
         let mut backoff = Backoff::new();
         loop {
             let state = self.state.load(Ordering::Acquire);
-            let published = state >> 1;
+            let published = state >> SHIFT;
             if window <= published {
                 return published;
             }
@@ -349,18 +358,18 @@ impl<C: Clock> Rate<C> {
                 backoff.wait();
                 continue;
             }
-            // Every claimer of one process records the same count, so
-            // a losing claimer's write changes nothing.
-            self.claimed_in.store(fork::forks(), Ordering::Relaxed);
             // The next window is published with the claim itself: its
             // sketch was zeroed by the last rotation, so its writers need
             // not wait. After a gap the claim keeps the old window until
             // every sketch is zeroed.
             let next = window == published + 1;
+            // Every claimer of one process records the same count, so a
+            // losing claimer's write changes nothing.
+            self.claimed_in.store(fork::forks(), Ordering::Relaxed);
             let claimed = if next {
-                (window << 1) | ROTATING
+                (window << SHIFT) | ROTATING
             } else {
-                state | ROTATING
+                state | SKIPPING | ROTATING
             };
             if self
                 .state
@@ -382,7 +391,7 @@ impl<C: Clock> Rate<C> {
                     sketch.reset();
                 }
             }
-            self.state.store(window << 1, Ordering::Release);
+            self.state.store(window << SHIFT, Ordering::Release);
             return window;
         }
     }
@@ -408,9 +417,15 @@ impl<C: Clock> Rate<C> {
         }
         // This thread owns the claim now: nobody else writes the word
         // until it is released.
-        let published = state >> 1;
-        self.sketch(published + 1).reset();
-        self.state.store(published << 1, Ordering::Release);
+        let published = state >> SHIFT;
+        if state & SKIPPING != 0 {
+            for sketch in &self.windows {
+                sketch.reset();
+            }
+        } else {
+            self.sketch(published + 1).reset();
+        }
+        self.state.store(published << SHIFT, Ordering::Release);
     }
 }
 
@@ -419,7 +434,7 @@ impl<C: Clock> std::fmt::Debug for Rate<C> {
         let state = self.state.load(Ordering::Relaxed);
         f.debug_struct("Rate")
             .field("interval", &self.interval)
-            .field("window", &(state >> 1))
+            .field("window", &(state >> SHIFT))
             .field("rotating", &(state & ROTATING != 0))
             .finish_non_exhaustive()
     }
@@ -475,12 +490,12 @@ mod tests {
     }
 
     /// With a 1 ns interval the window number is the clock reading; past
-    /// 2⁶³ ns it no longer fits beside the rotating bit. It saturates there:
+    /// 2⁶² ns it no longer fits beside the flags. It saturates there:
     /// later events all count in the last window, none is zeroed away.
     #[test]
-    fn window_numbers_saturate_past_two_to_the_63_without_losing_events() {
+    fn window_numbers_saturate_past_two_to_the_62_without_losing_events() {
         let (r, clock) = rate(Duration::from_nanos(1));
-        let last = u64::MAX >> 1;
+        let last = LAST_WINDOW;
         clock.set(Duration::from_nanos(last - 1));
         assert_eq!(r.observe(&"k", 5), 5);
         clock.set(Duration::from_nanos(last));
@@ -555,5 +570,80 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// A forked child's threads meeting a rotation that a thread of its parent
+/// had claimed: every interleaving of a reader and a writer taking it over.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A rate over 1 s windows with 3 events of key 1 in window 0.
+    fn counted() -> (Arc<Rate<ManualClock>>, ManualClock) {
+        let clock = ManualClock::new();
+        let shape = Shape::rows::<1, 4>().with_seed(1);
+        let rate = Rate::try_with_shape(Duration::from_secs(1), shape, clock.clone()).unwrap();
+        rate.observe(&1u8, 3);
+        (Arc::new(rate), clock)
+    }
+
+    /// Leave `rate` as `fork()` does when it catches another thread between
+    /// claiming with `claimed` and releasing: the claim in the word, its
+    /// record from another process.
+    fn orphan(rate: &Rate<ManualClock>, claimed: u64) {
+        let elsewhere = fork::forks().wrapping_add(1);
+        rate.claimed_in.store(elsewhere, Ordering::Relaxed);
+        rate.state.store(claimed, Ordering::Relaxed);
+    }
+
+    /// A reader and a writer of the clock's window, racing.
+    fn race(rate: &Arc<Rate<ManualClock>>) -> (RateComponents, isize) {
+        let r = Arc::clone(rate);
+        let reader = thread::spawn(move || r.components(&1u8));
+        let written = rate.observe(&1u8, 1);
+        (reader.join().unwrap(), written)
+    }
+
+    #[test]
+    fn a_next_window_claim_is_finished_once() {
+        loom::model(|| {
+            let (rate, clock) = counted();
+            // Window 1 claimed (published with the claim), its spare not
+            // yet zeroed; the child lives in window 2.
+            orphan(&rate, 1 << SHIFT | ROTATING);
+            clock.set(Duration::from_millis(2500));
+            let (read, written) = race(&rate);
+            assert_eq!(written, 1);
+            assert_eq!(read.previous, 0, "window 1 counted nothing");
+            assert!(read.current <= 1, "{read:?}");
+            let c = rate.components(&1u8);
+            assert_eq!((c.previous, c.current), (0, 1));
+        });
+    }
+
+    #[test]
+    fn a_gap_claim_is_finished_with_every_sketch_zeroed() {
+        loom::model(|| {
+            let (rate, clock) = counted();
+            // A claim skipping from window 0, which it still publishes,
+            // towards window 5. Two readers whose clock reads window 0
+            // (set back, or skewed) meet it: neither may read window 0's
+            // sketch, which the claimer may have left half zeroed.
+            orphan(&rate, SKIPPING | ROTATING);
+            clock.set(Duration::from_millis(500));
+            let r = Arc::clone(&rate);
+            let other = thread::spawn(move || r.components(&1u8));
+            let mine = rate.components(&1u8);
+            let theirs = other.join().unwrap();
+            for c in [mine, theirs] {
+                assert_eq!((c.previous, c.current), (0, 0), "{c:?}");
+            }
+            clock.set(Duration::from_millis(5500));
+            assert_eq!(rate.observe(&1u8, 1), 1);
+        });
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir_limits::clock::ManualClock;
+use weir_limits::clock::{Clock, ManualClock};
 use weir_limits::{Layout, Rate, Shape};
 use weir_test_support::fork;
 
@@ -36,6 +36,10 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
         std::hint::spin_loop();
     }
     let child = fork::spawn(|| {
+        // The fork must have caught the rotation for this to test anything.
+        if !format!("{rate:?}").contains("rotating: true") {
+            return 4;
+        }
         // The parent's 7 never arrived here; window 1's 5 is the previous.
         let c = rate.components(&"k");
         if (c.previous, c.current) != (5, 0) {
@@ -50,7 +54,10 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
     });
     let code = child.wait(Duration::from_secs(10));
     assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 7);
-    assert_eq!(code, 0, "child: 2 = wrong counts, 3 = wrong count after");
+    assert_eq!(
+        code, 0,
+        "child: 2 = wrong counts, 3 = wrong count after, 4 = forked after the rotation"
+    );
 
     // After a quiet spell the claim keeps the old window published while
     // every sketch is zeroed; a child forked then starts from nothing.
@@ -65,10 +72,22 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
         std::hint::spin_loop();
     }
     let child = fork::spawn(|| {
+        if !format!("{rate:?}").contains("rotating: true") {
+            return 4;
+        }
         let c = rate.components(&"k");
         if (c.previous, c.current) != (0, 0) {
             return 2;
         }
+        // Nor does a clock set back to the windows the claim was zeroing
+        // read what the parent left of them.
+        let now = Duration::from_nanos(clock.now_nanos());
+        clock.set(second * 2);
+        let c = rate.components(&"k");
+        if (c.previous, c.current) != (0, 0) {
+            return 5;
+        }
+        clock.set(now);
         if rate.observe(&"k", 1) != 1 || rate.components(&"k").current != 1 {
             return 3;
         }

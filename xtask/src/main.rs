@@ -70,6 +70,7 @@ const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-h
 const LOOM_MODELS: &[(&str, &[&str])] = &[
     ("weir-primitives", &["--test", "loom"]),
     ("weir-limits", &["--test", "loom"]),
+    ("weir-limits", &["--lib", "--", "rate::loom_tests::"]),
     ("weir-rate", &["--test", "loom"]),
     ("weir-rate", &["--test", "loom_adaptive"]),
     ("weir-timeout", &["--lib", "--", "loom_tests::"]),

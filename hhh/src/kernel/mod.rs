@@ -131,7 +131,8 @@ impl KernelFilter {
     ///
     /// [`KernelError::Config`] for a configuration the classifier would
     /// refuse too, [`KernelError::Unsupported`] for one only the kernel
-    /// cannot run (more than 8 cells per key),
+    /// cannot run (more than 8 cells per key, or more than 2³² cells in
+    /// all),
     /// [`KernelError::PermissionDenied`] without `CAP_BPF` or root,
     /// [`KernelError::Verifier`] if the kernel's verifier refuses the
     /// program, and [`KernelError::Syscall`] / [`KernelError::Other`] for
