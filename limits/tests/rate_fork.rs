@@ -97,7 +97,8 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
     assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 11);
     assert_eq!(
         code, 0,
-        "after a gap, child: 2 = stale counts, 3 = wrong count after"
+        "after a gap, child: 2 = stale counts, 3 = wrong count after, \
+         4 = forked after the rotation, 5 = half-zeroed windows"
     );
     Ok(())
 }

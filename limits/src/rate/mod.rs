@@ -23,7 +23,8 @@
 //! event is lost to a rotation race, and all window arithmetic is on window
 //! numbers, so racing timestamps cannot underflow. If windows were skipped
 //! (a quiet spell) the rotating thread zeroes every sketch before
-//! publishing; writers for that window wait the few microseconds this takes.
+//! publishing; writers for that window, and any whose clock still reads the
+//! old one, wait the few microseconds this takes.
 //! Readers ([`Rate::components`]) wait out any rotation and read again if
 //! one began while they read (a sequence lock on the state word), so they
 //! never see a window half zeroed, nor "nothing counted" for a window that
@@ -280,8 +281,8 @@ impl<C: Clock> Rate<C> {
         loop {
             let state = self.state.load(Ordering::Acquire);
             if state & ROTATING != 0 {
-                // Which sketches it zeroes depends on whether windows were
-                // skipped, which the word does not say.
+                // Simpler than telling which sketches this claim zeroes
+                // (after a gap, every one), and it ends within microseconds.
                 self.finish_orphaned_rotation(state);
                 backoff.wait();
                 continue;
@@ -350,7 +351,10 @@ impl<C: Clock> Rate<C> {
         loop {
             let state = self.state.load(Ordering::Acquire);
             let published = state >> SHIFT;
-            if window <= published {
+            // A skipping claim is zeroing the published window's sketch
+            // too: a writer behind it waits and counts in the window it
+            // publishes.
+            if window <= published && state & SKIPPING == 0 {
                 return published;
             }
             if state & ROTATING != 0 {
@@ -436,6 +440,7 @@ impl<C: Clock> std::fmt::Debug for Rate<C> {
             .field("interval", &self.interval)
             .field("window", &(state >> SHIFT))
             .field("rotating", &(state & ROTATING != 0))
+            .field("skipping", &(state & SKIPPING != 0))
             .finish_non_exhaustive()
     }
 }

@@ -127,3 +127,35 @@ proptest! {
         }
     }
 }
+
+/// A writer whose clock still reads the window a gap's rotation is
+/// zeroing (it stalled across the gap, or the clock went back) waits for
+/// the rotation and counts in the window it publishes, instead of counting
+/// into a sketch being zeroed, where the event would be lost.
+#[test]
+fn a_writer_behind_a_gap_rotation_counts_in_the_window_it_publishes() {
+    let (r, clock) = rate(Duration::from_secs(1));
+    r.observe(&"k", 3);
+    // A thread of this process claims a rotation from window 0 to window
+    // 5 and zeroes every sketch before publishing window 5.
+    r.claimed_in.store(fork::forks(), Ordering::Relaxed);
+    r.state.store(SKIPPING | ROTATING, Ordering::Release);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            for sketch in &r.windows {
+                sketch.reset();
+            }
+            r.state.store(5 << SHIFT, Ordering::Release);
+        });
+        // The writer's clock reads window 0.
+        assert_eq!(
+            r.observe(&"k", 1),
+            1,
+            "counted into the window being zeroed"
+        );
+    });
+    clock.set(Duration::from_millis(5500));
+    let c = r.components(&"k");
+    assert_eq!((c.previous, c.current), (0, 1));
+}
