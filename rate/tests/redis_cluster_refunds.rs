@@ -1,6 +1,7 @@
 //! Refunds on a Redis Cluster, whose client resends a call whose reply it
-//! lost: a refund sent twice gives back once; a key whose hash tag is
-//! empty and a slot being migrated still take refunds.
+//! lost: a refund sent twice gives back once, for one limit and for
+//! several; a key whose hash tag is empty and a slot being migrated still
+//! take a single limit's refunds.
 #![cfg(feature = "redis")]
 
 mod support;
@@ -8,7 +9,7 @@ mod support;
 use std::time::Duration;
 use support::*;
 use weir_rate::redis::{FailurePolicy, RedisLimiter, Target, cluster_slot};
-use weir_rate::{Decision, Gcra, Quota};
+use weir_rate::{Decision, Gcra, Quota, TokenBucket};
 use weir_test_support::redis_server::{RedisCluster, RedisServer};
 
 /// The arguments of the first `EVALSHA` that `server` runs while `act`
@@ -94,20 +95,35 @@ fn refunds_on_a_cluster() -> TestResult {
     // 1. A cluster client resends a call whose reply it lost (redis-rs
     // retries, which MOVED and ASK redirects need): the refund's call,
     // captured on its master and sent there once more, gives back once.
-    let key = "resent";
-    let master = cluster.master_of(cluster_slot(key))?;
-    let spent = spend(&rt, &limiter, key);
-    let call = capture_evalsha(&cluster.nodes[master], || {
-        rt.block_on(limiter.refund(key, &spent[0]))?;
-        Ok(())
-    })?;
-    let mut raw = redis::Client::open(cluster.nodes[master].url())?.get_connection()?;
-    let mut resend = redis::cmd("EVALSHA");
-    for arg in &call[1..] {
-        resend.arg(arg.as_slice());
+    // Also for several limits of a key decided all-or-nothing, whose
+    // mark follows all their keys.
+    let all_of = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(3))))
+            .and(TokenBucket::new(Quota::try_new(
+                1000,
+                Duration::from_secs(86_400),
+            )?))
+            .prefix(unique_prefix("refunds-all"))
+            .timeout(Duration::from_secs(1))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(cluster.urls())),
+    )?;
+    for (limiter, key) in [(&limiter, "resent"), (&all_of, "resent")] {
+        let state = limiter.redis_keys(key).remove(0);
+        let master = cluster.master_of(cluster_slot(&state))?;
+        let spent = spend(&rt, limiter, key);
+        let call = capture_evalsha(&cluster.nodes[master], || {
+            rt.block_on(limiter.refund(key, &spent[0]))?;
+            Ok(())
+        })?;
+        let mut raw = redis::Client::open(cluster.nodes[master].url())?.get_connection()?;
+        let mut resend = redis::cmd("EVALSHA");
+        for arg in &call[1..] {
+            resend.arg(arg.as_slice());
+        }
+        resend.query::<redis::Value>(&mut raw)?;
+        one_unit_given_back(&rt, limiter, key);
     }
-    resend.query::<redis::Value>(&mut raw)?;
-    one_unit_given_back(&rt, &limiter, key);
 
     // 2. A key that starts with `}` leaves its Redis key's hash tag empty
     // (Redis then hashes the whole name): its refunds still work.

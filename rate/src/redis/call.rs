@@ -274,12 +274,8 @@ impl Core {
         };
         let call = async {
             let mut reply = self.send(&command(mark.as_ref()), &self.settle).await;
-            // While the slot migrates, a script naming a key that one of
-            // the two masters lacks is refused unrun (the mark never exists
-            // yet): the refund goes again unmarked, on the state alone.
-            if mark.is_some() && matches!(&reply, Err(RedisLimitError::Redis(e)) if slot_moving(e))
-            {
-                reply = self.send(&command(None), &self.settle).await;
+            if let Some(again) = mark.as_ref().and_then(|m| resend_with(&reply, m)) {
+                reply = self.send(&command(again), &self.settle).await;
             }
             let reply = reply?;
             match scripts::split_reply(&reply) {
@@ -402,6 +398,29 @@ impl Drop for Outstanding<'_> {
         if self.sent.elapsed() >= self.slow {
             self.link.discard(self.generation);
         }
+    }
+}
+
+/// How a marked refund whose `reply` is an error goes again, if it does.
+/// The cluster client has already retried it, so an earlier attempt may
+/// have run (its reply lost). A slot that has moved on (`MOVED`) takes the
+/// marked call again at its new master: the mark keeps that harmless. A
+/// slot being migrated (`TRYAGAIN`, `ASK`) refuses any script naming a key
+/// one of its two masters lacks, which a new mark always is: the refund
+/// goes again unmarked, on the state alone (given back twice only if an
+/// earlier attempt ran).
+fn resend_with<'m>(
+    reply: &Result<Vec<u8>, RedisLimitError>,
+    mark: &'m String,
+) -> Option<Option<&'m String>> {
+    use redis::{ErrorKind::Server, ServerErrorKind};
+    let Err(RedisLimitError::Redis(e)) = reply else {
+        return None;
+    };
+    match e.kind() {
+        Server(ServerErrorKind::Moved) => Some(Some(mark)),
+        Server(ServerErrorKind::TryAgain | ServerErrorKind::Ask) => Some(None),
+        _ => None,
     }
 }
 

@@ -111,11 +111,15 @@
 //!   Three cases go unmarked, and a resent refund of theirs gives back
 //!   twice: a key whose hash tag is empty (it starts with `}`, so Redis
 //!   hashes the whole name and a mark would land in another slot), a
-//!   refund while its slot migrates between masters (Redis refuses a
-//!   script naming a key one side lacks, so it goes again on the state
-//!   alone), and a mark evicted early (`volatile-*` eviction policies
-//!   pick keys with an expiry first). A single server's connection never
-//!   sends a call twice, so its refunds carry no mark.
+//!   refund that meets its slot migrating between masters (Redis refuses
+//!   a script naming a key one side lacks, so it goes again on the state
+//!   alone: twice only if an earlier attempt ran and lost its reply), and
+//!   a mark evicted early (`volatile-*` eviction policies pick keys with an
+//!   expiry first). During a migration a single limit's refund works
+//!   wherever its state is; several limits' refund fails (an error, so
+//!   nothing is given back) while their keys are split between the two
+//!   masters. A single server's connection never sends a call twice, so
+//!   its refunds carry no mark.
 //! * **Local overload** is not a Redis failure. A caller that finds the
 //!   batching queue full, or whose deadline passes while it waits in the
 //!   queue behind this instance's own load (no call to Redis failed
