@@ -104,8 +104,11 @@ fn a_new_key_racing_the_release_of_the_only_stored_one() {
         let held = keys.try_acquire(&1u32).unwrap();
         let t = thread::spawn(move || held.success());
         // Either key 1 is idle and replaced, or it is still held and key 2
-        // is admitted on a state of its own: never refused, never both.
-        let two = keys.try_acquire(&2u32).expect("a new key is never refused");
+        // is admitted on the shard's overflow state (free until now):
+        // never refused, never both.
+        let two = keys
+            .try_acquire(&2u32)
+            .expect("a new key is never refused here");
         t.join().unwrap();
         assert_eq!(keys.len(), 1);
         let stored = keys.limit(&2u32).is_some();

@@ -22,6 +22,8 @@ struct Slot<A> {
 struct Shard<A> {
     map: Mutex<HashTable<Slot<A>>>,
     capacity: usize,
+    /// The state every key shares that finds the shard full of busy keys.
+    overflow: Arc<Entry<A>>,
 }
 
 /// The most shards: enough that two cores rarely meet on one lock.
@@ -33,12 +35,14 @@ const MAX_SHARDS: usize = 64;
 /// At most `capacity` keys are stored. A new key beyond it replaces the
 /// least recently admitted key with nothing in flight, whose learned limit
 /// is forgotten (it starts again from the initial limit). If every stored
-/// key has requests in flight, the new key is admitted on a state of its
-/// own that is not stored and lives as long as its guards: so memory stays
-/// within `capacity` states plus one per request in flight, and a flood of
-/// new keys can neither grow it nor have a key refused for its sake. Such
-/// admissions are counted ([`overflowed`](Self::overflowed)); choose a
-/// capacity above the keys that have requests in flight at once. Finding
+/// key of its shard has requests in flight, the new key is decided on the
+/// shard's overflow state, which every such key shares: their requests in
+/// flight count together against one learned limit. So memory stays within
+/// `capacity` states plus one per shard, and a spray of new keys can
+/// neither grow it nor get requests past a limit; what it can do is crowd
+/// out other new keys while every stored key is busy. Such decisions are
+/// counted ([`overflowed`](Self::overflowed)); choose a capacity above the
+/// keys that have requests in flight at once. Finding
 /// the key to replace scans its shard (the keys are split over up to 64
 /// shards, one lock each), a cost paid only by a new key arriving at a
 /// full shard.
@@ -100,6 +104,7 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
             .map(|i| Shard {
                 map: Mutex::new(HashTable::new()),
                 capacity: capacity / count + usize::from(i < capacity % count),
+                overflow: Arc::new(Entry::new(algorithm.clone())),
             })
             .collect();
         Self {
@@ -141,11 +146,11 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
             slot.used = now;
             return Arc::clone(&slot.entry);
         }
-        let entry = Arc::new(Entry::new(self.prototype.clone()));
         if map.len() >= shard.capacity && !evict_idle(&mut map) {
             self.overflowed.fetch_add(1, Ordering::Relaxed);
-            return entry;
+            return Arc::clone(&shard.overflow);
         }
+        let entry = Arc::new(Entry::new(self.prototype.clone()));
         map.insert_unique(
             hash,
             Slot {
@@ -203,8 +208,8 @@ impl<A, C> KeyedAdaptiveLimiter<A, C> {
         self.capacity
     }
 
-    /// New keys admitted on a state that was not stored, because every
-    /// stored key of their shard had requests in flight.
+    /// New keys decided on their shard's shared overflow state, because
+    /// every stored key of their shard had requests in flight.
     pub fn overflowed(&self) -> u64 {
         self.overflowed.load(Ordering::Relaxed)
     }

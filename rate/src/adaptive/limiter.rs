@@ -426,12 +426,32 @@ mod tests {
         let keys = KeyedAdaptiveLimiter::with_clock(fixed(1), cap(2), ManualClock::new());
         let a = keys.try_acquire(&1).unwrap();
         let b = keys.try_acquire(&2).unwrap();
-        let c = keys.try_acquire(&3).expect("a new key is not refused");
+        let c = keys
+            .try_acquire(&3)
+            .expect("a new key passes on the overflow state");
         assert_eq!(keys.len(), 2);
         assert_eq!(keys.overflowed(), 1);
         assert!(keys.try_acquire(&1).is_err(), "key 1 kept its count");
         drop((a, b, c));
         assert_eq!((keys.in_flight(&1), keys.in_flight(&2)), (0, 0));
+    }
+
+    /// Keys that find every stored key busy are limited together, never
+    /// not at all: a spray of new keys while the table is full of busy
+    /// ones must not admit an unlimited number of requests.
+    #[test]
+    fn a_spray_of_keys_beyond_capacity_shares_one_limit() {
+        let keys = KeyedAdaptiveLimiter::with_clock(fixed(1), cap(1), ManualClock::new());
+        let _busy = keys.try_acquire(&0u32).unwrap();
+        let admitted: Vec<_> = (1..=100u32)
+            .filter_map(|k| keys.try_acquire(&k).ok())
+            .collect();
+        assert_eq!(admitted.len(), 1, "keys beyond capacity went unlimited");
+        drop(admitted);
+        assert!(
+            keys.try_acquire(&500u32).is_ok(),
+            "the shared place came back"
+        );
     }
 
     #[test]
