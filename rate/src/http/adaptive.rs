@@ -8,7 +8,11 @@
 //! travels in the response future and then in the body: its latency is
 //! reported when the response head arrives (classified by status, see
 //! [`AdaptiveInflightLayer::classify`]), and it counts in flight until its
-//! body has ended or been dropped.
+//! body has ended or been dropped. A refusal by a weir layer inside this
+//! one (a client's rate limit or in-flight limit) teaches nothing,
+//! whatever its status: it is about the client, not the origin. The
+//! latency sample runs from the call to the response head, so it includes
+//! the time the origin spends reading the request's body from the client.
 //!
 //! A request whose future is dropped before its answer (the client went
 //! away, or a layer outside this one cut it short) releases its place and
@@ -16,11 +20,13 @@
 //! counted as drops would let a few clients hold a shared limit at its
 //! minimum. Put a timeout *inside* this layer (between it and the origin),
 //! so that a slow origin fails the request with the timeout's error, which
-//! reports a drop.
+//! reports a drop. A client that sends its request body slowly makes that
+//! timeout fire too: behind a shared key, read request bodies in full
+//! before this layer, or key it per client.
 
 use super::body::CountedBody;
 use super::key::KeyExtractor;
-use super::response::{Unkeyed, overloaded};
+use super::response::{Refused, Unkeyed, overloaded};
 use crate::adaptive::{AdaptiveGuard, Algorithm, KeyedAdaptiveLimiter, Outcome};
 use crate::clock::{Clock, MonotonicClock};
 use http::{Request, Response, StatusCode};
@@ -69,8 +75,9 @@ impl<X: Clone, A, C> Clone for AdaptiveInflightLayer<X, A, C> {
 }
 
 /// The default classification: the statuses an overloaded origin or
-/// gateway answers with (429, 502, 503, 504) are drops; other server
-/// errors say nothing about load; everything else is a success.
+/// gateway answers with (502, 503, 504) are drops; other server errors,
+/// and 429 (a client over its own limit, not the origin over capacity),
+/// say nothing about load; everything else is a success.
 ///
 /// ```
 /// use http::StatusCode;
@@ -78,15 +85,16 @@ impl<X: Clone, A, C> Clone for AdaptiveInflightLayer<X, A, C> {
 /// use weir_rate::http::overload_status;
 ///
 /// assert_eq!(overload_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Dropped);
+/// assert_eq!(overload_status(StatusCode::TOO_MANY_REQUESTS), Outcome::Ignored);
 /// assert_eq!(overload_status(StatusCode::INTERNAL_SERVER_ERROR), Outcome::Ignored);
 /// assert_eq!(overload_status(StatusCode::NOT_FOUND), Outcome::Success);
 /// ```
 pub fn overload_status(status: StatusCode) -> Outcome {
     match status {
-        StatusCode::TOO_MANY_REQUESTS
-        | StatusCode::BAD_GATEWAY
-        | StatusCode::SERVICE_UNAVAILABLE
-        | StatusCode::GATEWAY_TIMEOUT => Outcome::Dropped,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => {
+            Outcome::Dropped
+        }
+        StatusCode::TOO_MANY_REQUESTS => Outcome::Ignored,
         s if s.is_server_error() => Outcome::Ignored,
         _ => Outcome::Success,
     }
@@ -319,7 +327,13 @@ where
                 match result {
                     Ok(response) => {
                         if let Some(guard) = guard.as_mut() {
-                            guard.record(classify(response.status()));
+                            // A weir layer inside refused a client: nothing
+                            // about the origin's load.
+                            guard.record(if response.extensions().get::<Refused>().is_some() {
+                                Outcome::Ignored
+                            } else {
+                                classify(response.status())
+                            });
                         }
                         Poll::Ready(Ok(response.map(|inner| CountedBody::counted(inner, guard))))
                     }
@@ -445,6 +459,61 @@ mod tests {
             let _ = pending.await;
             assert_eq!(layer.limiter().in_flight(&()), 0);
         }
+        assert_eq!(layer.limiter().limit(&()), Some(20));
+    }
+
+    /// A client's own refusals, by a weir layer inside this one (a
+    /// per-client rate limit's 429, a per-client in-flight limit's 503),
+    /// or a 429 from the origin, say nothing about the origin's load: one
+    /// client hammering its own limit must not shrink the limit it shares
+    /// with everyone. (Written first, this failed: 20 fell to 1.)
+    #[tokio::test]
+    async fn a_clients_own_refusals_teach_the_shared_limit_nothing() {
+        use crate::http::{InflightLayer, KeyFn, RateLimitLayer};
+        use crate::{Gcra, KeyedLimiter, Quota};
+        let by_client = || {
+            KeyFn::new(|r: &Request<()>| r.headers().get("client").map(|v| v.as_bytes().to_vec()))
+        };
+        let per_client =
+            KeyedLimiter::new(Gcra::new(Quota::per_minute(NonZeroU32::new(5).unwrap())));
+        let layer = AdaptiveInflightLayer::new(GlobalKey, twitchy());
+        let from = |client: &str| {
+            Request::builder()
+                .header("client", client)
+                .body(())
+                .unwrap()
+        };
+        let limited = layer.layer(
+            RateLimitLayer::new(per_client, by_client())
+                .layer(gated(Arc::new(Semaphore::new(100)), StatusCode::OK)),
+        );
+        let mut refused = 0;
+        for _ in 0..50 {
+            let response = limited.clone().oneshot(from("greedy")).await.unwrap();
+            refused += u32::from(response.status() == StatusCode::TOO_MANY_REQUESTS);
+        }
+        assert_eq!(refused, 45);
+        // A per-client in-flight limit's 503: one request held, the next
+        // refused.
+        let held = layer.layer(
+            InflightLayer::new(by_client(), 1)
+                .layer(gated(Arc::new(Semaphore::new(0)), StatusCode::OK)),
+        );
+        let first = tokio::spawn(held.clone().oneshot(from("slow")));
+        while layer.limiter().in_flight(&()) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let busy = held.oneshot(from("slow")).await.unwrap();
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(busy);
+        first.abort();
+        let _ = first.await;
+        // An origin's 429 is a client's, too.
+        let origin = layer.layer(gated(
+            Arc::new(Semaphore::new(1)),
+            StatusCode::TOO_MANY_REQUESTS,
+        ));
+        drop(origin.oneshot(Request::new(())).await.unwrap());
         assert_eq!(layer.limiter().limit(&()), Some(20));
     }
 

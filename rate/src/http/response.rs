@@ -4,11 +4,25 @@ use http::{HeaderName, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// In a response's extensions: a weir layer refused the request (a
+/// client's limit, not the origin's answer), so an
+/// [`AdaptiveInflightLayer`](super::AdaptiveInflightLayer) outside learns
+/// nothing from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused;
+
+/// An empty response with `status`, marked [`Refused`].
+pub(crate) fn refusal<B: Default>(status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::default());
+    *response.status_mut() = status;
+    response.extensions_mut().insert(Refused);
+    response
+}
+
 /// An empty-bodied 503 with a polite `Retry-After`: too many requests of
 /// the key in flight.
 pub(crate) fn overloaded<B: Default>() -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let mut response = refusal(StatusCode::SERVICE_UNAVAILABLE);
     // In-flight counts drain as fast as the origin answers: a second is a
     // polite first guess.
     response
@@ -66,8 +80,7 @@ impl Unkeyed {
                  `axum` feature), or a lookup given to peer_from. Logged once per layer."
             );
         }
-        let mut response = Response::new(B::default());
-        *response.status_mut() = self.status;
+        let mut response = refusal(self.status);
         response.headers_mut().insert(
             self.header.clone(),
             HeaderValue::from_static(UNKEYED_REASON),

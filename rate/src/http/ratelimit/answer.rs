@@ -1,7 +1,7 @@
 //! How a [`RateLimitLayer`](super::RateLimitLayer) turns a limiter's
 //! answer into a response or the headers of one.
 
-use super::super::response::Unkeyed;
+use super::super::response::{Unkeyed, refusal};
 use crate::decision::PolicyName;
 use crate::telemetry::Outcome;
 use crate::{Decision, NeverAllowed};
@@ -95,8 +95,7 @@ impl Answering {
                     Outcome::OverLimit
                 });
                 if !decision.is_allowed() && !self.shadow {
-                    let mut response = Response::new(B::default());
-                    *response.status_mut() = self.denied_status;
+                    let mut response = refusal(self.denied_status);
                     headers.apply(&mut response);
                     return Next::Answer(response);
                 }
@@ -131,20 +130,25 @@ impl DecisionHeaders {
             policy,
             // From a String: the header takes the buffer without copying.
             ratelimit: HeaderValue::try_from(decision.ratelimit_for(policy_name)).ok(),
-            retry_after: decision
-                .retry_after_header()
+            // Only on this layer's own refusal: a response let through
+            // keeps whatever `Retry-After` the origin gave it.
+            retry_after: (!let_through)
+                .then(|| decision.retry_after_header())
+                .flatten()
                 .and_then(|v| HeaderValue::from_str(&v).ok()),
             shadow_denied: let_through && would_deny,
         }
     }
 
+    /// Both fields are lists: a layer adds its policy beside those of
+    /// layers inside it (or the origin's), never over them.
     pub(super) fn apply<B>(self, response: &mut Response<B>) {
         let headers = response.headers_mut();
         if let Some(v) = self.policy {
-            headers.insert(HeaderName::from_static("ratelimit-policy"), v);
+            headers.append(HeaderName::from_static("ratelimit-policy"), v);
         }
         if let Some(v) = self.ratelimit {
-            headers.insert(HeaderName::from_static("ratelimit"), v);
+            headers.append(HeaderName::from_static("ratelimit"), v);
         }
         if let Some(v) = self.retry_after {
             headers.insert(http::header::RETRY_AFTER, v);
@@ -164,8 +168,7 @@ pub(super) fn mark_shadow<B>(response: &mut Response<B>) {
 /// A cost the limiter can never allow: retrying will not help, so no
 /// `Retry-After`; the body is empty and the reason is in a header.
 pub(super) fn never_allowed<B: Default>(never: NeverAllowed, status: StatusCode) -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = status;
+    let mut response = refusal(status);
     if let Ok(value) = HeaderValue::from_str(&never.to_string()) {
         response.headers_mut().insert("x-ratelimit-error", value);
     }

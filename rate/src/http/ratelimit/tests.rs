@@ -184,6 +184,65 @@ async fn shadow_mode_never_denies_but_marks() {
     assert_eq!(second.headers()["x-ratelimit-shadow"], "denied");
 }
 
+/// Stacked layers (a per-minute and a per-day policy, say) each add their
+/// policy to the response's lists instead of replacing the other's, so a
+/// refusal names the policy that refused. `Retry-After` is set only by the
+/// layer that refuses: a response let through keeps the origin's own (a
+/// maintenance 503's), and a shadow denial adds none.
+#[tokio::test]
+async fn stacked_layers_add_their_policies_and_only_a_refusal_sets_retry_after() {
+    let (outer, _) = per_minute(100);
+    let (inner, _) = per_minute(1);
+    let service = RateLimitLayer::new(outer, GlobalKey)
+        .policy_name("outer")
+        .layer(
+            RateLimitLayer::new(inner, GlobalKey)
+                .policy_name("inner")
+                .layer(hello()),
+        );
+    let first = service.clone().oneshot(Request::new(())).await.unwrap();
+    let listed = |r: &Response<_>, name: &str| {
+        r.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert_eq!(
+        listed(&first, "ratelimit"),
+        "\"inner\";r=0;t=60, \"outer\";r=99;t=60"
+    );
+    assert_eq!(
+        listed(&first, "ratelimit-policy"),
+        "\"inner\";q=1;w=60, \"outer\";q=100;w=60"
+    );
+    let refused = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        listed(&refused, "ratelimit").starts_with("\"inner\";r=0"),
+        "{refused:?}"
+    );
+    assert_eq!(listed(&refused, "retry-after"), "60");
+
+    let (limiter, _) = per_minute(1);
+    let maintenance = tower::service_fn(|_req: Request<()>| async {
+        let mut response = Response::new(String::new());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+            .headers_mut()
+            .insert("retry-after", http::HeaderValue::from_static("3600"));
+        Ok::<_, Infallible>(response)
+    });
+    let shadowed = RateLimitLayer::new(limiter, GlobalKey)
+        .shadow(true)
+        .layer(maintenance);
+    for _ in 0..2 {
+        let response = shadowed.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(listed(&response, "retry-after"), "3600", "{response:?}");
+    }
+}
+
 /// A checker that answers only after a real wait, like a network backend.
 struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
 
