@@ -383,8 +383,9 @@ impl RedisLimiter {
     /// Wait until `key` may spend `cost` units, then spend them: each
     /// denial (from Redis, a lease or the failure policy) is slept off for
     /// its `Retry-After` plus `jitter` (see [`wait`](crate::wait)). A wait
-    /// dropped at any point spends nothing more than the checks it saw
-    /// answered, which were all denials.
+    /// dropped while it sleeps spends nothing more than the checks it saw
+    /// answered, which were all denials; one dropped while a check is on
+    /// its way to Redis may have spent that check's units (never more).
     ///
     /// # Errors
     ///

@@ -54,7 +54,9 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 pub struct KeyFn<F>(F);
 
 impl<F> KeyFn<F> {
-    /// Wrap `f`, which returns the request's key or `None`.
+    /// Wrap `f`, which returns the request's key or `None`. A panic in `f`
+    /// reaches the caller (hyper drops the connection) before anything is
+    /// checked or spent.
     pub fn new(f: F) -> Self {
         Self(f)
     }

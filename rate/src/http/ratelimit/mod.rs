@@ -156,16 +156,24 @@ impl<Ch, X, F> RateLimitLayer<Ch, X, F> {
     /// One that a backend answers later runs as a task on the current
     /// tokio runtime.
     ///
+    /// Pick an algorithm that carries debt across its window (GCRA, a
+    /// token bucket, a sliding window): a fixed window's debt ends with the
+    /// window, whose count starts again from zero. And until a request
+    /// settles, only its admission cost was spent: requests admitted
+    /// together (before the first settles) are bounded by that cost alone,
+    /// so bound them too with an [`InflightLayer`](crate::http::InflightLayer)
+    /// or a larger admission cost ([`cost_fn`](Self::cost_fn)).
+    ///
     /// ```
     /// use axum::body::Body;
     /// use http::{Request, StatusCode};
     /// use std::num::NonZeroU32;
     /// use tower::{Layer, ServiceExt};
     /// use weir_rate::http::{GlobalKey, RateLimitLayer, Settle};
-    /// use weir_rate::{FixedWindow, KeyedLimiter, Quota};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
     ///
     /// // 1000 response bytes a minute; a request needs 1 to be let in.
-    /// let bytes = KeyedLimiter::new(FixedWindow::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
+    /// let bytes = KeyedLimiter::new(Gcra::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
     /// let layer = RateLimitLayer::new(bytes, GlobalKey).settle(Settle::body_bytes());
     /// let service = layer.layer(tower::service_fn(|_: Request<Body>| async {
     ///     Ok::<_, std::convert::Infallible>(http::Response::new(Body::from(vec![b'x'; 1500])))
@@ -203,8 +211,11 @@ impl<Ch, X, F, P> RateLimitLayer<Ch, X, F, P> {
         self
     }
 
-    /// Weigh requests: `cost(request)` units instead of 1 (e.g. by route or
-    /// by body size). The closure names the request type it is given.
+    /// Weigh requests: `cost(request)` units instead of 1 (e.g. by route, or
+    /// by the body size a `Content-Length` declares: a chunked body has
+    /// none, so give it a cost of its own). The closure names the request
+    /// type it is given. A panic in it reaches the caller (hyper drops the
+    /// connection) before anything is checked or spent.
     ///
     /// ```
     /// use axum::body::Body;

@@ -413,10 +413,10 @@ struct Head {
 /// use std::num::NonZeroU32;
 /// use tower::{Layer, ServiceExt};
 /// use weir_rate::http::{GlobalKey, RateLimitLayer, Settle, SettleBody};
-/// use weir_rate::{FixedWindow, KeyedLimiter, Quota};
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// let bytes = KeyedLimiter::new(FixedWindow::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
+/// let bytes = KeyedLimiter::new(Gcra::new(Quota::per_minute(NonZeroU32::new(1000).unwrap())));
 /// let layer = RateLimitLayer::new(bytes, GlobalKey).settle(Settle::body_bytes());
 /// let service = layer.layer(tower::service_fn(|_: Request<Body>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(Body::from("hello")))
