@@ -7,8 +7,28 @@
 //! ...; twelve in all, see [`Generalisation`]) and limits floods at the
 //! most specific generalisation that explains them: a flood from one address
 //! and port is held to the limit while the rest of its subnet is untouched;
-//! a reflection attack from thousands of addresses but one source port is
-//! held as one stream. Every drop says why ([`Verdict`], [`Limited`]).
+//! a reflection attack from thousands of addresses but one source port,
+//! each under the limit, is held as one stream. Every drop says why
+//! ([`Verdict`], [`Limited`]).
+//!
+//! # What the limit bounds
+//!
+//! The limit is a fair share per culprit, not a cap on the total. A packet
+//! limited at one level is not counted at the more general ones (that is
+//! what spares a flood's neighbours), so `n` streams that are *each* over
+//! the limit are each held near it: about `n × limit` passes in all, as in
+//! rakelimit. Two consequences to size for:
+//!
+//! * **Sketch width.** A sketch too narrow for the traffic lifts honest
+//!   keys' estimates over the limit by collision, which limits them at
+//!   their own level, so they stop counting at the aggregate meant to catch
+//!   them together. Give each sketch many times `flood rate ÷ limit` slots
+//!   ([`ClassifierBuilder::shape`]; the default is 2 × 1024).
+//! * **Bursts.** Within one instant each packet raises a rate by only
+//!   `1/window`, and the pass chance `limit / rate` falls only as the rate
+//!   grows, so a burst of `n` packets from one stream passes about
+//!   `limit · window · (1 + ln(n / (limit · window)))` of them, not
+//!   `limit · window`.
 //!
 //! ```
 //! use weir_hhh::{Classifier, FourTuple, Verdict};

@@ -18,7 +18,10 @@
 //! level 0 and never inflates the rate of its subnet, and legitimate traffic
 //! from the same subnet keeps flowing; a flood spread over many sources
 //! (a reflection attack from one source port) is caught at the first level
-//! that aggregates it. Packets never limited pass and are counted everywhere.
+//! that aggregates it, as long as each source stays under the limit (one
+//! over it is limited, and stops counting, at its own level: the crate docs'
+//! "What the limit bounds"). Packets never limited pass and are counted
+//! everywhere.
 //!
 //! # Aggregates remember longer (a deliberate change from rakelimit)
 //!
