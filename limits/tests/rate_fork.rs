@@ -12,6 +12,34 @@ use weir_limits::clock::{Clock, ManualClock};
 use weir_limits::{Layout, Rate, Shape};
 use weir_test_support::fork;
 
+type Shared = Arc<Rate<ManualClock>>;
+
+/// Fork while another thread's `observe(&"k", events)` rotates `rate`'s
+/// window (claimed, as its `Debug` shows, and zeroing); the child runs
+/// `child` only if the fork caught the rotation (code 4 otherwise).
+/// Returns the child's exit code, after checking the rotating thread's
+/// count in the parent.
+fn fork_mid_rotation(rate: &Shared, events: isize, child: impl FnOnce() -> i32) -> i32 {
+    let rotating = std::thread::spawn({
+        let rate = rate.clone();
+        move || rate.observe(&"k", events)
+    });
+    let waited = Instant::now();
+    while !format!("{rate:?}").contains("rotating: true") {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never claimed");
+        std::hint::spin_loop();
+    }
+    let code = fork::spawn(|| {
+        if !format!("{rate:?}").contains("rotating: true") {
+            return 4;
+        }
+        child()
+    })
+    .wait(Duration::from_secs(10));
+    assert_eq!(rotating.join().expect("the rotating thread"), events);
+    code
+}
+
 #[test]
 fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std::error::Error>> {
     // Sketches large enough that zeroing one takes tens of milliseconds
@@ -19,27 +47,14 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
     let shape = Shape::try_new(4, 1 << 22, Layout::Rows)?;
     let clock = ManualClock::new();
     let second = Duration::from_secs(1);
-    let rate = Arc::new(Rate::try_with_shape(second, shape, clock.clone())?);
+    let rate: Shared = Arc::new(Rate::try_with_shape(second, shape, clock.clone())?);
     rate.observe(&"k", 3);
     clock.advance(second);
     rate.observe(&"k", 5);
     clock.advance(second);
-    // This thread claims window 2 (published with the claim), zeroes the
-    // spare sketch, then counts its 7.
-    let rotating = std::thread::spawn({
-        let rate = rate.clone();
-        move || rate.observe(&"k", 7)
-    });
-    let waited = Instant::now();
-    while !format!("{rate:?}").contains("window: 2") {
-        assert!(waited.elapsed() < Duration::from_secs(10), "never claimed");
-        std::hint::spin_loop();
-    }
-    let child = fork::spawn(|| {
-        // The fork must have caught the rotation for this to test anything.
-        if !format!("{rate:?}").contains("rotating: true") {
-            return 4;
-        }
+    // The rotating thread claims window 2 (published with the claim),
+    // zeroes the spare sketch, then counts its 7.
+    let code = fork_mid_rotation(&rate, 7, || {
         // The parent's 7 never arrived here; window 1's 5 is the previous.
         let c = rate.components(&"k");
         if (c.previous, c.current) != (5, 0) {
@@ -52,8 +67,6 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
         }
         0
     });
-    let code = child.wait(Duration::from_secs(10));
-    assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 7);
     assert_eq!(
         code, 0,
         "child: 2 = wrong counts, 3 = wrong count after, 4 = forked after the rotation"
@@ -62,19 +75,7 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
     // After a quiet spell the claim keeps the old window published while
     // every sketch is zeroed; a child forked then starts from nothing.
     clock.advance(second * 3);
-    let rotating = std::thread::spawn({
-        let rate = rate.clone();
-        move || rate.observe(&"k", 11)
-    });
-    let waited = Instant::now();
-    while !format!("{rate:?}").contains("rotating: true") {
-        assert!(waited.elapsed() < Duration::from_secs(10), "never claimed");
-        std::hint::spin_loop();
-    }
-    let child = fork::spawn(|| {
-        if !format!("{rate:?}").contains("rotating: true") {
-            return 4;
-        }
+    let code = fork_mid_rotation(&rate, 11, || {
         let c = rate.components(&"k");
         if (c.previous, c.current) != (0, 0) {
             return 2;
@@ -93,8 +94,6 @@ fn a_child_forked_mid_rotation_finishes_the_rotation() -> Result<(), Box<dyn std
         }
         0
     });
-    let code = child.wait(Duration::from_secs(10));
-    assert_eq!(rotating.join().map_err(|_| "rotating thread panicked")?, 11);
     assert_eq!(
         code, 0,
         "after a gap, child: 2 = stale counts, 3 = wrong count after, \

@@ -141,25 +141,7 @@ fn refunds_on_a_cluster() -> TestResult {
         .find(|k| cluster_slot(k) == slot)
         .ok_or("no second key in the slot")?;
     let spent = [staying, moved.as_str()].map(|k| spend(&rt, &limiter, k));
-    let from = cluster.master_of(slot)?;
-    let to = (from + 1) % cluster.nodes.len();
-    let topology = cluster.topology()?;
-    let id_of = |port: u16| {
-        topology
-            .iter()
-            .find(|n| n.port == port)
-            .map(|n| n.id.clone())
-            .unwrap_or_default()
-    };
-    let (from_id, to_id) = (
-        id_of(cluster.nodes[from].port()),
-        id_of(cluster.nodes[to].port()),
-    );
-    let slot_arg = slot.to_string();
-    let out = cluster.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id])?;
-    assert!(out.contains("OK"), "importing: {out}");
-    let out = cluster.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id])?;
-    assert!(out.contains("OK"), "migrating: {out}");
+    let (from, to) = cluster.start_migrating(slot)?;
     let state = limiter.redis_keys(&moved).remove(0);
     let to_port = cluster.nodes[to].port().to_string();
     let out = cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &state, "0", "5000"])?;

@@ -43,25 +43,7 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
         assert_eq!(v.source, Source::Redis, "{:?}", v.error);
     }
     // Start moving the slot to another master, and move one key's state.
-    let from = cluster.master_of(slot)?;
-    let to = (from + 1) % cluster.nodes.len();
-    let topology = cluster.topology()?;
-    let id_of = |port: u16| {
-        topology
-            .iter()
-            .find(|n| n.port == port)
-            .map(|n| n.id.clone())
-            .unwrap_or_default()
-    };
-    let (from_id, to_id) = (
-        id_of(cluster.nodes[from].port()),
-        id_of(cluster.nodes[to].port()),
-    );
-    let slot_arg = slot.to_string();
-    let out = cluster.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id])?;
-    assert!(out.contains("OK"), "importing: {out}");
-    let out = cluster.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id])?;
-    assert!(out.contains("OK"), "migrating: {out}");
+    let (from, to) = cluster.start_migrating(slot)?;
     let key_of_moved = limiter.redis_keys(&moved).remove(0);
     let to_port = cluster.nodes[to].port().to_string();
     let out =
@@ -84,9 +66,7 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     assert_eq!(b.decision.remaining(), 98);
     assert!(!limiter.is_backing_off(&stayed));
     // Finish the move so the cluster is left consistent.
-    for node in &cluster.nodes {
-        let _ = node.cli(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id]);
-    }
+    cluster.finish_migrating(slot, to)?;
     let v = rt.block_on(async {
         tokio::time::sleep(Duration::from_millis(100)).await;
         limiter.check_verbose(&stayed, 1).await

@@ -150,6 +150,49 @@ impl RedisCluster {
             .ok_or_else(|| FixtureError::NotReady(format!("unknown port {port}")))
     }
 
+    /// Start moving `slot` from its master to the next one in
+    /// [`nodes`](Self::nodes) (`IMPORTING` on the target, then `MIGRATING`
+    /// on the source), moving no key yet. Returns the indices of the source
+    /// and the target.
+    pub fn start_migrating(&mut self, slot: u16) -> Result<(usize, usize), FixtureError> {
+        let from = self.master_of(slot)?;
+        let to = (from + 1) % self.nodes.len();
+        let topology = self.topology()?;
+        let id_of = |index: usize| {
+            let port = self.nodes[index].port;
+            let node = topology.iter().find(|n| n.port == port);
+            node.map(|n| n.id.clone())
+                .ok_or_else(|| FixtureError::NotReady(format!("port {port} not in CLUSTER NODES")))
+        };
+        let (from_id, to_id) = (id_of(from)?, id_of(to)?);
+        let slot = slot.to_string();
+        for (node, state, id) in [(to, "IMPORTING", &from_id), (from, "MIGRATING", &to_id)] {
+            let out = self.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot, state, id])?;
+            if !out.contains("OK") {
+                return Err(FixtureError::NotReady(format!("SETSLOT {state}: {out}")));
+            }
+        }
+        Ok((from, to))
+    }
+
+    /// Give `slot` to the master at index `to` on every node, ending a
+    /// migration [`start_migrating`](Self::start_migrating) began (errors
+    /// from nodes that are down are ignored).
+    pub fn finish_migrating(&mut self, slot: u16, to: usize) -> Result<(), FixtureError> {
+        let port = self.nodes[to].port;
+        let id = self
+            .topology()?
+            .into_iter()
+            .find(|n| n.port == port)
+            .map(|n| n.id)
+            .ok_or_else(|| FixtureError::NotReady(format!("port {port} not in CLUSTER NODES")))?;
+        let slot = slot.to_string();
+        for node in &self.nodes {
+            let _ = node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+        }
+        Ok(())
+    }
+
     /// Kill the master at index `master`, then wait (up to 20 s) until a
     /// replica has taken over its slots and the cluster is `ok` again,
     /// forcing the takeover with `CLUSTER FAILOVER TAKEOVER` if the
