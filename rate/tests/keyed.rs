@@ -8,8 +8,8 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
 use weir_rate::{
-    AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, Mode, Quota, RateLimiter, SketchLimiter,
-    SlidingWindow,
+    AllOf, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, RateLimiter,
+    SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 use weir_rate::{Layout, Shape};
 
@@ -520,4 +520,58 @@ fn sweeps_forget_idle_keys_and_keep_live_ones() {
     for key in 0..1_000u32 {
         assert!(keyed.allows(&key), "key {key} is idle again after 2 s");
     }
+}
+
+/// A key judged ahead of the limiter's clock (`check_n_at`) and then
+/// forgotten as idle, whose time ahead is then dropped with the table of
+/// such times when other keys fill it, must not come back with its
+/// spending forgotten: with the clock standing still, it gets no more than
+/// the same key alone, judged ahead the same way. (Written first, the fixed
+/// window, the token bucket, the sliding log and the sliding window each
+/// let 100 through where 4 were due.)
+#[test]
+fn a_key_judged_ahead_and_forgotten_gets_no_fresh_quota() {
+    fn admitted<L: Limiter + Clone>(limiter: L, crowded: bool) -> u32 {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(10));
+        let capacity = std::num::NonZeroUsize::new(64).unwrap();
+        let keyed =
+            KeyedLimiter::<u64, _, _>::with_shards_and_capacity(limiter, clock, 1, capacity);
+        // Two windows ahead: every algorithm's state is empty then.
+        let ahead = keyed.now() + Duration::from_secs(2);
+        let (mut admitted, mut other) = (0, 1000u64);
+        for _ in 0..50 {
+            for _ in 0..3 {
+                admitted += u32::from(keyed.check(&0).is_allowed());
+            }
+            // Judged ahead at no cost: its state moves to that time.
+            let _ = keyed.check_n_at(&0, 0, ahead);
+            keyed.evict_idle();
+            if crowded {
+                // Other keys judged ahead fill the table of times ahead,
+                // which is then cleared.
+                for _ in 0..=capacity.get() {
+                    let _ = keyed.check(&other);
+                    let _ = keyed.check_n_at(&other, 0, ahead);
+                    other += 1;
+                }
+                keyed.evict_idle();
+            }
+        }
+        admitted
+    }
+    fn judge<L: Limiter + Clone>(name: &str, limiter: L) {
+        let (alone, crowded) = (admitted(limiter.clone(), false), admitted(limiter, true));
+        assert!(
+            crowded <= alone,
+            "{name}: {crowded} admitted, {alone} alone"
+        );
+    }
+    let q = per_second(2);
+    judge("fixed window", FixedWindow::new(q));
+    judge("token bucket", TokenBucket::new(q));
+    judge("leaky meter", LeakyBucket::meter(q));
+    judge("sliding log", SlidingLog::new(q));
+    judge("sliding window", SlidingWindow::try_new(q, 2).unwrap());
+    judge("GCRA", Gcra::new(q));
 }

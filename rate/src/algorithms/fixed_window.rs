@@ -146,12 +146,14 @@ impl Limiter for FixedWindow {
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
-        s.count == 0 || now_ns.saturating_sub(s.start) >= self.quota.window_nanos()
+        s.start <= now_ns && (s.count == 0 || now_ns - s.start >= self.quota.window_nanos())
     }
 
     fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        // An empty window ahead of `now` (judged at a caller's later time)
+        // is not a fresh state now: forgotten, the key's time would be.
         if s.count == 0 {
-            return now_ns;
+            return s.start.max(now_ns);
         }
         s.start
             .saturating_add(self.quota.window_nanos())

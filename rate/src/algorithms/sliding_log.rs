@@ -49,6 +49,9 @@ pub struct SlidingLog {
 pub struct SlidingLogState {
     entries: VecDeque<(u64, u32)>,
     total: u64,
+    /// The latest time the log was judged at: an empty log judged ahead
+    /// of a caller's clock keeps it, so it is never judged earlier.
+    at: u64,
 }
 
 impl SlidingLogState {
@@ -71,7 +74,8 @@ impl SlidingLog {
 
     fn expire(&self, s: &mut SlidingLogState, now: u64) -> u64 {
         let w = self.quota.window_nanos();
-        let now = s.entries.back().map_or(now, |&(t, _)| now.max(t));
+        let now = now.max(s.at);
+        s.at = now;
         while let Some(&(t, c)) = s.entries.front() {
             // Elapsed time, not a deadline: `t + w` would saturate at the
             // end of the clock's range and expire every entry at once.
@@ -192,11 +196,11 @@ impl Limiter for SlidingLog {
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
-        self.reset_in(s, now_ns) == 0
+        s.at <= now_ns && self.reset_in(s, now_ns) == 0
     }
 
     fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
-        s.entries.back().map_or(now_ns, |&(t, _)| {
+        s.entries.back().map_or(s.at.max(now_ns), |&(t, _)| {
             t.saturating_add(self.quota.window_nanos()).max(now_ns)
         })
     }
@@ -211,6 +215,7 @@ impl Limiter for SlidingLog {
         SlidingLogState {
             entries: VecDeque::from([(at, u32::MAX)]),
             total: u64::from(u32::MAX),
+            at: at.max(now_ns),
         }
     }
 }

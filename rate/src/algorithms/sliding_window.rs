@@ -287,13 +287,16 @@ impl Limiter for SlidingWindow {
     }
 
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
-        let ahead = now_ns.saturating_sub(s.start);
+        let Some(ahead) = now_ns.checked_sub(s.start) else {
+            return false;
+        };
         ahead / self.sub >= self.n() as u64 || s.counts.iter().all(|&c| c == 0)
     }
 
     fn idle_at(&self, s: &Self::State, now_ns: u64) -> u64 {
+        // Empty sub-windows ahead of `now` are not a fresh state now.
         if s.counts.iter().all(|&c| c == 0) {
-            return now_ns;
+            return s.start.max(now_ns);
         }
         let span = (self.n() as u64).saturating_mul(self.sub);
         s.start.saturating_add(span).max(now_ns)

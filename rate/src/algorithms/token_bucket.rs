@@ -149,12 +149,14 @@ impl Bucket {
     }
 
     pub(crate) fn is_idle(&self, s: &TokenBucketState, now_ns: u64) -> bool {
-        s.level == 0 || self.drained(now_ns.saturating_sub(s.at)) >= s.level
+        s.at <= now_ns && (s.level == 0 || self.drained(now_ns - s.at) >= s.level)
     }
 
     pub(crate) fn idle_at(&self, s: &TokenBucketState, now_ns: u64) -> u64 {
+        // An empty bucket drained at a time ahead of `now` is not a fresh
+        // one now: forgotten, the key's time would be.
         if s.level == 0 {
-            return now_ns;
+            return s.at.max(now_ns);
         }
         // `time_for` rounds up: the least elapsed time `drained` counts the
         // whole level in.
