@@ -282,13 +282,24 @@ impl ShardedEstimator {
     #[inline(never)]
     fn flush_shard(&self, shard: &Shard) {
         let before = self.counts.changes.load(Ordering::Acquire);
+        // A reset this shard has not restarted for (it came after this
+        // `incr` checked): its updates are flushed all the same (they raced
+        // the reset, and may survive it), but the shard must not count as
+        // synced, or its later updates would sit in a table `get` ignores
+        // until a restart dropped them. `resets` moves before `changes`, so
+        // a reset counted in `before` is seen here.
+        let stale =
+            shard.generation.load(Ordering::Relaxed) != self.counts.resets.load(Ordering::Acquire);
         self.rewrite(shard, Rewrite::Flush);
         shard.until_flush.store(self.flush_every, Ordering::Relaxed);
         // Release: whoever sees the new count sees the additions above.
         let previous = self.counts.changes.fetch_add(1, Ordering::AcqRel);
         // With no other flush or reset in between, the view reflects every
-        // change up to this one; otherwise the next `incr` catches up.
-        let synced = if previous == before {
+        // change up to this one; otherwise the next `incr` catches up (and
+        // after a reset, restarts: no change count is u64::MAX).
+        let synced = if stale {
+            u64::MAX
+        } else if previous == before {
             before + 1
         } else {
             before
