@@ -221,12 +221,19 @@ impl Bucket {
         false
     }
 
-    /// Drop a registration; returns what else the caller must do. The
-    /// slot's waker is dropped before returning, after the lock is released
-    /// (it may be the last reference to a task whose other timers take this
-    /// lock again), so the caller must not hold its table's lock either.
-    #[inline]
+    /// [`cancel_taking`](Self::cancel_taking), dropping the waker.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn cancel(&self, slot: usize) -> Release {
+        self.cancel_taking(slot).0
+    }
+
+    /// Drop a registration; returns what else the caller must do, and the
+    /// slot's waker if the tick had not fired (for a timer re-armed for the
+    /// same task). The waker comes out after the lock is released, and the
+    /// caller must drop it outside any lock, its table's too: it may be the
+    /// last reference to a task whose other timers take these locks again.
+    #[inline]
+    pub(crate) fn cancel_taking(&self, slot: usize) -> (Release, Option<Waker>) {
         let mut st = self.lock();
         let mut waker = None;
         let release = 'decide: {
@@ -244,8 +251,7 @@ impl Bucket {
         };
         self.publish(&st);
         drop(st);
-        drop(waker);
-        release
+        (release, waker)
     }
 
     /// Second half of [`Release::Unlink`]; the caller holds the table lock

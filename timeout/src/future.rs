@@ -120,12 +120,24 @@ impl Timer {
         }
     }
 
-    /// Give up any registration and wait for `deadline` instead, armed at
-    /// the next poll that waits.
+    /// Give up any registration and wait for `deadline` instead. A timer
+    /// that was waiting is armed again at once for the same task, so the
+    /// task is woken at the new deadline whether or not it polls first, as
+    /// with tokio; otherwise it is armed at the next poll that waits.
     fn reset(&mut self, deadline: Deadline) {
-        self.finish();
+        let waker = match std::mem::replace(&mut self.state, State::Idle) {
+            State::Armed(armed) => self.source.inner().disarm_taking(armed),
+            _ => None,
+        };
         self.deadline = deadline;
-        self.state = State::Idle;
+        if let Some(waker) = waker {
+            if self
+                .poll_elapsed(&mut Context::from_waker(&waker))
+                .is_ready()
+            {
+                waker.wake();
+            }
+        }
     }
 
     /// `Ready` once the deadline has passed; otherwise the task behind `cx`
@@ -375,7 +387,9 @@ impl Sleep {
 
     /// Wait until `deadline` instead, whether or not this sleep has already
     /// ended, so one `Sleep` can serve a `select!` loop (as tokio's
-    /// `Sleep::reset` does). Any registration is given up at once.
+    /// `Sleep::reset` does). A sleep that was waiting goes on waiting for
+    /// the same task: the task is woken at the new deadline even if it does
+    /// not poll the sleep again first (an idle timer reset on activity).
     ///
     /// ```
     /// use std::time::{Duration, Instant};

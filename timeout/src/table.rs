@@ -433,14 +433,23 @@ impl Armed {
     /// under the table's lock.
     #[inline]
     pub(crate) fn disarm(self, buckets: &Buckets) {
+        drop(self.disarm_taking(buckets));
+    }
+
+    /// [`disarm`](Self::disarm), handing back the task's waker if the tick
+    /// had not fired.
+    #[inline]
+    pub(crate) fn disarm_taking(self, buckets: &Buckets) -> Option<Waker> {
         // SAFETY: the registration holds a `live` hold on the bucket.
         let bucket = unsafe { self.bucket.as_ref() };
-        match bucket.cancel(self.slot) {
+        let (release, waker) = bucket.cancel_taking(self.slot);
+        match release {
             Release::Keep => {}
             // SAFETY: that was the last hold.
             Release::Free => unsafe { buckets.free(self.bucket) },
             Release::Unlink => self.unlink(buckets),
         }
+        waker
     }
 
     /// The last registration of a bucket still in its table and not

@@ -107,3 +107,34 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F
     })
     .await
 }
+
+/// A task that resets its armed sleep and returns `Pending` without
+/// polling it again is still woken at the new deadline, as with tokio's
+/// `Sleep::reset` (an idle timer reset on activity in a hand-written
+/// `poll`). Written first, the task was woken only by the 1 h deadline it
+/// had left behind.
+#[test]
+fn a_reset_keeps_the_task_it_was_armed_for() {
+    block_on(async {
+        let mut idle = Box::pin(sleep(Duration::from_secs(3600)));
+        let mut reset = false;
+        let woken = std::future::poll_fn(|cx| {
+            if reset {
+                return idle.as_mut().poll(cx);
+            }
+            assert!(idle.as_mut().poll(cx).is_pending());
+            // Activity: the idle deadline moves, nothing is polled.
+            idle.as_mut().reset(Instant::now() + ms(20));
+            reset = true;
+            std::task::Poll::Pending
+        });
+        let started = Instant::now();
+        // The guard's own wake-up polls the task too: judge by when it ended.
+        let _ = tokio::time::timeout(Duration::from_secs(3), woken).await;
+        let took = started.elapsed();
+        assert!(
+            took >= ms(20) && took < Duration::from_secs(2),
+            "woken after {took:?}"
+        );
+    });
+}

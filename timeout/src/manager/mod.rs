@@ -464,6 +464,12 @@ impl Inner {
         armed.disarm(&self.buckets);
     }
 
+    /// [`disarm`](Self::disarm), handing back the task's waker if the tick
+    /// had not fired.
+    pub(crate) fn disarm_taking(&self, armed: Armed) -> Option<Waker> {
+        armed.disarm_taking(&self.buckets)
+    }
+
     /// Every table the sweeper fires and the metrics count.
     fn all_tables(&self) -> impl Iterator<Item = &ThreadTable> {
         self.tables.iter().chain(std::iter::once(&self.late))
