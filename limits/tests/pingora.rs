@@ -363,3 +363,22 @@ fn rate_new_runs_on_the_real_clock() {
     }
     assert_eq!(seen, 3.0);
 }
+
+/// As in pingora, the intervals start when the `Rate` is created, not at a
+/// multiple of the interval on the clock: a `Rate` made 700 ms into the
+/// clock's second has no complete interval 400 ms later. (Written first, it
+/// reported 5 events a second from a 300 ms stub of an interval.)
+#[test]
+fn pingora_rate_intervals_start_when_it_is_created() {
+    use std::time::Duration;
+    use weir_limits::clock::ManualClock;
+    use weir_limits::pingora::rate::Rate;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_millis(700));
+    let rate = Rate::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();
+    rate.observe(&"k", 5);
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(rate.rate(&"k"), 0.0, "no interval has ended yet");
+    clock.advance(Duration::from_millis(600));
+    assert_eq!(rate.rate(&"k"), 5.0);
+}

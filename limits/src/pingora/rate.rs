@@ -85,7 +85,8 @@ fn proportional(c: RateComponents) -> f64 {
 ///
 /// # Differences from pingora
 ///
-/// * Intervals sit on a fixed grid starting when the `Rate` is created.
+/// * Intervals sit on a fixed grid starting when the `Rate` is created (as
+///   pingora's first one does).
 ///   pingora starts a new interval at whichever call first notices the old
 ///   one expired, so after a quiet spell its intervals drift and the
 ///   "previous interval" can be longer than `interval`.
@@ -98,7 +99,28 @@ fn proportional(c: RateComponents) -> f64 {
 /// * It is generic over a [`Clock`], defaulting to weir's monotonic clock,
 ///   so that tests can drive time by hand ([`try_with_clock`](Self::try_with_clock));
 ///   `Rate` alone names the default.
-pub struct Rate<C: Clock = MonotonicClock>(crate::Rate<C>);
+pub struct Rate<C: Clock = MonotonicClock>(crate::Rate<SinceCreated<C>>);
+
+/// `clock` read from the moment the `Rate` was created, so that its
+/// intervals start then, as pingora's do, rather than on the clock's grid.
+struct SinceCreated<C> {
+    clock: C,
+    origin: u64,
+}
+
+impl<C: Clock> SinceCreated<C> {
+    fn new(clock: C) -> Self {
+        let origin = clock.now_nanos();
+        Self { clock, origin }
+    }
+}
+
+impl<C: Clock> Clock for SinceCreated<C> {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.clock.now_nanos().saturating_sub(self.origin)
+    }
+}
 
 impl Rate<MonotonicClock> {
     /// A rate over `interval`, with 4 × 1024 sketches as pingora.
@@ -107,8 +129,8 @@ impl Rate<MonotonicClock> {
     ///
     /// If `interval` is zero or longer than 2⁶⁴ ns.
     pub fn new(interval: Duration) -> Self {
-        match crate::Rate::try_new(interval) {
-            Ok(rate) => Self(rate),
+        match Self::try_with_clock(interval, MonotonicClock::new()) {
+            Ok(rate) => rate,
             Err(e) => panic!("invalid Rate interval: {e}"),
         }
     }
@@ -132,8 +154,12 @@ impl Rate<MonotonicClock> {
         let built = crate::Shape::try_new(hashes, slots, crate::Layout::Rows)
             .map_err(|e| format!("invalid Estimator dimensions: {e}"))
             .and_then(|shape| {
-                crate::Rate::try_with_shape(interval, shape, MonotonicClock::new())
-                    .map_err(|e| format!("invalid Rate interval: {e}"))
+                crate::Rate::try_with_shape(
+                    interval,
+                    shape,
+                    SinceCreated::new(MonotonicClock::new()),
+                )
+                .map_err(|e| format!("invalid Rate interval: {e}"))
             });
         match built {
             Ok(rate) => Self(rate),
@@ -164,7 +190,7 @@ impl<C: Clock> Rate<C> {
     /// assert_eq!(rate.rate(&"k"), 5.0);
     /// ```
     pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, crate::ConfigError> {
-        crate::Rate::try_with_clock(interval, clock).map(Self)
+        crate::Rate::try_with_clock(interval, SinceCreated::new(clock)).map(Self)
     }
 
     /// Events per second of `key` in the latest complete interval; 0 when
