@@ -203,7 +203,9 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// Replace the algorithm (e.g. with a new quota) keeping what has been
-    /// spent, so a change never grants a fresh burst.
+    /// spent, so a change never grants a fresh burst. For an
+    /// [`AllOf`](crate::AllOf) (or a pair) the states follow the limits by
+    /// position: keep their order, or a limit inherits another's spending.
     pub fn set_limit(&self, limiter: L) {
         self.inner.lock().0 = limiter;
     }

@@ -3,7 +3,7 @@
 //! | algorithm | state per key | bound on units allowed in any interval of length `t` |
 //! |---|---|---|
 //! | [`FixedWindow`] | start + count | `≤ 2·limit` in any window-long interval (`limit` on each side of a boundary) |
-//! | [`SlidingLog`] | one entry per allowed request (≤ limit) | `≤ limit` per window: exact |
+//! | [`SlidingLog`] | one entry per allowed request (≤ limit), and per forced charge | `≤ limit` per window: exact |
 //! | [`SlidingWindow`] (N counters) | N counters | `≤ 2·limit` per window in the worst case; under steady traffic error shrinks with N |
 //! | [`TokenBucket`] | spent tokens + time | `≤ burst + limit·t/window` |
 //! | [`LeakyBucket`] meter | water level + time | `≤ burst + limit·t/window` (the token bucket seen from the other side) |

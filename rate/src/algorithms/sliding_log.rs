@@ -13,7 +13,9 @@ use std::collections::VecDeque;
 /// log (less than a window old), and nothing after: the window around any
 /// instant then holds at most `limit` units that were served. A forced
 /// charge ([`Limiter::charge`]) is logged like a check, past the limit if
-/// need be.
+/// need be: charges at distinct instants add an entry each, so a key
+/// charged often holds an entry per charge of the last window, beyond the
+/// limit's worth. Charge a sliding log sparingly, or use GCRA.
 ///
 /// ```
 /// use std::num::NonZeroU32;

@@ -381,7 +381,9 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 
     /// Replace the algorithm for every key (e.g. a new quota), keeping what
-    /// each key has spent: no burst on a change.
+    /// each key has spent: no burst on a change. For an [`AllOf`](crate::AllOf)
+    /// (or a pair) the states follow the limits by position: keep their
+    /// order, or a limit inherits another's spending.
     pub fn set_limit(&self, limiter: L) {
         for shard in self.shards.iter() {
             let mut shard = shard.lock.lock();
