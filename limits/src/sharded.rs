@@ -312,8 +312,12 @@ impl ShardedEstimator {
     #[cold]
     #[inline(never)]
     fn catch_up(&self, shard: &Shard) {
-        self.restart_if_reset(shard);
+        // The change count first: a reset after it is counted in it only
+        // if `restart_if_reset` below sees that reset too (`resets` moves
+        // first). Read the other way round, a reset in between left the
+        // shard synced past the reset with its tables of before it.
         let changes = self.counts.changes.load(Ordering::Acquire);
+        self.restart_if_reset(shard);
         self.rewrite(shard, Rewrite::Sync);
         shard.synced.store(changes, Ordering::Relaxed);
     }

@@ -265,15 +265,7 @@ fn sharded_reset_racing_a_flush_never_loses_later_events() {
 #[test]
 fn sharded_reset_racing_a_flush_never_hides_a_later_unflushed_event() {
     loom::model(|| {
-        // Two slots, keys 1 and 2 on separate cells.
-        let shape = (0..)
-            .map(|seed| Shape::rows::<1, 2>().with_seed(seed))
-            .find(|&shape| {
-                let l = Locator::new(shape);
-                l.locate(&1u8).iter().ne(l.locate(&2u8).iter())
-            })
-            .unwrap();
-        let s = Arc::new(ShardedEstimator::with_flush_every(shape, every(2)));
+        let s = Arc::new(ShardedEstimator::with_flush_every(apart(), every(2)));
         let reset_done = Arc::new(AtomicUsize::new(0));
         let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
         let writer = thread::spawn(move || {
@@ -291,6 +283,44 @@ fn sharded_reset_racing_a_flush_never_hides_a_later_unflushed_event() {
         writer.join().unwrap();
         assert_eq!(s.get(&2u8), 1, "an event after the reset was lost");
     });
+}
+
+/// The same for a catch-up instead of a flush: a reset landing while the
+/// writer's shard catches up with another thread's flush used to leave the
+/// shard marked as synced past the reset with its tables of before it.
+#[test]
+fn sharded_reset_racing_a_catch_up_never_hides_a_later_unflushed_event() {
+    loom::model(|| {
+        let s = Arc::new(ShardedEstimator::with_flush_every(apart(), every(8)));
+        // Another thread's flush: the writer's first update catches up.
+        s.incr(&1u8, 1);
+        s.flush();
+        let reset_done = Arc::new(AtomicUsize::new(0));
+        let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
+        let writer = thread::spawn(move || {
+            w.incr(&1u8, 1); // catches up: races the reset
+            while done.load(Ordering::Acquire) == 0 {
+                thread::yield_now();
+            }
+            w.incr(&2u8, 1); // after the reset returned
+            w.flush();
+        });
+        s.reset();
+        reset_done.store(1, Ordering::Release);
+        writer.join().unwrap();
+        assert_eq!(s.get(&2u8), 1, "an event after the reset was lost");
+    });
+}
+
+/// A one-row, two-slot shape on which keys 1u8 and 2u8 share no cell.
+fn apart() -> Shape {
+    (0..)
+        .map(|seed| Shape::rows::<1, 2>().with_seed(seed))
+        .find(|&shape| {
+            let l = Locator::new(shape);
+            l.locate(&1u8).iter().ne(l.locate(&2u8).iter())
+        })
+        .unwrap()
 }
 
 /// A thread that notices a reset while it is still running must not copy
