@@ -121,12 +121,29 @@ impl Timer {
     }
 
     /// Give up any registration and wait for `deadline` instead. A timer
-    /// that was waiting is armed again at once for the same task, so the
-    /// task is woken at the new deadline whether or not it polls first, as
-    /// with tokio; otherwise it is armed at the next poll that waits.
+    /// that was waiting (its tick not yet fired) is armed again at once for
+    /// the same task, so the task is woken at the new deadline whether or
+    /// not it polls first, as with tokio; otherwise it is armed at the next
+    /// poll that waits.
     fn reset(&mut self, deadline: Deadline) {
         let waker = match std::mem::replace(&mut self.state, State::Idle) {
             State::Armed(armed) => self.source.inner().disarm_taking(armed),
+            // On a paused clock: tokio's reset keeps tokio's registration.
+            State::Tokio(mut sleep) => {
+                self.state = match paused_wait(deadline) {
+                    State::Tokio(new) => {
+                        sleep.as_mut().reset(new.deadline());
+                        State::Tokio(sleep)
+                    }
+                    // Already past: due at once, and tokio wakes the task.
+                    State::Elapsed => {
+                        sleep.as_mut().reset(tokio::time::Instant::now());
+                        State::Tokio(sleep)
+                    }
+                    never => never,
+                };
+                None
+            }
             _ => None,
         };
         self.deadline = deadline;
@@ -387,9 +404,11 @@ impl Sleep {
 
     /// Wait until `deadline` instead, whether or not this sleep has already
     /// ended, so one `Sleep` can serve a `select!` loop (as tokio's
-    /// `Sleep::reset` does). A sleep that was waiting goes on waiting for
-    /// the same task: the task is woken at the new deadline even if it does
-    /// not poll the sleep again first (an idle timer reset on activity).
+    /// `Sleep::reset` does). A sleep still waiting goes on waiting for the
+    /// same task, on a paused tokio clock too: the task is woken at the new
+    /// deadline even if it does not poll the sleep again first (an idle
+    /// timer reset on activity). One whose deadline had already come has
+    /// woken its task, which polls as usual.
     ///
     /// ```
     /// use std::time::{Duration, Instant};

@@ -39,3 +39,31 @@ async fn inner_future_still_wins_in_virtual_time() {
     .await;
     assert!(r.is_ok());
 }
+
+/// On a paused clock too, a sleep reset without being polled again wakes
+/// its task at the new deadline (here in virtual time): written first, the
+/// reset dropped tokio's timer with the task's waker, and only the 3 s
+/// guard ended the wait.
+#[tokio::test(start_paused = true)]
+async fn a_reset_keeps_the_task_on_the_paused_clock() {
+    let mut idle = Box::pin(weir_timeout::sleep(Duration::from_secs(3600)));
+    let mut reset = false;
+    let woken = std::future::poll_fn(|cx| {
+        if reset {
+            return idle.as_mut().poll(cx);
+        }
+        assert!(idle.as_mut().poll(cx).is_pending());
+        let soon = tokio::time::Instant::now() + Duration::from_millis(20);
+        idle.as_mut().reset(soon.into_std());
+        reset = true;
+        std::task::Poll::Pending
+    });
+    let started = tokio::time::Instant::now();
+    // The guard's own wake-up polls the task too: judge by when it ended.
+    let _ = tokio::time::timeout(Duration::from_secs(3), woken).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "woken after {took:?} of virtual time"
+    );
+}
