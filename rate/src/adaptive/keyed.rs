@@ -40,7 +40,10 @@ const MAX_SHARDS: usize = 64;
 /// flight count together against one learned limit. So memory stays within
 /// `capacity` states plus one per shard, and a spray of new keys can
 /// neither grow it nor get requests past a limit; what it can do is crowd
-/// out other new keys while every stored key is busy. Such decisions are
+/// out other new keys while every stored key is busy. The overflow state
+/// keeps what it learns from one such episode to the next, and
+/// [`limit`](Self::limit) and [`in_flight`](Self::in_flight) do not report
+/// it for the keys it serves (they are not stored). Such decisions are
 /// counted ([`overflowed`](Self::overflowed)); choose a capacity above the
 /// keys that have requests in flight at once. Finding
 /// the key to replace scans its shard (the keys are split over up to 64

@@ -22,7 +22,11 @@
 //! so that a slow origin fails the request with the timeout's error, which
 //! reports a drop. A client that sends its request body slowly makes that
 //! timeout fire too: behind a shared key, read request bodies in full
-//! before this layer, or key it per client.
+//! before this layer, or key it per client. For the same reason put a
+//! shaping [`RateLimitLayer`](super::RateLimitLayer) (a
+//! [`LeakyBucket`](crate::LeakyBucket) shaper) outside this layer: inside,
+//! its delay would count as the origin's latency, and each delayed request
+//! would hold a shared place while it waits.
 
 use super::body::CountedBody;
 use super::key::KeyExtractor;
