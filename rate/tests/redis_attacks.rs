@@ -505,3 +505,69 @@ fn checks_dropped_at_every_await_point_leave_nothing_behind() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// A Redis server's clock that steps back (a failover to a node whose
+/// clock lags, an NTP step) never reopens a fixed window the key has
+/// filled: the state a server one window ahead wrote, full, stays full.
+/// Written first, the lagging server counted the key from zero again.
+#[test]
+fn a_server_clock_stepping_back_never_reopens_a_full_window() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("server clock stepping back")? else {
+        return Ok(());
+    };
+    let mut raw = redis::Client::open(server.url())?.get_connection()?;
+    let rt = rt()?;
+    let minute = 60_000_000u64; // the window, in µs
+    let limiter = rt.block_on(
+        RedisLimiter::builder(weir_rate::FixedWindow::new(Quota::per_minute(nz(5))))
+            .prefix(unique_prefix("clock-back"))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url())),
+    )?;
+    let state = limiter.redis_keys("k").remove(0);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw)?;
+    let ahead = ((secs * 1_000_000 + micros) / minute + 1) as f64;
+    let full: Vec<u8> = [ahead.to_le_bytes(), 5f64.to_le_bytes()].concat();
+    redis::cmd("SET")
+        .arg(&state)
+        .arg(full)
+        .arg("PX")
+        .arg(3_600_000)
+        .query::<()>(&mut raw)?;
+    let d = rt.block_on(limiter.check("k"));
+    assert!(
+        !d.is_allowed(),
+        "a full later window was counted from zero: {d:?}"
+    );
+    assert!(d.retry_after() > Some(Duration::from_secs(60)), "{d:?}");
+    Ok(())
+}
+
+/// A window algorithm ignores its quota's burst (its capacity is its
+/// limit), and so must the default failure policy standing in for it:
+/// written first, a fixed window of 5 a minute with a burst of 1000 let
+/// 40 of 40 through per instance while Redis was down.
+#[test]
+fn the_default_failure_policy_of_a_window_ignores_the_burst() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("window fallback")? else {
+        return Ok(());
+    };
+    let rt = rt()?;
+    rt.block_on(async {
+        let quota = Quota::per_minute(nz(5)).allow_burst(nz(1000));
+        let limiter = RedisLimiter::builder(weir_rate::FixedWindow::new(quota))
+            .prefix(unique_prefix("window-fallback"))
+            .backoff(Duration::from_millis(50))
+            .connect(Target::server(server.url()))
+            .await?;
+        server.kill();
+        let mut allowed = 0;
+        for _ in 0..40 {
+            let v = limiter.check_verbose("k", 1).await?;
+            assert_ne!(v.source, Source::Redis);
+            allowed += u32::from(v.decision.is_allowed());
+        }
+        assert!(allowed <= 5, "{allowed} of 40 allowed at 5 a minute");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

@@ -112,6 +112,21 @@ impl Script {
         }
     }
 
+    /// The quota of a single limit's default fallback (a GCRA sketch): a
+    /// window algorithm ignores its quota's burst (its capacity is its
+    /// limit), and so does its fallback.
+    pub(crate) fn fallback_quota(&self) -> Quota {
+        match (
+            self.algorithm,
+            std::num::NonZeroU32::new(self.quota.limit()),
+        ) {
+            (Algorithm::FixedWindow | Algorithm::SlidingWindow { .. }, Some(limit)) => {
+                self.quota.allow_burst(limit)
+            }
+            _ => self.quota,
+        }
+    }
+
     /// The in-process algorithm the script computes; `None` for a sliding
     /// window whose counters do not fit its quota (the builder refuses it).
     pub(crate) fn local(&self) -> Option<AnyLimiter> {

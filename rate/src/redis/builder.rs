@@ -282,7 +282,7 @@ impl RedisLimiterBuilder {
                 ))?;
                 FailurePolicy::per_instance_all_of(locals)
             }
-            FailurePolicy::PerInstance => FailurePolicy::per_instance(first.quota),
+            FailurePolicy::PerInstance => FailurePolicy::per_instance(first.fallback_quota()),
             policy => policy,
         };
         let batcher = self

@@ -160,8 +160,17 @@ window_second = window_second - window_second % 1000000
 "#,
     load: r#"
 local count, stored_second = 0, nil
+local idx, window_reset, window_second = idx, window_reset, window_second
 if v and #v == 16 then
   local stored_idx, stored_count = unpack_state('<dd', v)
+  if stored_idx > idx then
+    -- A later window than this server's clock says (a clock that stepped
+    -- back): the key stays in it, never in an earlier one.
+    idx = stored_idx
+    window_reset = (idx + 1) * W - now
+    window_second = (idx + 1) * W
+    window_second = window_second - window_second % 1000000
+  end
   if stored_idx == idx then count, stored_second = stored_count, window_second end
 end
 "#,
