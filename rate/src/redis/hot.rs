@@ -335,6 +335,11 @@ impl Hot {
         if !d.is_allowed() {
             return None;
         }
+        // Units left of a lease that expired while this one was fetched
+        // are dropped, not carried into the new lease's lifetime.
+        if now >= e.expires {
+            e.left = 0;
+        }
         e.left = e.left.saturating_add(lease - taken);
         e.expires = now.saturating_add(duration_to_nanos(self.cfg.max_age));
         Some(Granted {
@@ -420,6 +425,28 @@ mod tests {
         assert!(hot.make_room(&mut map, now + 2_000_000_000));
         assert_eq!(hot.sweeps.load(Ordering::Relaxed), 2);
         assert!(map.is_empty());
+    }
+
+    /// Units left of a lease that expired while the next was being fetched
+    /// are not carried into the new lease's lifetime (they were counted by
+    /// Redis longer than `max_age` ago). Written first, the 5 stale units
+    /// were granted with the new 10.
+    #[test]
+    fn a_new_lease_drops_the_units_of_an_expired_one() {
+        let hot = Hot::new(PreAggregation::default());
+        hot.map.lock().insert(
+            "k".to_owned(),
+            Entry {
+                left: 5,
+                expires: 1,
+                fetching: true,
+                ..Entry::default()
+            },
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        let allowed = Decision::allow(100, 1_000_000_000, 50, 1_000_000_000);
+        let granted = hot.finish("k", Some(allowed), 10, 0).unwrap();
+        assert_eq!(granted.left, 10);
     }
 
     /// A lease used up is nothing to keep, however long it may live: keys

@@ -24,7 +24,10 @@
 //!   unit. Scripts are sent as `EVALSHA`; when the server answers `NOSCRIPT`
 //!   (its cache is empty after a restart, a failover to a replica that never
 //!   saw the script, `SCRIPT FLUSH`, or eviction) the script is loaded and
-//!   the call repeated (a few times at most, all within the deadline).
+//!   the call repeated (a few times at most, all within the deadline). On a
+//!   cluster the client sends the load to every node, so it fails while
+//!   any node is unreachable, and keys of a master that lost its scripts
+//!   then go to the failure policy until every node answers again.
 //! * **Clock.** Time is the Redis server's `TIME`, read inside the script,
 //!   so the clocks of the clients, which drift, never matter. Resolution is
 //!   one microsecond. The token bucket and GCRA compute in nanoseconds
@@ -33,7 +36,9 @@
 //!   rate: with the same request times they decide exactly as the
 //!   in-process [`TokenBucket`](crate::TokenBucket) and
 //!   [`Gcra`](crate::Gcra) (to the doubles' 2⁻⁵³ for the token bucket's
-//!   fractional refill), durations rounded up to whole microseconds.
+//!   fractional refill), durations rounded up to whole microseconds. A
+//!   server whose clock steps back (a failover to a node that lags) never
+//!   takes a fixed window back to an earlier one.
 //! * **Keys.** One Redis key per limiter key and limit: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
@@ -44,6 +49,12 @@
 //!   would have to name itself: Redis's time per decision, which every
 //!   instance shares, is what the scripts are written for. A key that
 //!   itself contains `}` still maps to one slot, just through a shorter tag.
+//!   A window algorithm's state is laid out by its window (and a sliding
+//!   window's counters): two limiters on one prefix whose fixed or sliding
+//!   windows differ in length or counters reset each other's counts, which
+//!   switches the limit off while both run (a rolling deploy of a new
+//!   window). Give a new window a new prefix; limits, bursts and the other
+//!   algorithms change in place.
 //! * **TTL.** Every key carries an expiry no earlier than the moment its
 //!   state becomes indistinguishable from a fresh key (a full bucket, a
 //!   passed arrival time, a past window), so idle keys vanish on their own.
@@ -59,7 +70,9 @@
 //!   quota: the token bucket and GCRA store their expiry second itself,
 //!   and a token bucket that the new quota would refill only after that
 //!   second is written again with a later one, even on a denial, so no key
-//!   comes back with a full burst early. Needs Redis 6.2 or later.
+//!   comes back with a full burst early. Needs Redis 6.2 or later (7 or
+//!   later for a demoted server to be noticed: 6.2 reports a script's
+//!   write on a replica as a script error, not `READONLY`).
 //! * **Failure policy.** Every call has a deadline ([`RedisLimiterBuilder::timeout`]).
 //!   When Redis is unreachable, slow, or answers with an error, the caller
 //!   gets the decision of the configured [`FailurePolicy`] — by default
@@ -315,8 +328,11 @@ impl RedisLimiter {
         }
     }
 
-    /// Spend one unit for `key`. Always answers within the timeout: from
-    /// Redis, a lease, or the failure policy (or a denial when shed).
+    /// Spend one unit for `key`. Always answers within the timeout (with
+    /// pre-aggregation, within three: a wait for a lease being fetched, a
+    /// fetch of its own, then the plain call, each with a timeout of its
+    /// own): from Redis, a lease, or the failure policy (or a denial when
+    /// shed).
     pub async fn check(&self, key: &str) -> Decision {
         match self.check_verbose(key, 1).await {
             Ok(v) => v.decision,
