@@ -38,7 +38,8 @@
 //!   [`Gcra`](crate::Gcra) (to the doubles' 2⁻⁵³ for the token bucket's
 //!   fractional refill), durations rounded up to whole microseconds. A
 //!   server whose clock steps back (a failover to a node that lags) never
-//!   takes a fixed window back to an earlier one.
+//!   takes a fixed window back to an earlier one; a sliding window counts
+//!   sub-windows newer than that clock only once it has caught up.
 //! * **Keys.** One Redis key per limiter key and limit: `{prefix}:{alg}:{<key>}`,
 //!   passed in `KEYS[]` (never built inside a script) and hash-tagged with
 //!   the limiter key, so everything about one limiter key lives in one
