@@ -203,11 +203,9 @@ impl<Ch, X, F> RateLimitLayer<Ch, X, F> {
 }
 
 impl<Ch, X, F, P> RateLimitLayer<Ch, X, F, P> {
-    /// The name of the policy in the `RateLimit` header fields. Give
-    /// stacked layers distinct names: each adds its own policy to the
-    /// fields' lists, which clients tell apart by name. (An origin's own
-    /// `RateLimit` in an older draft's dictionary syntax does not combine
-    /// with a list: strip it, or let the origin answer alone.)
+    /// The name of the policy in the `RateLimit` header fields. Stacked
+    /// layers each add their policy to the fields' lists: give them
+    /// distinct names (an origin's older dictionary syntax cannot join).
     pub fn policy_name(mut self, name: &str) -> Self {
         self.answering.policy = Arc::from(name);
         self.answering.quoted = Arc::new(PolicyName::new(name));
