@@ -266,22 +266,10 @@ fn sharded_reset_racing_a_flush_never_loses_later_events() {
 fn sharded_reset_racing_a_flush_never_hides_a_later_unflushed_event() {
     loom::model(|| {
         let s = Arc::new(ShardedEstimator::with_flush_every(apart(), every(2)));
-        let reset_done = Arc::new(AtomicUsize::new(0));
-        let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
-        let writer = thread::spawn(move || {
+        reset_while(&s, |w| {
             w.incr(&1u8, 1);
             w.incr(&1u8, 1); // flushes: races the reset
-            while done.load(Ordering::Acquire) == 0 {
-                thread::yield_now();
-            }
-            // One event after the reset returned, not yet flushed.
-            w.incr(&2u8, 1);
-            w.flush();
         });
-        s.reset();
-        reset_done.store(1, Ordering::Release);
-        writer.join().unwrap();
-        assert_eq!(s.get(&2u8), 1, "an event after the reset was lost");
     });
 }
 
@@ -295,21 +283,30 @@ fn sharded_reset_racing_a_catch_up_never_hides_a_later_unflushed_event() {
         // Another thread's flush: the writer's first update catches up.
         s.incr(&1u8, 1);
         s.flush();
-        let reset_done = Arc::new(AtomicUsize::new(0));
-        let (w, done) = (Arc::clone(&s), Arc::clone(&reset_done));
-        let writer = thread::spawn(move || {
+        reset_while(&s, |w| {
             w.incr(&1u8, 1); // catches up: races the reset
-            while done.load(Ordering::Acquire) == 0 {
-                thread::yield_now();
-            }
-            w.incr(&2u8, 1); // after the reset returned
-            w.flush();
         });
-        s.reset();
-        reset_done.store(1, Ordering::Release);
-        writer.join().unwrap();
-        assert_eq!(s.get(&2u8), 1, "an event after the reset was lost");
     });
+}
+
+/// Reset `s` while a writer runs `racing`; once the reset has returned,
+/// the writer counts one event of key 2 (on cells of its own, see
+/// [`apart`]) and flushes. That event must be counted.
+fn reset_while(s: &Arc<ShardedEstimator>, racing: fn(&ShardedEstimator)) {
+    let reset_done = Arc::new(AtomicUsize::new(0));
+    let (w, done) = (Arc::clone(s), Arc::clone(&reset_done));
+    let writer = thread::spawn(move || {
+        racing(&w);
+        while done.load(Ordering::Acquire) == 0 {
+            thread::yield_now();
+        }
+        w.incr(&2u8, 1); // after the reset returned, not yet flushed
+        w.flush();
+    });
+    s.reset();
+    reset_done.store(1, Ordering::Release);
+    writer.join().unwrap();
+    assert_eq!(s.get(&2u8), 1, "an event after the reset was lost");
 }
 
 /// A one-row, two-slot shape on which keys 1u8 and 2u8 share no cell.
