@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
-use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
-use weir_rate::http::{AdaptiveInflightLayer, InflightLayer, KeyFn, RateLimitLayer, Settle};
+use weir_adaptive::{Gradient2, KeyedAdaptiveLimiter};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
+use weir_tower::{AdaptiveInflightLayer, InflightLayer, KeyFn, RateLimitLayer, Settle};
 
 /// The services compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

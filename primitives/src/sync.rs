@@ -1,7 +1,8 @@
 //! Waiting for another thread: a spin lock for critical sections of a few
-//! instructions, and the backoff every weir crate waits with.
+//! instructions, the backoff every weir crate waits with, and a parking
+//! [`Mutex`] for longer ones.
 //!
-//! Both are written against loom's types under `--cfg loom` (`cargo xtask
+//! All three are written against loom's types under `--cfg loom` (`cargo xtask
 //! loom` builds every crate with it), so the loom models of the crates
 //! above check the lock itself, and a wait yields to the model checker.
 
@@ -18,6 +19,65 @@ use std::{
 
 use std::fmt;
 use std::marker::PhantomData;
+
+/// A parking mutex with parking_lot's guard-returning `lock` (no
+/// poisoning), backed by loom's checked mutex under `--cfg loom`: for
+/// critical sections too long to spin through (an algorithm's update, a
+/// sweep of a table).
+///
+/// ```
+/// use weir_primitives::sync::Mutex;
+///
+/// let m = Mutex::new(vec![1]);
+/// m.lock().push(2);
+/// assert_eq!(*m.lock(), [1, 2]);
+/// ```
+#[derive(Debug, Default)]
+pub struct Mutex<T>(
+    #[cfg(not(loom))] parking_lot::Mutex<T>,
+    #[cfg(loom)] loom::sync::Mutex<T>,
+);
+
+#[cfg(not(loom))]
+impl<T> Mutex<T> {
+    /// A mutex holding `value`.
+    pub fn new(value: T) -> Self {
+        Self(parking_lot::Mutex::new(value))
+    }
+
+    /// Waits for the lock (parking) and returns its guard.
+    #[inline]
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
+        self.0.lock()
+    }
+
+    /// The value, through a unique borrow: no locking needed.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut()
+    }
+}
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    /// A mutex holding `value`.
+    pub fn new(value: T) -> Self {
+        Self(loom::sync::Mutex::new(value))
+    }
+
+    /// Waits for the lock and returns its guard.
+    pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The value, through a unique borrow: no locking needed.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
 
 /// A lock for critical sections of a few dozen nanoseconds: waiters spin,
 /// then yield (they never park).

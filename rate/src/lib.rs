@@ -1,35 +1,58 @@
-//! weir-rate: measuring and limiting request rates.
+//! Rate limits in process: the classic algorithms behind one trait, the
+//! containers that hold their state per key, and decisions that carry
+//! what an HTTP response needs.
 //!
-//! * [`ewma`] — rakelimit's exponentially weighted moving-average rate, in
-//!   float and integer-only fixed point, stateless ([`ewma::EwmaWindow`]) or
-//!   shared between threads ([`ewma::Ewma`]).
-//! * One [`Limiter`] trait over every classic algorithm: [`FixedWindow`],
-//!   [`SlidingLog`], [`SlidingWindow`] (N sub-window counters; N = 2 is
-//!   Cloudflare's), [`TokenBucket`], [`LeakyBucket`] (meter or shaper) and
-//!   [`Gcra`]; all take a [`Quota`] and answer with a [`Decision`] that
-//!   renders the `RateLimit-Policy`, `RateLimit` and `Retry-After` headers.
-//!   Pairs of limiters and [`AllOf`] check several limits all-or-nothing.
-//! * Containers: [`RateLimiter`] (one shared limit), [`KeyedLimiter`] (any
-//!   algorithm per key, sharded, exact up to a capacity of keys and never
-//!   looser beyond it, idle keys evicted) and [`SketchLimiter`] (GCRA per key
-//!   in fixed memory, never looser than exact). All offer peek, cost-weighted checks,
-//!   run-time quota changes without a burst and a shadow (dry-run) mode;
-//!   time comes from an injectable [`Clock`](clock::Clock).
-//! * Feature `metrics`: decisions by outcome and limiter, and Redis
-//!   answers by source with the script calls' latency, through the
-//!   `metrics` facade (names and labels: `weir_rate_decisions_total`,
-//!   `weir_rate_settlements_total`, `weir_rate_redis_decisions_total`,
-//!   `weir_rate_redis_call_seconds`).
-//! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready` wait until
-//!   a limit allows, with jitter, on weir-timeout's cheap sleeps.
-//! * One way to ask any keyed limiter, in process or on Redis, for a key:
-//!   [`CheckKey`] (answers at once) and [`CheckKeyAsync`] (answers with a
-//!   future); the tower layer and the Redis fallback take these. After the
-//!   fact, [`SettleKey`] refunds or charges the difference once a request's
-//!   real cost is known ([`Settlement`]).
+//! weir-rate knows nothing of HTTP middleware, remote stores or adaptive
+//! concurrency: those are weir-tower, weir-redis and weir-adaptive, which
+//! reach the limits here through the seam traits below.
 //!
-//! * [`adaptive`] — concurrency limits learned from latency (AIMD, Vegas,
-//!   Gradient2), per origin or per key, with an RAII guard.
+//! # Algorithms
+//!
+//! Each takes a [`Quota`] and implements [`Limiter`], a step function over
+//! state the caller holds (time passed in), so the same value serves every
+//! container and a replay.
+//!
+//! * [`Gcra`]: one timestamp per key, as governor and redis-cell keep.
+//! * [`TokenBucket`], [`LeakyBucket`] (a meter, or a shaper that delays).
+//! * [`FixedWindow`], [`SlidingWindow`] (N sub-window counters; N = 2 is
+//!   Cloudflare's), [`SlidingLog`] (exact).
+//! * [`AllOf`] and pairs of limiters: several limits, all-or-nothing.
+//!
+//! # Containers
+//!
+//! * [`RateLimiter`]: one limit shared by every caller.
+//! * [`KeyedLimiter`]: any algorithm per key, exact up to a bound on keys
+//!   ([`KeyedLimiter::builder`]) and never looser beyond it.
+//! * [`SketchLimiter`]: GCRA per key in fixed memory, never looser than
+//!   exact.
+//!
+//! All of them peek, weigh checks by cost, take refunds ([`Receipt`],
+//! [`Spending`]) and forced charges, change their quota at run time without
+//! a burst, run in shadow mode, and read time from an injectable
+//! [`Clock`](clock::Clock).
+//!
+//! # Decisions
+//!
+//! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, a
+//!   shaper's delay; rendered as the IETF `RateLimit-Policy` / `RateLimit`
+//!   fields and `Retry-After` ([`Decision::headers`], [`PolicyName`]).
+//! * [`NeverAllowed`]: a cost beyond what the quota can ever allow;
+//!   [`CheckAtError`]: a caller's time the limiter refuses.
+//! * [`Mode`]: a check or a peek.
+//!
+//! # Seams
+//!
+//! How code above the containers asks any keyed limiter, in process or on
+//! a store, without knowing which: [`CheckKey`] (answers at once),
+//! [`CheckKeyAsync`] (answers with a future) and [`SettleKey`] (refund or
+//! charge once a request's real cost is known, by [`Settlement`]).
+//!
+//! # Modules
+//!
+//! * [`ewma`]: rakelimit's exponentially weighted moving-average rate.
+//! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready`, which
+//!   sleep until a limit allows, with jitter, on weir-timeout.
+//! * [`clock`]: the clocks, shared with weir-limits.
 //!
 //! # The algorithms' bounds
 //!
@@ -64,25 +87,19 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod adaptive;
 mod algorithms;
+mod all_of;
+mod cells;
 mod check;
 mod decision;
 pub mod ewma;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub mod http;
 mod keyed;
 mod limiter;
+mod mode;
 mod quota;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis;
 mod single;
 mod sketch;
 mod sync;
-#[cfg(any(feature = "tower", feature = "redis"))]
-mod telemetry;
 #[cfg(feature = "wait")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 pub mod wait;
@@ -116,17 +133,22 @@ pub mod clock {
     pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
-pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+pub use algorithms::{
+    FixedWindow, FixedWindowState, Gcra, LeakyBucket, LeakyState, SlidingLog, SlidingLogState,
+    SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState,
+};
+pub use all_of::AllOf;
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
-pub use decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
+pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};
 pub use keyed::KeyedLimiter;
-pub use limiter::{AllOf, Limiter, Mode};
+pub use limiter::Limiter;
+pub use mode::Mode;
 pub use quota::{Quota, QuotaError};
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
 pub use weir_limits::{ConfigError, Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
-#[cfg(all(doctest, feature = "axum"))]
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 mod readme {}

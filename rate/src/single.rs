@@ -2,7 +2,8 @@
 
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -66,13 +67,13 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         }
     }
 
-    /// Check one unit. One unit is always within a limiter's capacity.
+    /// Check one unit. One unit is always within a limiter's max cost.
     pub fn check(&self) -> Decision {
         match self.run(1, Mode::Consume) {
             Ok(d) => d,
             // Capacity is at least 1 for every algorithm (quotas are
             // non-zero); answer a denial rather than panic regardless.
-            Err(_) => Decision::deny(0, 0, 0, 0, u64::MAX),
+            Err(_) => Decision::deny_ns(0, 0, 0, 0, u64::MAX),
         }
     }
 
@@ -81,7 +82,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn check_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Consume)
     }
@@ -100,7 +101,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// # Errors
     ///
     /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
-    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
+    /// max cost; [`CheckAtError::AheadOfClock`] for a time more than
     /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
     /// changes the state.
     ///
@@ -129,7 +130,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn peek_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Peek)
     }
@@ -247,5 +248,23 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
         } else {
             decision
         })
+    }
+}
+
+#[cfg(feature = "wait")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
+impl<L: Limiter, C: Clock> RateLimiter<L, C> {
+    /// Wait until `cost` units may be spent, then spend them (see the
+    /// [`wait`](crate::wait) module).
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_ready(
+        &self,
+        cost: u32,
+        jitter: crate::wait::Jitter,
+    ) -> Result<Decision, NeverAllowed> {
+        crate::wait::until_allowed(|| std::future::ready(self.check_n(cost)), jitter).await
     }
 }

@@ -45,13 +45,7 @@
 
 use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed};
-use crate::keyed::KeyedLimiter;
-use crate::limiter::Limiter;
-use crate::single::RateLimiter;
-use crate::sketch::SketchLimiter;
-use std::borrow::Borrow;
 use std::future::Future;
-use std::hash::Hash;
 use std::sync::OnceLock;
 use std::time::Duration;
 use weir_primitives::random::SplitMix64;
@@ -130,11 +124,29 @@ impl Delays {
 }
 
 /// Ask `check` until it allows, sleeping each denial's `Retry-After`
-/// (plus jitter) in between.
-pub(crate) async fn until_allowed<F, Fut>(
-    mut check: F,
-    jitter: Jitter,
-) -> Result<Decision, NeverAllowed>
+/// (plus `jitter`) in between, and a shaper's delay after the allowing
+/// answer: the loop behind every container's `until_ready` and
+/// `until_key_ready`, for limiters of your own (a store's, say) to wait
+/// the same way.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::wait::{Jitter, until_allowed};
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), weir_rate::NeverAllowed> {
+/// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+/// let ask = || std::future::ready(per_user.check_n("alice", 1));
+/// assert!(until_allowed(ask, Jitter::NONE).await?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// The first [`NeverAllowed`] `check` answers, at once.
+pub async fn until_allowed<F, Fut>(mut check: F, jitter: Jitter) -> Result<Decision, NeverAllowed>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Decision, NeverAllowed>>,
@@ -155,78 +167,6 @@ where
         // a bug, and a millisecond keeps it from spinning.
         let retry = decision.retry_after().unwrap_or(Duration::from_millis(1));
         weir_timeout::sleep(retry.saturating_add(delays.next())).await;
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
-impl<L: Limiter, C: Clock> RateLimiter<L, C> {
-    /// Wait until `cost` units may be spent, then spend them (see the
-    /// [module docs](self)).
-    ///
-    /// # Errors
-    ///
-    /// [`NeverAllowed`] at once for a cost the quota can never allow.
-    pub async fn until_ready(&self, cost: u32, jitter: Jitter) -> Result<Decision, NeverAllowed> {
-        until_allowed(|| std::future::ready(self.check_n(cost)), jitter).await
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
-impl<K, L, C> KeyedLimiter<K, L, C>
-where
-    K: Hash + Eq + Clone + Send,
-    L: Limiter + Clone,
-    C: Clock,
-{
-    /// Wait until `key` may spend `cost` units, then spend them (see the
-    /// [module docs](self)).
-    ///
-    /// ```
-    /// use std::num::NonZeroU32;
-    /// use weir_rate::wait::Jitter;
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), weir_rate::NeverAllowed> {
-    /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
-    /// let decision = per_user.until_key_ready("alice", 1, Jitter::NONE).await?;
-    /// assert!(decision.is_allowed());
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`NeverAllowed`] at once for a cost the quota can never allow.
-    pub async fn until_key_ready<Q>(
-        &self,
-        key: &Q,
-        cost: u32,
-        jitter: Jitter,
-    ) -> Result<Decision, NeverAllowed>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
-impl<C: Clock> SketchLimiter<C> {
-    /// Wait until `key` may spend `cost` units, then spend them (see the
-    /// [module docs](self)).
-    ///
-    /// # Errors
-    ///
-    /// [`NeverAllowed`] at once for a cost the quota can never allow.
-    pub async fn until_key_ready<K: Hash + ?Sized>(
-        &self,
-        key: &K,
-        cost: u32,
-        jitter: Jitter,
-    ) -> Result<Decision, NeverAllowed> {
-        until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
     }
 }
 

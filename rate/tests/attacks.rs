@@ -11,8 +11,10 @@ use weir_rate::{Gcra, KeyedLimiter, Quota};
 #[test]
 fn a_huge_shard_count_is_capped() {
     let q = Quota::per_second(NonZeroU32::MIN);
-    let limiter =
-        KeyedLimiter::<u32, _, _>::with_shards(Gcra::new(q), ManualClock::new(), usize::MAX);
+    let limiter = KeyedLimiter::<u32, _>::builder(Gcra::new(q))
+        .clock(ManualClock::new())
+        .shards(usize::MAX)
+        .build();
     assert!(limiter.allows(&1));
     assert!(!limiter.allows(&1));
     assert!(limiter.allows(&2));
@@ -60,12 +62,11 @@ mod extremes {
         // One key at a time: every new key forgets the last into the
         // spill sketch, and restores its own from it.
         let one = std::num::NonZeroUsize::MIN;
-        let bounded = KeyedLimiter::<u64, L, ManualClock>::with_shards_and_capacity(
-            l,
-            ManualClock::new(),
-            1,
-            one,
-        );
+        let bounded = KeyedLimiter::<u64, L>::builder(l)
+            .clock(ManualClock::new())
+            .shards(1)
+            .max_keys(one)
+            .build();
         for &(t, cost) in requests {
             let at = Timestamp::from_nanos(t);
             if let Ok(d) = single.check_n_at(cost, at) {
@@ -157,7 +158,10 @@ fn a_far_future_check_leaves_other_keys_in_its_shard_alone() {
     use weir_rate::clock::{Clock, MAX_AHEAD};
     let q = Quota::per_second(NonZeroU32::MIN);
     let clock = ManualClock::new();
-    let keyed = KeyedLimiter::<&str, _, _>::with_shards(Gcra::new(q), clock.clone(), 1);
+    let keyed = KeyedLimiter::<&str, _>::builder(Gcra::new(q))
+        .clock(clock.clone())
+        .shards(1)
+        .build();
     // The last is within the horizon a caller's time is trusted for: it
     // is judged at for its own key, and still for no other.
     let ahead = [
@@ -222,8 +226,8 @@ mod caller_times {
                 .allow_burst(NonZeroU32::new(2).unwrap());
             let limits = (Gcra::new(q), TokenBucket::new(q));
             let clock = ManualClock::new();
-            let shared = KeyedLimiter::<u8, _, _>::with_shards(limits.clone(), clock.clone(), 1);
-            let alone = KeyedLimiter::<u8, _, _>::with_shards(limits, clock.clone(), 1);
+            let shared = KeyedLimiter::<u8, _>::builder(limits.clone()).clock(clock.clone()).shards(1).build();
+            let alone = KeyedLimiter::<u8, _>::builder(limits).clock(clock.clone()).shards(1).build();
             for (gap, other) in steps {
                 clock.advance(Duration::from_nanos(gap));
                 if let Some((at, key, cost, refund)) = other {

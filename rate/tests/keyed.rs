@@ -35,7 +35,7 @@ fn keyed_peek_refund_and_shadow() {
     keyed.set_shadow(true);
     let d = keyed.check(&"a");
     assert!(d.is_allowed() && !d.is_conforming());
-    assert_eq!(keyed.check_n(&"a", 3).unwrap_err().capacity, 2);
+    assert_eq!(keyed.check_n(&"a", 3).unwrap_err().max_cost, 2);
 }
 
 #[test]
@@ -240,11 +240,12 @@ fn exact_racing_threads_spend_each_keys_burst_exactly() {
     // Time stands still and four shards serve 16 keys, so two threads keep
     // meeting on the same shard locks; together they must be allowed
     // exactly each key's burst, no more (a lost lock) and no less.
-    let keyed = Arc::new(KeyedLimiter::with_shards(
-        Gcra::new(per_second(1000)),
-        ManualClock::new(),
-        4,
-    ));
+    let keyed = Arc::new(
+        KeyedLimiter::builder(Gcra::new(per_second(1000)))
+            .clock(ManualClock::new())
+            .shards(4)
+            .build(),
+    );
     let allowed: usize = (0..2)
         .map(|_| {
             let keyed = Arc::clone(&keyed);
@@ -358,15 +359,17 @@ mod bounded {
         shards: usize,
     ) -> Result<(), TestCaseError> {
         let clock = ManualClock::new();
-        let exact = KeyedLimiter::with_shards_and_capacity(
-            limiter.clone(),
-            clock.clone(),
-            shards,
-            NonZeroUsize::MAX,
-        );
+        let exact = KeyedLimiter::builder(limiter.clone())
+            .clock(clock.clone())
+            .shards(shards)
+            .max_keys(NonZeroUsize::MAX)
+            .build();
         let capacity = NonZeroUsize::new(capacity).unwrap();
-        let bounded =
-            KeyedLimiter::with_shards_and_capacity(limiter, clock.clone(), shards, capacity);
+        let bounded = KeyedLimiter::builder(limiter)
+            .clock(clock.clone())
+            .shards(shards)
+            .max_keys(capacity)
+            .build();
         let (mut by_exact, mut by_bounded) = ([0i64; KEYS], [0i64; KEYS]);
         let mut last = [None; KEYS];
         let mut full = false;
@@ -409,10 +412,10 @@ mod bounded {
                 by_bounded[k],
                 by_exact[k]
             );
-            prop_assert!(bounded.len() <= bounded.capacity());
+            prop_assert!(bounded.len() <= bounded.max_keys());
             // A shard evicts only when it is full before an insert; with
             // one shard that is the whole limiter, seen after a step.
-            full |= shards > 1 || bounded.len() == bounded.capacity();
+            full |= shards > 1 || bounded.len() == bounded.max_keys();
         }
         Ok(())
     }
@@ -459,7 +462,11 @@ mod bounded {
     fn a_forgotten_key_comes_back_as_spent() {
         let clock = ManualClock::new();
         let one = NonZeroUsize::MIN;
-        let limiter = KeyedLimiter::with_shards_and_capacity(Gcra::new(quota()), clock, 1, one);
+        let limiter = KeyedLimiter::builder(Gcra::new(quota()))
+            .clock(clock)
+            .shards(1)
+            .max_keys(one)
+            .build();
         assert!(limiter.allows(&"a") && limiter.allows(&"a"));
         assert!(limiter.allows(&"b"), "b takes a's place");
         assert_eq!(limiter.len(), 1);
@@ -474,8 +481,11 @@ mod bounded {
         let small = Quota::per_second(NonZeroU32::new(2).unwrap());
         let big = Quota::per_second(NonZeroU32::new(100).unwrap());
         let one = NonZeroUsize::MIN;
-        let limiter =
-            KeyedLimiter::with_shards_and_capacity(Gcra::new(small), clock.clone(), 1, one);
+        let limiter = KeyedLimiter::builder(Gcra::new(small))
+            .clock(clock.clone())
+            .shards(1)
+            .max_keys(one)
+            .build();
         assert_eq!((0..5).filter(|_| limiter.allows(&1u8)).count(), 2);
         assert!(limiter.allows(&2u8), "1 is forgotten");
         limiter.set_limit(Gcra::new(big));
@@ -493,12 +503,11 @@ mod bounded {
 fn sweeps_forget_idle_keys_and_keep_live_ones() {
     let clock = ManualClock::new();
     let capacity = std::num::NonZeroUsize::new(100_000).unwrap();
-    let keyed = KeyedLimiter::with_shards_and_capacity(
-        Gcra::new(per_second(1)),
-        clock.clone(),
-        1,
-        capacity,
-    );
+    let keyed = KeyedLimiter::builder(Gcra::new(per_second(1)))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(capacity)
+        .build();
     for key in 0..1_000u32 {
         assert!(keyed.allows(&key), "key {key}'s first unit");
     }
@@ -535,8 +544,11 @@ fn a_key_judged_ahead_and_forgotten_gets_no_fresh_quota() {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(10));
         let capacity = std::num::NonZeroUsize::new(64).unwrap();
-        let keyed =
-            KeyedLimiter::<u64, _, _>::with_shards_and_capacity(limiter, clock, 1, capacity);
+        let keyed = KeyedLimiter::<u64, _>::builder(limiter)
+            .clock(clock)
+            .shards(1)
+            .max_keys(capacity)
+            .build();
         // Two windows ahead: every algorithm's state is empty then.
         let ahead = keyed.now() + Duration::from_secs(2);
         let (mut admitted, mut other) = (0, 1000u64);

@@ -38,11 +38,12 @@ fn racing_exact_checks_of_one_key_never_exceed_its_burst() {
         // One shard: the two keys' checks also race for one lock, and loom
         // checks every access to the shard's map against the other's.
         let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
-        let limiter = Arc::new(KeyedLimiter::with_shards(
-            Gcra::new(quota),
-            ManualClock::new(),
-            1,
-        ));
+        let limiter = Arc::new(
+            KeyedLimiter::builder(Gcra::new(quota))
+                .clock(ManualClock::new())
+                .shards(1)
+                .build(),
+        );
         let other = Arc::clone(&limiter);
         let t = thread::spawn(move || [other.allows(&7u32), other.allows(&8u32)]);
         let mine = limiter.allows(&7u32);
@@ -60,11 +61,12 @@ fn racing_exact_checks_of_one_key_never_exceed_its_burst() {
 fn a_remembered_refusal_never_hides_a_refund() {
     loom::model(|| {
         let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
-        let limiter = Arc::new(KeyedLimiter::with_shards(
-            Gcra::new(quota),
-            ManualClock::new(),
-            1,
-        ));
+        let limiter = Arc::new(
+            KeyedLimiter::builder(Gcra::new(quota))
+                .clock(ManualClock::new())
+                .shards(1)
+                .build(),
+        );
         let spent = limiter.check(&1u32);
         assert!(spent.is_allowed());
         limiter.loom_mark_busy();
@@ -88,11 +90,12 @@ fn a_remembered_refusal_never_hides_a_refund() {
 fn a_remembered_refusal_never_hides_a_new_limit() {
     loom::model(|| {
         let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
-        let limiter = Arc::new(KeyedLimiter::with_shards(
-            Gcra::new(quota),
-            ManualClock::new(),
-            1,
-        ));
+        let limiter = Arc::new(
+            KeyedLimiter::builder(Gcra::new(quota))
+                .clock(ManualClock::new())
+                .shards(1)
+                .build(),
+        );
         assert!(limiter.check(&1u32).is_allowed());
         limiter.loom_mark_busy();
         let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
@@ -116,12 +119,13 @@ fn a_key_forgotten_by_a_racing_insert_comes_back_spent() {
         // shard forget the other key, whose spending must survive in the
         // spill sketch however the threads interleave.
         let quota = Quota::per_second(NonZeroU32::new(1).unwrap());
-        let limiter = Arc::new(KeyedLimiter::with_shards_and_capacity(
-            Gcra::new(quota),
-            ManualClock::new(),
-            1,
-            std::num::NonZeroUsize::MIN,
-        ));
+        let limiter = Arc::new(
+            KeyedLimiter::builder(Gcra::new(quota))
+                .clock(ManualClock::new())
+                .shards(1)
+                .max_keys(std::num::NonZeroUsize::MIN)
+                .build(),
+        );
         let other = Arc::clone(&limiter);
         let t = thread::spawn(move || [other.allows(&8u32), other.allows(&7u32)]);
         let mine = limiter.allows(&7u32);

@@ -104,7 +104,10 @@ fn a_key_spray_stays_within_the_capacity_bound() {
     let clock = ManualClock::new();
     // 64 shards of 224 keys: tables of 256 slots.
     let capacity = NonZeroUsize::new(64 * 224).unwrap();
-    let bounded = KeyedLimiter::with_capacity(Gcra::new(quota), clock.clone(), capacity);
+    let bounded = KeyedLimiter::builder(Gcra::new(quota))
+        .clock(clock.clone())
+        .max_keys(capacity)
+        .build();
     let (peak, after, idle, honest) = spray(&bounded, &clock, keys);
     // A table slot holds a key (8 bytes), a state (8) and a control byte;
     // one shard at a time may rebuild its table, and each keeps a spill
@@ -113,7 +116,7 @@ fn a_key_spray_stays_within_the_capacity_bound() {
     let bound = slots * 17 + 256 * 17 + 64 * (16 + 2 * 224) + 64 * 1024;
     println!(
         "{keys} one-shot keys, capacity {}: peak {peak} B, after the spray {after} B, after idle {idle} B (bound {bound} B)",
-        bounded.capacity()
+        bounded.max_keys()
     );
     assert!(peak <= bound, "peak {peak} B above the bound {bound} B");
     assert!(idle <= 64 * 1024, "{idle} B still held with no key live");
@@ -125,7 +128,10 @@ fn a_key_spray_stays_within_the_capacity_bound() {
     // time it was judged at (its key and 8 bytes), at most capacity of them.
     let base = reset_peak();
     let standing = ManualClock::new();
-    let replay = KeyedLimiter::with_capacity(Gcra::new(quota), standing.clone(), capacity);
+    let replay = KeyedLimiter::builder(Gcra::new(quota))
+        .clock(standing.clone())
+        .max_keys(capacity)
+        .build();
     for key in 1..=keys.min(50_000) {
         let at = Timestamp::from_nanos(key * 1000);
         assert!(replay.check_n_at(&key, 1, at).unwrap().is_allowed());

@@ -149,39 +149,3 @@ async fn seeded_jitter_replays_and_is_never_early() {
     let plain = release_times(Jitter::NONE).await;
     assert_ne!(a, plain);
 }
-
-#[cfg(feature = "redis")]
-#[test]
-fn redis_waiters_are_released_at_the_rate() -> Result<(), Box<dyn std::error::Error>> {
-    use weir_rate::redis::{FailurePolicy, RedisLimiter, Source, Target};
-    use weir_test_support::redis_server::RedisServer;
-    let Some(server) = RedisServer::start_or_skip("redis waits")? else {
-        return Ok(());
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let limiter = RedisLimiter::builder(Gcra::new(per_second(20)))
-            .prefix(format!("wait-{}", std::process::id()))
-            .on_failure(FailurePolicy::Closed)
-            .connect(Target::server(server.url()))
-            .await?;
-        let v = limiter.check_verbose("k", 1).await?;
-        assert_eq!(v.source, Source::Redis);
-        let start = std::time::Instant::now();
-        for _ in 0..4 {
-            let d = limiter.until_ready("k", 1, Jitter::NONE).await?;
-            assert!(d.is_allowed());
-        }
-        // Four more units at 20 a second: 200 ms at least (Redis keeps
-        // time in microseconds, so allow one of them).
-        let waited = start.elapsed();
-        assert!(waited >= Duration::from_millis(199), "{waited:?}");
-        assert!(
-            limiter.until_ready("k", 2, Jitter::NONE).await.is_err(),
-            "a cost above the burst waited"
-        );
-        Ok::<_, Box<dyn std::error::Error>>(())
-    })
-}

@@ -62,7 +62,15 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless|--count [DIR]]|fmt>";
 
 /// The published crates whose public API is kept in `api/<package>.txt`.
-const PUBLISHED: &[&str] = &["weir-limits", "weir-timeout", "weir-rate", "weir-hhh"];
+const PUBLISHED: &[&str] = &[
+    "weir-limits",
+    "weir-timeout",
+    "weir-rate",
+    "weir-adaptive",
+    "weir-tower",
+    "weir-redis",
+    "weir-hhh",
+];
 
 /// The loom models of each crate: the package and the `cargo test`
 /// arguments that select them (a `tests/loom.rs` target, or for models
@@ -72,7 +80,7 @@ const LOOM_MODELS: &[(&str, &[&str])] = &[
     ("weir-limits", &["--test", "loom"]),
     ("weir-limits", &["--lib", "--", "rate::loom_tests::"]),
     ("weir-rate", &["--test", "loom"]),
-    ("weir-rate", &["--test", "loom_adaptive"]),
+    ("weir-adaptive", &["--test", "loom"]),
     ("weir-timeout", &["--lib", "--", "loom_tests::"]),
     ("weir-hhh", &["--test", "loom"]),
 ];
@@ -97,32 +105,28 @@ const FEATURE_SETS: &[&[&str]] = &[
         "weir-rate",
         "--no-default-features",
         "--features",
-        "tower",
+        "wait",
     ],
+    &["--package", "weir-adaptive", "--no-default-features"],
+    &["--package", "weir-tower", "--no-default-features"],
     &[
         "--package",
-        "weir-rate",
-        "--no-default-features",
-        "--features",
-        "redis",
-    ],
-    &[
-        "--package",
-        "weir-rate",
+        "weir-tower",
         "--no-default-features",
         "--features",
         "axum",
     ],
     &[
         "--package",
-        "weir-rate",
+        "weir-tower",
         "--no-default-features",
         "--features",
-        "wait",
+        "metrics",
     ],
+    &["--package", "weir-redis", "--no-default-features"],
     &[
         "--package",
-        "weir-rate",
+        "weir-redis",
         "--no-default-features",
         "--features",
         "metrics",
@@ -147,7 +151,7 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/tower,weir-rate/redis,weir-rate/axum,weir-rate/wait,weir-rate/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
+const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-redis/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use weir_rate::adaptive::{Aimd, Algorithm, Gradient2, KeyedAdaptiveLimiter, Vegas};
-use weir_rate::http::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
+use weir_adaptive::{Aimd, Algorithm, Gradient2, KeyedAdaptiveLimiter, Vegas};
+use weir_tower::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
 
 /// `C` permits with a debt: halving makes the next `C / 2` permits given
 /// back vanish, so capacity falls as fast as requests finish. The total

@@ -24,8 +24,8 @@ use axum::body::Body;
 use contenders::{CONTENDERS, Contender, Kind, Phases, Record, Run, load, schedule};
 use std::num::NonZeroUsize;
 use std::time::Duration;
-use weir_rate::adaptive::{Gradient2, KeyedAdaptiveLimiter};
-use weir_rate::http::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
+use weir_adaptive::{Gradient2, KeyedAdaptiveLimiter};
+use weir_tower::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
 
 /// Requests the backend serves at once.
 const CAPACITY: u32 = 32;

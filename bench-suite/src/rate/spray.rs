@@ -78,7 +78,7 @@ pub(super) fn spray(report: &mut Report) {
          is never judged looser); governor's keyed limiter grows with the keys. Heap from the counting allocator; three repetitions \
          alternating the two, min / median / max.",
         thousands(keys),
-        thousands(KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get() as u64),
+        thousands(KeyedLimiter::<u64, Gcra>::DEFAULT_MAX_KEYS.get() as u64),
     ));
     let runs = contest::rotate(report, "key spray", 2, 3, |i, _| spray_once(i == 0, keys));
     let mb = |b: f64| {

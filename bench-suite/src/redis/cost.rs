@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use weir_rate::Quota;
-use weir_rate::redis::{FailurePolicy, RedisLimiter, Target};
+use weir_redis::{FailurePolicy, RedisLimiter, Target};
 use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// A script call as a limiter sends it, for replaying: its script's SHA1

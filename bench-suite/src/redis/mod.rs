@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
-use weir_rate::redis::{
+use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
+use weir_redis::{
     Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, RedisLimiterBuilder,
     Source, Target,
 };
-use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::redis_server::{self as testing, RedisServer};
 
 /// The scripts the report measures, each run over the section's quota.

@@ -8,7 +8,7 @@ use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
 use std::time::Duration;
 use weir_rate::Quota;
-use weir_rate::redis::{PreAggregation, RedisLimitError};
+use weir_redis::{PreAggregation, RedisLimitError};
 
 /// A minimal token bucket, the baseline for "one script per decision".
 const MINIMAL_TOKEN_BUCKET: &str = "local t = redis.call('TIME') \
@@ -35,7 +35,7 @@ pub(super) struct Paths {
     pub(super) incr50: Option<f64>,
     pub(super) gcra_plain50: Option<f64>,
     /// A connected plain GCRA limiter, for capturing its script call.
-    pub(super) gcra: Option<weir_rate::redis::RedisLimiter>,
+    pub(super) gcra: Option<weir_redis::RedisLimiter>,
 }
 
 impl Paths {

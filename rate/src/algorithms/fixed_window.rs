@@ -1,5 +1,6 @@
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::Quota;
 
 /// `limit` units per calendar window (windows aligned to multiples of the
@@ -88,7 +89,7 @@ impl FixedWindow {
 impl Limiter for FixedWindow {
     type State = FixedWindowState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         self.quota.limit()
     }
 
@@ -120,12 +121,12 @@ impl Limiter for FixedWindow {
             }
             let reset = if after > 0 { end_in } else { 0 };
             Ok(
-                Decision::allow(limit, window, (limit64 - after) as u32, reset)
+                Decision::allow_ns(limit, window, (limit64 - after) as u32, reset)
                     .charged(mode, now, cost),
             )
         } else {
             let remaining = limit64.saturating_sub(s.count) as u32;
-            Ok(Decision::deny(limit, window, remaining, end_in, end_in))
+            Ok(Decision::deny_ns(limit, window, remaining, end_in, end_in))
         }
     }
 

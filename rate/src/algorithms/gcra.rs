@@ -1,6 +1,7 @@
 use super::clamp_ns;
 use crate::decision::{Decision, NeverAllowed, Receipt, Remaining};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::Quota;
 
 /// The generic cell rate algorithm (virtual scheduling), as governor and
@@ -142,7 +143,7 @@ impl Gcra {
 impl Limiter for Gcra {
     type State = GcraState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         self.quota.burst()
     }
 
@@ -157,8 +158,7 @@ impl Limiter for Gcra {
         cost: u32,
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
-        let capacity = self.capacity();
-        NeverAllowed::check(cost, capacity)?;
+        NeverAllowed::check(cost, self.max_cost())?;
         let step = gcra_step(*tat, now_ns, cost, self.interval, self.tolerance);
         if let (Step::Allow(new), Mode::Consume) = (&step, mode) {
             *tat = *new;
@@ -168,7 +168,7 @@ impl Limiter for Gcra {
 
     #[inline]
     fn allows(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> bool {
-        if NeverAllowed::check(cost, self.capacity()).is_err() {
+        if NeverAllowed::check(cost, self.max_cost()).is_err() {
             return false;
         }
         match gcra_step(*tat, now_ns, cost, self.interval, self.tolerance) {

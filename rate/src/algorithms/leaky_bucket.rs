@@ -1,7 +1,8 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::{Quota, QuotaError};
 use std::time::Duration;
 
@@ -103,7 +104,7 @@ impl LeakyBucket {
 impl Limiter for LeakyBucket {
     type State = LeakyState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         match self.max_delay {
             None => self.bucket.quota.burst(),
             Some(max) => clamp_u32(u128::from(max / self.interval) + 1),
@@ -128,8 +129,7 @@ impl Limiter for LeakyBucket {
         let Some(max_delay) = self.max_delay else {
             return self.bucket.check(&mut s.meter, now_ns, cost, mode);
         };
-        let capacity = self.capacity();
-        NeverAllowed::check(cost, capacity)?;
+        NeverAllowed::check(cost, self.max_cost())?;
         let t = u128::from(self.interval);
         let start = s.drains_at.max(now_ns);
         let wait = u128::from(start - now_ns);
@@ -152,12 +152,12 @@ impl Limiter for LeakyBucket {
                 s.drains_at = end as u64;
             }
             let backlog = end - u128::from(now_ns);
-            let mut d = Decision::allow(limit, window, room(backlog), clamp_ns(backlog));
+            let mut d = Decision::allow_ns(limit, window, room(backlog), clamp_ns(backlog));
             d.delay_ns = clamp_ns(wait);
             Ok(d.charged(mode, now_ns, cost))
         } else {
             let retry = clamp_ns(last_wait.saturating_sub(u128::from(max_delay)));
-            Ok(Decision::deny(
+            Ok(Decision::deny_ns(
                 limit,
                 window,
                 room(wait),

@@ -22,19 +22,12 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
-pub use fixed_window::FixedWindow;
+pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
-pub use leaky_bucket::LeakyBucket;
-pub use sliding_log::SlidingLog;
-pub use sliding_window::SlidingWindow;
-pub use token_bucket::TokenBucket;
-
-// The Redis backend carries in-process states for its local fallback.
-#[cfg(feature = "redis")]
-pub(crate) use {
-    fixed_window::FixedWindowState, gcra::GcraState, sliding_window::SlidingWindowState,
-    token_bucket::TokenBucketState,
-};
+pub use leaky_bucket::{LeakyBucket, LeakyState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
 
 pub(crate) use gcra::{Step, gcra_step};
 

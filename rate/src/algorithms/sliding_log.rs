@@ -1,5 +1,6 @@
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::Quota;
 use std::collections::VecDeque;
 
@@ -104,7 +105,7 @@ impl SlidingLog {
 impl Limiter for SlidingLog {
     type State = SlidingLogState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         self.quota.limit()
     }
 
@@ -135,7 +136,7 @@ impl Limiter for SlidingLog {
                 s.entries.push_back((now, cost));
                 s.total += cost64;
             }
-            Ok(Decision::allow(limit, window, remaining, reset).charged(mode, now, cost))
+            Ok(Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost))
         } else {
             // The earliest time enough old entries have expired.
             let w = self.quota.window_nanos();
@@ -149,7 +150,7 @@ impl Limiter for SlidingLog {
                 }
             }
             let remaining = limit64.saturating_sub(s.total) as u32;
-            Ok(Decision::deny(
+            Ok(Decision::deny_ns(
                 limit,
                 window,
                 remaining,

@@ -1,6 +1,7 @@
 use super::clamp_u32;
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::{Quota, QuotaError};
 
 /// The sliding-window counter: the window approximated from `N` fixed
@@ -209,7 +210,7 @@ impl SlidingWindow {
 impl Limiter for SlidingWindow {
     type State = SlidingWindowState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         self.quota.limit()
     }
 
@@ -244,11 +245,11 @@ impl Limiter for SlidingWindow {
             }
             let remaining = clamp_u32((budget - need) / sub);
             let reset = self.reset_in(s, pos, cost > 0 && mode == Mode::Consume);
-            Ok(Decision::allow(limit, window, remaining, reset).charged(mode, now, cost))
+            Ok(Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost))
         } else {
             let remaining = clamp_u32(budget.saturating_sub(used) / sub);
             let retry = self.retry_in(s, pos, cost);
-            Ok(Decision::deny(
+            Ok(Decision::deny_ns(
                 limit,
                 window,
                 remaining,

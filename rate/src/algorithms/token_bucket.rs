@@ -1,6 +1,7 @@
 use super::{ceil_div, clamp_ns, clamp_u32};
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::quota::Quota;
 
 /// Fractional bits of the bucket level: tokens are counted in 2⁻³² units,
@@ -106,7 +107,7 @@ impl Bucket {
             }
             let remaining = clamp_u32((cap - need) / ONE);
             Ok(
-                Decision::allow(limit, window, remaining, self.time_for(need))
+                Decision::allow_ns(limit, window, remaining, self.time_for(need))
                     .charged(mode, now, cost),
             )
         } else {
@@ -116,7 +117,7 @@ impl Bucket {
             // A quota shrunk at run time can leave more spent than the new
             // burst holds: nothing remains, and that must not underflow.
             let remaining = clamp_u32(cap.saturating_sub(drained.level) / ONE);
-            Ok(Decision::deny(
+            Ok(Decision::deny_ns(
                 limit,
                 window,
                 remaining,
@@ -229,7 +230,7 @@ impl TokenBucket {
 impl Limiter for TokenBucket {
     type State = TokenBucketState;
 
-    fn capacity(&self) -> u32 {
+    fn max_cost(&self) -> u32 {
         self.bucket.quota.burst()
     }
 

@@ -14,22 +14,35 @@ use std::time::Duration;
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(5).unwrap());
 /// let limiter = RateLimiter::with_clock(TokenBucket::new(quota), ManualClock::new());
-/// assert_eq!(limiter.check_n(6), Err(NeverAllowed { cost: 6, capacity: 5 }));
+/// assert_eq!(limiter.check_n(6), Err(NeverAllowed { cost: 6, max_cost: 5 }));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NeverAllowed {
     /// The cost asked for.
     pub cost: u32,
-    /// The most the limiter can ever allow at once.
-    pub capacity: u32,
+    /// The most the limiter can ever allow at once (its
+    /// [`max_cost`](crate::Limiter::max_cost)).
+    pub max_cost: u32,
 }
 
 impl NeverAllowed {
-    /// `Err` when `cost` exceeds `capacity`: the one edge check every
-    /// limiter makes before deciding.
-    pub(crate) fn check(cost: u32, capacity: u32) -> Result<(), NeverAllowed> {
-        if cost > capacity {
-            Err(NeverAllowed { cost, capacity })
+    /// `Err` when `cost` exceeds `max_cost`: the one edge check every
+    /// limiter makes before deciding (a limiter of your own, or on a
+    /// store, makes it the same way).
+    ///
+    /// ```
+    /// use weir_rate::NeverAllowed;
+    ///
+    /// assert!(NeverAllowed::check(5, 5).is_ok());
+    /// assert_eq!(NeverAllowed::check(6, 5), Err(NeverAllowed { cost: 6, max_cost: 5 }));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `NeverAllowed` when `cost > max_cost`.
+    pub fn check(cost: u32, max_cost: u32) -> Result<(), NeverAllowed> {
+        if cost > max_cost {
+            Err(NeverAllowed { cost, max_cost })
         } else {
             Ok(())
         }
@@ -41,7 +54,7 @@ impl fmt::Display for NeverAllowed {
         write!(
             f,
             "a cost of {} can never be allowed: the limiter holds at most {}",
-            self.cost, self.capacity
+            self.cost, self.max_cost
         )
     }
 }
@@ -63,7 +76,7 @@ impl std::error::Error for NeverAllowed {}
 /// let now = limiter.now();
 /// assert_eq!(
 ///     limiter.check_n_at(2, now),
-///     Err(CheckAtError::NeverAllowed(NeverAllowed { cost: 2, capacity: 1 }))
+///     Err(CheckAtError::NeverAllowed(NeverAllowed { cost: 2, max_cost: 1 }))
 /// );
 /// let ahead = MAX_AHEAD + Duration::from_secs(1);
 /// assert_eq!(limiter.check_n_at(1, now + ahead), Err(CheckAtError::AheadOfClock { ahead }));
@@ -131,13 +144,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_edge_check_refuses_only_past_capacity() {
+    fn the_edge_check_refuses_only_past_the_max_cost() {
         assert_eq!(NeverAllowed::check(5, 5), Ok(()));
         assert_eq!(
             NeverAllowed::check(6, 5),
             Err(NeverAllowed {
                 cost: 6,
-                capacity: 5
+                max_cost: 5
             })
         );
     }

@@ -10,32 +10,44 @@ use super::Decision;
 use std::fmt;
 
 /// The HTTP status of a request denied by a rate limit (Too Many Requests).
-pub(crate) const TOO_MANY_REQUESTS: u16 = 429;
+pub(super) const TOO_MANY_REQUESTS: u16 = 429;
 
 fn ceil_secs(d: std::time::Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 impl Decision {
-    /// The `RateLimit-Policy` field value for a policy called `name`.
-    pub(crate) fn ratelimit_policy(&self, name: &str) -> String {
-        format!(
-            "{};q={};w={}",
-            Quoted(name),
-            self.limit,
-            ceil_secs(self.window()).max(1)
-        )
+    /// The `RateLimit-Policy` field value of this decision's quota, for
+    /// `policy`: `"name";q=<limit>;w=<window seconds>`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::{Decision, PolicyName};
+    ///
+    /// let d = Decision::allow(100, Duration::from_secs(60), 99, Duration::from_millis(600));
+    /// assert_eq!(d.ratelimit_policy(&PolicyName::new("api")), "\"api\";q=100;w=60");
+    /// ```
+    pub fn ratelimit_policy(&self, policy: &PolicyName) -> String {
+        let mut out = String::with_capacity(policy.0.len() + 26);
+        out.push_str(&policy.0);
+        out.push_str(";q=");
+        push_decimal(&mut out, u64::from(self.limit));
+        out.push_str(";w=");
+        push_decimal(&mut out, ceil_secs(self.window()).max(1));
+        out
     }
 
-    /// The `RateLimit` field value for a policy called `name`.
-    pub(crate) fn ratelimit(&self, name: &str) -> String {
-        self.ratelimit_for(&PolicyName::new(name))
-    }
-
-    /// [`ratelimit`](Self::ratelimit) for a name quoted once in advance:
-    /// one allocation and no formatting machinery, for the layer that
-    /// renders this field on every response.
-    pub(crate) fn ratelimit_for(&self, policy: &PolicyName) -> String {
+    /// The `RateLimit` field value of this decision, for `policy`:
+    /// `"name";r=<remaining>;t=<seconds until reset>`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::{Decision, PolicyName};
+    ///
+    /// let d = Decision::allow(100, Duration::from_secs(60), 99, Duration::from_millis(600));
+    /// assert_eq!(d.ratelimit(&PolicyName::new("api")), "\"api\";r=99;t=1");
+    /// ```
+    pub fn ratelimit(&self, policy: &PolicyName) -> String {
         let mut out = String::with_capacity(policy.0.len() + 26);
         out.push_str(&policy.0);
         out.push_str(";r=");
@@ -45,8 +57,18 @@ impl Decision {
         out
     }
 
-    /// The `Retry-After` value (whole seconds, rounded up) for a denial.
-    pub(crate) fn retry_after_header(&self) -> Option<String> {
+    /// The `Retry-After` field value of a denial (whole seconds, rounded
+    /// up); `None` when the request may proceed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::Decision;
+    ///
+    /// let second = Duration::from_secs(1);
+    /// let d = Decision::deny(1, second, 0, second, Duration::from_millis(1500));
+    /// assert_eq!(d.retry_after_header().as_deref(), Some("2"));
+    /// ```
+    pub fn retry_after_header(&self) -> Option<String> {
         if self.allowed {
             return None;
         }
@@ -57,8 +79,7 @@ impl Decision {
     /// `(field name, value)` pairs: `RateLimit-Policy`, `RateLimit`, and
     /// `Retry-After` when denied.
     ///
-    /// The name is rendered as an RFC 8941 string (quotes and backslashes
-    /// escaped, other characters outside printable ASCII replaced by `?`);
+    /// The name is rendered as an RFC 8941 string (see [`PolicyName`]);
     /// seconds are rounded up, so a client that obeys them never retries
     /// too early.
     ///
@@ -84,9 +105,10 @@ impl Decision {
     /// );
     /// ```
     pub fn headers(&self, name: &str) -> Vec<(&'static str, String)> {
+        let policy = PolicyName::new(name);
         let mut headers = vec![
-            ("RateLimit-Policy", self.ratelimit_policy(name)),
-            ("RateLimit", self.ratelimit(name)),
+            ("RateLimit-Policy", self.ratelimit_policy(&policy)),
+            ("RateLimit", self.ratelimit(&policy)),
         ];
         if let Some(retry) = self.retry_after_header() {
             headers.push(("Retry-After", retry));
@@ -95,20 +117,28 @@ impl Decision {
     }
 }
 
-/// A policy name rendered once as an RFC 8941 string (quoted, escaped), for
-/// [`Decision::ratelimit_for`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PolicyName(String);
+/// A policy's name as the `RateLimit-Policy` and `RateLimit` fields carry
+/// it: an RFC 8941 string (quotes and backslashes escaped, characters
+/// outside printable ASCII replaced by `?`), rendered once so a layer that
+/// writes it on every response does no escaping there.
+///
+/// ```
+/// use weir_rate::PolicyName;
+///
+/// assert_eq!(PolicyName::new("per \"client\"").as_str(), r#""per \"client\"""#);
+/// assert_eq!(PolicyName::new("caf\u{e9}").as_str(), "\"caf?\"");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PolicyName(String);
 
 impl PolicyName {
-    /// Quote `name` (non-printable characters become `?`).
-    pub(crate) fn new(name: &str) -> Self {
+    /// Quote `name`.
+    pub fn new(name: &str) -> Self {
         Self(Quoted(name).to_string())
     }
 
-    /// The quoted form, e.g. `"api"`.
-    #[cfg(test)]
-    pub(crate) fn as_str(&self) -> &str {
+    /// The quoted form, e.g. `"api"` (with its quotes).
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -167,12 +197,15 @@ mod tests {
 
     #[test]
     fn header_values_round_up_and_escape() {
-        let d = Decision::deny(10, 1_500_000_000, 0, 1_000_000_001, 1);
-        assert_eq!(d.ratelimit_policy("a\"b"), "\"a\\\"b\";q=10;w=2");
-        assert_eq!(d.ratelimit("x"), "\"x\";r=0;t=2");
+        let d = Decision::deny_ns(10, 1_500_000_000, 0, 1_000_000_001, 1);
+        assert_eq!(
+            d.ratelimit_policy(&PolicyName::new("a\"b")),
+            "\"a\\\"b\";q=10;w=2"
+        );
+        assert_eq!(d.ratelimit(&PolicyName::new("x")), "\"x\";r=0;t=2");
         assert_eq!(d.retry_after_header().as_deref(), Some("1"));
         assert_eq!(d.headers("x").len(), 3);
-        let ok = Decision::allow(10, 1_000_000_000, 3, 0);
+        let ok = Decision::allow_ns(10, 1_000_000_000, 3, 0);
         assert_eq!(ok.status(), None);
         assert_eq!(ok.headers("x").len(), 2);
         assert_eq!(d.status(), Some(429));
@@ -183,10 +216,10 @@ mod tests {
 
     #[test]
     fn a_policy_name_is_quoted_once() {
-        let d = Decision::allow(5, 60_000_000_000, 4, 60_000_000_000);
+        let d = Decision::allow_ns(5, 60_000_000_000, 4, 60_000_000_000);
         let api = PolicyName::new("api");
         assert_eq!(api.as_str(), "\"api\"");
-        assert_eq!(d.ratelimit_for(&api), d.ratelimit("api"));
-        assert_eq!(d.ratelimit_for(&api), "\"api\";r=4;t=60");
+        assert_eq!(d.ratelimit(&api), "\"api\";r=4;t=60");
+        assert_eq!(d.ratelimit_policy(&api), "\"api\";q=5;w=60");
     }
 }

@@ -5,14 +5,14 @@ mod headers;
 mod receipt;
 
 pub use error::{CheckAtError, NeverAllowed};
-#[cfg(feature = "tower")]
-pub(crate) use headers::PolicyName;
+pub use headers::PolicyName;
 use headers::TOO_MANY_REQUESTS;
 pub use receipt::{Receipt, Spending};
 
-use crate::limiter::Mode;
+use crate::mode::Mode;
 use std::fmt;
 use std::time::Duration;
+use weir_primitives::time::duration_to_nanos;
 
 /// The result of a check.
 ///
@@ -111,7 +111,7 @@ impl fmt::Debug for Remaining {
 }
 
 impl Decision {
-    pub(crate) fn allow(limit: u32, window_ns: u64, remaining: u32, reset_after: u64) -> Self {
+    pub(crate) fn allow_ns(limit: u32, window_ns: u64, remaining: u32, reset_after: u64) -> Self {
         Self::allow_with(limit, window_ns, Remaining::exact(remaining), reset_after)
     }
 
@@ -135,7 +135,7 @@ impl Decision {
         }
     }
 
-    pub(crate) fn deny(
+    pub(crate) fn deny_ns(
         limit: u32,
         window_ns: u64,
         remaining: u32,
@@ -151,7 +151,7 @@ impl Decision {
         )
     }
 
-    /// [`deny`](Self::deny) with the remaining units as a quotient, divided
+    /// [`deny_ns`](Self::deny_ns) with the remaining units as a quotient, divided
     /// only when asked for.
     #[inline]
     pub(crate) fn deny_with(
@@ -171,6 +171,74 @@ impl Decision {
             retry_after_ns: retry_after.max(1),
             delay_ns: 0,
             receipt: None,
+        }
+    }
+
+    /// An allowing decision computed elsewhere (a limit kept on a shared
+    /// store answers with one): `limit` units per `window`, `remaining`
+    /// left, the quota full again after `reset_after`. It carries no
+    /// receipt until one is given ([`with_receipt`](Self::with_receipt)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::Decision;
+    ///
+    /// let d = Decision::allow(10, Duration::from_secs(1), 9, Duration::from_millis(100));
+    /// assert!(d.is_allowed() && d.is_conforming());
+    /// assert_eq!(d.retry_after(), None);
+    /// ```
+    pub fn allow(limit: u32, window: Duration, remaining: u32, reset_after: Duration) -> Self {
+        Self::allow_ns(
+            limit,
+            duration_to_nanos(window),
+            remaining,
+            duration_to_nanos(reset_after),
+        )
+    }
+
+    /// A denial computed elsewhere: as [`allow`](Self::allow), and the
+    /// same request would be allowed after `retry_after` (at least 1 ns).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::Decision;
+    ///
+    /// let second = Duration::from_secs(1);
+    /// let d = Decision::deny(10, second, 0, second, second);
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after(), Some(second));
+    /// ```
+    pub fn deny(
+        limit: u32,
+        window: Duration,
+        remaining: u32,
+        reset_after: Duration,
+        retry_after: Duration,
+    ) -> Self {
+        Self::deny_ns(
+            limit,
+            duration_to_nanos(window),
+            remaining,
+            duration_to_nanos(reset_after),
+            duration_to_nanos(retry_after),
+        )
+    }
+
+    /// The same decision naming `receipt` as what it spent, for a refund;
+    /// a denial keeps none (it spent nothing).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::{Decision, Receipt};
+    ///
+    /// let spent = Receipt::remote(1_700_000_000_000_000_000, 1);
+    /// let d = Decision::allow(10, Duration::from_secs(1), 9, Duration::ZERO).with_receipt(spent);
+    /// assert_eq!(d.receipt(), Some(spent));
+    /// ```
+    pub fn with_receipt(self, receipt: Receipt) -> Self {
+        Self {
+            receipt: self.allowed.then_some(receipt),
+            ..self
         }
     }
 
@@ -249,10 +317,17 @@ impl Decision {
         }
     }
 
-    /// `Some(429)` when the request must be rejected, `None` when it may
-    /// proceed.
+    /// The HTTP status to refuse the request with: `Some(429)` (Too Many
+    /// Requests) when it must be refused, `None` when it may proceed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::Decision;
+    ///
+    /// let second = Duration::from_secs(1);
+    /// assert_eq!(Decision::deny(1, second, 0, second, second).status(), Some(429));
+    /// ```
     #[inline]
-    #[doc(hidden)]
     pub fn status(&self) -> Option<u16> {
         (!self.allowed).then_some(TOO_MANY_REQUESTS)
     }
@@ -306,8 +381,8 @@ mod tests {
 
     #[test]
     fn combining_does_not_depend_on_order() {
-        let allowed_empty = Decision::allow(10, 1_000_000_000, 0, 5);
-        let denied = Decision::deny(20, 60_000_000_000, 3, 7, 9);
+        let allowed_empty = Decision::allow_ns(10, 1_000_000_000, 0, 5);
+        let denied = Decision::deny_ns(20, 60_000_000_000, 3, 7, 9);
         assert_eq!(allowed_empty.combine(denied), denied.combine(allowed_empty));
         let combined = denied.combine(allowed_empty);
         assert!(!combined.is_allowed());

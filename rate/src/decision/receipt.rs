@@ -31,10 +31,10 @@ use super::Decision;
 pub struct Receipt {
     at_ns: u64,
     cost: u32,
-    /// Charged on Redis (the instant is the server's clock), not in process:
-    /// a Redis limiter refunds such a receipt on Redis and any other on its
-    /// local fallback, where that spending was counted.
-    on_redis: bool,
+    /// Charged on a remote store (the instant is the store's clock), not in
+    /// process: a store's limiter refunds such a receipt on the store and
+    /// any other on its local fallback, where that spending was counted.
+    remote: bool,
 }
 
 impl Receipt {
@@ -44,32 +44,39 @@ impl Receipt {
         Self {
             at_ns,
             cost,
-            on_redis: false,
+            remote: false,
         }
     }
 
-    /// A spending of `cost` charged on Redis at `at_ns` (server time).
-    #[cfg(feature = "redis")]
+    /// A spending of `cost` that a remote store charged at `at_ns`
+    /// nanoseconds of its own clock: what a store-backed limiter puts in
+    /// the decisions it returns, so that a refund goes back to the store.
+    ///
+    /// ```
+    /// use weir_rate::Receipt;
+    ///
+    /// let spent = Receipt::remote(1_700_000_000_000_000_000, 3);
+    /// assert!(spent.is_remote());
+    /// assert_eq!((spent.at_nanos(), spent.cost()), (1_700_000_000_000_000_000, 3));
+    /// ```
     #[inline]
-    pub(crate) fn on_redis(at_ns: u64, cost: u32) -> Self {
+    pub fn remote(at_ns: u64, cost: u32) -> Self {
         Self {
             at_ns,
             cost,
-            on_redis: true,
+            remote: true,
         }
     }
 
-    /// Whether Redis charged it.
-    #[cfg(feature = "redis")]
+    /// Whether a remote store charged it ([`remote`](Self::remote)), as
+    /// opposed to an in-process limiter.
     #[inline]
-    pub(crate) fn is_on_redis(self) -> bool {
-        self.on_redis
+    pub fn is_remote(self) -> bool {
+        self.remote
     }
 
-    /// The instant the spending was charged to, in clock nanoseconds (for
-    /// a Redis limiter's receipt, nanoseconds of the server's `TIME` since
-    /// the Unix epoch, whole microseconds).
-    #[doc(hidden)]
+    /// The instant the spending was charged to, in nanoseconds of the
+    /// limiter's clock (of a remote store's receipt, the store's clock).
     #[inline]
     pub fn at_nanos(self) -> u64 {
         self.at_ns

@@ -5,10 +5,14 @@
 use super::KeyedLimiter;
 use super::refusals;
 use super::shard::{LockedShard, at_reading};
+use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::{Clock, Timestamp};
-use crate::decision::{CheckAtError, Decision, NeverAllowed};
-use crate::limiter::{Limiter, Mode};
+use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use std::borrow::Borrow;
+use std::convert::Infallible;
+use std::future::{Ready, ready};
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
 
@@ -21,7 +25,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.check_unit(key)
-            .unwrap_or_else(|_| Decision::deny(0, 0, 0, 0, u64::MAX))
+            .unwrap_or_else(|_| Decision::deny_ns(0, 0, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
@@ -29,7 +33,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
     where
         K: Borrow<Q>,
@@ -90,7 +94,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
     where
         K: Borrow<Q>,
@@ -113,7 +117,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// # Errors
     ///
     /// [`CheckAtError::NeverAllowed`] for a cost above the limiter's
-    /// capacity; [`CheckAtError::AheadOfClock`] for a time more than
+    /// max cost; [`CheckAtError::AheadOfClock`] for a time more than
     /// [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock. Neither
     /// changes anything.
     ///
@@ -231,5 +235,106 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
             |limiter, state, now| limiter.allows(state, now, 1),
         );
         allowed || self.shadow.load(Ordering::Relaxed)
+    }
+}
+
+impl<K, Q, L, C> CheckKey<Q> for KeyedLimiter<K, L, C>
+where
+    K: Hash + Eq + Clone + Send + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    L: Limiter + Clone,
+    C: Clock,
+    Self: Send + Sync,
+{
+    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.check_n(key, cost)
+    }
+
+    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        Some(self.charge(key, cost))
+    }
+
+    fn refund_key(&self, key: &Q, receipt: Receipt) {
+        self.refund(key, &receipt);
+    }
+}
+
+/// In-process limiters answer the async form with a completed future.
+impl<K, Q, L, C> CheckKeyAsync<Q> for KeyedLimiter<K, L, C>
+where
+    K: Send,
+    Q: ?Sized,
+    L: Limiter,
+    Self: CheckKey<Q> + 'static,
+{
+    type Future = Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
+        ready(self.check_key(key, cost))
+    }
+}
+
+impl<K, Q, L, C> SettleKey<Q> for KeyedLimiter<K, L, C>
+where
+    K: Hash + Eq + Clone + Send + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    L: Limiter + Clone,
+    C: Clock,
+    Self: CheckKeyAsync<Q>,
+{
+    type Error = Infallible;
+    type Settling = Ready<Result<(), Infallible>>;
+
+    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        match Settlement::of(admitted, from, to) {
+            Settlement::Keep => {}
+            Settlement::Refund(surplus) => self.refund(key, &surplus),
+            Settlement::Charge(more) => {
+                let _ = self.charge(key, more);
+            }
+        }
+        ready(Ok(()))
+    }
+}
+
+#[cfg(feature = "wait")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
+impl<K, L, C> KeyedLimiter<K, L, C>
+where
+    K: Hash + Eq + Clone + Send,
+    L: Limiter + Clone,
+    C: Clock,
+{
+    /// Wait until `key` may spend `cost` units, then spend them (see the
+    /// [`wait`](crate::wait) module).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::wait::Jitter;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), weir_rate::NeverAllowed> {
+    /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(50).unwrap())));
+    /// let decision = per_user.until_key_ready("alice", 1, Jitter::NONE).await?;
+    /// assert!(decision.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_key_ready<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        jitter: crate::wait::Jitter,
+    ) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        crate::wait::until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
     }
 }

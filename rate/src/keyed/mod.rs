@@ -1,4 +1,4 @@
-//! [`KeyedLimiter`]: one limit per key, exactly up to a capacity of keys,
+//! [`KeyedLimiter`]: one limit per key, exactly up to a bound on keys,
 //! in a sharded map from key to state.
 
 mod check;
@@ -15,21 +15,23 @@ use crate::{Layout, Shape};
 use hashbrown::HashTable;
 use refusals::Refusals;
 use shard::{
-    KEYS_PER_SPILL_SLOT, LockedShard, MAX_SHARDS, MAX_SPILL_SLOTS, MIN_SWEEP, SPILL_HASHES, Shard,
-    at_reading, find, stamped,
+    KEYS_PER_SPILL_SLOT, LockedShard, MAX_SPILL_SLOTS, MIN_SWEEP, SPILL_HASHES, Shard, at_reading,
+    find, stamped,
 };
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use weir_limits::sketch::Locator;
+use weir_primitives::shards::Shards;
 
 const DEFAULT_SHARDS: usize = 64;
 
-const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
+const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 
 /// A per-key limiter over any [`Limiter`]: exact for the keys it
-/// remembers, at most its capacity of them, and never looser for the keys
+/// remembers, at most `max_keys` of them, and never looser for the keys
 /// it had to forget (see [Memory](Self#memory)).
 ///
 /// Keys are looked up borrowed, as `HashMap::get` does: a
@@ -79,9 +81,9 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 ///
 /// # Memory
 ///
-/// A limiter remembers at most its capacity of keys
-/// ([`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) unless built with
-/// [`with_capacity`](Self::with_capacity)), `capacity / shards` (rounded
+/// A limiter remembers at most `max_keys` keys
+/// ([`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) unless its
+/// [builder](Self::builder) says otherwise), `max_keys / shards` (rounded
 /// up) per shard. A key spray cannot grow it past that: a full shard first
 /// forgets its idle keys, and if they are fewer than an eighth of it, the
 /// keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
@@ -95,11 +97,11 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// looser than if it had stayed**: for unit costs it is never allowed more,
 /// in any prefix of its requests, than the exact limiter would allow it
 /// (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
-/// one, and that decisions are identical until the capacity is first
+/// one, and that decisions are identical until `max_keys` is first
 /// reached). It may be judged stricter: as spent until its own idle time
 /// (for GCRA and the buckets that is exact; a window restores as full), or
 /// until a later one stored in all of its cells by other keys. The sketch
-/// is small (2 bytes per key of capacity), allocated when a shard first
+/// is small (2 bytes per key of `max_keys`), allocated when a shard first
 /// spills and freed once every time in it has passed; while it can say
 /// anything, a key's first check reads two of its cells.
 ///
@@ -113,15 +115,15 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// from forced charges, that debt), and an honest key that is
 /// remembered is forgotten only if it turns idle sooner than they do. Memory is then
 /// bounded by: in each shard, a hash table of the next power of two of
-/// `8/7 × capacity / shards` slots, each the size of the key, its state and
+/// `8/7 × max_keys / shards` slots, each the size of the key, its state and
 /// one byte (a key's and a state's own heap, such as a `String`'s bytes or
 /// a sliding log's entries, comes on top); the spill sketches; a second
 /// table per shard during its rebuild; and, only for keys judged at a
-/// caller's time ahead of the clock, up to `capacity` keys again with 8
+/// caller's time ahead of the clock, up to `max_keys` keys again with 8
 /// bytes each (see [Time](Self#time)); and, for each thread that has
 /// checked a busy shard, 256 remembered refusals (a key and six words
 /// each), kept until overwritten and freed with the limiter. Tables rebuild in place of growing
-/// past their capacity's size, and shrink when sweeps leave them a quarter
+/// past their share of `max_keys`, and shrink when sweeps leave them a quarter
 /// full, so after a spray the memory goes back once the keys turn idle
 /// ([`evict_idle`](Self::evict_idle) or the next sweeps).
 ///
@@ -151,10 +153,9 @@ const DEFAULT_CAPACITY: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// refused ([`CheckAtError::AheadOfClock`](crate::CheckAtError::AheadOfClock)): judged at, it would leave its
 /// key judged there until the clock caught up.
 pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
-    shards: Box<[LockedShard<K, L>]>,
+    shards: Shards<LockedShard<K, L>>,
     /// Each thread's memory of keys refused while their shard was busy.
     refusals: Refusals<K>,
-    hasher: ahash::RandomState,
     /// Where a key's cells are in its shard's spill sketch, from the hash
     /// that found its shard.
     spill: Locator,
@@ -165,7 +166,7 @@ pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
 }
 
 impl<K: Send, L: Limiter, C> KeyedLimiter<K, L, C> {
-    /// The most keys a [`KeyedLimiter`] remembers unless a constructor says
+    /// The most keys a [`KeyedLimiter`] remembers unless its builder says
     /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
     /// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
     /// waste no slots. For a `u64` key and a GCRA state that is 17 bytes a
@@ -176,34 +177,37 @@ impl<K: Send, L: Limiter, C> KeyedLimiter<K, L, C> {
     /// use weir_rate::{Gcra, KeyedLimiter, Quota};
     ///
     /// let limiter = KeyedLimiter::<u64, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
-    /// assert_eq!(limiter.capacity(), KeyedLimiter::<u64, Gcra>::DEFAULT_CAPACITY.get());
+    /// assert_eq!(limiter.max_keys(), KeyedLimiter::<u64, Gcra>::DEFAULT_MAX_KEYS.get());
     /// ```
-    pub const DEFAULT_CAPACITY: NonZeroUsize = DEFAULT_CAPACITY;
+    pub const DEFAULT_MAX_KEYS: NonZeroUsize = DEFAULT_MAX_KEYS;
+
+    /// The most keys remembered at once: the number asked of the builder,
+    /// rounded up to a multiple of the shards.
+    ///
+    /// ```
+    /// use std::num::{NonZeroU32, NonZeroUsize};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::MIN);
+    /// let limiter = KeyedLimiter::<u32, _>::builder(Gcra::new(quota))
+    ///     .max_keys(NonZeroUsize::new(1000).unwrap())
+    ///     .build();
+    /// assert_eq!(limiter.max_keys(), 64 * 16);
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.shard_capacity.saturating_mul(self.shards.len())
+    }
 }
 
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
     /// A keyed limiter on the monotonic clock, with 64 shards and room for
-    /// [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
+    /// [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) keys.
     pub fn new(limiter: L) -> Self {
-        Self::with_clock(limiter, MonotonicClock::new())
-    }
-}
-
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
-    /// A keyed limiter reading time from `clock`, with 64 shards and room
-    /// for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
-    pub fn with_clock(limiter: L, clock: C) -> Self {
-        Self::with_shards(limiter, clock, DEFAULT_SHARDS)
+        Self::builder(limiter).build()
     }
 
-    /// A keyed limiter with `shards` shards (rounded up to a power of two,
-    /// at least one, at most 65 536) and room for [`DEFAULT_CAPACITY`](Self::DEFAULT_CAPACITY) keys.
-    pub fn with_shards(limiter: L, clock: C, shards: usize) -> Self {
-        Self::with_shards_and_capacity(limiter, clock, shards, DEFAULT_CAPACITY)
-    }
-
-    /// A keyed limiter with 64 shards remembering at most `capacity` keys
-    /// (rounded up to a multiple of 64); see [sizing](Self#memory).
+    /// Start configuring a keyed limiter over `limiter`: its clock, how
+    /// many keys it remembers, how many shards it splits them over.
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroUsize};
@@ -211,98 +215,39 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     /// use weir_rate::{Gcra, KeyedLimiter, Quota};
     ///
     /// let quota = Quota::per_hour(NonZeroU32::new(100).unwrap());
-    /// let capacity = NonZeroUsize::new(64 * 1024).unwrap();
-    /// let limiter = KeyedLimiter::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
+    /// let limiter = KeyedLimiter::builder(Gcra::new(quota))
+    ///     .clock(ManualClock::new())
+    ///     .max_keys(NonZeroUsize::new(64 * 1024).unwrap())
+    ///     .build();
     /// // A spray of one-shot keys: each spends for 36 s, and memory stays put.
     /// for key in 0..200_000u32 {
     ///     assert!(limiter.allows(&key));
     /// }
-    /// assert!(limiter.len() <= limiter.capacity());
+    /// assert!(limiter.len() <= limiter.max_keys());
     /// ```
-    pub fn with_capacity(limiter: L, clock: C, capacity: NonZeroUsize) -> Self {
-        Self::with_shards_and_capacity(limiter, clock, DEFAULT_SHARDS, capacity)
-    }
-
-    /// A keyed limiter with `shards` shards (as for
-    /// [`with_shards`](Self::with_shards)) remembering at most `capacity`
-    /// keys, rounded up to a multiple of the shards.
-    ///
-    /// ```
-    /// use std::num::{NonZeroU32, NonZeroUsize};
-    /// use weir_rate::clock::ManualClock;
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// let quota = Quota::per_second(NonZeroU32::MIN);
-    /// let one = NonZeroUsize::MIN;
-    /// let limiter = KeyedLimiter::with_shards_and_capacity(Gcra::new(quota), ManualClock::new(), 1, one);
-    /// assert!(limiter.allows(&"alice"));
-    /// assert!(limiter.allows(&"bob")); // alice is forgotten ...
-    /// assert_eq!(limiter.len(), 1);
-    /// assert!(!limiter.allows(&"alice")); // ... but not her spending
-    /// ```
-    pub fn with_shards_and_capacity(
-        limiter: L,
-        clock: C,
-        shards: usize,
-        capacity: NonZeroUsize,
-    ) -> Self {
-        let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
-        let shard_capacity = capacity.get().div_ceil(shards);
-        let hasher = ahash::RandomState::new();
-        let slots = (shard_capacity / KEYS_PER_SPILL_SLOT).clamp(1, MAX_SPILL_SLOTS);
-        let spill = Shape::try_new(SPILL_HASHES, slots, Layout::Rows)
-            .unwrap_or(Shape::rows::<SPILL_HASHES, 1>());
-        let shards = (0..shards)
-            .map(|_| LockedShard {
-                lock: SpinLock::new(Shard {
-                    limiter: limiter.clone(),
-                    map: HashTable::new(),
-                    sweep_at: MIN_SWEEP,
-                    latest: 0,
-                    capacity: shard_capacity,
-                    spilled: None,
-                    spilled_until: 0,
-                    ahead: HashTable::new(),
-                }),
-                busy_until: AtomicU64::new(0),
-            })
-            .collect();
-        Self {
-            shards,
-            refusals: Refusals::new(),
-            hasher,
-            spill: Locator::new(spill),
-            clock,
-            shadow: AtomicBool::new(false),
-            shard_capacity,
+    pub fn builder(limiter: L) -> KeyedLimiterBuilder<K, L, MonotonicClock> {
+        KeyedLimiterBuilder {
+            limiter,
+            clock: MonotonicClock::new(),
+            shards: DEFAULT_SHARDS,
+            max_keys: DEFAULT_MAX_KEYS,
+            keys: PhantomData,
         }
     }
+}
 
-    /// The most keys remembered at once: the capacity asked for, rounded
-    /// up to a multiple of the shards.
-    ///
-    /// ```
-    /// use std::num::{NonZeroU32, NonZeroUsize};
-    /// use weir_rate::clock::ManualClock;
-    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
-    ///
-    /// let quota = Quota::per_second(NonZeroU32::MIN);
-    /// let capacity = NonZeroUsize::new(1000).unwrap();
-    /// let limiter = KeyedLimiter::<u32, _, _>::with_capacity(Gcra::new(quota), ManualClock::new(), capacity);
-    /// assert_eq!(limiter.capacity(), 64 * 16);
-    /// ```
-    pub fn capacity(&self) -> usize {
-        self.shard_capacity.saturating_mul(self.shards.len())
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+    /// A keyed limiter reading time from `clock`, with 64 shards and room
+    /// for [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) keys.
+    pub fn with_clock(limiter: L, clock: C) -> Self {
+        KeyedLimiter::builder(limiter).clock(clock).build()
     }
 
     /// `key`'s hash and its shard.
     #[inline]
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &LockedShard<K, L>) {
-        let hash = self.hasher.hash_one(key);
-        // The map uses the low bits and the top seven; take the shard from
-        // bits in between.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        (hash, &self.shards[index])
+        let hash = self.shards.hash_of(key);
+        (hash, self.shards.shard(hash))
     }
 
     /// Give back what `decision` (a check of `key` on this limiter, or
@@ -402,7 +347,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         for shard in self.shards.iter() {
             let mut shard = shard.lock.lock();
             shard.latest = now.max(shard.latest);
-            shard.sweep(&self.hasher, false);
+            shard.sweep(self.shards.hasher(), false);
             left += shard.map.len();
         }
         left
@@ -434,11 +379,99 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     }
 }
 
+/// The settings of a [`KeyedLimiter`], from [`KeyedLimiter::builder`].
+///
+/// ```
+/// use std::num::{NonZeroU32, NonZeroUsize};
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{Gcra, KeyedLimiter, Quota};
+///
+/// let quota = Quota::per_second(NonZeroU32::MIN);
+/// let limiter = KeyedLimiter::builder(Gcra::new(quota))
+///     .clock(ManualClock::new())
+///     .shards(1)
+///     .max_keys(NonZeroUsize::MIN)
+///     .build();
+/// assert!(limiter.allows(&"alice"));
+/// assert!(limiter.allows(&"bob")); // alice is forgotten ...
+/// assert_eq!(limiter.len(), 1);
+/// assert!(!limiter.allows(&"alice")); // ... but not her spending
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedLimiterBuilder<K, L, C> {
+    limiter: L,
+    clock: C,
+    shards: usize,
+    max_keys: NonZeroUsize,
+    keys: PhantomData<fn() -> K>,
+}
+
+impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiterBuilder<K, L, C> {
+    /// Read time from `clock` (default: the monotonic clock).
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedLimiterBuilder<K, L, C2> {
+        KeyedLimiterBuilder {
+            limiter: self.limiter,
+            clock,
+            shards: self.shards,
+            max_keys: self.max_keys,
+            keys: PhantomData,
+        }
+    }
+
+    /// Remember at most `max_keys` keys (default
+    /// [`DEFAULT_MAX_KEYS`](KeyedLimiter::DEFAULT_MAX_KEYS)), rounded up to a
+    /// multiple of the shards; see [sizing](KeyedLimiter#memory).
+    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Split the keys over `shards` shards, each behind its own lock
+    /// (default 64; rounded up to a power of two, at least one, at most
+    /// 65 536).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> KeyedLimiter<K, L, C> {
+        let limiter = self.limiter;
+        let count = Shards::<()>::count_for(self.shards);
+        let shard_capacity = self.max_keys.get().div_ceil(count);
+        let slots = (shard_capacity / KEYS_PER_SPILL_SLOT).clamp(1, MAX_SPILL_SLOTS);
+        let spill = Shape::try_new(SPILL_HASHES, slots, Layout::Rows)
+            .unwrap_or(Shape::rows::<SPILL_HASHES, 1>());
+        let shards = Shards::new(count, |_| LockedShard {
+            lock: SpinLock::new(Shard {
+                limiter: limiter.clone(),
+                map: HashTable::new(),
+                sweep_at: MIN_SWEEP,
+                latest: 0,
+                capacity: shard_capacity,
+                spilled: None,
+                spilled_until: 0,
+                ahead: HashTable::new(),
+            }),
+            busy_until: AtomicU64::new(0),
+        });
+        KeyedLimiter {
+            shards,
+            refusals: Refusals::new(),
+            spill: Locator::new(spill),
+            clock: self.clock,
+            shadow: AtomicBool::new(false),
+            shard_capacity,
+        }
+    }
+}
+
 impl<K: Send, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())
-            .field("capacity", &self.shard_capacity)
+            .field("max_keys", &self.max_keys())
             .finish_non_exhaustive()
     }
 }

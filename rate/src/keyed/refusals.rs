@@ -108,7 +108,7 @@ impl Refused {
     #[inline]
     pub(super) fn decision(&self, now: u64) -> Decision {
         let reset_after = self.reset_at.saturating_sub(now);
-        Decision::deny(self.limit, self.window_ns, 0, reset_after, self.until - now)
+        Decision::deny_ns(self.limit, self.window_ns, 0, reset_after, self.until - now)
     }
 }
 

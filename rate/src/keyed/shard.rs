@@ -5,10 +5,11 @@
 
 use super::KeyedLimiter;
 use super::refusals::{BUSY_FOR, Refused};
+use crate::cells::Cells;
 use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::{Limiter, Mode};
-use crate::sketch::Cells;
+use crate::limiter::Limiter;
+use crate::mode::Mode;
 use crate::sync::Ordering;
 use crate::sync::{AtomicU64, SpinLock};
 use hashbrown::HashTable;
@@ -18,10 +19,6 @@ use std::hash::Hash;
 use weir_limits::sketch::Locator;
 
 pub(super) const MIN_SWEEP: usize = 64;
-
-/// The most shards [`KeyedLimiter::with_shards`] makes: far more than
-/// threads contend, few enough that each still holds many keys.
-pub(super) const MAX_SHARDS: usize = 1 << 16;
 
 /// A full shard forgets about this share of its keys at once, so the scan
 /// that finds them costs O(1) per insert.
@@ -36,8 +33,7 @@ pub(super) const SPILL_HASHES: usize = 2;
 pub(super) const KEYS_PER_SPILL_SLOT: usize = 8;
 pub(super) const MAX_SPILL_SLOTS: usize = 1 << 20;
 
-/// A shard behind its lock, on cache lines of its own.
-#[repr(align(128))]
+/// A shard behind its lock (on cache lines of its own: see `Shards`).
 pub(super) struct LockedShard<K, L: Limiter> {
     pub(super) lock: SpinLock<Shard<K, L>>,
     /// Until when (clock nanoseconds) checks of this shard ask their
@@ -379,7 +375,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hasher = &self.hasher;
+        let hasher = self.shards.hasher();
         let (mut guard, waited) = locked.lock.lock_noting_wait();
         let shard = &mut *guard;
         let now = when(&mut shard.latest)?;

@@ -15,7 +15,10 @@ type Keyed = KeyedLimiter<u32, Gcra, ManualClock>;
 fn limiter(clock: &ManualClock, burst: u32) -> Keyed {
     let quota = Quota::per_second(NonZeroU32::new(10).unwrap())
         .allow_burst(NonZeroU32::new(burst).unwrap());
-    KeyedLimiter::with_shards(Gcra::new(quota), clock.clone(), 2)
+    KeyedLimiter::builder(Gcra::new(quota))
+        .clock(clock.clone())
+        .shards(2)
+        .build()
 }
 
 /// Two limiters that hash and spill alike, with room for `capacity` keys
@@ -26,10 +29,14 @@ fn twins(clocks: &(ManualClock, ManualClock), capacity: usize, burst: u32) -> (K
         .allow_burst(NonZeroU32::new(burst).unwrap());
     let capacity = NonZeroUsize::new(capacity).unwrap();
     let make = |clock: &ManualClock| {
-        KeyedLimiter::with_shards_and_capacity(Gcra::new(quota), clock.clone(), 1, capacity)
+        KeyedLimiter::builder(Gcra::new(quota))
+            .clock(clock.clone())
+            .shards(1)
+            .max_keys(capacity)
+            .build()
     };
     let (a, mut b) = (make(&clocks.0), make(&clocks.1));
-    b.hasher = a.hasher.clone();
+    b.shards.set_hasher(a.shards.hasher().clone());
     b.spill = a.spill.clone();
     (a, b)
 }

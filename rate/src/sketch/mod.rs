@@ -24,21 +24,22 @@
 //! make colliding keys stricter. The loom models check both cases.
 //!
 use crate::algorithms::{Gcra, Step, gcra_step};
+use crate::cells::Cells;
+use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
-use crate::limiter::Mode;
+use crate::mode::Mode;
 use crate::quota::Quota;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
+use std::convert::Infallible;
+use std::future::{Ready, ready};
 use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use weir_limits::ConfigError;
 use weir_limits::sketch::{Location, Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
-
-mod cells;
-pub(crate) use cells::Cells;
 
 /// The GCRA parameters behind a sequence lock, so the hot path reads them
 /// with plain loads and a reconfiguration is never seen half done.
@@ -303,7 +304,7 @@ impl<C: Clock> SketchLimiter<C> {
     #[inline]
     pub fn check<K: Hash + ?Sized>(&self, key: &K) -> Decision {
         self.run(key, 1, Mode::Consume)
-            .unwrap_or_else(|_| Decision::deny(0, 0, 0, 0, u64::MAX))
+            .unwrap_or_else(|_| Decision::deny_ns(0, 0, 0, 0, u64::MAX))
     }
 
     /// Check `cost` units for `key`, spending them if allowed.
@@ -311,7 +312,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn check_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Consume)
     }
@@ -321,7 +322,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
-    /// at once (its capacity); a denial is an `Ok` decision.
+    /// at once (its max cost); a denial is an `Ok` decision.
     pub fn peek_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Peek)
     }
@@ -532,5 +533,66 @@ impl<C> std::fmt::Debug for SketchLimiter<C> {
         f.debug_struct("SketchLimiter")
             .field("cells", &self.cells.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// Charges raise the key's cells; refunds give nothing back (the sketch
+/// has none).
+impl<Q: Hash + ?Sized, C: Clock> CheckKey<Q> for SketchLimiter<C> {
+    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.check_n(key, cost)
+    }
+
+    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        Some(self.charge(key, cost))
+    }
+}
+
+impl<Q: ?Sized, C> CheckKeyAsync<Q> for SketchLimiter<C>
+where
+    Self: CheckKey<Q> + 'static,
+{
+    type Future = Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
+        ready(self.check_key(key, cost))
+    }
+}
+
+/// A sketch settles only upward: it has no refunds (lowering cells that
+/// other keys share could loosen them), so a request that cost less than
+/// it was admitted at keeps its admission, which is never looser.
+impl<Q: Hash + ?Sized, C: Clock> SettleKey<Q> for SketchLimiter<C>
+where
+    Self: CheckKeyAsync<Q>,
+{
+    type Error = Infallible;
+    type Settling = Ready<Result<(), Infallible>>;
+
+    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        // Its decisions carry no receipt: a refund comes out as `Keep`.
+        if let Settlement::Charge(more) = Settlement::of(admitted, from, to) {
+            let _ = self.charge(key, more);
+        }
+        ready(Ok(()))
+    }
+}
+
+#[cfg(feature = "wait")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
+impl<C: Clock> SketchLimiter<C> {
+    /// Wait until `key` may spend `cost` units, then spend them (see the
+    /// [`wait`](crate::wait) module).
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_key_ready<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        jitter: crate::wait::Jitter,
+    ) -> Result<Decision, NeverAllowed> {
+        crate::wait::until_allowed(|| std::future::ready(self.check_n(key, cost)), jitter).await
     }
 }

@@ -66,7 +66,7 @@ fn play_charges<L: Limiter>(
             }
             1 => {
                 let cost =
-                    u32::try_from(u64::from(step.charge) * u64::from(limiter.capacity()) / 10)
+                    u32::try_from(u64::from(step.charge) * u64::from(limiter.max_cost()) / 10)
                         .unwrap_or(u32::MAX);
                 let receipt = limiter.charge(&mut state, now, cost);
                 prop_assert_eq!((receipt.at_nanos(), receipt.cost()), (now, cost));
@@ -85,7 +85,7 @@ fn play_charges<L: Limiter>(
                 }
             }
             _ => {
-                let cost = step.cost.min(limiter.capacity());
+                let cost = step.cost.min(limiter.max_cost());
                 let d = limiter.check(&mut state, now, cost, Mode::Consume).unwrap();
                 if let Some(receipt) = d.receipt() {
                     spent.push(Spent {
@@ -292,7 +292,7 @@ proptest! {
                     let receipt = l.charge(&mut charged, now, c);
                     l.refund(&mut charged, now, receipt);
                 }
-                let cost = cost.min(l.capacity());
+                let cost = cost.min(l.max_cost());
                 let a = l.check(&mut plain, now, cost, Mode::Consume).unwrap();
                 let b = l.check(&mut charged, now, cost, Mode::Consume).unwrap();
                 prop_assert_eq!(a, b, "decision {} differs", i);
@@ -327,7 +327,7 @@ proptest! {
                     l.refund(&mut s, t, receipt);
                 }
                 last = Some(l.charge(&mut s, t, cost));
-                let _ = l.check(&mut s, t, cost.min(l.capacity()), Mode::Consume);
+                let _ = l.check(&mut s, t, cost.min(l.max_cost()), Mode::Consume);
                 let _ = (l.is_idle(&s, t), l.idle_at(&s, t));
             }
         }

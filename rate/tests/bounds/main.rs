@@ -29,7 +29,7 @@ fn run<L: Limiter>(limiter: &L, start: u64, requests: &[(u64, u32)]) -> Vec<(u64
     let mut allowed = Vec::new();
     for &(gap, cost) in requests {
         now += gap;
-        let cost = cost.min(limiter.capacity());
+        let cost = cost.min(limiter.max_cost());
         let d = limiter.check(&mut state, now, cost, Mode::Consume).unwrap();
         if d.is_allowed() {
             allowed.push((now, u64::from(cost)));
@@ -144,7 +144,7 @@ proptest! {
         let mut releases = Vec::new();
         for &(gap, cost) in &reqs {
             now += gap;
-            let cost = cost.min(shaper.capacity());
+            let cost = cost.min(shaper.max_cost());
             let d = shaper.check(&mut state, now, cost, Mode::Consume).unwrap();
             if d.is_allowed() {
                 prop_assert!(d.delay() <= Duration::from_millis(delay));
@@ -167,7 +167,7 @@ proptest! {
             let mut now = 0;
             for &(gap, cost) in reqs {
                 now += gap;
-                let cost = cost.min(l.capacity());
+                let cost = cost.min(l.max_cost());
                 let peek = l.check(&mut b, now, cost, Mode::Peek).unwrap();
                 let x = l.check(&mut a, now, cost, Mode::Consume).unwrap();
                 let y = l.check(&mut b, now, cost, Mode::Consume).unwrap();
@@ -240,15 +240,15 @@ proptest! {
 #[test]
 fn costs_beyond_capacity_are_never_allowed_not_denied() {
     let q = quota(10, 1000, 4);
-    assert_eq!(Gcra::new(q).capacity(), 4);
-    assert_eq!(TokenBucket::new(q).capacity(), 4);
-    assert_eq!(FixedWindow::new(q).capacity(), 10);
+    assert_eq!(Gcra::new(q).max_cost(), 4);
+    assert_eq!(TokenBucket::new(q).max_cost(), 4);
+    assert_eq!(FixedWindow::new(q).max_cost(), 10);
     let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(250)).unwrap();
-    assert_eq!(shaper.capacity(), 3);
+    assert_eq!(shaper.max_cost(), 3);
     let gcra = Gcra::new(q);
     let mut s = gcra.new_state(0);
     let err = gcra.check(&mut s, 0, 5, Mode::Consume).unwrap_err();
-    assert_eq!((err.cost, err.capacity), (5, 4));
+    assert_eq!((err.cost, err.max_cost), (5, 4));
     assert!(err.to_string().contains("never"));
 }
 
@@ -305,7 +305,10 @@ fn shadow_mode_lets_everything_through_but_reports_it() {
 fn keyed_limiter_forgets_idle_keys_by_itself() {
     let clock = ManualClock::new();
     let q = Quota::per_second(NonZeroU32::new(5).unwrap());
-    let keyed = KeyedLimiter::with_shards(Gcra::new(q), clock.clone(), 1);
+    let keyed = KeyedLimiter::builder(Gcra::new(q))
+        .clock(clock.clone())
+        .shards(1)
+        .build();
     for k in 0..1000u32 {
         assert!(keyed.check(&k).is_allowed());
         clock.advance(Duration::from_millis(10));
@@ -380,7 +383,7 @@ fn the_end_of_time_never_disables_a_limit() {
             ("token", allowed_at_once(&TokenBucket::new(q), now), 4),
             ("gcra", allowed_at_once(&Gcra::new(q), now), 4),
             ("leaky", allowed_at_once(&LeakyBucket::meter(q), now), 4),
-            ("shaper", allowed_at_once(&shaper, now), shaper.capacity()),
+            ("shaper", allowed_at_once(&shaper, now), shaper.max_cost()),
         ] {
             assert!(
                 allowed <= capacity,

@@ -64,7 +64,7 @@ fn play<L: Limiter>(
             }
             continue;
         }
-        let cost = step.cost.min(limiter.capacity());
+        let cost = step.cost.min(limiter.max_cost());
         let d = limiter.check(&mut state, now, cost, Mode::Consume).unwrap();
         if let Some(receipt) = d.receipt() {
             prop_assert_eq!((receipt.at_nanos(), receipt.cost()), (now, cost));

@@ -1,0 +1,162 @@
+//! [`Builder`]: one settings type for every adaptive algorithm, so the
+//! settings they share are written (and documented) once.
+
+use super::{Common, InvalidConfig};
+use std::marker::PhantomData;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+/// Settings of the algorithm `A` ([`Aimd`](super::Aimd),
+/// [`Vegas`](super::Vegas) or [`Gradient2`](super::Gradient2)), from
+/// `A::builder()` with `A`'s defaults; `build` checks them.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_adaptive::{Aimd, Vegas};
+///
+/// let aimd = Aimd::builder().initial_limit(NonZeroU32::new(8).unwrap()).build()?;
+/// let vegas = Vegas::builder().alpha(2).beta(4).probe_interval(None).build()?;
+/// assert!(Aimd::builder().backoff(1.5).build().is_err());
+/// # let _ = (aimd, vegas);
+/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder<A> {
+    pub(super) common: Common,
+    pub(super) window: Duration,
+    pub(super) backoff: f64,
+    /// What only some algorithms read; each `A::builder()` sets its own
+    /// defaults here and each `build` takes what its algorithm needs.
+    pub(super) own: Own,
+    algorithm: PhantomData<fn() -> A>,
+}
+
+/// The settings of one algorithm or two (see each builder method).
+#[derive(Debug, Clone)]
+pub(super) struct Own {
+    /// Aimd: a slower request counts as a drop.
+    pub(super) timeout: Option<Duration>,
+    /// Vegas, Gradient2: how often the no-load latency is measured again.
+    pub(super) probe_interval: Option<Duration>,
+    /// Vegas, Gradient2: the probe jitter's seed.
+    pub(super) seed: u64,
+    /// Vegas: the queue band.
+    pub(super) alpha: u32,
+    pub(super) beta: u32,
+    /// Gradient2.
+    pub(super) tolerance: f64,
+    pub(super) smoothing: f64,
+}
+
+impl Default for Own {
+    fn default() -> Self {
+        Self {
+            timeout: None,
+            probe_interval: Some(Duration::from_secs(10)),
+            seed: 0,
+            alpha: 3,
+            beta: 6,
+            tolerance: 1.2,
+            smoothing: 0.5,
+        }
+    }
+}
+
+impl<A> Builder<A> {
+    /// The defaults every algorithm shares (limits 1 to 1000 starting at
+    /// 20, backoff 0.9, windows of at least 10 ms and 16 samples) with
+    /// `own` for the rest.
+    pub(super) fn with(own: Own) -> Self {
+        Self {
+            common: Common::default(),
+            window: Duration::from_millis(10),
+            backoff: 0.9,
+            own,
+            algorithm: PhantomData,
+        }
+    }
+
+    /// The smallest limit (default 1).
+    pub fn min_limit(mut self, min: NonZeroU32) -> Self {
+        self.common.min = min.get();
+        self
+    }
+
+    /// The largest limit (default 1000).
+    pub fn max_limit(mut self, max: NonZeroU32) -> Self {
+        self.common.max = max.get();
+        self
+    }
+
+    /// The limit before any sample (default 20).
+    pub fn initial_limit(mut self, initial: NonZeroU32) -> Self {
+        self.common.initial = initial.get();
+        self
+    }
+
+    /// The least time a window of samples lasts before it is judged
+    /// (default 10 ms); it also waits for
+    /// [`window_samples`](Self::window_samples).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The fewest samples a window is judged on (default 16).
+    pub fn window_samples(mut self, samples: NonZeroU32) -> Self {
+        self.common.window_samples = samples.get();
+        self
+    }
+
+    /// What a window with a drop multiplies the limit by (in [0.5, 1);
+    /// default 0.9).
+    pub fn backoff(mut self, backoff: f64) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+impl<A: sealed::Probes> Builder<A> {
+    /// Vegas and Gradient2 only (the algorithms that probe for the no-load
+    /// latency): how often it is measured again (default 10 s,
+    /// jittered by ±25 %); `None` measures it only from windows, which
+    /// can then never learn that the origin became slower.
+    pub fn probe_interval(mut self, interval: Option<Duration>) -> Self {
+        self.own.probe_interval = interval;
+        self
+    }
+
+    /// Vegas and Gradient2 only: seeds the probe jitter (deterministic for a
+    /// given seed).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.own.seed = seed;
+        self
+    }
+}
+
+impl<A: sealed::Build> Builder<A> {
+    /// The algorithm.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, a
+    /// factor is out of its range (the backoff; Gradient2's tolerance and
+    /// smoothing), Vegas's thresholds are not `0 < alpha < beta`, or a
+    /// duration is zero (Aimd's timeout, a probe interval) or over 2⁶⁴ ns.
+    pub fn build(self) -> Result<A, InvalidConfig> {
+        A::build(self)
+    }
+}
+
+pub(super) mod sealed {
+    use super::{Builder, InvalidConfig};
+
+    /// The algorithms that probe for the no-load latency (Vegas,
+    /// Gradient2), whose builders take a probe interval and a seed.
+    pub trait Probes {}
+
+    /// The algorithms a [`Builder`] builds, each checking its own settings.
+    pub trait Build: Sized {
+        fn build(settings: Builder<Self>) -> Result<Self, InvalidConfig>;
+    }
+}

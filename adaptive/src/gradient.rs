@@ -1,0 +1,275 @@
+//! [`Gradient2`]: the limit scaled by how much slower than at no load the
+//! origin answers, plus a queue allowance.
+
+use super::builder::{Builder, Own, sealed};
+use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
+use super::{Algorithm, Common, InvalidConfig, Sample, factor};
+use crate::clock::Timestamp;
+
+/// Netflix's Gradient2, with the no-load latency measured by probes.
+///
+/// Each window (see the [module docs](super)) computes the gradient
+/// `g = tolerance × no_load / latency`, clamped to `[0.5, 1]`:
+///
+/// * `g = 1` (latency within `tolerance` of no load): the origin is not
+///   queueing; the limit grows by the queue allowance `max(1, √limit / 2)`
+///   (but not beyond twice the requests in flight);
+/// * `g < 1`: the target is `limit × g + allowance`, never above the
+///   limit, and the limit moves `smoothing` of the way to it;
+/// * a window with a drop multiplies the limit by `backoff`.
+///
+/// In steady overload the limit settles where `limit × (1 − g)` equals the
+/// allowance: about `tolerance × capacity + allowance` requests in flight,
+/// so latency a little above `tolerance` times the no-load latency (the
+/// tolerance absorbs noise, the allowance is the standing queue). Where Netflix's version adds the allowance even when the
+/// gradient says the origin queues (so latency can creep), a window beyond
+/// the tolerance never raises the limit here, and the no-load latency does
+/// not follow the load (see the module docs on probes).
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_adaptive::{Algorithm, Gradient2};
+///
+/// let gradient = Gradient2::builder()
+///     .tolerance(1.25)
+///     .max_limit(NonZeroU32::new(500).unwrap())
+///     .probe_interval(Some(Duration::from_secs(30)))
+///     .build()?;
+/// assert_eq!(gradient.limit(), 20);
+/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradient2 {
+    common: Common,
+    tolerance: f64,
+    smoothing: f64,
+    backoff: f64,
+    estimate: f64,
+    window: Window,
+    baseline: Baseline,
+}
+
+impl Default for Gradient2 {
+    /// Limits 1 to 1000 starting at 20, tolerance 1.2, smoothing 0.5,
+    /// backoff 0.9, windows of at least 10 ms and 16 samples, a probe
+    /// every 10 s.
+    fn default() -> Self {
+        Gradient2::builder().checked()
+    }
+}
+
+impl Gradient2 {
+    /// Settings beyond the defaults.
+    ///
+    /// ```
+    /// use weir_adaptive::Gradient2;
+    ///
+    /// assert!(Gradient2::builder().tolerance(0.9).build().is_err(), "below 1");
+    /// ```
+    pub fn builder() -> Builder<Gradient2> {
+        Builder::with(Own {
+            seed: 0x6772_6164,
+            ..Own::default()
+        })
+    }
+
+    fn judge(&mut self, window: &Summary) {
+        let estimate = self.estimate;
+        let next = if window.drops > 0 {
+            estimate * self.backoff
+        } else {
+            let no_load = self.baseline.observe(window.latency);
+            let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
+            let allowance = (estimate.sqrt() / 2.0).max(1.0);
+            if gradient >= 1.0 {
+                grow(estimate, allowance, window.max_in_flight)
+            } else {
+                let target = (estimate * gradient + allowance).min(estimate);
+                estimate + self.smoothing * (target - estimate)
+            }
+        };
+        self.estimate = self.common.clamp(next);
+    }
+}
+
+impl Algorithm for Gradient2 {
+    fn limit(&self) -> u32 {
+        let limit = self.common.limit_of(self.estimate);
+        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
+    }
+
+    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
+        let now = now.as_nanos();
+        if let Some(window) = feed(
+            &mut self.baseline,
+            &mut self.window,
+            &self.common,
+            now,
+            &sample,
+        ) {
+            self.judge(&window);
+        }
+    }
+}
+
+impl sealed::Probes for Gradient2 {}
+
+impl Builder<Gradient2> {
+    fn checked(self) -> Gradient2 {
+        match self.build() {
+            Ok(gradient) => gradient,
+            Err(e) => unreachable!("the default settings are valid: {e}"),
+        }
+    }
+
+    /// How much slower than at no load the origin may answer before the
+    /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
+    /// to a long-term average, which already holds some queueing).
+    pub fn tolerance(mut self, tolerance: f64) -> Self {
+        self.own.tolerance = tolerance;
+        self
+    }
+
+    /// The share of the way to its target a decreasing limit moves per
+    /// window (in (0, 1]; default 0.5).
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.own.smoothing = smoothing;
+        self
+    }
+}
+
+impl sealed::Build for Gradient2 {
+    fn build(settings: Builder<Self>) -> Result<Gradient2, InvalidConfig> {
+        let mut common = settings.common;
+        common.check()?;
+        common.window_ns = window_nanos(settings.window)?;
+        let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
+        let smoothing = factor("smoothing", settings.own.smoothing, |s| s > 0.0 && s <= 1.0)?;
+        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let interval = settings
+            .own
+            .probe_interval
+            .map(|i| super::nanos("probe_interval", i))
+            .transpose()?;
+        Ok(Gradient2 {
+            common,
+            tolerance,
+            smoothing,
+            backoff,
+            estimate: f64::from(common.initial),
+            window: Window::new(0),
+            baseline: Baseline::new(interval, settings.own.seed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Outcome;
+    use std::time::Duration;
+
+    fn at(ms: u64) -> Timestamp<()> {
+        Timestamp::from_nanos(ms * 1_000_000)
+    }
+
+    fn ok(ms: u64, in_flight: u32) -> Sample {
+        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
+    }
+
+    /// Without probes: the first window sets the no-load latency.
+    fn unprobed() -> Gradient2 {
+        Gradient2::builder().probe_interval(None).build().unwrap()
+    }
+
+    #[test]
+    fn grows_by_the_allowance_while_latency_is_flat() {
+        let mut g = unprobed();
+        let mut limits = Vec::new();
+        for ms in 0..600 {
+            g.update(at(ms), ok(1, 40));
+            limits.push(g.limit());
+        }
+        // A window of 16 samples every 16 ms: 20, 22, 24, 27, ... up to
+        // twice the 40 in flight.
+        assert_eq!(limits[14..17], [20, 22, 22]);
+        assert_eq!(limits[30..33], [22, 24, 24]);
+        assert_eq!(g.limit(), 80);
+    }
+
+    #[test]
+    fn shrinks_towards_capacity_when_latency_doubles() {
+        let mut g = unprobed();
+        for ms in 0..50 {
+            g.update(at(ms), ok(1, 40));
+        }
+        let before = g.limit();
+        for ms in 50..400 {
+            g.update(at(ms), ok(3, 40));
+        }
+        // Latency 3× no load: g = 0.5, the floor; settles at
+        // 2 × allowance, smoothed.
+        assert!(g.limit() < before, "{} !< {before}", g.limit());
+        assert!(g.limit() <= 10, "{}", g.limit());
+    }
+
+    #[test]
+    fn a_drop_backs_off() {
+        let mut g = Gradient2::builder()
+            .probe_interval(None)
+            .window_samples(std::num::NonZeroU32::new(1).unwrap())
+            .window(Duration::ZERO)
+            .build()
+            .unwrap();
+        g.update(at(1), Sample::new(Duration::ZERO, Outcome::Dropped, 20));
+        assert_eq!(g.limit(), 18);
+    }
+
+    #[test]
+    fn a_probe_pins_half_the_limit_and_learns_a_slower_origin() {
+        let mut g = Gradient2::default();
+        // The first sample starts a probe.
+        g.update(at(0), ok(1, 1));
+        assert_eq!(g.limit(), 10);
+        for ms in 1..=16 {
+            g.update(at(ms), ok(1, 10));
+        }
+        assert_eq!(g.limit(), 20, "probe over");
+        // The origin becomes 5× slower per request, whatever the load:
+        // the limit shrinks...
+        for ms in 17..2_000 {
+            g.update(at(ms), ok(5, 4));
+        }
+        let shrunk = g.limit();
+        assert!(shrunk <= 8, "{shrunk}");
+        // ...until a probe (due within 12.5 s) measures 5 ms as no load.
+        for ms in 2_000..14_000 {
+            g.update(at(ms), ok(5, 20));
+        }
+        assert!(g.limit() > shrunk, "{} !> {shrunk}", g.limit());
+    }
+
+    #[test]
+    fn ignored_samples_change_nothing() {
+        let mut g = Gradient2::default();
+        let before = g.clone();
+        for ms in 0..100 {
+            g.update(at(ms), Sample::new(Duration::ZERO, Outcome::Ignored, 1));
+        }
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(Gradient2::builder().smoothing(0.0).build().is_err());
+        assert!(Gradient2::builder().backoff(1.0).build().is_err());
+        assert!(Gradient2::builder().tolerance(f64::NAN).build().is_err());
+        assert!(
+            Gradient2::builder()
+                .probe_interval(Some(Duration::ZERO))
+                .build()
+                .is_err()
+        );
+    }
+}

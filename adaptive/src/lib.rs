@@ -1,0 +1,389 @@
+//! Adaptive concurrency limits: learn how many requests an origin can
+//! take at once from the latency it answers with, the way TCP learns a
+//! congestion window, instead of a threshold chosen by hand.
+//!
+//! * The algorithms are small deterministic state machines fed one
+//!   [`Sample`] per finished request (its latency, its [`Outcome`] and how
+//!   many requests were in flight when it started) and the time it
+//!   finished, as a [`Timestamp`] of the caller's clock, so a test replays
+//!   an exact sequence. Each keeps its [`limit`](Algorithm::limit) within
+//!   its `[min, max]`:
+//!   * [`Aimd`] — loss based: grow by one each window without a drop,
+//!     multiply down after one (a drop is an explicit overload signal or a
+//!     latency above a timeout).
+//!   * [`Vegas`] — estimates the requests queued at the origin as
+//!     `in_flight × (1 − no_load / latency)`; grows while that is below
+//!     alpha, shrinks to beta when above it.
+//!   * [`Gradient2`] — scales the limit by `tolerance × no_load / latency`
+//!     when latency is beyond the tolerance, else grows by a queue
+//!     allowance; decreases smoothed.
+//!   * [`Fixed`] — a static limit, for comparison and for keys whose limit
+//!     is known.
+//! * [`AdaptiveLimiter`] (one origin) and [`KeyedAdaptiveLimiter`] (one
+//!   learned limit per key, in bounded memory) admit a request if fewer
+//!   than the limit are in flight and hand out an [`AdaptiveGuard`]: it
+//!   reports latency and outcome to the algorithm when the request is
+//!   done, and a guard dropped without an outcome reports a drop.
+//! * weir-tower's `AdaptiveInflightLayer` puts a keyed limiter in front of
+//!   a tower or axum service: 503 beyond the limit, never a queue.
+//!
+//! # How the algorithms see latency
+//!
+//! All three aggregate samples in windows rather than reacting to each:
+//! a window closes once it has lasted its minimum duration and holds its
+//! minimum number of samples, and it counts only requests that *started*
+//! after it opened. So each decision is based on requests admitted under
+//! the previous one (TCP reacts once per round trip for the same reason),
+//! a burst of slow requests from before a decrease does not decrease the
+//! limit again, and windows stretch by themselves to about one latency
+//! when the origin slows down.
+//!
+//! [`Vegas`] and [`Gradient2`] compare a window's average latency with the
+//! origin's *no-load* latency. A minimum over the past drifts upwards
+//! while the origin is always a little queued (every request then waits),
+//! and never learns that the origin got slower per request; Netflix's
+//! Gradient2 uses a long-term average instead, which follows the queueing
+//! it should detect. Here the no-load latency is measured by a *probe*, as
+//! envoy's adaptive concurrency filter does: at the first sample and then
+//! every `probe_interval` (jittered by ±25 %, from a seeded generator),
+//! the limit is pinned to half its value until enough requests admitted
+//! under the pin have finished; their average is the new no-load latency.
+//! Pinning to half (rather than to a floor) drains the origin's queue
+//! within about one latency while keeping half the throughput, so a probe
+//! costs about one latency's worth of half the traffic. Between probes, a
+//! window whose average is lower replaces it at once.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_adaptive::{Algorithm, Gradient2, Outcome, Sample};
+//! use weir_adaptive::clock::{ManualClock, Timestamp};
+//!
+//! let mut gradient = Gradient2::default();
+//! let before = gradient.limit();
+//! // Replay 2 s of an origin answering in 10 ms, 40 requests in flight.
+//! for ms in 0..2_000u64 {
+//!     let now = Timestamp::<ManualClock>::from_nanos(ms * 1_000_000);
+//!     let sample = Sample::new(Duration::from_millis(10), Outcome::Success, 40);
+//!     for _ in 0..4 {
+//!         gradient.update(now, sample);
+//!     }
+//! }
+//! assert!(gradient.limit() > before, "no queueing: the limit grows");
+//! ```
+
+mod aimd;
+mod builder;
+mod gradient;
+mod keyed;
+mod limiter;
+mod sync;
+mod vegas;
+mod window;
+
+/// The injectable clock the limiters time requests on, shared with
+/// weir-limits and weir-rate.
+pub mod clock {
+    pub use weir_limits::clock::{
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
+    };
+}
+
+pub use aimd::Aimd;
+pub use builder::Builder;
+pub use gradient::Gradient2;
+pub use keyed::KeyedAdaptiveLimiter;
+pub use limiter::{AdaptiveGuard, AdaptiveLimiter, Overloaded};
+pub use vegas::Vegas;
+
+use crate::clock::Timestamp;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+/// How a request ended, as far as the origin's load is concerned.
+///
+/// ```
+/// use weir_adaptive::Outcome;
+///
+/// assert_ne!(Outcome::Success, Outcome::Dropped);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The origin answered: its latency is a measurement of its load.
+    Success,
+    /// An overload signal: the origin refused (503, 429), timed out or
+    /// could not be reached. The loss-based reaction applies.
+    Dropped,
+    /// Says nothing about the origin's load (a client error, a request
+    /// cancelled for reasons of its own): not used.
+    Ignored,
+}
+
+/// One finished request, as an [`Algorithm`] learns from it.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_adaptive::{Outcome, Sample};
+///
+/// let sample = Sample::new(Duration::from_millis(12), Outcome::Success, 7);
+/// assert_eq!(sample.in_flight, 7);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// From admission to the answer.
+    pub latency: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Requests in flight when it was admitted, itself included.
+    pub in_flight: u32,
+}
+
+impl Sample {
+    /// A sample of a request that took `latency`, ended with `outcome`,
+    /// and was admitted with `in_flight` requests in flight (itself
+    /// included).
+    pub const fn new(latency: Duration, outcome: Outcome, in_flight: u32) -> Self {
+        Self {
+            latency,
+            outcome,
+            in_flight,
+        }
+    }
+}
+
+/// A concurrency-limit algorithm: a state machine from samples to a limit.
+///
+/// Implementations are deterministic (time comes in with each sample) and
+/// keep [`limit`](Self::limit) at least 1. The limiters call `update` under
+/// a per-key lock, once per finished request.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_adaptive::{Algorithm, Outcome, Sample};
+/// use weir_adaptive::clock::Timestamp;
+///
+/// /// Halves on every drop, never grows: a toy.
+/// struct Halving(u32);
+///
+/// impl Algorithm for Halving {
+///     fn limit(&self) -> u32 {
+///         self.0
+///     }
+///     fn update<C>(&mut self, _now: Timestamp<C>, sample: Sample) {
+///         if sample.outcome == Outcome::Dropped {
+///             self.0 = (self.0 / 2).max(1);
+///         }
+///     }
+/// }
+///
+/// let mut toy = Halving(8);
+/// let drop = Sample::new(Duration::from_millis(1), Outcome::Dropped, 8);
+/// toy.update(Timestamp::<()>::from_nanos(0), drop);
+/// assert_eq!(toy.limit(), 4);
+/// ```
+pub trait Algorithm: Send + 'static {
+    /// The most requests to admit at once, now (at least 1).
+    fn limit(&self) -> u32;
+
+    /// Learn from one finished request; `now` is when it finished.
+    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample);
+}
+
+/// A static limit: the same number whatever the samples say.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_adaptive::{Algorithm, Fixed};
+///
+/// assert_eq!(Fixed::new(NonZeroU32::new(32).unwrap()).limit(), 32);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fixed(NonZeroU32);
+
+impl Fixed {
+    /// Always `limit`.
+    pub const fn new(limit: NonZeroU32) -> Self {
+        Self(limit)
+    }
+}
+
+impl Algorithm for Fixed {
+    fn limit(&self) -> u32 {
+        self.0.get()
+    }
+
+    fn update<C>(&mut self, _now: Timestamp<C>, _sample: Sample) {}
+}
+
+/// Why an algorithm's builder refused its settings: which setting, and
+/// (in its `Display`) what was wrong with it, with the values given where
+/// they are numbers.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_adaptive::Aimd;
+///
+/// let err = Aimd::builder().min_limit(NonZeroU32::new(50).unwrap()).build().unwrap_err();
+/// assert_eq!(err.setting(), "min_limit, initial_limit, max_limit");
+/// assert!(err.to_string().contains("50"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvalidConfig {
+    setting: &'static str,
+    problem: Problem,
+}
+
+/// What was wrong with [`InvalidConfig::setting`].
+#[derive(Debug, Clone, PartialEq)]
+enum Problem {
+    /// The limits must satisfy `min ≤ initial ≤ max`.
+    Bounds { min: u32, initial: u32, max: u32 },
+    /// A factor outside the range its setting allows.
+    Factor(f64),
+    /// A duration of zero, or over 2⁶⁴ ns, where a positive one is needed.
+    Duration,
+    /// Vegas needs `0 < alpha < beta`.
+    Thresholds { alpha: u32, beta: u32 },
+}
+
+impl InvalidConfig {
+    fn new(setting: &'static str, problem: Problem) -> Self {
+        Self { setting, problem }
+    }
+
+    /// The builder setting (or settings, comma-separated) refused.
+    pub fn setting(&self) -> &'static str {
+        self.setting
+    }
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let setting = self.setting;
+        match self.problem {
+            Problem::Bounds { min, initial, max } => write!(
+                f,
+                "limits must satisfy min <= initial <= max, got {min} <= {initial} <= {max}"
+            ),
+            Problem::Factor(value) => write!(f, "{setting} out of range: {value}"),
+            Problem::Duration => write!(f, "{setting} must be positive and under 2^64 ns"),
+            Problem::Thresholds { alpha, beta } => {
+                write!(f, "Vegas needs 0 < alpha < beta, got {alpha} and {beta}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
+/// The settings every algorithm shares, checked by its builder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Common {
+    pub(crate) min: u32,
+    pub(crate) max: u32,
+    pub(crate) initial: u32,
+    /// A window lasts at least this long (ns)...
+    pub(crate) window_ns: u64,
+    /// ...and holds at least this many samples.
+    pub(crate) window_samples: u32,
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Self {
+            min: 1,
+            max: 1000,
+            initial: 20,
+            window_ns: 10_000_000,
+            window_samples: 16,
+        }
+    }
+}
+
+impl Common {
+    fn check(&self) -> Result<(), InvalidConfig> {
+        if !(self.min <= self.initial && self.initial <= self.max) {
+            return Err(InvalidConfig::new(
+                "min_limit, initial_limit, max_limit",
+                Problem::Bounds {
+                    min: self.min,
+                    initial: self.initial,
+                    max: self.max,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// `value` clamped to `[min, max]`.
+    pub(crate) fn clamp(&self, value: f64) -> f64 {
+        value.clamp(f64::from(self.min), f64::from(self.max))
+    }
+
+    /// The integer limit of an estimate.
+    pub(crate) fn limit_of(&self, estimate: f64) -> u32 {
+        // `as` saturates and maps NaN to 0; the clamp restores the bounds.
+        (estimate as u32).clamp(self.min, self.max)
+    }
+}
+
+/// Checks a duration setting: positive and representable in nanoseconds.
+fn nanos(setting: &'static str, d: Duration) -> Result<u64, InvalidConfig> {
+    match u64::try_from(d.as_nanos()) {
+        Ok(0) | Err(_) => Err(InvalidConfig::new(setting, Problem::Duration)),
+        Ok(n) => Ok(n),
+    }
+}
+
+/// Checks a factor setting lies in `range` (and is a number).
+fn factor(
+    setting: &'static str,
+    value: f64,
+    ok: impl FnOnce(f64) -> bool,
+) -> Result<f64, InvalidConfig> {
+    if value.is_finite() && ok(value) {
+        Ok(value)
+    } else {
+        Err(InvalidConfig::new(setting, Problem::Factor(value)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_ignores_samples() {
+        let mut fixed = Fixed::new(NonZeroU32::new(3).unwrap());
+        let drop = Sample::new(Duration::from_secs(9), Outcome::Dropped, 3);
+        fixed.update(Timestamp::<()>::from_nanos(1), drop);
+        assert_eq!(fixed.limit(), 3);
+    }
+
+    #[test]
+    fn limits_of_wild_estimates_stay_in_bounds() {
+        let common = Common {
+            min: 2,
+            max: 9,
+            ..Common::default()
+        };
+        assert_eq!(common.limit_of(f64::NAN), 2);
+        assert_eq!(common.limit_of(-5.0), 2);
+        assert_eq!(common.limit_of(1e30), 9);
+        assert_eq!(common.limit_of(4.99), 4);
+    }
+
+    #[test]
+    fn durations_and_factors_are_checked() {
+        assert!(nanos("w", Duration::ZERO).is_err());
+        assert!(nanos("w", Duration::MAX).is_err());
+        assert_eq!(nanos("w", Duration::from_millis(1)), Ok(1_000_000));
+        assert!(factor("f", f64::NAN, |_| true).is_err());
+        assert!(factor("f", 0.5, |v| v < 1.0).is_ok());
+    }
+}
+
+/// The README's examples, run as doc tests so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

@@ -1,0 +1,226 @@
+//! Several limits checked all-or-nothing: pairs of limiters and [`AllOf`].
+//! A check spends from every limit only if all of them allow, so a
+//! refusal by one spends nothing of the others.
+
+use crate::decision::{Decision, NeverAllowed, Receipt};
+use crate::limiter::Limiter;
+use crate::mode::Mode;
+
+/// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
+/// checks every limit in the given mode and combines their decisions
+/// (`None`: there are no limits). Every limit is peeked first; only if the
+/// combined decision allows, and the caller asked to consume, are they all
+/// checked again consuming — which cannot then deny, since each allowed
+/// from the state it is about to spend.
+fn all_or_nothing(
+    mode: Mode,
+    mut check_each: impl FnMut(Mode) -> Result<Option<Decision>, NeverAllowed>,
+) -> Result<Option<Decision>, NeverAllowed> {
+    let peeked = check_each(Mode::Peek)?;
+    match &peeked {
+        Some(d) if mode == Mode::Consume && d.is_allowed() => {
+            Ok(check_each(Mode::Consume)?.or(peeked))
+        }
+        _ => Ok(peeked),
+    }
+}
+
+/// A state built for a different list of limits (after a run-time
+/// change) extended with fresh states or cut to length.
+fn fit<L: Limiter>(limits: &[L], state: &mut Vec<L::State>, now_ns: u64) {
+    state.truncate(limits.len());
+    while state.len() < limits.len() {
+        let fresh = limits[state.len()].new_state(now_ns);
+        state.push(fresh);
+    }
+}
+
+/// The receipt of two charges of one cost: the earlier instant, which
+/// refunds no more than either still counts.
+fn earlier(a: Receipt, b: Receipt) -> Receipt {
+    if b.at_nanos() < a.at_nanos() { b } else { a }
+}
+
+/// What an empty set of limits answers: everything is allowed.
+fn allow_everything() -> Decision {
+    Decision::allow_ns(u32::MAX, 0, u32::MAX, 0)
+}
+
+/// Two limits checked all-or-nothing: allowed only if both allow, and then
+/// both are spent; otherwise neither is. Nest pairs for more.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use weir_rate::clock::ManualClock;
+/// use weir_rate::{FixedWindow, Gcra, Quota, RateLimiter};
+///
+/// let per_second = Gcra::new(Quota::per_second(NonZeroU32::new(10).unwrap()));
+/// let per_hour = FixedWindow::new(Quota::per_hour(NonZeroU32::new(3).unwrap()));
+/// let limiter = RateLimiter::with_clock((per_second, per_hour), ManualClock::new());
+/// assert_eq!((0..5).filter(|_| limiter.check().is_allowed()).count(), 3);
+/// ```
+impl<A: Limiter, B: Limiter> Limiter for (A, B) {
+    type State = (A::State, B::State);
+
+    fn max_cost(&self) -> u32 {
+        self.0.max_cost().min(self.1.max_cost())
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        (self.0.new_state(now_ns), self.1.new_state(now_ns))
+    }
+
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        NeverAllowed::check(cost, self.max_cost())?;
+        let decision = all_or_nothing(mode, |each| {
+            let a = self.0.check(&mut state.0, now_ns, cost, each)?;
+            let b = self.1.check(&mut state.1, now_ns, cost, each)?;
+            Ok(Some(a.combine(b)))
+        })?;
+        Ok(decision.unwrap_or_else(allow_everything))
+    }
+
+    fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
+        self.0.refund(&mut state.0, now_ns, receipt);
+        self.1.refund(&mut state.1, now_ns, receipt);
+    }
+
+    /// Both limits charged; the receipt names the earlier of their
+    /// instants (they differ only for a state judged later than `now_ns`),
+    /// so a refund never returns more than either still counts.
+    fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        let a = self.0.charge(&mut state.0, now_ns, cost);
+        let b = self.1.charge(&mut state.1, now_ns, cost);
+        earlier(a, b)
+    }
+
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
+        self.0.is_idle(&state.0, now_ns) && self.1.is_idle(&state.1, now_ns)
+    }
+
+    fn idle_at(&self, state: &Self::State, now_ns: u64) -> u64 {
+        let a = self.0.idle_at(&state.0, now_ns);
+        a.max(self.1.idle_at(&state.1, now_ns))
+    }
+
+    /// Each limit spent until then: each is at least as strict as the
+    /// limit of a pair whose later limit turns idle then.
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        (
+            self.0.spent_until(idle_at, now_ns),
+            self.1.spent_until(idle_at, now_ns),
+        )
+    }
+}
+
+/// Any number of limits of one kind, checked all-or-nothing.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use weir_rate::{AllOf, Gcra, Limiter, Mode, Quota};
+///
+/// let limits = AllOf::new(vec![
+///     Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())),
+///     Gcra::new(Quota::per_minute(NonZeroU32::new(7).unwrap())),
+/// ]);
+/// let mut state = limits.new_state(0);
+/// // Twenty requests 10 ms apart: the per-second burst of 5 binds first.
+/// let allowed = (0..20u64)
+///     .filter(|i| limits.check(&mut state, i * 10_000_000, 1, Mode::Consume).unwrap().is_allowed())
+///     .count();
+/// assert_eq!(allowed, 5);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AllOf<L> {
+    limits: Vec<L>,
+}
+
+impl<L: Limiter> AllOf<L> {
+    /// All of `limits` (an empty list allows everything).
+    pub fn new(limits: Vec<L>) -> Self {
+        Self { limits }
+    }
+}
+
+impl<L: Limiter> Limiter for AllOf<L> {
+    type State = Vec<L::State>;
+
+    fn max_cost(&self) -> u32 {
+        self.limits
+            .iter()
+            .map(Limiter::max_cost)
+            .min()
+            .unwrap_or(u32::MAX)
+    }
+
+    fn new_state(&self, now_ns: u64) -> Self::State {
+        self.limits.iter().map(|l| l.new_state(now_ns)).collect()
+    }
+
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<Decision, NeverAllowed> {
+        NeverAllowed::check(cost, self.max_cost())?;
+        fit(&self.limits, state, now_ns);
+        let decision = all_or_nothing(mode, |each| {
+            let mut combined: Option<Decision> = None;
+            for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+                let d = limit.check(s, now_ns, cost, each)?;
+                combined = Some(combined.map_or(d, |c| c.combine(d)));
+            }
+            Ok(combined)
+        })?;
+        Ok(decision.unwrap_or_else(allow_everything))
+    }
+
+    fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
+        for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
+            limit.refund(s, now_ns, receipt);
+        }
+    }
+
+    /// Every limit charged (an empty list charges nothing); the receipt
+    /// names the earliest of their instants, as for a pair.
+    fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
+        fit(&self.limits, state, now_ns);
+        self.limits
+            .iter()
+            .zip(state.iter_mut())
+            .map(|(limit, s)| limit.charge(s, now_ns, cost))
+            .reduce(earlier)
+            .unwrap_or_else(|| Receipt::new(now_ns, cost))
+    }
+
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
+        self.limits
+            .iter()
+            .zip(state.iter())
+            .all(|(l, s)| l.is_idle(s, now_ns))
+    }
+
+    fn idle_at(&self, state: &Self::State, now_ns: u64) -> u64 {
+        self.limits
+            .iter()
+            .zip(state.iter())
+            .map(|(l, s)| l.idle_at(s, now_ns))
+            .fold(now_ns, u64::max)
+    }
+
+    fn spent_until(&self, idle_at: u64, now_ns: u64) -> Self::State {
+        self.limits
+            .iter()
+            .map(|l| l.spent_until(idle_at, now_ns))
+            .collect()
+    }
+}

@@ -1,0 +1,438 @@
+//! One script call: the part of a limiter that talks to Redis ([`Core`]).
+//! The plain path and the batcher share it, so a call is sent, retried
+//! after `NOSCRIPT`, bounded and decoded the same way on both, and a
+//! failed call is remembered where the batcher can tell a failing Redis
+//! from this instance's own load.
+
+use super::RedisLimitError;
+use super::conn::{Link, cluster_slot};
+use super::scripts::{self, Raw, Settle};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use weir_primitives::time::duration_to_nanos;
+use weir_rate::Quota;
+use weir_rate::{Decision, Receipt};
+
+/// One limit of a limiter as its calls see it.
+pub(crate) struct Limit {
+    /// What follows a key's base in the limit's Redis key (empty for a
+    /// single limit, whose base is the whole key).
+    pub(crate) suffix: String,
+    /// The limit and window its decisions report.
+    pub(crate) quota: Quota,
+}
+
+/// The part of a limiter that talks to Redis, shared with the batcher.
+pub(crate) struct Core {
+    link: Link,
+    /// Decides each key's limits (one, or all-or-nothing a set).
+    script: redis::Script,
+    /// Forced charges and refunds ([`scripts::settle`]).
+    settle: redis::Script,
+    params: Vec<String>,
+    limits: Box<[Limit]>,
+    pub(crate) timeout: Duration,
+    pub(crate) cluster: bool,
+    /// The origin of the nanosecond times below and of the back-off's.
+    epoch: Instant,
+    /// Per back-off cell: when a script call there last failed (an error,
+    /// or no answer within half a timeout), in ns since `epoch`; 0 = never.
+    /// Tells a caller late in the batching queue behind a failing Redis
+    /// from one late because this instance had too much to send.
+    failed: Box<[AtomicU64]>,
+}
+
+impl Core {
+    /// A core deciding with the script `source` and settling with
+    /// `settle`, both taking `params`, over `link`, for `limits`, with
+    /// `cells` back-off cells; its `epoch` is now.
+    pub(crate) fn new(
+        link: Link,
+        (source, settle): (&str, &str),
+        params: Vec<String>,
+        limits: Vec<Limit>,
+        (timeout, cluster, cells): (Duration, bool, usize),
+    ) -> Self {
+        Self {
+            link,
+            script: redis::Script::new(source),
+            settle: redis::Script::new(settle),
+            params,
+            limits: limits.into_boxed_slice(),
+            timeout,
+            cluster,
+            epoch: Instant::now(),
+            failed: (0..cells).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Nanoseconds from `epoch` to `at` (saturating: ~584 years).
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
+        duration_to_nanos(at.saturating_duration_since(self.epoch))
+    }
+
+    /// Record that a script call for `cell` failed at `at`.
+    pub(crate) fn failed_at(&self, cell: usize, at: Instant) {
+        self.failed[cell].fetch_max(self.nanos_at(at).max(1), Ordering::Relaxed);
+    }
+
+    /// The error of a caller (on `cell`, asked at `asked` ns) whose deadline
+    /// passed before Redis answered it, its call not being slow itself: a
+    /// timeout if a call for its cell failed meanwhile (it waited behind a
+    /// failing Redis), otherwise [`RedisLimitError::Overloaded`] (it waited
+    /// behind this instance's own load).
+    pub(crate) fn late(&self, cell: usize, asked: u64) -> RedisLimitError {
+        if self.failed_since(cell, asked) {
+            RedisLimitError::Timeout(self.timeout)
+        } else {
+            RedisLimitError::Overloaded
+        }
+    }
+
+    /// How long a call may go unanswered before it counts as slow, a
+    /// failure for the back-off: half a timeout. A queued caller with less
+    /// than that left is not sent after such a failure either.
+    pub(crate) fn slow(&self) -> Duration {
+        self.timeout / 2
+    }
+
+    /// Whether a call for `cell` failed (or was slow) at or after `asked`.
+    pub(crate) fn failed_since(&self, cell: usize, asked: u64) -> bool {
+        self.failed[cell].load(Ordering::Relaxed) >= asked.max(1)
+    }
+
+    /// The deadline of a decision asked at `now`: the configured timeout
+    /// later (a timeout too long to represent never comes).
+    pub(crate) fn deadline(&self, now: Instant) -> Instant {
+        now.checked_add(self.timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+    }
+
+    /// One script call deciding the key of base `keys[i]` at `costs[i]`,
+    /// given up at `deadline`. Equal keys must be adjacent (see
+    /// [`scripts`]).
+    pub(crate) async fn eval(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, RedisLimitError> {
+        tokio::time::timeout_at(
+            tokio::time::Instant::from_std(deadline),
+            self.query(keys, costs),
+        )
+        .await
+        .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
+    }
+
+    /// One script call, with no deadline of its own (the batcher bounds
+    /// it by its callers' deadlines).
+    ///
+    /// While a Cluster slot migrates, a script naming several keys of it
+    /// fails with `TRYAGAIN` as soon as one of them has moved (or with an
+    /// `ASK` redirection the client cannot follow for all of them), and
+    /// keeps failing until the migration ends. That says nothing about
+    /// each key, so such a call is repeated key by key (runs of one key
+    /// stay together), each call following its own redirection, rather
+    /// than sending the whole batch, and its slot's back-off cell, to the
+    /// failure policy.
+    pub(crate) async fn query(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+    ) -> Result<Vec<Decision>, RedisLimitError> {
+        let result = self.query_once(keys, costs).await;
+        let moving = matches!(&result, Err(RedisLimitError::Redis(e)) if slot_moving(e));
+        if !moving || keys.iter().all(|k| *k == keys[0]) {
+            return result;
+        }
+        let mut decisions = Vec::with_capacity(keys.len());
+        let mut start = 0;
+        while start < keys.len() {
+            let end = start
+                + keys[start..]
+                    .iter()
+                    .take_while(|k| **k == keys[start])
+                    .count();
+            decisions.extend(
+                self.query_once(&keys[start..end], &costs[start..end])
+                    .await?,
+            );
+            start = end;
+        }
+        Ok(decisions)
+    }
+
+    async fn query_once(
+        &self,
+        keys: &[&str],
+        costs: &[u32],
+    ) -> Result<Vec<Decision>, RedisLimitError> {
+        debug_assert!(
+            keys.iter()
+                .enumerate()
+                .all(|(i, k)| i == 0 || keys[i - 1] == *k || !keys[..i].contains(k)),
+            "equal keys must be adjacent"
+        );
+        // Every limit's Redis key for each key base, limit by limit; a
+        // single limit's base is its key.
+        let (owned, expanded): (Vec<String>, Vec<&str>);
+        let names = match &*self.limits {
+            [one] if one.suffix.is_empty() => keys,
+            limits => {
+                owned = keys
+                    .iter()
+                    .flat_map(|base| limits.iter().map(move |l| format!("{base}{}", l.suffix)))
+                    .collect();
+                expanded = owned.iter().map(String::as_str).collect();
+                &expanded
+            }
+        };
+        let mut cmd = redis::Cmd::new();
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(names.len())
+            .arg(names)
+            .arg(&self.params);
+        // One cost stands for all when they are equal (the usual case), which
+        // spares Redis an argument and a number to parse per decision.
+        match costs {
+            [first, rest @ ..] if rest.iter().all(|c| c == first) => cmd.arg(first),
+            _ => cmd.arg(costs),
+        };
+        let reply = self.send(&cmd, &self.script).await?;
+        let l = self.limits.len();
+        let records = scripts::split_reply(&reply)
+            .filter(|(_, records)| records.len() == keys.len() * l * scripts::RECORD);
+        let Some((now_us, records)) = records else {
+            return Err(RedisLimitError::BadReply(format!(
+                "{} bytes for {} keys of {l} limits",
+                reply.len(),
+                keys.len()
+            )));
+        };
+        let at_ns = now_us.saturating_mul(1000);
+        Ok(records
+            .chunks_exact(scripts::RECORD * l)
+            .zip(costs)
+            .map(|(answers, &cost)| self.decision(answers, at_ns, cost))
+            .collect())
+    }
+
+    /// One key's decision from its limits' records (one per limit, in
+    /// order): combined as the in-process [`AllOf`](weir_rate::AllOf) combines
+    /// its limits' decisions, and when allowed, charged at the server's
+    /// `at_ns`.
+    fn decision(&self, answers: &[u8], at_ns: u64, cost: u32) -> Decision {
+        let mut combined: Option<Decision> = None;
+        for (record, limit) in answers.chunks_exact(scripts::RECORD).zip(&*self.limits) {
+            let d = decision(scripts::decode(record), &limit.quota);
+            combined = Some(combined.map_or(d, |c| c.combine(d)));
+        }
+        let d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, Duration::ZERO));
+        if cost > 0 {
+            d.with_receipt(Receipt::remote(at_ns, cost))
+        } else {
+            d
+        }
+    }
+
+    /// Charge `cost` units to, or refund the receipt of `cost` units at
+    /// `at_us` (server µs) from, every limit of the key of base `key`,
+    /// given up at `deadline`; returns the server's time (epoch µs).
+    pub(crate) async fn settle(
+        &self,
+        key: &str,
+        (op, cost, at_us): (Settle, u32, u64),
+        deadline: Instant,
+    ) -> Result<u64, RedisLimitError> {
+        let names: Vec<String> = self
+            .limits
+            .iter()
+            .map(|l| format!("{key}{}", l.suffix))
+            .collect();
+        // Only a cluster client sends a call twice. A mark in another slot
+        // than the state (a key whose hash tag is empty) would make every
+        // refund of that key a cross-slot error, so such a key goes
+        // unmarked.
+        let mark = (op == Settle::Refund && self.cluster)
+            .then(|| refund_mark(key))
+            .filter(|mark| cluster_slot(mark) == cluster_slot(&names[0]));
+        let command = |mark: Option<&String>| {
+            let mut cmd = redis::Cmd::new();
+            cmd.arg("EVALSHA")
+                .arg(self.settle.get_hash())
+                .arg(names.len() + usize::from(mark.is_some()))
+                .arg(&names)
+                .arg(mark)
+                .arg(&self.params)
+                .arg(op.code())
+                .arg(cost)
+                .arg(at_us)
+                .arg(self.mark_lifetime_ms());
+            cmd
+        };
+        let call = async {
+            let mut reply = self.send(&command(mark.as_ref()), &self.settle).await;
+            if let Some(again) = mark.as_ref().and_then(|m| resend_with(&reply, m)) {
+                reply = self.send(&command(again), &self.settle).await;
+            }
+            let reply = reply?;
+            match scripts::split_reply(&reply) {
+                Some((now_us, [])) => Ok(now_us),
+                _ => Err(RedisLimitError::BadReply(format!(
+                    "{} bytes for a charge or refund",
+                    reply.len()
+                ))),
+            }
+        };
+        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call)
+            .await
+            .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
+    }
+
+    /// How long a refund's mark lives (ms): longer than a cluster client
+    /// goes on resending one call (two retries, each given up after a
+    /// timeout, with back-offs of at most 200 ms), capped at a day.
+    fn mark_lifetime_ms(&self) -> u64 {
+        let ms = self.timeout.as_millis().saturating_mul(4) + 1000;
+        u64::try_from(ms).unwrap_or(u64::MAX).min(86_400_000)
+    }
+
+    /// Send `cmd`, an `EVALSHA` of `script`, loading the script on
+    /// `NOSCRIPT`; the connection is dropped on an error it cannot get
+    /// over, or when the call goes unanswered for half a timeout.
+    async fn send(
+        &self,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+    ) -> Result<Vec<u8>, RedisLimitError> {
+        let (generation, mut conn) = self.link.get().await?;
+        let outstanding = Outstanding {
+            link: &self.link,
+            generation,
+            sent: Instant::now(),
+            slow: self.slow(),
+        };
+        // On NOSCRIPT the script is loaded and the call sent once more; a
+        // second NOSCRIPT (the cache emptied again in between, e.g.
+        // repeated `SCRIPT FLUSH` or a failover) is retried a few times,
+        // all within the same deadline.
+        let attempts = async {
+            let mut tries = 0;
+            loop {
+                match cmd.query_async::<Vec<u8>>(&mut conn).await {
+                    Err(e)
+                        if tries < 4
+                            && e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        tries += 1;
+                        script.load_async(&mut conn).await?;
+                    }
+                    r => return r,
+                }
+            }
+        };
+        let reply = attempts.await;
+        outstanding.answered();
+        Ok(reply.inspect_err(|e| self.link.discard_on(generation, e))?)
+    }
+}
+
+/// The key marking one refund of the key of base `key` as applied (same
+/// hash tag, so the same Cluster slot, unless the tag is empty): a count of
+/// this process's refunds with its process id, hashed with random keys.
+/// The id tells apart the workers a parent forked (they inherit its
+/// count and keys); the keys, instances on other hosts.
+fn refund_mark(key: &str) -> String {
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    static KEYS: OnceLock<ahash::RandomState> = OnceLock::new();
+    let n = SENT.fetch_add(1, Ordering::Relaxed);
+    let token = KEYS
+        .get_or_init(ahash::RandomState::new)
+        .hash_one((std::process::id(), n));
+    format!("{key}:refund:{token:016x}")
+}
+
+/// A limit's decision from its record: rounded as the in-process limiters
+/// round (see [`scripts::decode`]), with `quota`'s limit and window.
+fn decision(raw: Raw, quota: &Quota) -> Decision {
+    let remaining = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
+    let reset = Duration::from_micros(raw.reset_after_us);
+    if raw.allowed {
+        Decision::allow(quota.limit(), quota.window(), remaining, reset)
+    } else {
+        Decision::deny(
+            quota.limit(),
+            quota.window(),
+            remaining,
+            reset,
+            Duration::from_micros(raw.retry_after_us),
+        )
+    }
+}
+
+/// A call sent on connection `generation` and not yet answered. Dropped
+/// unanswered after half a timeout or more (given up at its callers'
+/// deadlines), it discards the connection: a server that vanished without
+/// closing it (a failover behind a virtual IP, a host gone) would
+/// otherwise keep every later call waiting on the same dead socket until
+/// the deadline, forever. Dropped sooner, it says nothing about Redis (a
+/// caller went away), so a client cannot make the limiter reconnect at will.
+struct Outstanding<'a> {
+    link: &'a Link,
+    generation: u64,
+    sent: Instant,
+    slow: Duration,
+}
+
+impl Outstanding<'_> {
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if self.sent.elapsed() >= self.slow {
+            self.link.discard(self.generation);
+        }
+    }
+}
+
+/// How a marked refund whose `reply` is an error goes again, if it does.
+/// The cluster client has already retried it, so an earlier attempt may
+/// have run (its reply lost). A slot that has moved on (`MOVED`) takes the
+/// marked call again at its new master: the mark keeps that harmless. A
+/// slot being migrated (`TRYAGAIN`, `ASK`) refuses any script naming a key
+/// one of its two masters lacks, which a new mark always is: the refund
+/// goes again unmarked, on the state alone (given back twice only if an
+/// earlier attempt ran).
+fn resend_with<'m>(
+    reply: &Result<Vec<u8>, RedisLimitError>,
+    mark: &'m String,
+) -> Option<Option<&'m String>> {
+    use redis::{ErrorKind::Server, ServerErrorKind};
+    let Err(RedisLimitError::Redis(e)) = reply else {
+        return None;
+    };
+    match e.kind() {
+        Server(ServerErrorKind::Moved) => Some(Some(mark)),
+        Server(ServerErrorKind::TryAgain | ServerErrorKind::Ask) => Some(None),
+        _ => None,
+    }
+}
+
+/// Whether `error` comes from a slot being migrated between Cluster
+/// masters rather than from any one key.
+fn slot_moving(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain | ServerErrorKind::Ask | ServerErrorKind::Moved
+        )
+    )
+}

@@ -1,0 +1,159 @@
+//! The Redis backend while a Cluster slot is being migrated: a batch whose
+//! keys are split between the two masters of a moving slot is decided key
+//! by key, not handed to the failure policy whole.
+#![cfg(not(loom))]
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+use weir_rate::{Gcra, Quota};
+use weir_redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot};
+use weir_test_support::redis_server::RedisCluster;
+
+/// Two limiter keys that share a Cluster slot.
+fn two_keys_in_one_slot() -> (String, String, u16) {
+    let first = "user0".to_owned();
+    let slot = cluster_slot(&first);
+    let second = (1..)
+        .map(|i| format!("user{i}"))
+        .find(|k| cluster_slot(k) == slot)
+        .unwrap_or_default();
+    (first, second, slot)
+}
+
+#[test]
+fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
+    let Some(mut cluster) = RedisCluster::start_or_skip("resharding", 3, 0)? else {
+        return Ok(());
+    };
+    let (moved, stayed, slot) = two_keys_in_one_slot();
+    let rt = rt()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(100))))
+            .prefix(unique_prefix("reshard"))
+            .timeout(Duration::from_secs(1))
+            .batching(Batching::default())
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(cluster.urls())),
+    )?;
+    // Both keys exist on the slot's master.
+    for key in [&moved, &stayed] {
+        let v = rt.block_on(limiter.check_verbose(key, 1))?;
+        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+    }
+    // Start moving the slot to another master, and move one key's state.
+    let (from, to) = cluster.start_migrating(slot)?;
+    let key_of_moved = limiter.redis_keys(&moved).remove(0);
+    let to_port = cluster.nodes[to].port().to_string();
+    let out =
+        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
+    assert!(out.contains("OK"), "migrate: {out}");
+
+    // One batch for both keys (one slot): a two-key script on the old
+    // master meets a missing key in a migrating slot.
+    let (a, b) = rt.block_on(async {
+        tokio::join!(
+            limiter.check_verbose(&moved, 1),
+            limiter.check_verbose(&stayed, 1)
+        )
+    });
+    let (a, b) = (a?, b?);
+    assert_eq!(a.source, Source::Redis, "moved key: {:?}", a.error);
+    assert_eq!(b.source, Source::Redis, "staying key: {:?}", b.error);
+    // Each was charged where it lives: its second unit of a hundred.
+    assert_eq!(a.decision.remaining(), 98);
+    assert_eq!(b.decision.remaining(), 98);
+    assert!(!limiter.is_backing_off(&stayed));
+    // Finish the move so the cluster is left consistent.
+    cluster.finish_migrating(slot, to)?;
+    let v = rt.block_on(async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        limiter.check_verbose(&stayed, 1).await
+    })?;
+    assert_ne!(v.source, Source::FailOpen);
+    Ok(())
+}
+
+/// Resumes a stopped server when dropped, so a failing assertion never
+/// leaves it stopped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> std::io::Result<Self> {
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A master that stops answering (stalled, or gone without closing its
+/// sockets) sends only its own slots to the failure policy: the other
+/// masters' keys keep being decided by Redis, on the same cluster
+/// connection, while it is down.
+#[test]
+fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResult {
+    let Some(mut cluster) = RedisCluster::start_or_skip("stalled master", 3, 0)? else {
+        return Ok(());
+    };
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])?;
+    }
+    // A key on master 0 and one on master 1.
+    let mut on = [None, None];
+    for i in 0.. {
+        let key = format!("user{i}");
+        let master = cluster.master_of(cluster_slot(&key))?;
+        if master < 2 && on[master].is_none() {
+            on[master] = Some(key);
+        }
+        if on.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(healthy), Some(stalled)] = on else {
+        return Err("no keys on masters 0 and 1".into());
+    };
+    let rt = rt()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(1000))))
+            .prefix(unique_prefix("stalled"))
+            // Long enough for a loaded machine, short beside the cluster's
+            // 1 s node timeout.
+            .timeout(Duration::from_millis(300))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(cluster.urls())),
+    )?;
+    for key in [&healthy, &stalled] {
+        let v = rt.block_on(limiter.check_verbose(key, 1))?;
+        assert_eq!(v.source, Source::Redis, "{key}: {:?}", v.error);
+    }
+    let pid = cluster.nodes[1].pid().ok_or("master 1 is not running")?;
+    let stop = Stopped::stop(pid)?;
+    let (stalled_source, healthy_sources) = rt.block_on(async {
+        let stalled_source = limiter.check_verbose(&stalled, 1).await.map(|v| v.source);
+        let mut healthy_sources = Vec::new();
+        for _ in 0..10 {
+            healthy_sources.push(limiter.check_verbose(&healthy, 1).await.map(|v| v.source));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (stalled_source, healthy_sources)
+    });
+    drop(stop);
+    assert_eq!(stalled_source?, Source::FailClosed);
+    let healthy_sources: Vec<Source> = healthy_sources.into_iter().collect::<Result<_, _>>()?;
+    assert!(
+        healthy_sources.iter().all(|s| *s == Source::Redis),
+        "a healthy master's key left Redis while another master stalled: {healthy_sources:?}"
+    );
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! Tower and axum layers that put weir's limits in front of a service.
+//!
+//! The layers ask their limits only through weir-rate's seam traits
+//! ([`CheckKeyAsync`](weir_rate::CheckKeyAsync),
+//! [`SettleKey`](weir_rate::SettleKey)), so every keyed limiter works
+//! behind them: weir-rate's in-process limiters and those kept on a shared
+//! store (weir-redis).
+//!
+//! # Layers
+//!
+//! * [`RateLimitLayer`]: a rate limit per key; 429 (or 503) with
+//!   `Retry-After` when denied, the IETF `RateLimit-Policy` / `RateLimit`
+//!   fields on every response, cost-weighted requests, shadow mode, and
+//!   charging by the response ([`Settle`]: bytes sent, 5xx only, tokens in
+//!   a header or a [`Usage`]), settled when the body ends or is dropped
+//!   ([`SettleBody`], [`SettleGuard`], [`Sent`]).
+//! * [`InflightLayer`]: at most N requests per key in progress, 503 beyond
+//!   (pingora's per-origin connection limit), counted exactly per key
+//!   ([`InflightBody`], [`InflightPermit`]).
+//! * [`AdaptiveInflightLayer`]: the same, with each key's limit learned
+//!   from latency by a weir-adaptive algorithm ([`AdaptiveBody`];
+//!   responses classified by [`overload_status`]).
+//!
+//! Each layer's service and future ([`RateLimitService`],
+//! [`RateLimitFuture`], ...) are named for use in type signatures; the
+//! response body of every layer is a [`CountedBody`].
+//!
+//! # Keys
+//!
+//! A [`KeyExtractor`] decides whom a request is counted for:
+//!
+//! * [`PeerIp`] (the default): the connection's peer, found in a
+//!   [`PeerAddr`] or `SocketAddr` request extension, or with the `axum`
+//!   feature in axum's `ConnectInfo<SocketAddr>`, which
+//!   `into_make_service_with_connect_info::<SocketAddr>()` inserts.
+//! * [`ForwardedIp`]: the client named by `X-Forwarded-For` or RFC 7239
+//!   `Forwarded` ([`ForwardedHeader`]), read from the right and only past
+//!   proxies you trust ([`IpNet`]); its key is a [`ClientKey`].
+//! * [`KeyFn`]: any function of the request; [`GlobalKey`]: one key for
+//!   all.
+//!
+//! Both IP extractors key an IPv6 client by its /64 (configurable), since
+//! one subscriber can rotate through a whole /64, and treat IPv4-mapped
+//! addresses from dual-stack listeners as IPv4. A request without a key
+//! (no peer address found, a [`KeyFn`] that says `None`) is refused
+//! without calling the service: 500 by default (see `missing_key_status`
+//! on each layer), a header naming the cause, and one `tracing` warning per
+//! layer saying what the server lacks.
+//!
+//! The layers are generic over the request and response body types;
+//! refusals carry an empty body (`ResBody: Default`, which axum's and
+//! hyper's body types implement). With axum, apply several layers in one
+//! `Router::layer` call through a `tower::ServiceBuilder`: axum boxes and
+//! clones a route's service once per `layer` call on every request, so
+//! composing first saves that work.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature the layers count through the
+//! [`metrics`](https://docs.rs/metrics) facade (install a recorder, an
+//! exporter, before the first request: handles are registered on first
+//! use):
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `weir_rate_decisions_total` | counter | `limiter` (the layer's policy name), `outcome`: `ok`, `over_limit`, `shadow_over_limit`, `error` (no key, or a cost never allowed) |
+//! | `weir_rate_settlements_total` | counter | `limiter` (the layer's policy name), `outcome`: `refund`, `charge`, `error` (the settlement failed: the key keeps what its check charged) |
+//!
+//! The outcomes are envoy's rate-limit filter's.
+
+mod adaptive;
+mod body;
+mod inflight;
+mod key;
+mod ratelimit;
+mod response;
+mod settle;
+mod telemetry;
+
+pub use adaptive::{
+    AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
+};
+pub use body::CountedBody;
+pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService};
+pub use key::{
+    ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
+    KeyFn, PeerAddr, PeerIp,
+};
+pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
+pub use settle::{Sent, Settle, SettleBody, SettleGuard, Usage};
+
+/// The README's examples, run as doc tests so it cannot drift from the API.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../README.md")]
+mod readme {}
