@@ -173,17 +173,29 @@ impl Quota {
         Duration::from_nanos(self.window_ns)
     }
 
+    /// The time per unit, `window / limit`, rounded **up** to a whole
+    /// nanosecond and at least 1, so a rate-based limiter built from it is
+    /// never looser than the quota (stricter by under 1 ns per unit).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::Quota;
+    ///
+    /// let q = Quota::per_second(NonZeroU32::new(3).unwrap());
+    /// assert_eq!(q.emission_interval(), Duration::from_nanos(333_333_334));
+    /// ```
+    pub const fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.emission_interval_nanos())
+    }
+
     /// The window in nanoseconds (never zero).
-    #[doc(hidden)]
-    pub const fn window_nanos(&self) -> u64 {
+    pub(crate) const fn window_nanos(&self) -> u64 {
         self.window_ns
     }
 
-    /// Nanoseconds per unit (`window / limit`), rounded **up** to a whole
-    /// nanosecond and at least 1, so a rate-based limiter built from it is
-    /// never looser than the quota (stricter by under 1 ns per unit).
-    #[doc(hidden)]
-    pub const fn emission_interval_nanos(&self) -> u64 {
+    /// [`emission_interval`](Self::emission_interval) in nanoseconds.
+    pub(crate) const fn emission_interval_nanos(&self) -> u64 {
         let t = self.window_ns.div_ceil(self.limit.get() as u64);
         if t == 0 { 1 } else { t }
     }

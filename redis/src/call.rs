@@ -1,18 +1,27 @@
-//! One script call: the part of a limiter that talks to Redis ([`Core`]).
-//! The plain path and the batcher share it, so a call is sent, retried
-//! after `NOSCRIPT`, bounded and decoded the same way on both, and a
-//! failed call is remembered where the batcher can tell a failing Redis
-//! from this instance's own load.
+//! One script call: the part of the Redis store that talks to Redis
+//! ([`Core`]). The plain path and the batcher share it, so a call is sent,
+//! retried after `NOSCRIPT` and decoded the same way on both.
 
-use super::RedisLimitError;
 use super::conn::{Link, cluster_slot};
 use super::scripts::{self, Raw, Settle};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir_primitives::time::duration_to_nanos;
-use weir_rate::Quota;
-use weir_rate::{Decision, Receipt};
+use weir_rate::{Decision, Quota, Receipt};
+use weir_store::StoreError;
+
+/// A Redis error as the store's error.
+pub(crate) fn store_error(error: redis::RedisError) -> StoreError {
+    StoreError::store(error)
+}
+
+/// The Redis error inside a store error, if it holds one.
+fn redis_error(error: &StoreError) -> Option<&redis::RedisError> {
+    match error {
+        StoreError::Store(e) => e.downcast_ref::<redis::RedisError>(),
+        _ => None,
+    }
+}
 
 /// One limit of a limiter as its calls see it.
 pub(crate) struct Limit {
@@ -23,7 +32,7 @@ pub(crate) struct Limit {
     pub(crate) quota: Quota,
 }
 
-/// The part of a limiter that talks to Redis, shared with the batcher.
+/// The part of the Redis store that talks to Redis.
 pub(crate) struct Core {
     link: Link,
     /// Decides each key's limits (one, or all-or-nothing a set).
@@ -32,27 +41,19 @@ pub(crate) struct Core {
     settle: redis::Script,
     params: Vec<String>,
     limits: Box<[Limit]>,
-    pub(crate) timeout: Duration,
+    timeout: Duration,
     pub(crate) cluster: bool,
-    /// The origin of the nanosecond times below and of the back-off's.
-    epoch: Instant,
-    /// Per back-off cell: when a script call there last failed (an error,
-    /// or no answer within half a timeout), in ns since `epoch`; 0 = never.
-    /// Tells a caller late in the batching queue behind a failing Redis
-    /// from one late because this instance had too much to send.
-    failed: Box<[AtomicU64]>,
 }
 
 impl Core {
     /// A core deciding with the script `source` and settling with
-    /// `settle`, both taking `params`, over `link`, for `limits`, with
-    /// `cells` back-off cells; its `epoch` is now.
+    /// `settle`, both taking `params`, over `link`, for `limits`.
     pub(crate) fn new(
         link: Link,
         (source, settle): (&str, &str),
         params: Vec<String>,
         limits: Vec<Limit>,
-        (timeout, cluster, cells): (Duration, bool, usize),
+        (timeout, cluster): (Duration, bool),
     ) -> Self {
         Self {
             link,
@@ -62,72 +63,23 @@ impl Core {
             limits: limits.into_boxed_slice(),
             timeout,
             cluster,
-            epoch: Instant::now(),
-            failed: (0..cells).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// Nanoseconds from `epoch` to `at` (saturating: ~584 years).
-    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
-        duration_to_nanos(at.saturating_duration_since(self.epoch))
+    /// The connection, made now if it is not (for connecting at start-up).
+    pub(crate) async fn connect(&self) -> Result<(), StoreError> {
+        self.link.get().await.map(|_| ()).map_err(store_error)
     }
 
-    /// Record that a script call for `cell` failed at `at`.
-    pub(crate) fn failed_at(&self, cell: usize, at: Instant) {
-        self.failed[cell].fetch_max(self.nanos_at(at).max(1), Ordering::Relaxed);
-    }
-
-    /// The error of a caller (on `cell`, asked at `asked` ns) whose deadline
-    /// passed before Redis answered it, its call not being slow itself: a
-    /// timeout if a call for its cell failed meanwhile (it waited behind a
-    /// failing Redis), otherwise [`RedisLimitError::Overloaded`] (it waited
-    /// behind this instance's own load).
-    pub(crate) fn late(&self, cell: usize, asked: u64) -> RedisLimitError {
-        if self.failed_since(cell, asked) {
-            RedisLimitError::Timeout(self.timeout)
-        } else {
-            RedisLimitError::Overloaded
-        }
-    }
-
-    /// How long a call may go unanswered before it counts as slow, a
-    /// failure for the back-off: half a timeout. A queued caller with less
-    /// than that left is not sent after such a failure either.
-    pub(crate) fn slow(&self) -> Duration {
+    /// How long a call may go unanswered before its connection is
+    /// suspect: half a timeout.
+    fn slow(&self) -> Duration {
         self.timeout / 2
     }
 
-    /// Whether a call for `cell` failed (or was slow) at or after `asked`.
-    pub(crate) fn failed_since(&self, cell: usize, asked: u64) -> bool {
-        self.failed[cell].load(Ordering::Relaxed) >= asked.max(1)
-    }
-
-    /// The deadline of a decision asked at `now`: the configured timeout
-    /// later (a timeout too long to represent never comes).
-    pub(crate) fn deadline(&self, now: Instant) -> Instant {
-        now.checked_add(self.timeout)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
-    }
-
     /// One script call deciding the key of base `keys[i]` at `costs[i]`,
-    /// given up at `deadline`. Equal keys must be adjacent (see
-    /// [`scripts`]).
-    pub(crate) async fn eval(
-        &self,
-        keys: &[&str],
-        costs: &[u32],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, RedisLimitError> {
-        tokio::time::timeout_at(
-            tokio::time::Instant::from_std(deadline),
-            self.query(keys, costs),
-        )
-        .await
-        .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
-    }
-
-    /// One script call, with no deadline of its own (the batcher bounds
-    /// it by its callers' deadlines).
+    /// with no deadline of its own (its callers bound it). Equal keys must
+    /// be adjacent (see [`scripts`]).
     ///
     /// While a Cluster slot migrates, a script naming several keys of it
     /// fails with `TRYAGAIN` as soon as one of them has moved (or with an
@@ -141,9 +93,9 @@ impl Core {
         &self,
         keys: &[&str],
         costs: &[u32],
-    ) -> Result<Vec<Decision>, RedisLimitError> {
+    ) -> Result<Vec<Decision>, StoreError> {
         let result = self.query_once(keys, costs).await;
-        let moving = matches!(&result, Err(RedisLimitError::Redis(e)) if slot_moving(e));
+        let moving = matches!(&result, Err(e) if redis_error(e).is_some_and(slot_moving));
         if !moving || keys.iter().all(|k| *k == keys[0]) {
             return result;
         }
@@ -164,11 +116,7 @@ impl Core {
         Ok(decisions)
     }
 
-    async fn query_once(
-        &self,
-        keys: &[&str],
-        costs: &[u32],
-    ) -> Result<Vec<Decision>, RedisLimitError> {
+    async fn query_once(&self, keys: &[&str], costs: &[u32]) -> Result<Vec<Decision>, StoreError> {
         debug_assert!(
             keys.iter()
                 .enumerate()
@@ -206,7 +154,7 @@ impl Core {
         let records = scripts::split_reply(&reply)
             .filter(|(_, records)| records.len() == keys.len() * l * scripts::RECORD);
         let Some((now_us, records)) = records else {
-            return Err(RedisLimitError::BadReply(format!(
+            return Err(StoreError::BadReply(format!(
                 "{} bytes for {} keys of {l} limits",
                 reply.len(),
                 keys.len()
@@ -239,14 +187,13 @@ impl Core {
     }
 
     /// Charge `cost` units to, or refund the receipt of `cost` units at
-    /// `at_us` (server µs) from, every limit of the key of base `key`,
-    /// given up at `deadline`; returns the server's time (epoch µs).
+    /// `at_us` (server µs) from, every limit of the key of base `key`;
+    /// returns the server's time (epoch µs).
     pub(crate) async fn settle(
         &self,
         key: &str,
         (op, cost, at_us): (Settle, u32, u64),
-        deadline: Instant,
-    ) -> Result<u64, RedisLimitError> {
+    ) -> Result<u64, StoreError> {
         let names: Vec<String> = self
             .limits
             .iter()
@@ -273,23 +220,18 @@ impl Core {
                 .arg(self.mark_lifetime_ms());
             cmd
         };
-        let call = async {
-            let mut reply = self.send(&command(mark.as_ref()), &self.settle).await;
-            if let Some(again) = mark.as_ref().and_then(|m| resend_with(&reply, m)) {
-                reply = self.send(&command(again), &self.settle).await;
-            }
-            let reply = reply?;
-            match scripts::split_reply(&reply) {
-                Some((now_us, [])) => Ok(now_us),
-                _ => Err(RedisLimitError::BadReply(format!(
-                    "{} bytes for a charge or refund",
-                    reply.len()
-                ))),
-            }
-        };
-        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call)
-            .await
-            .unwrap_or(Err(RedisLimitError::Timeout(self.timeout)))
+        let mut reply = self.send(&command(mark.as_ref()), &self.settle).await;
+        if let Some(again) = mark.as_ref().and_then(|m| resend_with(&reply, m)) {
+            reply = self.send(&command(again), &self.settle).await;
+        }
+        let reply = reply?;
+        match scripts::split_reply(&reply) {
+            Some((now_us, [])) => Ok(now_us),
+            _ => Err(StoreError::BadReply(format!(
+                "{} bytes for a charge or refund",
+                reply.len()
+            ))),
+        }
     }
 
     /// How long a refund's mark lives (ms): longer than a cluster client
@@ -303,12 +245,8 @@ impl Core {
     /// Send `cmd`, an `EVALSHA` of `script`, loading the script on
     /// `NOSCRIPT`; the connection is dropped on an error it cannot get
     /// over, or when the call goes unanswered for half a timeout.
-    async fn send(
-        &self,
-        cmd: &redis::Cmd,
-        script: &redis::Script,
-    ) -> Result<Vec<u8>, RedisLimitError> {
-        let (generation, mut conn) = self.link.get().await?;
+    async fn send(&self, cmd: &redis::Cmd, script: &redis::Script) -> Result<Vec<u8>, StoreError> {
+        let (generation, mut conn) = self.link.get().await.map_err(store_error)?;
         let outstanding = Outstanding {
             link: &self.link,
             generation,
@@ -337,7 +275,9 @@ impl Core {
         };
         let reply = attempts.await;
         outstanding.answered();
-        Ok(reply.inspect_err(|e| self.link.discard_on(generation, e))?)
+        reply
+            .inspect_err(|e| self.link.discard_on(generation, e))
+            .map_err(store_error)
     }
 }
 
@@ -411,13 +351,11 @@ impl Drop for Outstanding<'_> {
 /// goes again unmarked, on the state alone (given back twice only if an
 /// earlier attempt ran).
 fn resend_with<'m>(
-    reply: &Result<Vec<u8>, RedisLimitError>,
+    reply: &Result<Vec<u8>, StoreError>,
     mark: &'m String,
 ) -> Option<Option<&'m String>> {
     use redis::{ErrorKind::Server, ServerErrorKind};
-    let Err(RedisLimitError::Redis(e)) = reply else {
-        return None;
-    };
+    let e = reply.as_ref().err().and_then(redis_error)?;
     match e.kind() {
         Server(ServerErrorKind::Moved) => Some(Some(mark)),
         Server(ServerErrorKind::TryAgain | ServerErrorKind::Ask) => Some(None),

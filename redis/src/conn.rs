@@ -48,6 +48,21 @@ impl Target {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.0, Nodes::Cluster(_))
     }
+
+    /// The target for a log line, without credentials: the server, or the
+    /// cluster's seed nodes and the first slot of a range.
+    pub(crate) fn describe(&self, slot: Option<usize>) -> String {
+        match (&self.0, slot) {
+            (Nodes::Server(url), _) => redact(url),
+            (Nodes::Cluster(nodes), slot) => {
+                let nodes: Vec<String> = nodes.iter().map(|n| redact(n)).collect();
+                match slot {
+                    Some(slot) => format!("cluster {} (slots from {slot})", nodes.join(", ")),
+                    None => format!("cluster {}", nodes.join(", ")),
+                }
+            }
+        }
+    }
 }
 
 /// A cheap-to-clone multiplexed connection to either kind of target.
@@ -220,6 +235,20 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// `url` without the user and password it may carry.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = match rest.split_once('@') {
+        Some((_, host)) => host,
+        None => rest,
+    };
+    if scheme.is_empty() {
+        rest.to_owned()
+    } else {
+        format!("{scheme}://{rest}")
+    }
+}
+
 /// The Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its hash tag
 /// (the text between the first `{` and the next `}`, when non-empty) or of
 /// the whole key, modulo 16384 — what `CLUSTER KEYSLOT` answers.
@@ -230,7 +259,6 @@ impl ConnectionLike for Conn {
 /// assert_eq!(cluster_slot("123456789"), 12739); // the CRC16/XMODEM check value
 /// assert_eq!(cluster_slot("api:gcra:{user1}"), cluster_slot("user1"));
 /// ```
-#[doc(hidden)]
 pub fn cluster_slot(key: &str) -> u16 {
     let b = key.as_bytes();
     let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {

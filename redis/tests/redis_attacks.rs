@@ -130,7 +130,7 @@ fn a_demoted_master_behind_a_stable_address_is_left_for_the_new_one() -> TestRes
             .connect(Target::server(vip.url()))
             .await?;
         let v = limiter.check_verbose("k", 1).await?;
-        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{:?}", v.error);
         // The failover: A follows B, the address leads to B.
         a.cli(&["REPLICAOF", "127.0.0.1", &b.port().to_string()])?;
         vip.point_at(&b.addr());
@@ -140,7 +140,7 @@ fn a_demoted_master_behind_a_stable_address_is_left_for_the_new_one() -> TestRes
         while failed_over.elapsed() < Duration::from_secs(3) {
             let v = limiter.check_verbose("k", 1).await?;
             *sources.entry(v.source).or_default() += 1;
-            if v.source == Source::Redis && sources.len() > 1 {
+            if v.source == Source::Store && sources.len() > 1 {
                 from_redis_again = Some(failed_over.elapsed());
                 break;
             }
@@ -212,7 +212,7 @@ fn the_default_failure_policy_keeps_a_limit_during_an_outage() -> TestResult {
             .await?;
         assert_eq!(
             limiter.check_verbose("warm", 1).await?.source,
-            Source::Redis
+            Source::Store
         );
         server.kill();
         let mut allowed = 0;
@@ -247,7 +247,7 @@ fn the_default_failure_policy_keeps_a_limit_during_an_outage() -> TestResult {
 async fn back_on_redis(limiter: &RedisLimiter) -> bool {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
-        if matches!(limiter.check_verbose("after", 1).await, Ok(v) if v.source == Source::Redis) {
+        if matches!(limiter.check_verbose("after", 1).await, Ok(v) if v.source == Source::Store) {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -270,7 +270,7 @@ async fn spent_in_redis(
         .connect(Target::server(server.url()))
         .await?;
     let v = plain.check_verbose(key, 1).await?;
-    assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+    assert_eq!(v.source, Source::Store, "{:?}", v.error);
     Ok(limit - 1 - v.decision.remaining())
 }
 
@@ -336,7 +336,7 @@ fn huge_batching_sizes_are_config_errors() -> TestResult {
                 .connect(Target::server("redis://127.0.0.1:1/"))
                 .await;
             assert!(
-                matches!(r, Err(weir_redis::RedisLimitError::Config(_))),
+                matches!(r, Err(weir_redis::ConfigError::Invalid(_))),
                 "{batching:?}: {r:?}"
             );
         }
@@ -479,7 +479,7 @@ fn checks_dropped_at_every_await_point_leave_nothing_behind() -> TestResult {
                 if let Some(v) = poll_then_drop(limiter.check_verbose("k", 1), polls, pause).await {
                     let v = v?;
                     assert!(
-                        matches!(v.source, Source::Redis | Source::Lease),
+                        matches!(v.source, Source::Store | Source::Lease),
                         "{path}: answered by {:?} ({:?}) after drops",
                         v.source,
                         v.error
@@ -489,7 +489,7 @@ fn checks_dropped_at_every_await_point_leave_nothing_behind() -> TestResult {
             // Still decided by Redis (or its lease), promptly.
             let v = limiter.check_verbose("k", 1).await?;
             assert!(
-                matches!(v.source, Source::Redis | Source::Lease),
+                matches!(v.source, Source::Store | Source::Lease),
                 "{path}: {:?} {:?}",
                 v.source,
                 v.error
@@ -524,7 +524,7 @@ fn a_server_clock_stepping_back_never_reopens_a_full_window() -> TestResult {
             .on_failure(FailurePolicy::Closed)
             .connect(Target::server(server.url())),
     )?;
-    let state = limiter.redis_keys("k").remove(0);
+    let state = limiter.store().redis_keys("k").remove(0);
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw)?;
     let ahead = ((secs * 1_000_000 + micros) / minute + 1) as f64;
     let full: Vec<u8> = [ahead.to_le_bytes(), 5f64.to_le_bytes()].concat();
@@ -564,7 +564,7 @@ fn the_default_failure_policy_of_a_window_ignores_the_burst() -> TestResult {
         let mut allowed = 0;
         for _ in 0..40 {
             let v = limiter.check_verbose("k", 1).await?;
-            assert_ne!(v.source, Source::Redis);
+            assert_ne!(v.source, Source::Store);
             allowed += u32::from(v.decision.is_allowed());
         }
         assert!(allowed <= 5, "{allowed} of 40 allowed at 5 a minute");

@@ -141,8 +141,8 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
                 if let Ok(v) = l.check_verbose(key, 1).await {
                     *seen.entry((victim, v.source)).or_default() += 1;
                     // The policy is fail-closed: nothing but Redis allows.
-                    assert!(v.source == Source::Redis || !v.decision.is_allowed());
-                    if during && !victim && v.source == Source::Redis {
+                    assert!(v.source == Source::Store || !v.decision.is_allowed());
+                    if during && !victim && v.source == Source::Store {
                         served.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -174,11 +174,11 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
             if plain
                 .check_verbose("victim", 1)
                 .await
-                .is_ok_and(|v| v.source == Source::Redis)
+                .is_ok_and(|v| v.source == Source::Store)
                 && limiter
                     .check_verbose("victim", 1)
                     .await
-                    .is_ok_and(|v| v.source == Source::Redis)
+                    .is_ok_and(|v| v.source == Source::Store)
             {
                 return true;
             }
@@ -198,7 +198,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
             *total.entry(k).or_default() += v;
         }
     }
-    assert!(total.get(&(true, Source::Redis)).copied().unwrap_or(0) > 0);
+    assert!(total.get(&(true, Source::Store)).copied().unwrap_or(0) > 0);
     // Keys on the surviving masters were served by Redis while the
     // victim's slots were down: one dead master is not an outage of all.
     let served = served_during_outage.load(Ordering::Relaxed);
@@ -224,7 +224,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
         let mut allowed = 0;
         for _ in 0..20 {
             let v = fresh.check_verbose("victim", 1).await?;
-            assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+            assert_eq!(v.source, Source::Store, "{:?}", v.error);
             allowed += u32::from(v.decision.is_allowed());
         }
         assert_eq!(allowed, 7);

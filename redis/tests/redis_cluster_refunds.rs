@@ -109,7 +109,7 @@ fn refunds_on_a_cluster() -> TestResult {
             .connect(Target::cluster(cluster.urls())),
     )?;
     for (limiter, key) in [(&limiter, "resent"), (&all_of, "resent")] {
-        let state = limiter.redis_keys(key).remove(0);
+        let state = limiter.store().redis_keys(key).remove(0);
         let master = cluster.master_of(cluster_slot(&state))?;
         let spent = spend(&rt, limiter, key);
         let call = capture_evalsha(&cluster.nodes[master], || {
@@ -142,7 +142,7 @@ fn refunds_on_a_cluster() -> TestResult {
         .ok_or("no second key in the slot")?;
     let spent = [staying, moved.as_str()].map(|k| spend(&rt, &limiter, k));
     let (from, to) = cluster.start_migrating(slot)?;
-    let state = limiter.redis_keys(&moved).remove(0);
+    let state = limiter.store().redis_keys(&moved).remove(0);
     let to_port = cluster.nodes[to].port().to_string();
     let out = cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &state, "0", "5000"])?;
     assert!(out.contains("OK"), "migrate: {out}");

@@ -40,11 +40,11 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     // Both keys exist on the slot's master.
     for key in [&moved, &stayed] {
         let v = rt.block_on(limiter.check_verbose(key, 1))?;
-        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{:?}", v.error);
     }
     // Start moving the slot to another master, and move one key's state.
     let (from, to) = cluster.start_migrating(slot)?;
-    let key_of_moved = limiter.redis_keys(&moved).remove(0);
+    let key_of_moved = limiter.store().redis_keys(&moved).remove(0);
     let to_port = cluster.nodes[to].port().to_string();
     let out =
         cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
@@ -59,8 +59,8 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
         )
     });
     let (a, b) = (a?, b?);
-    assert_eq!(a.source, Source::Redis, "moved key: {:?}", a.error);
-    assert_eq!(b.source, Source::Redis, "staying key: {:?}", b.error);
+    assert_eq!(a.source, Source::Store, "moved key: {:?}", a.error);
+    assert_eq!(b.source, Source::Store, "staying key: {:?}", b.error);
     // Each was charged where it lives: its second unit of a hundred.
     assert_eq!(a.decision.remaining(), 98);
     assert_eq!(b.decision.remaining(), 98);
@@ -135,7 +135,7 @@ fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResu
     )?;
     for key in [&healthy, &stalled] {
         let v = rt.block_on(limiter.check_verbose(key, 1))?;
-        assert_eq!(v.source, Source::Redis, "{key}: {:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{key}: {:?}", v.error);
     }
     let pid = cluster.nodes[1].pid().ok_or("master 1 is not running")?;
     let stop = Stopped::stop(pid)?;
@@ -152,7 +152,7 @@ fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResu
     assert_eq!(stalled_source?, Source::FailClosed);
     let healthy_sources: Vec<Source> = healthy_sources.into_iter().collect::<Result<_, _>>()?;
     assert!(
-        healthy_sources.iter().all(|s| *s == Source::Redis),
+        healthy_sources.iter().all(|s| *s == Source::Store),
         "a healthy master's key left Redis while another master stalled: {healthy_sources:?}"
     );
     Ok(())

@@ -61,6 +61,8 @@ async fn metrics_count_a_burst_of_429s_on_redis() {
     };
     let limiter = RedisLimiter::builder(weir_rate::Gcra::new(app::quota(&config)))
         .prefix("metrics-test")
+        // The layer's policy name: one `limiter` label for layer and store.
+        .name("per-ip")
         .on_failure(FailurePolicy::Closed)
         .connect(Target::server(server.url()))
         .await
@@ -101,20 +103,29 @@ async fn metrics_count_a_burst_of_429s_on_redis() {
         0.0,
         "{text}"
     );
-    let redis = "weir_rate_redis_decisions_total";
+    let store = "weir_store_decisions_total";
+    let on_redis = "store=\"redis\"";
     assert_eq!(
-        sample(&text, redis, &["source=\"redis\"", "allowed=\"true\""]),
+        sample(
+            &text,
+            store,
+            &[per_ip, on_redis, "source=\"store\"", "allowed=\"true\""]
+        ),
         5.0,
         "{text}"
     );
     assert_eq!(
-        sample(&text, redis, &["source=\"redis\"", "allowed=\"false\""]),
+        sample(
+            &text,
+            store,
+            &[per_ip, on_redis, "source=\"store\"", "allowed=\"false\""]
+        ),
         7.0,
         "{text}"
     );
     // One script call per decision, each timed.
     assert_eq!(
-        sample(&text, "weir_rate_redis_call_seconds_count", &[]),
+        sample(&text, "weir_store_call_seconds_count", &[per_ip, on_redis]),
         12.0,
         "{text}"
     );

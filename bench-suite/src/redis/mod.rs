@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use weir_rate::{FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_redis::{
-    Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, RedisLimiterBuilder,
+    Batching, ConfigError, FailurePolicy, PreAggregation, RedisLimiter, RedisLimiterBuilder,
     Source, Target,
 };
 use weir_test_support::redis_server::{self as testing, RedisServer};
@@ -154,7 +154,7 @@ pub async fn load(
                 match limiter.check_verbose(&key, 1).await {
                     Ok(v) => {
                         leased += u64::from(v.source == Source::Lease);
-                        if v.source != Source::Lease && v.source != Source::Redis {
+                        if v.source != Source::Lease && v.source != Source::Store {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
                         allowed += u64::from(v.decision.is_allowed());
@@ -213,7 +213,7 @@ impl Bench<'_> {
         prefix: &str,
         batched: bool,
         hot: Option<PreAggregation>,
-    ) -> Result<RedisLimiter, RedisLimitError> {
+    ) -> Result<RedisLimiter, ConfigError> {
         let b = alg
             .over(quota)
             .prefix(prefix)

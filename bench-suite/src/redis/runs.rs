@@ -8,7 +8,7 @@ use crate::plot::{BarPlot, BarSeries};
 use crate::report::{Report, Table, thousands};
 use std::time::Duration;
 use weir_rate::Quota;
-use weir_redis::{PreAggregation, RedisLimitError};
+use weir_redis::{ConfigError, PreAggregation};
 
 /// A minimal token bucket, the baseline for "one script per decision".
 const MINIMAL_TOKEN_BUCKET: &str = "local t = redis.call('TIME') \
@@ -282,8 +282,8 @@ pub(super) fn by_callers(
 /// What the hot-key runs measured, for the goals.
 pub(super) struct Hot {
     /// Plain and pre-aggregated, far from the limit.
-    pub(super) plain: Result<Run, RedisLimitError>,
-    pub(super) pre: Result<Run, RedisLimitError>,
+    pub(super) plain: Result<Run, ConfigError>,
+    pub(super) pre: Result<Run, ConfigError>,
     /// Pre-aggregated at its limit: the run and what the limit allows.
     pub(super) admitted_pre: Option<(Run, f64)>,
     /// The lease pre-aggregation took.

@@ -56,15 +56,24 @@ impl FixedWindow {
         Self { quota }
     }
 
-    /// The quota (for the Redis scripts and the sketch).
-    #[doc(hidden)]
+    /// The quota it enforces.
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
     /// The units counted in the window holding `now_ns` (what the limit is
     /// compared with), without changing the state.
-    #[doc(hidden)]
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    ///
+    /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(10).unwrap()));
+    /// let mut state = window.new_state(0);
+    /// window.check(&mut state, 0, 3, Mode::Consume).unwrap();
+    /// assert_eq!(window.estimate(&state, 999_999_999), 3.0);
+    /// assert_eq!(window.estimate(&state, 1_000_000_000), 0.0);
+    /// ```
     pub fn estimate(&self, s: &FixedWindowState, now_ns: u64) -> f64 {
         if now_ns.saturating_sub(s.start) >= self.quota.window_nanos() {
             0.0

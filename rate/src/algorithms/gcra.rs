@@ -3,6 +3,7 @@ use crate::decision::{Decision, NeverAllowed, Receipt, Remaining};
 use crate::limiter::Limiter;
 use crate::mode::Mode;
 use crate::quota::Quota;
+use std::time::Duration;
 
 /// The generic cell rate algorithm (virtual scheduling), as governor and
 /// redis-cell use it: the whole state is one timestamp, the theoretical
@@ -85,21 +86,51 @@ impl Gcra {
         }
     }
 
-    /// The quota (for the Redis scripts and the sketch).
-    #[doc(hidden)]
+    /// The quota it enforces.
+    #[inline]
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
-    /// The emission interval `T` in nanoseconds.
-    #[doc(hidden)]
-    pub fn interval_nanos(&self) -> u64 {
+    /// The emission interval `T = window / limit`, rounded up to a whole
+    /// nanosecond: a unit comes back every `T`.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{Gcra, Quota};
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(3).unwrap()));
+    /// assert_eq!(gcra.emission_interval(), Duration::from_nanos(333_333_334));
+    /// ```
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+
+    /// The tolerance `τ = burst·T`: how far ahead of now a key's schedule
+    /// may run.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{Gcra, Quota};
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
+    /// assert_eq!(gcra.tolerance(), Duration::from_secs(1));
+    /// ```
+    pub fn tolerance(&self) -> Duration {
+        Duration::from_nanos(self.tolerance)
+    }
+
+    /// `T` in nanoseconds.
+    #[inline]
+    pub(crate) fn interval_nanos(&self) -> u64 {
         self.interval
     }
 
-    /// The tolerance `τ = burst·T` in nanoseconds.
-    #[doc(hidden)]
-    pub fn tolerance_nanos(&self) -> u64 {
+    /// `τ` in nanoseconds.
+    #[inline]
+    pub(crate) fn tolerance_nanos(&self) -> u64 {
         self.tolerance
     }
 

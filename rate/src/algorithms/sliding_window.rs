@@ -3,6 +3,7 @@ use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::Limiter;
 use crate::mode::Mode;
 use crate::quota::{Quota, QuotaError};
+use std::time::Duration;
 
 /// The sliding-window counter: the window approximated from `N` fixed
 /// sub-window counters of length `S = window / (N − 1)`. The `N − 1` most
@@ -101,27 +102,46 @@ impl SlidingWindow {
         })
     }
 
-    /// The quota (for the Redis scripts and the sketch).
-    #[doc(hidden)]
+    /// The quota it enforces.
     pub fn quota(&self) -> Quota {
         self.quota
     }
 
-    /// Number of counters `N`.
-    #[doc(hidden)]
+    /// The number of counters `N`.
     pub fn counters(&self) -> u32 {
         self.counters
     }
 
-    /// The sub-window length in nanoseconds.
-    #[doc(hidden)]
-    pub fn sub_window_nanos(&self) -> u64 {
-        self.sub
+    /// The length of a sub-window (`window / N`, whole nanoseconds).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use weir_rate::{Quota, SlidingWindow};
+    ///
+    /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 4)?;
+    /// assert_eq!((sliding.counters(), sliding.sub_window()), (4, Duration::from_millis(250)));
+    /// # Ok::<(), weir_rate::QuotaError>(())
+    /// ```
+    pub fn sub_window(&self) -> Duration {
+        Duration::from_nanos(self.sub)
     }
 
     /// The estimated units in the sliding window ending at `now_ns` (what
-    /// the limit is compared with), without changing the state.
-    #[doc(hidden)]
+    /// the limit is compared with), without changing the state: for
+    /// measuring how far the estimate strays from an exact count.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Limiter, Mode, Quota, SlidingWindow};
+    ///
+    /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 2)?;
+    /// let mut state = sliding.new_state(0);
+    /// sliding.check(&mut state, 0, 4, Mode::Consume).unwrap();
+    /// // Half a sub-window into the next sub-window, half of the 4 still count.
+    /// assert_eq!(sliding.estimate(&state, 750_000_000), 2.0);
+    /// # Ok::<(), weir_rate::QuotaError>(())
+    /// ```
     pub fn estimate(&self, s: &SlidingWindowState, now_ns: u64) -> f64 {
         // A state from a limiter with another N is read as `check` would
         // leave it after adopting it; its ring cannot be indexed with ours.

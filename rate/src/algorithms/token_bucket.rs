@@ -220,8 +220,7 @@ impl TokenBucket {
         }
     }
 
-    /// The quota (for the Redis scripts and the sketch).
-    #[doc(hidden)]
+    /// The quota it enforces.
     pub fn quota(&self) -> Quota {
         self.bucket.quota
     }

@@ -152,7 +152,7 @@ proptest! {
         steps in charge_steps(30 * MS),
     ) {
         let gcra = Gcra::new(quota(limit, window, burst));
-        let t = u128::from(gcra.interval_nanos());
+        let t = u128::from(gcra.emission_interval().as_nanos() as u64);
         let spent = play_charges(&gcra, start, &steps)?;
         check_bound_at_checks(
             &spent,
@@ -227,7 +227,7 @@ proptest! {
         steps in charge_steps(20 * MS),
     ) {
         let sw = SlidingWindow::try_new(quota(limit, window, 1), n).unwrap();
-        let sub = sw.sub_window_nanos();
+        let sub = sw.sub_window().as_nanos() as u64;
         let n = u64::from(n);
         let spent = play_charges(&sw, start, &steps)?;
         for check in spent.iter().filter(|c| c.check) {
@@ -256,7 +256,7 @@ proptest! {
     ) {
         let q = quota(limit, window, 1);
         let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(delay)).unwrap();
-        let t = q.emission_interval_nanos();
+        let t = q.emission_interval().as_nanos() as u64;
         let spent = play_charges(&shaper, start, &steps)?;
         for j in 0..spent.len() {
             if !spent[j].check {

@@ -99,7 +99,7 @@ proptest! {
     ) {
         let q = quota(limit, window * 60, 1);
         let sw = SlidingWindow::try_new(q, n).unwrap();
-        let effective = sw.sub_window_nanos() * u64::from(n - 1);
+        let effective = (sw.sub_window().as_nanos() as u64) * u64::from(n - 1);
         let allowed = run(&sw, start, &reqs);
         prop_assert!(max_in_window(&allowed, effective) <= 2 * u64::from(limit));
     }
@@ -125,7 +125,7 @@ proptest! {
     ) {
         let q = quota(limit, window, burst);
         let gcra = Gcra::new(q);
-        let t = gcra.interval_nanos() as f64;
+        let t = (gcra.emission_interval().as_nanos() as u64) as f64;
         let allowed = run(&gcra, start, &reqs);
         let bound = |span: u64| f64::from(burst) + span as f64 / t;
         prop_assert!(check_rate_bound(&allowed, bound).is_ok(), "{:?}", check_rate_bound(&allowed, bound));
@@ -138,7 +138,7 @@ proptest! {
     ) {
         let q = quota(limit, window, 1);
         let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(delay)).unwrap();
-        let t = q.emission_interval_nanos();
+        let t = q.emission_interval().as_nanos() as u64;
         let mut state = shaper.new_state(start);
         let mut now = start;
         let mut releases = Vec::new();

@@ -176,7 +176,7 @@ proptest! {
         steps in steps(60 * MS),
     ) {
         let sw = SlidingWindow::try_new(quota(limit, window, 1), n).unwrap();
-        let sub = sw.sub_window_nanos();
+        let sub = sw.sub_window().as_nanos() as u64;
         let n = u64::from(n);
         let spent = play(&sw, start, &steps)?;
         for check in &spent {
@@ -237,7 +237,7 @@ proptest! {
         steps in steps(30 * MS),
     ) {
         let gcra = Gcra::new(quota(limit, window, burst));
-        let t = u128::from(gcra.interval_nanos());
+        let t = u128::from(gcra.emission_interval().as_nanos() as u64);
         let spent = play(&gcra, start, &steps)?;
         check_served_bound(
             &spent,
@@ -273,7 +273,7 @@ proptest! {
     ) {
         let q = quota(limit, window, 1);
         let shaper = LeakyBucket::try_shaper(q, Duration::from_millis(delay)).unwrap();
-        let t = q.emission_interval_nanos();
+        let t = q.emission_interval().as_nanos() as u64;
         let mut releases: Vec<u64> = play(&shaper, start, &steps)?
             .iter()
             .flat_map(|s| (0..s.cost).map(move |k| s.at + s.delay + k * t))

@@ -2,7 +2,8 @@
 //! and refunds) over a set of limits, each limit's steps in closures over
 //! its own locals.
 
-use super::{Algorithm, Body, body};
+use super::{Body, body};
+use weir_store::Kind;
 
 /// What the generated scripts ([`all_of_check`], [`settle`]) start with:
 /// the clock and helpers of [`SKELETON`](super::SKELETON), `ALL` (the whole `ARGV`, which
@@ -46,7 +47,7 @@ end
 /// block's locals) pasted after them. Returns the source and the number
 /// of parameters in all.
 fn limit_blocks(
-    algorithms: &[Algorithm],
+    algorithms: &[Kind],
     name: &str,
     make: &dyn Fn(&Body) -> String,
 ) -> (String, usize) {
@@ -80,7 +81,7 @@ fn limit_blocks(
 /// `now` then `L` records per decision, each limit's own answer (the
 /// client combines them as [`Decision::combine`](weir_rate::Decision::combine)
 /// does in process).
-pub(crate) fn all_of_check(algorithms: &[Algorithm]) -> String {
+pub(crate) fn all_of_check(algorithms: &[Kind]) -> String {
     let (blocks, params) = limit_blocks(algorithms, "open", &|body| {
         format!(
             r#"function(v)
@@ -188,7 +189,7 @@ impl Settle {
 /// set with that lifetime when the refund is applied, it turns the same
 /// call arriving again into nothing. The reply is the server's `now` (a
 /// charge's receipt instant).
-pub(crate) fn settle(algorithms: &[Algorithm]) -> String {
+pub(crate) fn settle(algorithms: &[Kind]) -> String {
     let (blocks, params) = limit_blocks(algorithms, "settle", &|body| {
         format!(
             r#"function(key, v, op, cost, at)

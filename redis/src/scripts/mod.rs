@@ -55,9 +55,9 @@
 mod bodies;
 mod generated;
 
-use super::Algorithm;
 use bodies::{FIXED_WINDOW, GCRA, SLIDING_WINDOW, TOKEN_BUCKET};
 pub(crate) use generated::{Settle, all_of_check, settle};
+use weir_store::Kind;
 
 /// The skeleton every script shares. An algorithm fills in four pieces of
 /// Lua ([`Body`]), pasted in place rather than called, because a Lua
@@ -224,18 +224,18 @@ pub(crate) fn decode(record: &[u8]) -> Raw {
     }
 }
 
-fn body(algorithm: Algorithm) -> &'static Body {
+fn body(algorithm: Kind) -> &'static Body {
     match algorithm {
-        Algorithm::TokenBucket => &TOKEN_BUCKET,
-        Algorithm::Gcra { .. } => &GCRA,
-        Algorithm::FixedWindow => &FIXED_WINDOW,
-        Algorithm::SlidingWindow { .. } => &SLIDING_WINDOW,
+        Kind::TokenBucket => &TOKEN_BUCKET,
+        Kind::Gcra { .. } => &GCRA,
+        Kind::FixedWindow => &FIXED_WINDOW,
+        Kind::SlidingWindow { .. } => &SLIDING_WINDOW,
     }
 }
 
 /// The script deciding one limit per key (the plain and batched paths of
 /// a single limit).
-pub(crate) fn check(algorithm: Algorithm) -> String {
+pub(crate) fn check(algorithm: Kind) -> String {
     source(body(algorithm))
 }
 

@@ -1,5 +1,6 @@
 use super::*;
-use crate::Algorithm;
+use std::time::Duration;
+use weir_store::Kind;
 
 fn record(allowed: u8, remaining: f64, reset: f64, retry: f64) -> Vec<u8> {
     let mut r = vec![allowed];
@@ -50,13 +51,15 @@ fn decode_never_yields_a_negative_or_garbage_value() {
     assert!(!decode(&record(2, 0.0, 0.0, 0.0)).allowed);
 }
 
-const ALL_KINDS: [Algorithm; 4] = [
-    Algorithm::TokenBucket,
-    Algorithm::Gcra { interval_nanos: 1 },
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow {
+const ALL_KINDS: [Kind; 4] = [
+    Kind::TokenBucket,
+    Kind::Gcra {
+        emission_interval: Duration::from_nanos(1),
+    },
+    Kind::FixedWindow,
+    Kind::SlidingWindow {
         counters: 2,
-        sub_window_nanos: 1,
+        sub_window: Duration::from_nanos(1),
     },
 ];
 

@@ -35,7 +35,7 @@ fn decisions_match_the_in_process_limiters() -> TestResult {
             let mut last_reset = Duration::ZERO;
             for _ in 0..8 {
                 let v = limiter.check_verbose("k", 1).await?;
-                if v.source != Source::Redis {
+                if v.source != Source::Store {
                     return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
                 }
                 let d = v.decision;
@@ -118,7 +118,7 @@ fn batches_mixing_keys_decide_each_key_once_and_in_order() -> TestResult {
             let mut per_key = vec![Vec::new(); 3];
             for (i, h) in handles.into_iter().enumerate() {
                 let v = h.await??;
-                if v.source != Source::Redis {
+                if v.source != Source::Store {
                     return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
                 }
                 if v.decision.is_allowed() {
@@ -174,7 +174,7 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
             let mut remaining = Vec::new();
             for h in handles {
                 let v = h.await??;
-                if v.source != Source::Redis || !v.decision.is_allowed() {
+                if v.source != Source::Store || !v.decision.is_allowed() {
                     return Err(format!("{alg}: {v:?}").into());
                 }
                 remaining.push(v.decision.remaining());
@@ -185,7 +185,7 @@ fn a_batch_of_unequal_costs_spends_each_its_own() -> TestResult {
         })?;
         assert_eq!(calls, 1, "{alg}: the four decisions were not one call");
         assert_eq!(remaining, [9, 7, 4, 0], "{alg}: costs misapplied");
-        assert_eq!(last.source, Source::Redis, "{alg}: {:?}", last.error);
+        assert_eq!(last.source, Source::Store, "{alg}: {:?}", last.error);
         assert!(!last.decision.is_allowed(), "{alg}: spent beyond the limit");
     }
     Ok(())
@@ -224,7 +224,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         for _ in 0..20 {
             let v = rt.block_on(limiter.check_verbose("k", 1))?;
             assert!(
-                v.decision.is_allowed() && v.source == Source::Redis,
+                v.decision.is_allowed() && v.source == Source::Store,
                 "{alg}: {v:?}"
             );
             fresh_in = v.decision.reset_after();
@@ -233,7 +233,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         // expiry second moved on (at most twice in the time taken).
         let in_place = server.command_stats("setrange")?.calls;
         assert!(in_place >= 17, "{alg}: {in_place} of 19 writes in place");
-        let key = limiter.redis_keys("k").remove(0);
+        let key = limiter.store().redis_keys("k").remove(0);
         let len: usize = server.cli(&["STRLEN", &key])?.trim().parse()?;
         assert_eq!(len, state_bytes(alg), "{alg}: state of {len} bytes");
         let ttl: i64 = server.cli(&["PTTL", &key])?.trim().parse()?;
@@ -246,7 +246,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
         // eight stray bytes after it, as an older format might leave) is
         // not this algorithm's state: the key starts fresh and its value
         // is replaced whole, never overwritten in part.
-        let foreign = limiter.redis_keys("foreign").remove(0);
+        let foreign = limiter.store().redis_keys("foreign").remove(0);
         server.cli(&[
             "EVAL",
             "redis.call('SET', KEYS[2], redis.call('GET', KEYS[1]) .. 'stray!!!', 'PX', 60000)",
@@ -255,7 +255,7 @@ fn busy_keys_keep_their_expiry_and_their_size() -> TestResult {
             &foreign,
         ])?;
         let v = rt.block_on(limiter.check_verbose("foreign", 1))?;
-        assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{alg}: {:?}", v.error);
         assert_eq!(
             v.decision.remaining(),
             999,
@@ -433,7 +433,7 @@ fn high_rates_and_byte_costs_decide_as_the_in_process_limiters() -> TestResult {
             let mut got = Vec::new();
             for h in handles {
                 let v = h.await??;
-                if v.source != Source::Redis {
+                if v.source != Source::Store {
                     return Err(format!("{alg}: not from Redis: {:?}", v.error).into());
                 }
                 got.push(summary(&v.decision));
@@ -494,7 +494,7 @@ fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
             for (key, cost) in [("empty", 1_000), ("busy", 100)] {
                 let v = old.check_verbose(key, cost).await?;
                 assert!(
-                    v.decision.is_allowed() && v.source == Source::Redis,
+                    v.decision.is_allowed() && v.source == Source::Store,
                     "{alg}: {v:?}"
                 );
             }
@@ -503,14 +503,14 @@ fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
             let mut full_in = Vec::new();
             for (key, cost, allowed) in [("empty", 10, false), ("busy", 1, true)] {
                 let v = new.check_verbose(key, cost).await?;
-                assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+                assert_eq!(v.source, Source::Store, "{alg}: {:?}", v.error);
                 if alg == Algorithm::TokenBucket {
                     assert_eq!(v.decision.is_allowed(), allowed, "{alg} {key}: {v:?}");
                 }
                 full_in.push((key, v.decision.reset_after().as_millis() as i64));
             }
             for (key, full_in) in full_in {
-                let ttl = ttl_ms(&new.redis_keys(key)[0])?;
+                let ttl = ttl_ms(&new.store().redis_keys(key)[0])?;
                 assert!(
                     ttl >= full_in,
                     "{alg} {key}: expires in {ttl} ms, full again only in {full_in} ms"
@@ -529,7 +529,7 @@ fn a_quota_change_keeps_keys_until_they_are_full_again() -> TestResult {
             // the new rate, less the one spent); a reset key has 999.
             for (key, most) in [("empty", 500), ("busy", 900)] {
                 let v = new.check_verbose(key, 1).await?;
-                assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+                assert_eq!(v.source, Source::Store, "{alg}: {:?}", v.error);
                 assert!(
                     v.decision.remaining() < most,
                     "{alg} {key}: reset with a full burst ({} left)",
@@ -564,7 +564,7 @@ fn former_state_format_is_read_not_reset() -> TestResult {
                 .on_failure(FailurePolicy::Closed)
                 .connect(Target::server(server.url())),
         )?;
-        let key = limiter.redis_keys("k").remove(0);
+        let key = limiter.store().redis_keys("k").remove(0);
         server.cli(&[
             "EVAL",
             "local t = redis.call('TIME') \
@@ -575,7 +575,7 @@ fn former_state_format_is_read_not_reset() -> TestResult {
             &offset.to_string(),
         ])?;
         let v = rt.block_on(limiter.check_verbose("k", 1))?;
-        assert_eq!(v.source, Source::Redis, "{alg}: {:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{alg}: {:?}", v.error);
         assert!(v.decision.is_allowed(), "{alg}: {v:?}");
         assert_eq!(
             v.decision.remaining(),

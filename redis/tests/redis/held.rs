@@ -140,7 +140,7 @@ fn short_windows_hold_over_every_span() -> TestResult {
                         let v = l.check_verbose("k", 1).await;
                         let end = epoch.elapsed().as_micros();
                         if let Ok(v) = v {
-                            if v.source == Source::Redis && v.decision.is_allowed() {
+                            if v.source == Source::Store && v.decision.is_allowed() {
                                 spans.push((start, end));
                             }
                         }

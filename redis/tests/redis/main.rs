@@ -15,7 +15,7 @@ use weir_rate::{
     FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
 };
 use weir_redis::{
-    Batching, FailurePolicy, PreAggregation, RedisLimitError, RedisLimiter, Source, Target,
+    Batching, ConfigError, FailurePolicy, PreAggregation, RedisLimiter, Source, StoreError, Target,
 };
 use weir_test_support::redis_server::{RedisServer, wait_until};
 

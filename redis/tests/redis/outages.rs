@@ -60,7 +60,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
         // Decisions come from Redis again once it is back.
         let mut back = false;
         for _ in 0..200 {
-            if limiter.check_verbose("probe", 1).await?.source == Source::Redis {
+            if limiter.check_verbose("probe", 1).await?.source == Source::Store {
                 back = true;
                 break;
             }
@@ -82,7 +82,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
             }
         }
         assert!(
-            total.get(&Source::Redis).copied().unwrap_or(0) > 0,
+            total.get(&Source::Store).copied().unwrap_or(0) > 0,
             "{total:?}"
         );
         assert!(total.get(&expect).copied().unwrap_or(0) > 0, "{total:?}");
@@ -95,7 +95,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
         let mut allowed = 0;
         for _ in 0..20 {
             let v = fresh.check_verbose("x", 1).await?;
-            assert_eq!(v.source, Source::Redis);
+            assert_eq!(v.source, Source::Store);
             allowed += u32::from(v.decision.is_allowed());
         }
         assert_eq!(allowed, 7);
@@ -141,12 +141,12 @@ fn local_fallback_enforces_its_own_limit_during_an_outage() -> TestResult {
             .await?;
         assert_eq!(
             limiter.check_verbose("warm", 1).await?.source,
-            Source::Redis
+            Source::Store
         );
         server.kill();
         let mut outage = false;
         for _ in 0..50 {
-            if limiter.check_verbose("probe", 1).await?.source != Source::Redis {
+            if limiter.check_verbose("probe", 1).await?.source != Source::Store {
                 outage = true;
                 break;
             }
@@ -237,11 +237,11 @@ fn unreachable_at_start_is_the_failure_policy_not_an_error_or_a_hang() -> TestRe
             .prefix("a{b")
             .connect(Target::server("redis://127.0.0.1:1/"))
             .await;
-        assert!(matches!(bad, Err(RedisLimitError::Config(_))));
+        assert!(matches!(bad, Err(ConfigError::Invalid(_))));
         let bad_url = RedisLimiter::builder(Gcra::new(Quota::per_second(NonZeroU32::MIN)))
             .connect(Target::server("not a url"))
             .await;
-        assert!(matches!(bad_url, Err(RedisLimitError::Redis(_))));
+        assert!(matches!(bad_url, Err(ConfigError::Target(_))));
         Ok(())
     })
 }

@@ -25,7 +25,7 @@ fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
             .await?;
         assert_eq!(
             limiter.check_verbose("warm", 1).await?.source,
-            Source::Redis
+            Source::Store
         );
         // A stalled server: the call times out and the back-off starts.
         let frozen = Frozen::freeze(pid)?;
@@ -44,7 +44,7 @@ fn a_dropped_probe_hands_the_probe_to_the_next_caller() -> TestResult {
         let next = limiter.check_verbose("next", 1).await?;
         assert_eq!(
             next.source,
-            Source::Redis,
+            Source::Store,
             "the caller after a dropped probe was answered by {:?} ({:?})",
             next.source,
             next.error
@@ -83,7 +83,7 @@ fn callers_queued_behind_a_failed_call_are_not_sent() -> TestResult {
             .await?;
         assert_eq!(
             limiter.check_verbose("warm", 1).await?.source,
-            Source::Redis
+            Source::Store
         );
         let frozen = Frozen::freeze(pid)?;
         // Twenty callers, 4 ms apart: the first call goes out, the rest
@@ -172,7 +172,7 @@ fn stalled_server_is_answered_by_the_deadline() -> TestResult {
             let limiter = b.connect(Target::server(server.url())).await?;
             assert_eq!(
                 limiter.check_verbose("warm", 1).await?.source,
-                Source::Redis
+                Source::Store
             );
             let frozen = Frozen::freeze(pid)?;
             // 64 callers on a batcher of 4 a call, 1 in flight: most wait
@@ -202,8 +202,10 @@ fn stalled_server_is_answered_by_the_deadline() -> TestResult {
                 // Our deadline, the connection's response timeout (set to
                 // the same), or the back-off that follows either.
                 let timed_out = match &v.error {
-                    Some(RedisLimitError::Timeout(_) | RedisLimitError::BackingOff) => true,
-                    Some(RedisLimitError::Redis(e)) => e.is_timeout(),
+                    Some(StoreError::Timeout(_) | StoreError::BackingOff) => true,
+                    Some(StoreError::Store(e)) => e
+                        .downcast_ref::<redis::RedisError>()
+                        .is_some_and(redis::RedisError::is_timeout),
                     _ => false,
                 };
                 assert!(timed_out, "batched: {batched}: {:?}", v.error);
@@ -215,7 +217,7 @@ fn stalled_server_is_answered_by_the_deadline() -> TestResult {
             drop(frozen);
             let back = async {
                 loop {
-                    if limiter.check_verbose("warm", 1).await?.source == Source::Redis {
+                    if limiter.check_verbose("warm", 1).await?.source == Source::Store {
                         return Ok::<_, Box<dyn std::error::Error>>(());
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -255,7 +257,7 @@ fn a_late_caller_does_not_time_out_its_batch() -> TestResult {
             .await?;
         assert_eq!(
             limiter.check_verbose("warm", 1).await?.source,
-            Source::Redis
+            Source::Store
         );
         // Redis busy from about t = 10 ms to t = 910 ms.
         let busy = "local t0 = redis.call('TIME') \
@@ -287,7 +289,7 @@ fn a_late_caller_does_not_time_out_its_batch() -> TestResult {
         assert_eq!(a.source, Source::FailClosed, "a: {:?}", a.error);
         assert_eq!(
             b.source,
-            Source::Redis,
+            Source::Store,
             "b was cut short with its batch: {:?}",
             b.error
         );
@@ -437,7 +439,7 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
                         "{what}: a shed caller was allowed"
                     );
                     assert!(
-                        matches!(v.error, Some(RedisLimitError::Overloaded)),
+                        matches!(v.error, Some(StoreError::Overloaded)),
                         "{what}: shed for {:?}",
                         v.error
                     );
@@ -447,7 +449,7 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
             for (v, backing_off) in unrelated.await? {
                 let v = v?;
                 assert!(
-                    matches!(v.source, Source::Redis | Source::Shed),
+                    matches!(v.source, Source::Store | Source::Shed),
                     "{what}: the unrelated key was answered by {:?} ({:?})",
                     v.source,
                     v.error
@@ -460,12 +462,12 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
                 "{what}: nothing was shed: {sources:?}"
             );
             assert!(
-                sources.get(&Source::Redis).copied().unwrap_or(0) > 0,
+                sources.get(&Source::Store).copied().unwrap_or(0) > 0,
                 "{what}: Redis decided nothing: {sources:?}"
             );
             // Once the flood is over, Redis decides at once.
             let v = limiter.check_verbose("after", 1).await?;
-            assert_eq!(v.source, Source::Redis, "{what}: {:?}", v.error);
+            assert_eq!(v.source, Source::Store, "{what}: {:?}", v.error);
             Ok::<_, Box<dyn std::error::Error>>(())
         })?;
     }

@@ -26,7 +26,7 @@ fn redis_waiters_are_released_at_the_rate() -> Result<(), Box<dyn std::error::Er
             .connect(Target::server(server.url()))
             .await?;
         let v = limiter.check_verbose("k", 1).await?;
-        assert_eq!(v.source, Source::Redis);
+        assert_eq!(v.source, Source::Store);
         let start = std::time::Instant::now();
         for _ in 0..4 {
             let d = limiter.until_ready("k", 1, Jitter::NONE).await?;

@@ -30,7 +30,7 @@ fn outages_keep_all_of_and_charges_on_the_local_fallback() -> TestResult {
         server.kill();
         let mut outage = false;
         for _ in 0..50 {
-            if limiter.check_verbose("probe", 1).await?.source != Source::Redis {
+            if limiter.check_verbose("probe", 1).await?.source != Source::Store {
                 outage = true;
                 break;
             }
@@ -95,12 +95,13 @@ fn all_of_on_a_cluster() -> TestResult {
             for h in handles {
                 let (key, v) = h.await?;
                 let v = v?;
-                assert_eq!(v.source, Source::Redis, "{key}: {:?}", v.error);
+                assert_eq!(v.source, Source::Store, "{key}: {:?}", v.error);
                 *allowed.entry(key).or_insert(0u32) += u32::from(v.decision.is_allowed());
             }
             // Each key's limits share the slot of its base.
             for key in &keys {
                 let slots: HashSet<u16> = limiter
+                    .store()
                     .redis_keys(key)
                     .iter()
                     .map(|k| weir_redis::cluster_slot(k))
@@ -151,7 +152,7 @@ fn the_most_limits_fit_one_script() -> TestResult {
             let mut allowed = 0;
             for _ in 0..5 {
                 let v = limiter.check_verbose("k", 1).await?;
-                assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+                assert_eq!(v.source, Source::Store, "{:?}", v.error);
                 allowed += u32::from(v.decision.is_allowed());
             }
             assert_eq!(
@@ -165,7 +166,7 @@ fn the_most_limits_fit_one_script() -> TestResult {
             .and(Gcra::new(Quota::per_hour(nz(1))))
             .connect(Target::server(server.url()))
             .await;
-        assert!(matches!(too_many, Err(RedisLimitError::Config(_))));
+        assert!(matches!(too_many, Err(ConfigError::Invalid(_))));
         Ok::<_, BoxError>(())
     })
 }

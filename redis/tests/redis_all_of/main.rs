@@ -37,7 +37,8 @@ use weir_rate::{
     TokenBucket,
 };
 use weir_redis::{
-    Batching, FailurePolicy, RedisLimitError, RedisLimiter, RedisLimiterBuilder, Source, Target,
+    Batching, ConfigError, FailurePolicy, RedisLimiter, RedisLimiterBuilder, Source, StoreError,
+    Target,
 };
 use weir_test_support::redis_server::{RedisCluster, RedisServer};
 
@@ -78,7 +79,7 @@ fn a_daily_refusal_leaves_the_per_second_budget_unspent() -> TestResult {
         let mut passed = 0;
         for _ in 0..13 {
             let v = gateway.check_verbose("k", 1).await?;
-            assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+            assert_eq!(v.source, Source::Store, "{:?}", v.error);
             passed += u32::from(v.decision.is_allowed());
         }
         // The same prefix and kinds of limits in the same order share the
@@ -139,10 +140,10 @@ fn limiters_with_different_prefixes_never_share_a_key() -> TestResult {
         let by_ip = connect(format!("{prefix}:ip")).await?;
         for _ in 0..3 {
             let v = by_name.check_verbose("ip:203.0.113.5", 1).await?;
-            assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+            assert_eq!(v.source, Source::Store, "{:?}", v.error);
         }
         let v = by_ip.check_verbose("203.0.113.5", 1).await?;
-        assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+        assert_eq!(v.source, Source::Store, "{:?}", v.error);
         Ok::<_, BoxError>(v.decision)
     })?;
     assert!(
@@ -201,7 +202,7 @@ async fn same_decisions<L: Limiter>(
     key: &str,
     ops: &[Op],
 ) -> Result<(usize, usize), TestCaseError> {
-    let fail = |e: RedisLimitError| TestCaseError::fail(format!("{name}: {e}"));
+    let fail = |e: StoreError| TestCaseError::fail(format!("{name}: {e}"));
     let mut before = server_now(redis, key).await?;
     let (mut strict, mut lenient) = (
         Run {
@@ -220,7 +221,7 @@ async fn same_decisions<L: Limiter>(
             Op::Check(cost) => {
                 let there = match redis.check_verbose(key, cost).await {
                     Ok(v) => {
-                        prop_assert_eq!(v.source, Source::Redis, "{}: {:?}", name, v.error);
+                        prop_assert_eq!(v.source, Source::Store, "{}: {:?}", name, v.error);
                         Ok(v.decision)
                     }
                     Err(never) => Err(never),
@@ -342,7 +343,7 @@ fn redis_all_of_decides_as_the_in_process_limits() -> TestResult {
         for g in &set[1..] {
             all = all.and(g.clone());
         }
-        Ok::<_, RedisLimitError>([
+        Ok::<_, ConfigError>([
             connect(RedisLimiter::builder(gcra())).await?,
             connect(RedisLimiter::builder(bucket())).await?,
             connect(RedisLimiter::builder(window())).await?,

@@ -35,7 +35,7 @@ fn batched_all_of_spends_nothing_on_refusals() -> TestResult {
         for h in handles {
             let (k, v) = h.await?;
             let v = v?;
-            assert_eq!(v.source, Source::Redis, "{:?}", v.error);
+            assert_eq!(v.source, Source::Store, "{:?}", v.error);
             allowed[k] += u32::from(v.decision.is_allowed());
         }
         assert_eq!(allowed, [6, 6, 6], "the daily limit of six per key");

@@ -200,7 +200,7 @@ pub async fn run_load(spec: &Spec) -> Result<Tally, Box<dyn Error>> {
                 let key = &keys[(i + t) % keys.len()];
                 match limiter.check_verbose(key, 1).await {
                     Ok(v) => {
-                        if v.source != Source::Redis {
+                        if v.source != Source::Store {
                             tally.not_redis += 1;
                         } else if v.decision.is_allowed() {
                             *tally.allowed.entry(key.clone()).or_default() += 1;

@@ -75,6 +75,9 @@ async fn main() -> std::io::Result<()> {
             let local = weir_rate::KeyedLimiter::<String, _>::new(weir_rate::Gcra::new(quota));
             let limiter = weir_redis::RedisLimiter::builder(weir_rate::Gcra::new(quota))
                 .prefix("gateway")
+                // The layer's policy name, so layer and store count under
+                // one `limiter` label.
+                .name("per-ip")
                 .on_failure(weir_redis::FailurePolicy::Local(std::sync::Arc::new(local)))
                 .connect(weir_redis::Target::server(url))
                 .await

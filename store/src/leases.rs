@@ -1,6 +1,6 @@
 //! Local pre-aggregation of hot keys through leases.
 
-use super::{Outcome, RedisLimitError, RedisLimiter, Source};
+use crate::{Answer, Backend, ConfigError, Source, StoreLimiter};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,24 +10,24 @@ use tokio::sync::{Notify, oneshot};
 use weir_primitives::time::duration_to_nanos;
 use weir_rate::Decision;
 
-/// Answer hot keys locally from leases taken from Redis in blocks.
+/// Answer hot keys locally from leases taken from the store in blocks.
 ///
 /// A key becomes *hot* on an instance once it sees `hot_after` checks
 /// within one second there. A hot key that was far from its limit at the
-/// last Redis answer (at least `2 × lease` units left) gets a *lease*: one
-/// ordinary script call spends `lease` units at once, and the next checks
+/// last store answer (at least `2 × lease` units left) gets a *lease*: one
+/// ordinary decision spends `lease` units at once, and the next checks
 /// on this instance are answered from the lease without a round trip, until
 /// it is used up or `max_age` has passed. Near the limit, or while a lease
-/// is being fetched, checks take the plain path (one script call each).
+/// is being fetched, checks take the plain path (one store call each).
 ///
 /// # Error bounds
 ///
-/// * **No unit is admitted that Redis did not count.** Every unit answered
-///   from a lease was spent in Redis when the lease was taken.
+/// * **No unit is admitted that the store did not count.** Every unit
+///   answered from a lease was spent on the store when the lease was taken.
 /// * **Shift in time.** The next lease is fetched in the background once
 ///   half of the current one is used, and the unused rest stays valid with
 ///   it, so an instance holds fewer than `1.5 × lease` counted-but-unused
-///   units, each admitted at most `2 × max_age` after Redis counted it.
+///   units, each admitted at most `2 × max_age` after the store counted it.
 ///   Over any interval of length `d` an instance therefore admits at most
 ///   what the limit allows over `d + 2 × max_age`; with `n` instances the
 ///   excess over the limit in any window is below `1.5 × n × lease` units
@@ -35,8 +35,8 @@ use weir_rate::Decision;
 /// * **Waste.** Units of a lease that expires unused are lost (an
 ///   under-admission of fewer than `1.5 × lease` per instance per expiry).
 /// * **Remaining.** A decision from a lease reports the `remaining` of the
-///   last Redis answer plus the lease's unused units: an estimate, stale by
-///   at most `max_age`; its reset is the last Redis answer's, counted down.
+///   last store answer plus the lease's unused units: an estimate, stale by
+///   at most `max_age`; its reset is the last store answer's, counted down.
 /// * **Cancellation.** A lease is fetched on a task of its own, so a check
 ///   dropped while it waits for one (its client gone, a `timeout` around
 ///   it) leaves the fetch to finish: the lease is kept, the dropped
@@ -44,14 +44,14 @@ use weir_rate::Decision;
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_redis::PreAggregation;
+/// use weir_store::PreAggregation;
 ///
 /// let hot = PreAggregation { lease: 32, max_age: Duration::from_millis(50), ..Default::default() };
 /// assert_eq!(hot.hot_after, PreAggregation::default().hot_after);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreAggregation {
-    /// Units taken from Redis per lease (at least 2).
+    /// Units taken from the store per lease (at least 2).
     pub lease: u32,
     /// Checks per second on this instance that make a key hot (at least 1).
     pub hot_after: u32,
@@ -74,9 +74,9 @@ impl Default for PreAggregation {
 }
 
 impl PreAggregation {
-    pub(crate) fn validate(&self) -> Result<(), RedisLimitError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.lease < 2 || self.hot_after == 0 || self.max_age.is_zero() || self.max_keys == 0 {
-            return Err(RedisLimitError::Config(
+            return Err(ConfigError::Invalid(
                 "pre-aggregation needs lease >= 2, hot_after >= 1, a non-zero max_age and max_keys",
             ));
         }
@@ -92,13 +92,13 @@ struct Entry {
     /// Units left in the lease, and when it expires (ns since the epoch).
     left: u32,
     expires: u64,
-    /// The last Redis answer's remaining units, and when it came.
+    /// The last store answer's remaining units, and when it came.
     remaining: Option<(u64, u64)>,
-    /// When the last Redis answer's reset comes (ns since the epoch), so
+    /// When the last store answer's reset comes (ns since the epoch), so
     /// an answer from the lease reports the time left until then, not
-    /// the time left when Redis answered.
+    /// the time left when store answered.
     reset_at: u64,
-    /// The limit and window of the last Redis answer (of an all-of
+    /// The limit and window of the last store answer (of an all-of
     /// limiter, the binding limit's; the window in nanoseconds), which
     /// answers from the lease report.
     policy: Option<(u32, Duration)>,
@@ -108,8 +108,8 @@ struct Entry {
     notify: Arc<Notify>,
 }
 
-/// What a lease answers with: the last Redis answer's remaining units
-/// and the lease's unused ones, the time until the Redis answer's reset,
+/// What a lease answers with: the last store answer's remaining units
+/// and the lease's unused ones, the time until the store answer's reset,
 /// and its limit and window.
 #[derive(Clone, Copy)]
 struct Granted {
@@ -120,13 +120,13 @@ struct Granted {
 }
 
 enum Step {
-    Answer(Outcome, bool),
+    Answer(Answer, bool),
     Wait(Arc<Notify>, u64),
     Fetch,
     Plain,
 }
 
-pub(crate) struct Hot {
+pub(crate) struct Leases {
     cfg: PreAggregation,
     map: Mutex<HashMap<String, Entry>>,
     epoch: Instant,
@@ -136,7 +136,7 @@ pub(crate) struct Hot {
     sweeps: AtomicU64,
 }
 
-impl Hot {
+impl Leases {
     pub(crate) fn new(cfg: PreAggregation) -> Self {
         Self {
             cfg,
@@ -152,12 +152,12 @@ impl Hot {
         duration_to_nanos(self.epoch.elapsed())
     }
 
-    fn lease_decision(lim: &RedisLimiter, granted: Granted) -> Outcome {
+    fn lease_decision<B: Backend>(lim: &StoreLimiter<B>, granted: Granted) -> Answer {
         let q = lim.inner.quota;
         let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
         let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
             .unwrap_or(u32::MAX);
-        Outcome {
+        Answer {
             decision: Decision::allow(limit, window, r, Duration::from_nanos(granted.reset_ns)),
             source: Source::Lease,
             error: None,
@@ -166,9 +166,14 @@ impl Hot {
 
     /// Answer from a lease, or take one; `None` sends the check down the
     /// plain path.
-    pub(crate) async fn check(&self, lim: &RedisLimiter, key: &str, cost: u32) -> Option<Outcome> {
+    pub(crate) async fn check<B: Backend>(
+        &self,
+        lim: &StoreLimiter<B>,
+        key: &str,
+        cost: u32,
+    ) -> Option<Answer> {
         let max_age = duration_to_nanos(self.cfg.max_age);
-        let lease = self.cfg.lease.min(lim.max_cost()).max(cost);
+        let lease = self.cfg.lease.min(lim.inner.max_cost).max(cost);
         // At most: find the lease empty with a fetch in flight, wait for
         // it, answer from the new lease.
         for round in 0..2 {
@@ -239,8 +244,8 @@ impl Hot {
                             let (lim, key) = (lim.clone(), key.to_owned());
                             rt.spawn(async move {
                                 if let Err(Some(_)) = tx.send(fetch.run(cost).await) {
-                                    if let Some(hot) = &lim.inner.hot {
-                                        hot.give_back(&key, cost);
+                                    if let Some(leases) = &lim.inner.leases {
+                                        leases.give_back(&key, cost);
                                     }
                                 }
                             });
@@ -260,7 +265,7 @@ impl Hot {
                         .get(key)
                         .is_none_or(|e| e.generation != generation);
                     if !finished {
-                        let _ = tokio::time::timeout(lim.inner.core.timeout, woken).await;
+                        let _ = tokio::time::timeout(lim.inner.caller.timeout, woken).await;
                     }
                 }
             }
@@ -290,7 +295,7 @@ impl Hot {
     }
 
     /// Fetch the next lease for `key` on a background task.
-    fn prefetch(&self, lim: &RedisLimiter, key: &str, lease: u32) {
+    fn prefetch<B: Backend>(&self, lim: &StoreLimiter<B>, key: &str, lease: u32) {
         let fetch = Fetch::new(lim, key, lease);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(fetch.run(0));
@@ -351,20 +356,20 @@ impl Hot {
     }
 }
 
-/// A lease fetch under way for one key. However it ends — with Redis's
+/// A lease fetch under way for one key. However it ends — with the store's
 /// answer, or dropped unfinished (its caller gone, its task cancelled, the
 /// runtime shutting down) — it clears the key's `fetching` flag and wakes
 /// the checks waiting for it: a key is never left waiting for a fetch that
 /// nobody will finish, which would send it down the plain path for good.
-struct Fetch {
-    lim: RedisLimiter,
+struct Fetch<B: Backend> {
+    lim: StoreLimiter<B>,
     key: String,
     lease: u32,
     done: bool,
 }
 
-impl Fetch {
-    fn new(lim: &RedisLimiter, key: &str, lease: u32) -> Self {
+impl<B: Backend> Fetch<B> {
+    fn new(lim: &StoreLimiter<B>, key: &str, lease: u32) -> Self {
         Self {
             lim: lim.clone(),
             key: key.to_owned(),
@@ -373,21 +378,21 @@ impl Fetch {
         }
     }
 
-    /// Take the lease from Redis, `taken` of it for the caller; what was
-    /// granted, if it was.
+    /// Take the lease from the store, `taken` of it for the caller; what
+    /// was granted, if it was.
     async fn run(mut self, taken: u32) -> Option<Granted> {
         let result = self.lim.ask(&self.key, self.lease).await.ok();
         self.done = true;
-        let hot = self.lim.inner.hot.as_ref()?;
-        hot.finish(&self.key, result, self.lease, taken)
+        let leases = self.lim.inner.leases.as_ref()?;
+        leases.finish(&self.key, result, self.lease, taken)
     }
 }
 
-impl Drop for Fetch {
+impl<B: Backend> Drop for Fetch<B> {
     fn drop(&mut self) {
         if !self.done {
-            if let Some(hot) = &self.lim.inner.hot {
-                hot.finish(&self.key, None, self.lease, 0);
+            if let Some(leases) = &self.lim.inner.leases {
+                leases.finish(&self.key, None, self.lease, 0);
             }
         }
     }
@@ -402,7 +407,7 @@ mod tests {
     /// entry under the one lock all checks share).
     #[test]
     fn a_key_spray_sweeps_a_full_map_once_a_second() {
-        let hot = Hot::new(PreAggregation {
+        let hot = Leases::new(PreAggregation {
             max_keys: 1000,
             ..PreAggregation::default()
         });
@@ -429,11 +434,11 @@ mod tests {
 
     /// Units left of a lease that expired while the next was being fetched
     /// are not carried into the new lease's lifetime (they were counted by
-    /// Redis longer than `max_age` ago). Written first, the 5 stale units
+    /// the store longer than `max_age` ago). Written first, the 5 stale units
     /// were granted with the new 10.
     #[test]
     fn a_new_lease_drops_the_units_of_an_expired_one() {
-        let hot = Hot::new(PreAggregation::default());
+        let hot = Leases::new(PreAggregation::default());
         hot.map.lock().insert(
             "k".to_owned(),
             Entry {
@@ -455,7 +460,7 @@ mod tests {
     /// long `max_age`.
     #[test]
     fn used_up_leases_are_swept_whatever_their_age() {
-        let hot = Hot::new(PreAggregation {
+        let hot = Leases::new(PreAggregation {
             max_keys: 100,
             max_age: Duration::MAX,
             ..PreAggregation::default()

@@ -1,0 +1,174 @@
+//! The failure policy: what callers get while the store cannot answer —
+//! allow, deny, or ask an in-process limiter ([`CheckKey`]) — and the
+//! fail-closed denial that shedding shares. When the policy applies (and
+//! how the store is skipped during the back-off after a failure) is decided
+//! on the check path (`limiter.rs`); this file holds only the answers.
+
+use crate::limit::{Limit, LocalLimit};
+use crate::{Answer, ConfigError, Source, StoreError};
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_rate::{AllOf, CheckKey, Decision, KeyedLimiter, Quota, Shape, SketchLimiter};
+
+/// What callers get when the store is slow, unreachable, or failing.
+///
+/// The default, [`PerInstance`](Self::PerInstance), keeps a limit: no
+/// store fault, and no attacker able to slow the store down, switches the
+/// limits off unless [`Open`](Self::Open) is asked for by name.
+///
+/// ```
+/// use weir_store::FailurePolicy;
+///
+/// // Protection over availability: while the store is down, deny. Give it
+/// // to the limiter's builder (`on_failure`).
+/// let policy = FailurePolicy::Closed;
+/// # let _ = policy;
+/// ```
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Each instance enforces the limiter's own quota on its own, in
+    /// bounded memory: a GCRA [`SketchLimiter`] of 4 × 65 536 cells
+    /// (2 MiB), which keeps wrong denials near 0.1% while an instance sees
+    /// up to about 11 000 times the per-key rate in checks a second (its
+    /// [sizing rule](weir_rate::SketchLimiter::shape_for_load); 110 000 checks a
+    /// second at 10 a second per key). For more, give
+    /// [`Local`](Self::Local) a limiter sized for the load.
+    ///
+    /// An all-of limiter ([`Builder::and`](crate::Builder::and))
+    /// keeps its limits all-or-nothing here too: an exact
+    /// [`KeyedLimiter`] of an [`AllOf`] of the same algorithms and quotas,
+    /// remembering up to 65 536 keys (beyond that it forgets the keys
+    /// closest to idle, never loosening a limit; see its memory bound).
+    /// With `N` instances sharing the traffic, up to `N ×` the limit
+    /// passes while the store is down, never more; a colliding key in the
+    /// sketch can only be held tighter, never looser (for as long as a
+    /// forced charge's debt lasts, when requests are charged by the
+    /// response: see [`SketchLimiter::charge`]). Answers carry
+    /// [`Source::Local`].
+    ///
+    /// ```
+    /// use weir_store::FailurePolicy;
+    ///
+    /// assert!(matches!(FailurePolicy::default(), FailurePolicy::PerInstance));
+    /// ```
+    #[default]
+    PerInstance,
+    /// Allow the request (availability over protection): while the store
+    /// is down there is no limit at all, so anyone who can slow the store
+    /// down switches it off. The decision reports nothing remaining and a reset
+    /// after the back-off: nothing counted the request, so it promises
+    /// nothing.
+    Open,
+    /// Deny the request (protection over availability), with a
+    /// `Retry-After` of one second.
+    Closed,
+    /// Ask an in-process limiter, so each instance enforces the limit
+    /// on its own share of the traffic (typically `limit / instances`). A
+    /// cost it can never allow is denied as [`Closed`](Self::Closed) would.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::sync::Arc;
+    /// use weir_store::FailurePolicy;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    ///
+    /// // 100 per second shared by 4 instances: 25 per instance while the store is down.
+    /// let local = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(25).unwrap())));
+    /// let policy = FailurePolicy::Local(Arc::new(local));
+    /// # let _ = policy;
+    /// ```
+    Local(Arc<dyn CheckKey<str>>),
+}
+
+/// The sketch behind [`FailurePolicy::PerInstance`].
+const PER_INSTANCE_SHAPE: Shape = Shape::rows::<4, 65_536>();
+
+/// The keys an all-of limiter's [`FailurePolicy::PerInstance`] remembers.
+const PER_INSTANCE_KEYS: NonZeroUsize = NonZeroUsize::new(65_536).unwrap();
+
+impl FailurePolicy {
+    /// The policy for `limits`, made concrete: [`PerInstance`](Self::PerInstance)
+    /// becomes the in-process limiter it stands for.
+    pub(crate) fn concrete(self, limits: &[Limit]) -> Result<Self, ConfigError> {
+        match (self, limits) {
+            (Self::PerInstance, [one]) => Ok(Self::Local(Arc::new(SketchLimiter::new(
+                one.fallback_quota(),
+                PER_INSTANCE_SHAPE,
+            )))),
+            (Self::PerInstance, limits) => {
+                let locals: Option<Vec<LocalLimit>> = limits.iter().map(Limit::local).collect();
+                let locals = locals.ok_or(ConfigError::Invalid(
+                    "a sliding window whose counters do not fit its quota",
+                ))?;
+                let local = KeyedLimiter::<String, _>::builder(AllOf::new(locals))
+                    .max_keys(PER_INSTANCE_KEYS)
+                    .build();
+                Ok(Self::Local(Arc::new(local)))
+            }
+            (policy, _) => Ok(policy),
+        }
+    }
+
+    /// The policy's answer for `cost` units of `key`, with the `error`
+    /// that kept the store from deciding: `quota` is what a denial or a
+    /// fail-open answer reports, `backoff` when a fail-open answer says to
+    /// ask again.
+    pub(crate) fn answer(
+        &self,
+        key: &str,
+        cost: u32,
+        error: StoreError,
+        quota: &Quota,
+        backoff: Duration,
+    ) -> Answer {
+        let (decision, source) = match self {
+            // Allowed, but nothing counted it: promise nothing more, and
+            // ask again after the back-off.
+            FailurePolicy::Open => (
+                Decision::allow(quota.limit(), quota.window(), 0, backoff),
+                Source::FailOpen,
+            ),
+            FailurePolicy::Closed => (closed(quota), Source::FailClosed),
+            // Made concrete when the limiter is built; never stored.
+            FailurePolicy::PerInstance => (closed(quota), Source::FailClosed),
+            FailurePolicy::Local(local) => match local.check_key(key, cost) {
+                Ok(d) => (d, Source::Local),
+                Err(_) => (closed(quota), Source::FailClosed),
+            },
+        };
+        Answer {
+            decision,
+            source,
+            error: Some(error),
+        }
+    }
+
+    /// The in-process limiter answering for the store, if the policy has one.
+    pub(crate) fn local(&self) -> Option<&dyn CheckKey<str>> {
+        match self {
+            Self::Local(local) => Some(&**local),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PerInstance => f.write_str("PerInstance"),
+            Self::Open => f.write_str("Open"),
+            Self::Closed => f.write_str("Closed"),
+            Self::Local(_) => f.write_str("Local(..)"),
+        }
+    }
+}
+
+/// The fail-closed denial: nothing remaining, retry after one second. Also
+/// what a shed caller gets.
+pub(crate) fn closed(quota: &Quota) -> Decision {
+    let second = Duration::from_secs(1);
+    Decision::deny(quota.limit(), quota.window(), 0, second, second)
+}

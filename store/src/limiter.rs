@@ -1,0 +1,412 @@
+//! [`StoreLimiter`]: a limit kept on a store, with everything a store
+//! needs around it written once. A check goes: the max cost at the edge,
+//! then a lease if the key is hot, then the store (through the batcher if
+//! there is one) unless its cell is backing off after a failure, and
+//! the failure policy when the store cannot answer.
+
+use crate::backend::Backend;
+use crate::batch::Batcher;
+use crate::caller::Caller;
+use crate::failure::closed;
+use crate::health::{Change, Probe};
+use crate::leases::Leases;
+use crate::{Answer, FailurePolicy, Limit, Source, StoreError};
+use std::fmt;
+use std::future::{Future, ready};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+use weir_rate::wait::{Jitter, until_allowed};
+use weir_rate::{
+    CheckKeyAsync, Decision, NeverAllowed, Quota, Receipt, SettleKey, Settlement, Spending,
+};
+
+/// A rate limit kept on a store (Redis, Memcached, ... : `B`), so that
+/// every instance of a service draws from one limit. Cheap to clone;
+/// clones share the connection, the batching task and the leases.
+///
+/// It answers what the in-process limiters answer, with the same
+/// [`Quota`] and [`Decision`], asynchronously: [`check`](Self::check),
+/// cost-weighted [`check_n`](Self::check_n), [`charge`](Self::charge),
+/// [`refund`](Self::refund), and the seam traits
+/// [`CheckKeyAsync`] and [`SettleKey`] for a tower layer. Each store
+/// crate names its limiter (`weir_redis::RedisLimiter` is
+/// `StoreLimiter<Redis>`) and documents where the state lives.
+///
+/// Every check answers within the timeout (with leases, within three):
+/// from the store, a lease, or the [`FailurePolicy`] (or a denial when
+/// shed), never with a panic.
+pub struct StoreLimiter<B: Backend> {
+    pub(crate) inner: Arc<Inner<B>>,
+}
+
+impl<B: Backend> Clone for StoreLimiter<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+pub(crate) struct Inner<B: Backend> {
+    pub(crate) caller: Arc<Caller<B>>,
+    pub(crate) limits: Box<[Limit]>,
+    /// The first limit's quota: what a denial of the failure policy (or a
+    /// lease's answer) reports.
+    pub(crate) quota: Quota,
+    /// The largest cost every limit can allow at once.
+    pub(crate) max_cost: u32,
+    /// The limiter's name in metrics and logs.
+    pub(crate) name: String,
+    pub(crate) policy: FailurePolicy,
+    pub(crate) batcher: Option<Batcher<B::Key>>,
+    pub(crate) leases: Option<Leases>,
+}
+
+impl<B: Backend> fmt::Debug for StoreLimiter<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreLimiter")
+            .field("store", &B::NAME)
+            .field("name", &self.inner.name)
+            .field("limits", &self.inner.limits)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> StoreLimiter<B> {
+    /// The store's backend (its keys, its connection).
+    pub fn store(&self) -> &B {
+        &self.inner.caller.backend
+    }
+
+    /// Every limit's quota, in the order the builder was given them.
+    pub fn quotas(&self) -> Vec<Quota> {
+        self.inner.limits.iter().map(Limit::quota).collect()
+    }
+
+    /// The limiter's name: the `limiter` label of its metrics and the
+    /// name its logs give (its key prefix unless the builder named it).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Spend one unit for `key`. Always answers within the timeout (with
+    /// leases, within three: a wait for a lease being fetched, a fetch of
+    /// its own, then the plain call, each with a timeout of its own): from
+    /// the store, a lease, or the failure policy (or a denial when shed).
+    pub async fn check(&self, key: &str) -> Decision {
+        match self.check_verbose(key, 1).await {
+            Ok(answer) => answer.decision,
+            // A cost of one is never beyond the max cost (limit and burst
+            // are at least one); deny rather than panic if that changes.
+            Err(_) => closed(&self.inner.quota),
+        }
+    }
+
+    /// Spend `cost` units for `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its max cost); a denial is an `Ok` decision.
+    pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.check_verbose(key, cost).await.map(|a| a.decision)
+    }
+
+    /// Like [`check_n`](Self::check_n), also telling who decided and why
+    /// the failure policy did, if it did.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
+    /// at once (its max cost); a denial is an `Ok` decision.
+    pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Answer, NeverAllowed> {
+        NeverAllowed::check(cost, self.inner.max_cost)?;
+        let answer = self.decide(key, cost).await;
+        self.inner
+            .caller
+            .metrics
+            .decided(answer.source, answer.decision.is_allowed());
+        Ok(answer)
+    }
+
+    /// [`check_verbose`](Self::check_verbose) for a cost within the max cost.
+    async fn decide(&self, key: &str, cost: u32) -> Answer {
+        if let Some(leases) = &self.inner.leases {
+            if let Some(answer) = leases.check(self, key, cost).await {
+                return answer;
+            }
+        }
+        match self.ask(key, cost).await {
+            Ok(decision) => Answer {
+                decision,
+                source: Source::Store,
+                error: None,
+            },
+            // Shed, whatever the failure policy: allowing the excess of a
+            // flood would let it through unchecked.
+            Err(e) if e.is_overload() => Answer {
+                decision: closed(&self.inner.quota),
+                source: Source::Shed,
+                error: Some(e),
+            },
+            Err(e) => {
+                let inner = &*self.inner;
+                let backoff = inner.caller.health.backoff();
+                inner.policy.answer(key, cost, e, &inner.quota, backoff)
+            }
+        }
+    }
+
+    /// Wait until `key` may spend `cost` units, then spend them: each
+    /// denial (from the store, a lease or the failure policy) is slept off
+    /// for its `Retry-After` plus `jitter` (see [`weir_rate::wait`]). A
+    /// wait dropped while it sleeps spends nothing more than the checks it
+    /// saw answered, which were all denials; one dropped while a check is
+    /// on its way to the store may have spent that check's units (never
+    /// more).
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] at once for a cost the quota can never allow.
+    pub async fn until_ready(
+        &self,
+        key: &str,
+        cost: u32,
+        jitter: Jitter,
+    ) -> Result<Decision, NeverAllowed> {
+        until_allowed(|| self.check_n(key, cost), jitter).await
+    }
+
+    /// Ask the store only: no lease, no failure policy (the back-off after
+    /// a failure still applies). For callers that handle errors themselves.
+    ///
+    /// # Errors
+    ///
+    /// Every [`StoreError`]: the store unreachable, slow or failing, a
+    /// reply that cannot be read, this instance overloaded, or a cost the
+    /// quota can never allow.
+    pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
+        NeverAllowed::check(cost, self.inner.max_cost).map_err(StoreError::NeverAllowed)?;
+        self.ask(key, cost).await
+    }
+
+    /// One decision from the store, through the batcher if there is one,
+    /// honouring the back-off.
+    pub(crate) async fn ask(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
+        let caller = &*self.inner.caller;
+        let key = caller.backend.key(key);
+        let cell = caller.backend.cell(&key);
+        self.on_store(cell, |deadline, asked| async move {
+            match &self.inner.batcher {
+                Some(b) => b.submit(key, cost, deadline, cell, asked).await,
+                None => caller
+                    .decide(std::slice::from_ref(&key), &[cost], deadline)
+                    .await
+                    .and_then(|mut d| {
+                        d.pop()
+                            .ok_or_else(|| StoreError::BadReply("no decision".to_owned()))
+                    }),
+            }
+        })
+        .await
+    }
+
+    /// A call to the store for back-off cell `cell` (`call` gets its
+    /// deadline and the time it was asked, in ns since the health's
+    /// epoch), or [`StoreError::BackingOff`] while the back-off after a
+    /// failure there holds; records a failure, or the end of one.
+    async fn on_store<T, F, Fut>(&self, cell: usize, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Instant, u64) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let caller = &*self.inner.caller;
+        // One clock reading serves the back-off check and the deadline.
+        let asked = Instant::now();
+        let now = caller.health.nanos_at(asked);
+        let probe: Option<Probe<'_>> = caller
+            .health
+            .admit(cell, now)
+            .map_err(|()| StoreError::BackingOff)?;
+        let deadline = caller.deadline(asked);
+        let timed = CallTimer {
+            caller,
+            started: asked,
+        };
+        let result = call(deadline, now).await;
+        match &result {
+            Ok(_) => {
+                if caller.health.succeeded(cell) == Change::Back {
+                    self.log_back(cell);
+                }
+            }
+            // This instance's own saturation says nothing about the store:
+            // a probe that met it is handed on (by dropping it).
+            Err(e) if e.is_overload() => return result,
+            Err(e) => {
+                if caller.health.failed(cell) == Change::Down {
+                    self.log_down(cell, e);
+                }
+            }
+        }
+        if let Some(probe) = probe {
+            probe.answered();
+        }
+        drop(timed);
+        result
+    }
+
+    /// Whether the store is being skipped for `key` after a recent failure.
+    pub fn is_backing_off(&self, key: &str) -> bool {
+        let caller = &*self.inner.caller;
+        let cell = caller.backend.cell(&caller.backend.key(key));
+        caller.health.is_backing_off(cell)
+    }
+
+    /// Spend `cost` units for `key` unconditionally, for work already done
+    /// (response bytes, tokens used), on every limit, as
+    /// [`Limiter::charge`](weir_rate::Limiter::charge) does in process: a
+    /// cost beyond the limit is a debt later checks wait out. While the
+    /// store cannot answer, the charge goes to the failure policy's local
+    /// limiter if it has one.
+    ///
+    /// # Errors
+    ///
+    /// The [`StoreError`] that kept the store from charging, when the
+    /// failure policy has no local limiter to charge instead.
+    pub async fn charge(&self, key: &str, cost: u32) -> Result<Receipt, StoreError> {
+        let caller = &*self.inner.caller;
+        let store_key = caller.backend.key(key);
+        let cell = caller.backend.cell(&store_key);
+        let charged = self
+            .on_store(cell, |deadline, _| {
+                caller.bounded(deadline, caller.backend.charge(&store_key, cost))
+            })
+            .await;
+        match charged {
+            Ok(receipt) => Ok(receipt),
+            Err(e) => {
+                let local = self.inner.policy.local();
+                local.and_then(|l| l.charge_key(key, cost)).ok_or(e)
+            }
+        }
+    }
+
+    /// Give back what `spent` (a [`Decision`] of `key` by this limiter, or
+    /// the [`Receipt`] of a [`charge`](Self::charge)) still counts for, by
+    /// the rules of [`Limiter::refund`](weir_rate::Limiter::refund) for
+    /// each limit, against the store's clock. Nothing for a decision that
+    /// spent nothing or carries no receipt (a denial, a peek, an answer
+    /// from a lease, fail-open or shedding). Refund each spending at most
+    /// once.
+    ///
+    /// A refund goes where the spending was counted: a receipt from the
+    /// store to the store, one from the failure policy's local limiter (a
+    /// decision made while the store was down) to that limiter.
+    ///
+    /// # Errors
+    ///
+    /// The [`StoreError`] that kept the store from refunding a receipt of
+    /// its own; nothing is then given back (never to the local limiter,
+    /// which did not count it).
+    pub async fn refund(
+        &self,
+        key: &str,
+        spent: &(impl Spending + ?Sized),
+    ) -> Result<(), StoreError> {
+        let Some(receipt) = spent.receipt() else {
+            return Ok(());
+        };
+        if !receipt.is_remote() {
+            if let Some(local) = self.inner.policy.local() {
+                local.refund_key(key, receipt);
+            }
+            return Ok(());
+        }
+        let caller = &*self.inner.caller;
+        let store_key = caller.backend.key(key);
+        let cell = caller.backend.cell(&store_key);
+        self.on_store(cell, |deadline, _| {
+            caller.bounded(deadline, caller.backend.refund(&store_key, receipt))
+        })
+        .await
+    }
+
+    fn log_down(&self, cell: usize, error: &StoreError) {
+        let inner = &*self.inner;
+        tracing::warn!(
+            limiter = %inner.name,
+            store = B::NAME,
+            server = %inner.caller.backend.describe(cell),
+            policy = ?inner.policy,
+            error = %error,
+            "store unreachable: the failure policy decides until it answers again"
+        );
+    }
+
+    fn log_back(&self, cell: usize) {
+        let inner = &*self.inner;
+        tracing::info!(
+            limiter = %inner.name,
+            store = B::NAME,
+            server = %inner.caller.backend.describe(cell),
+            "store answering again: it decides again"
+        );
+    }
+}
+
+/// Records a store call's time when it ends, answered or dropped (feature
+/// `metrics`).
+struct CallTimer<'a, B: Backend> {
+    caller: &'a Caller<B>,
+    started: Instant,
+}
+
+impl<B: Backend> Drop for CallTimer<'_, B> {
+    fn drop(&mut self) {
+        self.caller.metrics.called(self.started.elapsed());
+    }
+}
+
+/// A store-backed limiter decides for any key it can name: the key's
+/// `Display` form becomes the store's key (inside the limiter's prefix),
+/// so a tower layer can limit by IP address, user id or any other key.
+impl<B: Backend, Q: fmt::Display + ?Sized> CheckKeyAsync<Q> for StoreLimiter<B> {
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
+
+    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
+        let limiter = self.clone();
+        let key = key.to_string();
+        Box::pin(async move { limiter.check_n(&key, cost).await })
+    }
+}
+
+/// A store-backed limiter settles on the store, after a round trip,
+/// against the store's clock: a refund of the surplus by its receipt, a
+/// charge of the shortfall ([`StoreLimiter::refund`],
+/// [`StoreLimiter::charge`]), for the key's `Display` form as its checks
+/// use. While the store is down a charge goes to the failure policy's
+/// local limiter if it has one; otherwise the settlement fails and the key
+/// keeps what its check charged.
+impl<B: Backend, Q: fmt::Display + ?Sized> SettleKey<Q> for StoreLimiter<B> {
+    type Error = StoreError;
+    type Settling = Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;
+
+    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        let settlement = Settlement::of(admitted, from, to);
+        if settlement == Settlement::Keep {
+            return Box::pin(ready(Ok(())));
+        }
+        let limiter = self.clone();
+        let key = key.to_string();
+        Box::pin(async move {
+            match settlement {
+                Settlement::Keep => Ok(()),
+                Settlement::Refund(surplus) => limiter.refund(&key, &surplus).await,
+                Settlement::Charge(more) => limiter.charge(&key, more).await.map(|_| ()),
+            }
+        })
+    }
+}
