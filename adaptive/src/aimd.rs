@@ -2,7 +2,7 @@
 
 use super::builder::{Builder, Own, sealed};
 use super::window::{Window, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Outcome, Sample, factor};
+use super::{Algorithm, Common, ConfigError, Outcome, Sample, factor};
 use crate::clock::Timestamp;
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
@@ -32,7 +32,7 @@ use weir_primitives::time::duration_to_nanos;
 /// }
 /// // Too slow: a drop, once per window.
 /// assert_eq!(aimd.limit(), 18);
-/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aimd {
@@ -102,7 +102,7 @@ impl Builder<Aimd> {
 }
 
 impl sealed::Build for Aimd {
-    fn build(settings: Builder<Self>) -> Result<Aimd, InvalidConfig> {
+    fn build(settings: Builder<Self>) -> Result<Aimd, ConfigError> {
         let mut common = settings.common;
         common.check()?;
         common.window_ns = window_nanos(settings.window)?;

@@ -1,7 +1,7 @@
 //! [`Builder`]: one settings type for every adaptive algorithm, so the
 //! settings they share are written (and documented) once.
 
-use super::{Common, InvalidConfig};
+use super::{Common, ConfigError};
 use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// let vegas = Vegas::builder().alpha(2).beta(4).probe_interval(None).build()?;
 /// assert!(Aimd::builder().backoff(1.5).build().is_err());
 /// # let _ = (aimd, vegas);
-/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Builder<A> {
@@ -139,17 +139,17 @@ impl<A: sealed::Build> Builder<A> {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] if the limits are not `min ≤ initial ≤ max`, a
+    /// [`ConfigError`] if the limits are not `min ≤ initial ≤ max`, a
     /// factor is out of its range (the backoff; Gradient2's tolerance and
     /// smoothing), Vegas's thresholds are not `0 < alpha < beta`, or a
     /// duration is zero (Aimd's timeout, a probe interval) or over 2⁶⁴ ns.
-    pub fn build(self) -> Result<A, InvalidConfig> {
+    pub fn build(self) -> Result<A, ConfigError> {
         A::build(self)
     }
 }
 
 pub(super) mod sealed {
-    use super::{Builder, InvalidConfig};
+    use super::{Builder, ConfigError};
 
     /// The algorithms that probe for the no-load latency (Vegas,
     /// Gradient2), whose builders take a probe interval and a seed.
@@ -157,6 +157,6 @@ pub(super) mod sealed {
 
     /// The algorithms a [`Builder`] builds, each checking its own settings.
     pub trait Build: Sized {
-        fn build(settings: Builder<Self>) -> Result<Self, InvalidConfig>;
+        fn build(settings: Builder<Self>) -> Result<Self, ConfigError>;
     }
 }

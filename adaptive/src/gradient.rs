@@ -3,7 +3,7 @@
 
 use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Sample, factor};
+use super::{Algorithm, Common, ConfigError, Sample, factor};
 use crate::clock::Timestamp;
 
 /// Netflix's Gradient2, with the no-load latency measured by probes.
@@ -37,7 +37,7 @@ use crate::clock::Timestamp;
 ///     .probe_interval(Some(Duration::from_secs(30)))
 ///     .build()?;
 /// assert_eq!(gradient.limit(), 20);
-/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradient2 {
@@ -140,7 +140,7 @@ impl Builder<Gradient2> {
 }
 
 impl sealed::Build for Gradient2 {
-    fn build(settings: Builder<Self>) -> Result<Gradient2, InvalidConfig> {
+    fn build(settings: Builder<Self>) -> Result<Gradient2, ConfigError> {
         let mut common = settings.common;
         common.check()?;
         common.window_ns = window_nanos(settings.window)?;

@@ -1,5 +1,5 @@
-//! [`KeyedAdaptiveLimiter`]: one learned limit per key, at most a capacity
-//! of keys, idle ones evicted least recently used first.
+//! [`KeyedAdaptiveLimiter`]: one learned limit per key, at most `max_keys`
+//! keys, idle ones evicted least recently used first.
 
 use super::Algorithm;
 use super::limiter::{AdaptiveGuard, Entry, Overloaded};
@@ -18,10 +18,10 @@ struct Slot<A> {
     used: u64,
 }
 
-/// One shard: its keys behind a lock, and its share of the capacity.
+/// One shard: its keys behind a lock, and its share of `max_keys`.
 struct Shard<A> {
     map: Mutex<HashTable<Slot<A>>>,
-    capacity: usize,
+    max_keys: usize,
     /// The state every key shares that finds the shard full of busy keys.
     overflow: Arc<Entry<A>>,
 }
@@ -32,19 +32,19 @@ const MAX_SHARDS: usize = 64;
 /// One learned limit per key (per origin, as pingora counts per origin),
 /// in bounded memory.
 ///
-/// At most `capacity` keys are stored. A new key beyond it replaces the
+/// At most `max_keys` keys are stored. A new key beyond it replaces the
 /// least recently admitted key with nothing in flight, whose learned limit
 /// is forgotten (it starts again from the initial limit). If every stored
 /// key of its shard has requests in flight, the new key is decided on the
 /// shard's overflow state, which every such key shares: their requests in
 /// flight count together against one learned limit. So memory stays within
-/// `capacity` states plus one per shard, and a spray of new keys can
+/// `max_keys` states plus one per shard, and a spray of new keys can
 /// neither grow it nor get requests past a limit; what it can do is crowd
 /// out other new keys while every stored key is busy. The overflow state
 /// keeps what it learns from one such episode to the next, and
 /// [`limit`](Self::limit) and [`in_flight`](Self::in_flight) do not report
 /// it for the keys it serves (they are not stored). Such decisions are
-/// counted ([`overflowed`](Self::overflowed)); choose a capacity above the
+/// counted ([`overflowed`](Self::overflowed)); choose a `max_keys` above the
 /// keys that have requests in flight at once. Finding
 /// the key to replace scans its shard (the keys are split over up to 64
 /// shards, one lock each), a cost paid only by a new key arriving at a
@@ -72,20 +72,20 @@ pub struct KeyedAdaptiveLimiter<A, C = MonotonicClock> {
     prototype: A,
     clock: C,
     shards: Shards<Shard<A>>,
-    capacity: usize,
+    max_keys: usize,
     overflowed: AtomicU64,
 }
 
 impl<A: Algorithm + Clone> KeyedAdaptiveLimiter<A> {
-    /// At most `capacity` keys, each learning with a clone of `algorithm`,
+    /// At most `max_keys` keys, each learning with a clone of `algorithm`,
     /// on the monotonic clock.
-    pub fn new(algorithm: A, capacity: NonZeroUsize) -> Self {
-        Self::with_clock(algorithm, capacity, MonotonicClock::new())
+    pub fn new(algorithm: A, max_keys: NonZeroUsize) -> Self {
+        Self::with_clock(algorithm, max_keys, MonotonicClock::new())
     }
 }
 
 impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
-    /// At most `capacity` keys, each learning with a clone of `algorithm`,
+    /// At most `max_keys` keys, each learning with a clone of `algorithm`,
     /// timing requests on `clock`.
     ///
     /// ```
@@ -99,20 +99,20 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     /// assert!(keys.try_acquire(&1).is_err());
     /// assert!(keys.try_acquire(&2).is_ok(), "another key, its own limit");
     /// ```
-    pub fn with_clock(algorithm: A, capacity: NonZeroUsize, clock: C) -> Self {
-        let capacity = capacity.get();
+    pub fn with_clock(algorithm: A, max_keys: NonZeroUsize, clock: C) -> Self {
+        let max_keys = max_keys.get();
         // About 16 keys a shard or more: each shard has an overflow state.
-        let count = Shards::<Shard<A>>::count_for((capacity / 16).clamp(1, MAX_SHARDS));
+        let count = Shards::<Shard<A>>::count_for((max_keys / 16).clamp(1, MAX_SHARDS));
         let shards = Shards::new(count, |i| Shard {
             map: Mutex::new(HashTable::new()),
-            capacity: capacity / count + usize::from(i < capacity % count),
+            max_keys: max_keys / count + usize::from(i < max_keys % count),
             overflow: Arc::new(Entry::new(algorithm.clone())),
         });
         Self {
             prototype: algorithm,
             clock,
             shards,
-            capacity,
+            max_keys,
             overflowed: AtomicU64::new(0),
         }
     }
@@ -139,7 +139,7 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
             slot.used = now;
             return Arc::clone(&slot.entry);
         }
-        if map.len() >= shard.capacity && !evict_idle(&mut map) {
+        if map.len() >= shard.max_keys && !evict_idle(&mut map) {
             self.overflowed.fetch_add(1, Ordering::Relaxed);
             return Arc::clone(&shard.overflow);
         }
@@ -185,7 +185,7 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
 }
 
 impl<A, C> KeyedAdaptiveLimiter<A, C> {
-    /// How many keys are stored (at most the capacity it was made with).
+    /// How many keys are stored (at most `max_keys`).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.map.lock().len()).sum()
     }
@@ -196,9 +196,16 @@ impl<A, C> KeyedAdaptiveLimiter<A, C> {
     }
 
     /// The most keys stored at once.
-    #[doc(hidden)]
-    pub fn capacity(&self) -> usize {
-        self.capacity
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use weir_adaptive::{Aimd, KeyedAdaptiveLimiter};
+    ///
+    /// let keys = KeyedAdaptiveLimiter::new(Aimd::default(), NonZeroUsize::new(100).unwrap());
+    /// assert_eq!(keys.max_keys(), 100);
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
     }
 
     /// New keys decided on their shard's shared overflow state, because
@@ -230,7 +237,7 @@ impl<A, C> fmt::Debug for KeyedAdaptiveLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedAdaptiveLimiter")
             .field("keys", &self.len())
-            .field("capacity", &self.capacity)
+            .field("max_keys", &self.max_keys)
             .field("overflowed", &self.overflowed())
             .finish_non_exhaustive()
     }

@@ -228,12 +228,12 @@ impl Algorithm for Fixed {
 /// assert!(err.to_string().contains("50"));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct InvalidConfig {
+pub struct ConfigError {
     setting: &'static str,
     problem: Problem,
 }
 
-/// What was wrong with [`InvalidConfig::setting`].
+/// What was wrong with [`ConfigError::setting`].
 #[derive(Debug, Clone, PartialEq)]
 enum Problem {
     /// The limits must satisfy `min ≤ initial ≤ max`.
@@ -246,7 +246,7 @@ enum Problem {
     Thresholds { alpha: u32, beta: u32 },
 }
 
-impl InvalidConfig {
+impl ConfigError {
     fn new(setting: &'static str, problem: Problem) -> Self {
         Self { setting, problem }
     }
@@ -257,7 +257,7 @@ impl InvalidConfig {
     }
 }
 
-impl fmt::Display for InvalidConfig {
+impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let setting = self.setting;
         match self.problem {
@@ -274,7 +274,7 @@ impl fmt::Display for InvalidConfig {
     }
 }
 
-impl std::error::Error for InvalidConfig {}
+impl std::error::Error for ConfigError {}
 
 /// The settings every algorithm shares, checked by its builder.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -301,9 +301,9 @@ impl Default for Common {
 }
 
 impl Common {
-    fn check(&self) -> Result<(), InvalidConfig> {
+    fn check(&self) -> Result<(), ConfigError> {
         if !(self.min <= self.initial && self.initial <= self.max) {
-            return Err(InvalidConfig::new(
+            return Err(ConfigError::new(
                 "min_limit, initial_limit, max_limit",
                 Problem::Bounds {
                     min: self.min,
@@ -328,9 +328,9 @@ impl Common {
 }
 
 /// Checks a duration setting: positive and representable in nanoseconds.
-fn nanos(setting: &'static str, d: Duration) -> Result<u64, InvalidConfig> {
+fn nanos(setting: &'static str, d: Duration) -> Result<u64, ConfigError> {
     match u64::try_from(d.as_nanos()) {
-        Ok(0) | Err(_) => Err(InvalidConfig::new(setting, Problem::Duration)),
+        Ok(0) | Err(_) => Err(ConfigError::new(setting, Problem::Duration)),
         Ok(n) => Ok(n),
     }
 }
@@ -340,11 +340,11 @@ fn factor(
     setting: &'static str,
     value: f64,
     ok: impl FnOnce(f64) -> bool,
-) -> Result<f64, InvalidConfig> {
+) -> Result<f64, ConfigError> {
     if value.is_finite() && ok(value) {
         Ok(value)
     } else {
-        Err(InvalidConfig::new(setting, Problem::Factor(value)))
+        Err(ConfigError::new(setting, Problem::Factor(value)))
     }
 }
 

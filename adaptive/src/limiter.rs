@@ -244,7 +244,7 @@ impl<A: Algorithm, C: Clock> fmt::Debug for AdaptiveGuard<A, C> {
 ///     }
 ///     Err(overloaded) => println!("503: {overloaded}"),
 /// }
-/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 pub struct AdaptiveLimiter<A, C = MonotonicClock> {
     entry: Arc<Entry<A>>,
@@ -461,7 +461,7 @@ mod tests {
             keys.try_acquire(&key).unwrap().success();
         }
         assert!(keys.len() <= 100, "{}", keys.len());
-        assert_eq!(keys.capacity(), 100);
+        assert_eq!(keys.max_keys(), 100);
         assert_eq!(keys.overflowed(), 0);
     }
 

@@ -2,7 +2,7 @@
 
 use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, InvalidConfig, Problem, Sample, factor};
+use super::{Algorithm, Common, ConfigError, Problem, Sample, factor};
 use crate::clock::Timestamp;
 
 /// TCP Vegas' rule, as Netflix's concurrency-limits applies it to
@@ -33,7 +33,7 @@ use crate::clock::Timestamp;
 ///
 /// let vegas = Vegas::builder().alpha(2).beta(4).build()?;
 /// assert_eq!(vegas.limit(), 20);
-/// # Ok::<(), weir_adaptive::InvalidConfig>(())
+/// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vegas {
@@ -138,12 +138,12 @@ impl Builder<Vegas> {
 }
 
 impl sealed::Build for Vegas {
-    fn build(settings: Builder<Self>) -> Result<Vegas, InvalidConfig> {
+    fn build(settings: Builder<Self>) -> Result<Vegas, ConfigError> {
         let mut common = settings.common;
         common.check()?;
         common.window_ns = window_nanos(settings.window)?;
         if !(0 < settings.own.alpha && settings.own.alpha < settings.own.beta) {
-            return Err(InvalidConfig::new(
+            return Err(ConfigError::new(
                 "alpha, beta",
                 Problem::Thresholds {
                     alpha: settings.own.alpha,

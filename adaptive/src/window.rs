@@ -1,7 +1,7 @@
 //! What the algorithms share: windows of samples, and the no-load latency
 //! with the probes that measure it (see the [module docs](super)).
 
-use super::{Common, InvalidConfig, Outcome, Problem, Sample};
+use super::{Common, ConfigError, Outcome, Problem, Sample};
 use weir_primitives::time::duration_to_nanos;
 
 /// The samples of requests that started in the current window.
@@ -232,8 +232,8 @@ impl Baseline {
 
 /// A window length setting: zero is fine (windows then close on their
 /// sample count alone), over 2⁶⁴ ns is not.
-pub(crate) fn window_nanos(window: std::time::Duration) -> Result<u64, InvalidConfig> {
-    u64::try_from(window.as_nanos()).map_err(|_| InvalidConfig::new("window", Problem::Duration))
+pub(crate) fn window_nanos(window: std::time::Duration) -> Result<u64, ConfigError> {
+    u64::try_from(window.as_nanos()).map_err(|_| ConfigError::new("window", Problem::Duration))
 }
 
 #[cfg(test)]

@@ -5,13 +5,13 @@ use std::fmt;
 /// Why a [`Classifier`](crate::Classifier) could not be built.
 ///
 /// ```
-/// use weir_hhh::{Classifier, ClassifierConfigError};
+/// use weir_hhh::{Classifier, ConfigError};
 ///
-/// assert_eq!(Classifier::try_new(0).unwrap_err(), ClassifierConfigError::ZeroLimit);
+/// assert_eq!(Classifier::try_new(0).unwrap_err(), ConfigError::ZeroLimit);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum ClassifierConfigError {
+pub enum ConfigError {
     /// A limit of zero packets per second would drop everything.
     ZeroLimit,
     /// A window growth factor of zero (use 1 for equal windows).
@@ -26,18 +26,27 @@ pub enum ClassifierConfigError {
         /// The prefix length used for source subnets.
         subnet: u8,
     },
-    /// The sketch shape or the EWMA window was rejected by weir-limits /
-    /// weir-rate (zero hashes or slots, too many cells, zero window, ...).
+    /// The sketch shape was rejected by weir-limits (zero hashes or slots,
+    /// too many cells, ...); its error is re-exported as
+    /// [`sketch::ConfigError`](crate::sketch::ConfigError).
     Limits(weir_limits::ConfigError),
+    /// An EWMA window was rejected by weir-rate (zero, or too long).
+    Window(weir_rate::ConfigError),
 }
 
-impl From<weir_limits::ConfigError> for ClassifierConfigError {
+impl From<weir_limits::ConfigError> for ConfigError {
     fn from(e: weir_limits::ConfigError) -> Self {
         Self::Limits(e)
     }
 }
 
-impl fmt::Display for ClassifierConfigError {
+impl From<weir_rate::ConfigError> for ConfigError {
+    fn from(e: weir_rate::ConfigError) -> Self {
+        Self::Window(e)
+    }
+}
+
+impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroLimit => f.write_str("the limit must be at least one packet per second"),
@@ -51,14 +60,16 @@ impl fmt::Display for ClassifierConfigError {
                 "{family} source prefixes /{exact} (exact) and /{subnet} (subnet) must satisfy subnet <= exact <= address length"
             ),
             Self::Limits(e) => write!(f, "{e}"),
+            Self::Window(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for ClassifierConfigError {
+impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Limits(e) => Some(e),
+            Self::Window(e) => Some(e),
             _ => None,
         }
     }

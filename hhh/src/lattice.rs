@@ -2,7 +2,7 @@
 //! its twelve nodes in level order, and the source prefixes that define
 //! "exact" and "subnet" addresses.
 
-use crate::ClassifierConfigError;
+use crate::ConfigError;
 use crate::tuple::{FourTuple, TupleV4, TupleV6};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -218,7 +218,7 @@ impl fmt::Display for Generalisation {
 /// `subnet ≤ exact ≤` the address length, for both families.
 ///
 /// ```
-/// use weir_hhh::{Classifier, ClassifierConfigError, Prefixes};
+/// use weir_hhh::{Classifier, ConfigError, Prefixes};
 ///
 /// let p = Prefixes::default();
 /// assert_eq!((p.v4_exact, p.v4_subnet, p.v6_exact, p.v6_subnet), (32, 24, 128, 48));
@@ -226,7 +226,7 @@ impl fmt::Display for Generalisation {
 /// let rake = Classifier::builder(1_000).prefixes(Prefixes { v6_exact: 64, ..p }).build();
 /// assert!(rake.is_ok());
 /// let bad = Classifier::builder(1_000).prefixes(Prefixes { v4_subnet: 33, ..p }).build();
-/// assert!(matches!(bad, Err(ClassifierConfigError::InvalidPrefix { family: "IPv4", .. })));
+/// assert!(matches!(bad, Err(ConfigError::InvalidPrefix { family: "IPv4", .. })));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prefixes {
@@ -253,16 +253,16 @@ impl Default for Prefixes {
 
 impl Prefixes {
     /// Check `subnet ≤ exact ≤ address length` for both families.
-    pub(crate) fn validate(&self) -> Result<(), ClassifierConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.v4_subnet > self.v4_exact || self.v4_exact > 32 {
-            return Err(ClassifierConfigError::InvalidPrefix {
+            return Err(ConfigError::InvalidPrefix {
                 family: "IPv4",
                 exact: self.v4_exact,
                 subnet: self.v4_subnet,
             });
         }
         if self.v6_subnet > self.v6_exact || self.v6_exact > 128 {
-            return Err(ClassifierConfigError::InvalidPrefix {
+            return Err(ConfigError::InvalidPrefix {
                 family: "IPv6",
                 exact: self.v6_exact,
                 subnet: self.v6_subnet,

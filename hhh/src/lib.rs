@@ -70,6 +70,8 @@ pub mod sim;
 mod sync;
 #[cfg(feature = "metrics")]
 mod telemetry;
+// Hidden, as tokio's test-util is: fixtures for weir's own tests and
+// bench report, behind a feature no user needs.
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]
 pub mod test_util;
@@ -89,15 +91,16 @@ pub mod clock {
 /// The shape of the classifier's sketches ([`ClassifierBuilder::shape`]),
 /// re-exported from weir-limits.
 pub mod sketch {
+    /// The sketch and window errors a
+    /// [`ConfigError::Limits`](crate::ConfigError::Limits) carries.
+    pub use weir_limits::ConfigError;
     pub use weir_limits::{Layout, Shape};
 }
 
 pub use classifier::{Classifier, ClassifierBuilder, LevelStats, Limited, Stats, Verdict};
-pub use error::ClassifierConfigError;
+pub use error::ConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
 pub use tuple::{Attribution, FourTuple, Layer, ParseError, TupleV4, TupleV6, UNKNOWN_PORT};
-/// The sketch and window errors a [`ClassifierConfigError::Limits`] carries.
-pub use weir_limits::ConfigError;
 /// A packet rate in fixed point: the [`Limited::rate`] and limit of a verdict.
 pub use weir_rate::ewma::FixedRate;
 

@@ -18,6 +18,8 @@
 //!   sketch in weir is built from one.
 //! * [`clock`] — the injectable clock every time-dependent structure reads,
 //!   and its typed [`Timestamp`](clock::Timestamp).
+//! * [`sketch`] — where a key's cells are, for sketches of cells of your
+//!   own (the locator every weir sketch shares).
 //! * [`pingora`] — a drop-in for pingora-limits 0.9 on these types.
 //!
 //! Constructors that can fail are named `try_*` and return [`ConfigError`];
@@ -41,7 +43,6 @@ pub mod pingora;
 mod rate;
 mod shape;
 mod sharded;
-#[doc(hidden)]
 pub mod sketch;
 mod sync;
 

@@ -4,8 +4,8 @@
 //! There are two forms because there are two kinds of answerer. An
 //! in-process limiter ([`KeyedLimiter`], [`SketchLimiter`]) answers at
 //! once: [`CheckKey`]. A distributed one (a limit kept on a shared store,
-//! such as weir-redis's) answers after a round trip: [`CheckKeyAsync`], whose future is `'static` so a tower
-//! service can hold it across polls. Every keyed limiter implements the
+//! such as weir-redis's) answers after a round trip: [`CheckKeyAsync`],
+//! whose future is `'static` so a tower service can hold it across polls. Every keyed limiter implements the
 //! async form (the in-process ones with an already-completed future), so
 //! code that takes a `CheckKeyAsync` (a tower layer) accepts all of them;
 //! code that must not wait (a store's local fallback while the store is
@@ -13,6 +13,10 @@
 //!
 //! Both take the key by reference and `Q: ?Sized`, as `HashMap::get` does:
 //! a `KeyedLimiter<String, _>` is asked with a `&str` without allocating.
+//! Their methods are named as the containers' own methods of the same
+//! operation (`check_n`, `charge`, `refund`); a container's own method is
+//! what a call on the container finds, and the trait's what generic code
+//! finds, with the same meaning.
 //!
 //! [`SettleKey`] is the third question, asked after the fact: "the request
 //! admitted at that cost turned out to cost this much", answered by a
@@ -32,7 +36,7 @@ use std::future::Future;
 /// use weir_rate::{CheckKey, Gcra, KeyedLimiter, Quota};
 ///
 /// fn admit(limiter: &impl CheckKey<str>, user: &str) -> bool {
-///     limiter.check_key(user, 1).is_ok_and(|d| d.is_allowed())
+///     limiter.check_n(user, 1).is_ok_and(|d| d.is_allowed())
 /// }
 ///
 /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
@@ -46,14 +50,14 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the quota can ever allow
     /// at once; a denial is an `Ok` decision.
-    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
+    fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
 
     /// Spend `cost` units for `key` unconditionally (see
     /// [`Limiter::charge`]), returning the receipt; `None` from a limiter
     /// that cannot charge (the default: a function of the key and cost
-    /// only decides). The Redis limiter's failure policy charges its local
-    /// limiter through this while Redis is down.
-    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+    /// only decides). A store's failure policy charges its local limiter
+    /// through this while the store is down.
+    fn charge(&self, key: &Q, cost: u32) -> Option<Receipt> {
         let _ = (key, cost);
         None
     }
@@ -61,7 +65,7 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     /// Give back what `receipt` (of a check or charge of `key` by this
     /// limiter) still counts for (see [`Limiter::refund`]); by default
     /// nothing (a limiter without refunds).
-    fn refund_key(&self, key: &Q, receipt: Receipt) {
+    fn refund(&self, key: &Q, receipt: Receipt) {
         let _ = (key, receipt);
     }
 }
@@ -73,7 +77,7 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
 /// use weir_rate::{CheckKeyAsync, Gcra, KeyedLimiter, Quota};
 ///
 /// async fn admit(limiter: &impl CheckKeyAsync<str>, user: &str) -> bool {
-///     limiter.check_key_async(user, 1).await.is_ok_and(|d| d.is_allowed())
+///     limiter.check_n_async(user, 1).await.is_ok_and(|d| d.is_allowed())
 /// }
 ///
 /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
@@ -88,7 +92,7 @@ pub trait CheckKeyAsync<Q: ?Sized>: Send + Sync + 'static {
     type Future: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static;
 
     /// Decide `cost` units for `key`, spending them when allowed.
-    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future;
+    fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future;
 }
 
 /// What settling an admission at its final cost comes to.
@@ -188,10 +192,10 @@ impl Settlement {
 /// use weir_rate::{CheckKey, Gcra, KeyedLimiter, Quota, SettleKey};
 ///
 /// let per_user = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_minute(NonZeroU32::new(10).unwrap())));
-/// let admitted = per_user.check_key("alice", 5)?;
+/// let admitted = per_user.check_n("alice", 5)?;
 /// // The request turned out to cost 1: 4 of its 5 units come back.
-/// per_user.settle_key("alice", &admitted, 5, 1).into_inner().unwrap();
-/// assert!(per_user.check_key("alice", 9)?.is_allowed());
+/// per_user.settle("alice", &admitted, 5, 1).into_inner().unwrap();
+/// assert!(per_user.check_n("alice", 9)?.is_allowed());
 /// # Ok::<(), weir_rate::NeverAllowed>(())
 /// ```
 pub trait SettleKey<Q: ?Sized>: CheckKeyAsync<Q> {
@@ -210,7 +214,7 @@ pub trait SettleKey<Q: ?Sized>: CheckKeyAsync<Q> {
     ///
     /// When the settlement could not be made (a backend unreachable); the
     /// key then keeps what its check charged.
-    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling;
+    fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling;
 }
 
 /// A function of the key and cost decides too (a test double, or a policy
@@ -219,7 +223,7 @@ impl<Q: ?Sized, F> CheckKey<Q> for F
 where
     F: Fn(&Q, u32) -> Result<Decision, NeverAllowed> + Send + Sync,
 {
-    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+    fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self(key, cost)
     }
 }

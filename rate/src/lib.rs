@@ -91,6 +91,7 @@ mod algorithms;
 mod all_of;
 mod cells;
 mod check;
+mod config;
 mod decision;
 pub mod ewma;
 mod keyed;
@@ -139,14 +140,15 @@ pub use algorithms::{
 };
 pub use all_of::AllOf;
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
+pub use config::ConfigError;
 pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};
 pub use keyed::KeyedLimiter;
 pub use limiter::Limiter;
 pub use mode::Mode;
-pub use quota::{Quota, QuotaError};
+pub use quota::Quota;
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
-pub use weir_limits::{ConfigError, Layout, Shape};
+pub use weir_limits::{Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

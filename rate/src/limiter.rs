@@ -127,8 +127,20 @@ pub trait Limiter: Send + Sync {
 
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key): [`idle_at`](Self::idle_at)
-    /// has come. The algorithms answer it without computing the time.
-    #[doc(hidden)]
+    /// has come. The default asks `idle_at`; an algorithm overrides it
+    /// when it can answer without computing the time (a keyed limiter's
+    /// sweeps ask it of every key).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    ///
+    /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
+    /// let mut state = window.new_state(0);
+    /// window.check(&mut state, 0, 1, Mode::Consume).unwrap();
+    /// assert!(!window.is_idle(&state, 0));
+    /// assert!(window.is_idle(&state, 1_000_000_000));
+    /// ```
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
         self.idle_at(state, now_ns) <= now_ns
     }
@@ -181,8 +193,20 @@ pub trait Limiter: Send + Sync {
     /// its reset and retry times counted down, as long as it changes only
     /// by spending. `None` when it allows a unit at `now_ns`, or (the
     /// default) when the algorithm names no such time; a keyed limiter then
-    /// asks the state every time.
-    #[doc(hidden)]
+    /// asks the state every time. A [`KeyedLimiter`](crate::KeyedLimiter)
+    /// flooded by many threads answers a refused key from each thread's
+    /// memory until then, instead of taking the key's lock.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::MIN));
+    /// let mut tat = gcra.new_state(0);
+    /// assert_eq!(gcra.refused_until(&tat, 0), None);
+    /// gcra.check(&mut tat, 0, 1, Mode::Consume).unwrap();
+    /// assert_eq!(gcra.refused_until(&tat, 0), Some(1_000_000_000));
+    /// ```
     fn refused_until(&self, state: &Self::State, now_ns: u64) -> Option<u64> {
         let _ = (state, now_ns);
         None

@@ -1,56 +1,9 @@
 //! What a limiter allows: `limit` units per `window`, with a `burst`.
 
+use crate::ConfigError;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
-
-/// Why a quota (or a limiter built from one) is impossible.
-///
-/// ```
-/// use std::time::Duration;
-/// use weir_rate::{Quota, QuotaError};
-///
-/// assert_eq!(Quota::try_new(0, Duration::from_secs(1)), Err(QuotaError::ZeroRate));
-/// assert_eq!(Quota::try_new(10, Duration::ZERO), Err(QuotaError::ZeroWindow));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum QuotaError {
-    /// A limit of zero units per window: nothing could ever pass.
-    ZeroRate,
-    /// A window of zero length.
-    ZeroWindow,
-    /// A window of 2⁶⁴ ns (584 years) or longer.
-    WindowTooLong,
-    /// A burst of zero: nothing could ever pass.
-    ZeroBurst,
-    /// A sliding-window counter needs 2 to
-    /// [`SlidingWindow::MAX_COUNTERS`](crate::SlidingWindow::MAX_COUNTERS)
-    /// counters, and each sub-window must last at least one nanosecond.
-    BadSubWindows {
-        /// Counters requested.
-        counters: u32,
-    },
-}
-
-impl fmt::Display for QuotaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZeroRate => f.write_str("a quota of zero units per window allows nothing"),
-            Self::ZeroWindow => f.write_str("a quota window must be longer than zero"),
-            Self::WindowTooLong => {
-                f.write_str("a quota window must be shorter than 2^64 ns (584 years)")
-            }
-            Self::ZeroBurst => f.write_str("a burst of zero allows nothing"),
-            Self::BadSubWindows { counters } => write!(
-                f,
-                "{counters} counters: a sliding-window counter needs at least 2, each covering at least 1 ns"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for QuotaError {}
 
 /// `limit` units per `window`, of which up to `burst` may be spent at once.
 ///
@@ -113,15 +66,15 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::ZeroRate`] for a zero limit,
-    /// [`QuotaError::ZeroWindow`] for a zero window and
-    /// [`QuotaError::WindowTooLong`] for one of 2⁶⁴ ns (584 years) or more.
-    pub fn try_new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
-        let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroRate)?;
+    /// [`ConfigError::ZeroRate`] for a zero limit,
+    /// [`ConfigError::ZeroWindow`] for a zero window and
+    /// [`ConfigError::WindowTooLong`] for one of 2⁶⁴ ns (584 years) or more.
+    pub fn try_new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
+        let limit = NonZeroU32::new(limit).ok_or(ConfigError::ZeroRate)?;
         if window.is_zero() {
-            return Err(QuotaError::ZeroWindow);
+            return Err(ConfigError::ZeroWindow);
         }
-        let window_ns = u64::try_from(window.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;
+        let window_ns = u64::try_from(window.as_nanos()).map_err(|_| ConfigError::WindowTooLong)?;
         Ok(Self::fixed(limit, window_ns))
     }
 
@@ -130,17 +83,17 @@ impl Quota {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::{Quota, QuotaError};
+    /// use weir_rate::{Quota, ConfigError};
     ///
     /// let q = Quota::try_with_period(Duration::from_millis(100)).unwrap();
     /// assert_eq!((q.limit(), q.burst(), q.window()), (1, 1, Duration::from_millis(100)));
-    /// assert_eq!(Quota::try_with_period(Duration::ZERO), Err(QuotaError::ZeroWindow));
+    /// assert_eq!(Quota::try_with_period(Duration::ZERO), Err(ConfigError::ZeroWindow));
     /// ```
     ///
     /// # Errors
     ///
     /// As [`try_new`](Self::try_new) for a window of `period`.
-    pub fn try_with_period(period: Duration) -> Result<Self, QuotaError> {
+    pub fn try_with_period(period: Duration) -> Result<Self, ConfigError> {
         Self::try_new(1, period)
     }
 
@@ -153,9 +106,9 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::ZeroBurst`] for a zero burst.
-    pub fn try_burst(self, burst: u32) -> Result<Self, QuotaError> {
-        Ok(self.allow_burst(NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?))
+    /// [`ConfigError::ZeroBurst`] for a zero burst.
+    pub fn try_burst(self, burst: u32) -> Result<Self, ConfigError> {
+        Ok(self.allow_burst(NonZeroU32::new(burst).ok_or(ConfigError::ZeroBurst)?))
     }
 
     /// Units per window.

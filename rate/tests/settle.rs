@@ -47,7 +47,7 @@ fn settles_as_if_checked_at_the_final_cost<L: Limiter + Clone + std::fmt::Debug 
             assert!(admitted.is_allowed(), "{a}");
             let reference_allowed = reference.check_n(&1, f).unwrap().is_allowed();
             clock.advance(Duration::from_secs(elapsed));
-            settled(settling.settle_key(&1, &admitted, a, f));
+            settled(settling.settle(&1, &admitted, a, f));
             let (settled_left, reference_left) = (left(&settling), left(&reference));
             let case = format!("{algorithm:?}: {a} settled at {f} after {elapsed} s");
             assert!(
@@ -81,7 +81,7 @@ fn denials_settle_nothing() {
     assert!(!denied.is_allowed());
     assert_eq!(Settlement::of(&denied, 1, 0), Settlement::Keep);
     assert_eq!(Settlement::of(&denied, 1, 50), Settlement::Keep);
-    settled(limiter.settle_key(&1, &denied, 1, 50));
+    settled(limiter.settle(&1, &denied, 1, 50));
     limiter.set_shadow(true);
     let let_through = limiter.check_n(&1, 1).unwrap();
     assert!(let_through.is_allowed() && !let_through.is_conforming());
@@ -111,7 +111,7 @@ fn a_sketch_settles_upward_only() {
     let settled_at = |cost| {
         let s = sketch();
         let admitted = s.check_n(&"k", 4).unwrap();
-        settled(s.settle_key(&"k", &admitted, 4, cost));
+        settled(s.settle(&"k", &admitted, 4, cost));
         left(&s)
     };
     assert_eq!(settled_at(1), checked_at(4), "no refund in a sketch");

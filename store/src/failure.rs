@@ -134,7 +134,7 @@ impl FailurePolicy {
             FailurePolicy::Closed => (closed(quota), Source::FailClosed),
             // Made concrete when the limiter is built; never stored.
             FailurePolicy::PerInstance => (closed(quota), Source::FailClosed),
-            FailurePolicy::Local(local) => match local.check_key(key, cost) {
+            FailurePolicy::Local(local) => match local.check_n(key, cost) {
                 Ok(d) => (d, Source::Local),
                 Err(_) => (closed(quota), Source::FailClosed),
             },

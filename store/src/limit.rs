@@ -27,7 +27,7 @@ use weir_rate::{
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
 /// let limit = Limit::of(&SlidingWindow::try_new(quota, 2)?);
 /// assert!(matches!(limit.kind(), Kind::SlidingWindow { counters: 2, .. }));
-/// # Ok::<(), weir_rate::QuotaError>(())
+/// # Ok::<(), weir_rate::ConfigError>(())
 /// ```
 pub trait StoreAlgorithm: sealed::Sealed {}
 

@@ -289,7 +289,7 @@ impl<B: Backend> StoreLimiter<B> {
             Ok(receipt) => Ok(receipt),
             Err(e) => {
                 let local = self.inner.policy.local();
-                local.and_then(|l| l.charge_key(key, cost)).ok_or(e)
+                local.and_then(|l| l.charge(key, cost)).ok_or(e)
             }
         }
     }
@@ -321,7 +321,7 @@ impl<B: Backend> StoreLimiter<B> {
         };
         if !receipt.is_remote() {
             if let Some(local) = self.inner.policy.local() {
-                local.refund_key(key, receipt);
+                local.refund(key, receipt);
             }
             return Ok(());
         }
@@ -376,7 +376,7 @@ impl<B: Backend> Drop for CallTimer<'_, B> {
 impl<B: Backend, Q: fmt::Display + ?Sized> CheckKeyAsync<Q> for StoreLimiter<B> {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
-    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
         let limiter = self.clone();
         let key = key.to_string();
         Box::pin(async move { limiter.check_n(&key, cost).await })
@@ -394,7 +394,7 @@ impl<B: Backend, Q: fmt::Display + ?Sized> SettleKey<Q> for StoreLimiter<B> {
     type Error = StoreError;
     type Settling = Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;
 
-    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+    fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
         let settlement = Settlement::of(admitted, from, to);
         if settlement == Settlement::Keep {
             return Box::pin(ready(Ok(())));

@@ -332,7 +332,11 @@ impl<F> Timeout<F> {
 
     /// Whether the deadline is known to have passed. `false` until the
     /// timer is armed (the first poll at which the inner future waits).
-    #[doc(hidden)]
+    ///
+    /// ```
+    /// let t = weir_timeout::timeout(std::time::Duration::from_secs(1), std::future::pending::<()>());
+    /// assert!(!t.is_elapsed(), "never polled: no timer armed yet");
+    /// ```
     pub fn is_elapsed(&self) -> bool {
         self.timer.has_elapsed()
     }

@@ -90,7 +90,7 @@ mod table;
 pub use future::{Elapsed, Sleep, Timeout, sleep, sleep_until, timeout, timeout_at};
 #[cfg(not(loom))]
 pub use manager::{
-    DEFAULT_RESOLUTION, InvalidResolution, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
+    ConfigError, DEFAULT_RESOLUTION, MAX_RESOLUTION, MIN_RESOLUTION, Metrics, TimerManager,
 };
 
 // The loom models (`cargo xtask loom`) live inside the crate, as tokio's

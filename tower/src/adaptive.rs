@@ -86,14 +86,14 @@ impl<X: Clone, A, C> Clone for AdaptiveInflightLayer<X, A, C> {
 /// ```
 /// use http::StatusCode;
 /// use weir_adaptive::Outcome;
-/// use weir_tower::overload_status;
+/// use weir_tower::classify_status;
 ///
-/// assert_eq!(overload_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Dropped);
-/// assert_eq!(overload_status(StatusCode::TOO_MANY_REQUESTS), Outcome::Ignored);
-/// assert_eq!(overload_status(StatusCode::INTERNAL_SERVER_ERROR), Outcome::Ignored);
-/// assert_eq!(overload_status(StatusCode::NOT_FOUND), Outcome::Success);
+/// assert_eq!(classify_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Dropped);
+/// assert_eq!(classify_status(StatusCode::TOO_MANY_REQUESTS), Outcome::Ignored);
+/// assert_eq!(classify_status(StatusCode::INTERNAL_SERVER_ERROR), Outcome::Ignored);
+/// assert_eq!(classify_status(StatusCode::NOT_FOUND), Outcome::Success);
 /// ```
-pub fn overload_status(status: StatusCode) -> Outcome {
+pub fn classify_status(status: StatusCode) -> Outcome {
     match status {
         StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => {
             Outcome::Dropped
@@ -112,12 +112,12 @@ impl<X, A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<X, A, C> {
             limiter: Arc::new(limiter),
             extractor,
             unkeyed: Unkeyed::new("AdaptiveInflightLayer", "x-inflight-error"),
-            classify: overload_status,
+            classify: classify_status,
         }
     }
 
     /// How a response's status teaches the algorithm (default
-    /// [`overload_status`]). An error from the inner service is always a
+    /// [`classify_status`]). An error from the inner service is always a
     /// drop.
     ///
     /// ```

@@ -19,7 +19,7 @@
 //!   ([`InflightBody`], [`InflightPermit`]).
 //! * [`AdaptiveInflightLayer`]: the same, with each key's limit learned
 //!   from latency by a weir-adaptive algorithm ([`AdaptiveBody`];
-//!   responses classified by [`overload_status`]).
+//!   responses classified by [`classify_status`]).
 //!
 //! Each layer's service and future ([`RateLimitService`],
 //! [`RateLimitFuture`], ...) are named for use in type signatures; the
@@ -78,7 +78,7 @@ mod settle;
 mod telemetry;
 
 pub use adaptive::{
-    AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, overload_status,
+    AdaptiveBody, AdaptiveFuture, AdaptiveInflightLayer, AdaptiveInflightService, classify_status,
 };
 pub use body::CountedBody;
 pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService};

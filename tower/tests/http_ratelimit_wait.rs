@@ -101,7 +101,7 @@ struct Gated {
 impl CheckKeyAsync<()> for Gated {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
-    fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &(), cost: u32) -> Self::Future {
         let outcome = self.limiter.check_n(key, cost);
         let open = Arc::clone(&self.open);
         Box::pin(async move {

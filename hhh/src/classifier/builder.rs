@@ -4,7 +4,7 @@
 
 use super::hashing::Keys;
 use super::{BLOCK_CELLS, Block, Classifier};
-use crate::ClassifierConfigError;
+use crate::ConfigError;
 use crate::lattice::{AddrScope, GENERALISATIONS, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::AtomicU64;
@@ -157,10 +157,10 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     ///
     /// # Errors
     ///
-    /// A [`ClassifierConfigError`] naming what is wrong: a zero limit or
+    /// A [`ConfigError`] naming what is wrong: a zero limit or
     /// window growth, source prefixes out of order, or a window or sketch
     /// shape weir-limits rejects (zero, too long, too many cells).
-    pub fn build(self) -> Result<Classifier<C, R>, ClassifierConfigError> {
+    pub fn build(self) -> Result<Classifier<C, R>, ConfigError> {
         let p = self.params()?;
         let cells_per_sketch = p.cells_per_sketch();
         let blocks = (0..GENERALISATIONS * cells_per_sketch / BLOCK_CELLS)
@@ -185,20 +185,20 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
     /// The validated configuration with everything derived from it (EWMA
     /// constants per level, cell locator, hash keys, masks): what the
     /// user-space classifier and the kernel filter are both built from.
-    pub(crate) fn params(&self) -> Result<Params, ClassifierConfigError> {
+    pub(crate) fn params(&self) -> Result<Params, ConfigError> {
         if self.settings.limit == 0 {
-            return Err(ClassifierConfigError::ZeroLimit);
+            return Err(ConfigError::ZeroLimit);
         }
         self.settings.prefixes.validate()?;
         if self.settings.window_growth == 0 {
-            return Err(ClassifierConfigError::ZeroWindowGrowth);
+            return Err(ConfigError::ZeroWindowGrowth);
         }
         let mut windows = [EwmaWindow::try_new(self.settings.window)?.one_event(); LEVELS];
         let mut window = self.settings.window;
         for w in windows.iter_mut().skip(1) {
             window = window
                 .checked_mul(self.settings.window_growth)
-                .ok_or(weir_limits::ConfigError::IntervalTooLong)?;
+                .ok_or(weir_rate::ConfigError::WindowTooLong)?;
             *w = EwmaWindow::try_new(window)?.one_event();
         }
         // One seed for the generalisations' hash keys and the cells'

@@ -92,7 +92,7 @@ use verdict::Counters;
 #[cfg(feature = "metrics")]
 use verdict::bump;
 
-use crate::ClassifierConfigError;
+use crate::ConfigError;
 use crate::lattice::{Generalisation, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom};
 use crate::sync::{AtomicU64, Ordering};
@@ -125,7 +125,7 @@ use weir_rate::ewma::{FixedRate, OneEventUpdate};
 /// if rake.classify(&tuple).is_pass() {
 ///     // hand the datagram to the application
 /// }
-/// # Ok::<(), weir_hhh::ClassifierConfigError>(())
+/// # Ok::<(), weir_hhh::ConfigError>(())
 /// ```
 #[derive(Debug)]
 pub struct Classifier<C = MonotonicClock, R = ThreadRandom> {
@@ -154,8 +154,8 @@ impl Classifier {
     ///
     /// # Errors
     ///
-    /// [`ClassifierConfigError::ZeroLimit`] if `limit_pps` is 0.
-    pub fn try_new(limit_pps: u64) -> Result<Self, ClassifierConfigError> {
+    /// [`ConfigError::ZeroLimit`] if `limit_pps` is 0.
+    pub fn try_new(limit_pps: u64) -> Result<Self, ConfigError> {
         Self::builder(limit_pps).build()
     }
 
@@ -391,11 +391,11 @@ impl<C: Clock, R: RandomSource> Classifier<C, R> {
     ///
     /// # Errors
     ///
-    /// [`ClassifierConfigError::ZeroLimit`] if `limit_pps` is 0 (the limit
+    /// [`ConfigError::ZeroLimit`] if `limit_pps` is 0 (the limit
     /// in force is kept).
-    pub fn set_limit(&self, limit_pps: u64) -> Result<(), ClassifierConfigError> {
+    pub fn set_limit(&self, limit_pps: u64) -> Result<(), ConfigError> {
         if limit_pps == 0 {
-            return Err(ClassifierConfigError::ZeroLimit);
+            return Err(ConfigError::ZeroLimit);
         }
         self.limit.store(
             FixedRate::from_per_second(limit_pps).to_bits(),

@@ -83,20 +83,17 @@ fn classifier_is_send_and_sync() {
 
 #[test]
 fn bad_configurations_are_typed_errors() {
-    assert_eq!(
-        Classifier::try_new(0).unwrap_err(),
-        ClassifierConfigError::ZeroLimit
-    );
+    assert_eq!(Classifier::try_new(0).unwrap_err(), ConfigError::ZeroLimit);
     assert_eq!(
         Classifier::builder(1)
             .window(Duration::ZERO)
             .build()
             .unwrap_err(),
-        ClassifierConfigError::Limits(weir_limits::ConfigError::ZeroInterval)
+        ConfigError::Window(weir_rate::ConfigError::ZeroWindow)
     );
     assert_eq!(
         Classifier::builder(1).window_growth(0).build().unwrap_err(),
-        ClassifierConfigError::ZeroWindowGrowth
+        ConfigError::ZeroWindowGrowth
     );
     assert_eq!(
         Classifier::builder(1)
@@ -104,14 +101,14 @@ fn bad_configurations_are_typed_errors() {
             .window_growth(1 << 20)
             .build()
             .unwrap_err(),
-        ClassifierConfigError::Limits(weir_limits::ConfigError::IntervalTooLong)
+        ConfigError::Window(weir_rate::ConfigError::WindowTooLong)
     );
     // One sketch of 2³⁰ cells is valid; twelve are more than the
     // classifier's table addresses: an error, not an allocation abort.
     let huge = Shape::try_new(1, 1 << 30, weir_limits::Layout::Rows).unwrap();
     assert!(matches!(
         Classifier::builder(1).shape(huge).build(),
-        Err(ClassifierConfigError::Limits(
+        Err(ConfigError::Limits(
             weir_limits::ConfigError::TooManyCells { .. }
         ))
     ));
@@ -131,10 +128,10 @@ fn bad_configurations_are_typed_errors() {
                 ..Prefixes::default()
             })
             .build(),
-        Err(ClassifierConfigError::InvalidPrefix { family: "IPv6", .. })
+        Err(ConfigError::InvalidPrefix { family: "IPv6", .. })
     ));
     let rake = Classifier::try_new(5).unwrap();
-    assert_eq!(rake.set_limit(0), Err(ClassifierConfigError::ZeroLimit));
+    assert_eq!(rake.set_limit(0), Err(ConfigError::ZeroLimit));
     assert_eq!(rake.limit(), FixedRate::from_per_second(5));
 }
 

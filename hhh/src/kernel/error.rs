@@ -1,7 +1,7 @@
 //! Why the kernel filter could not be loaded, attached or read, from aya's
 //! errors.
 
-use crate::ClassifierConfigError;
+use crate::ConfigError;
 use aya::EbpfError;
 use aya::maps::MapError;
 use aya::programs::ProgramError;
@@ -11,10 +11,10 @@ use std::io;
 /// Why the kernel filter could not be loaded, attached or read.
 ///
 /// ```
-/// use weir_hhh::ClassifierConfigError;
+/// use weir_hhh::ConfigError;
 /// use weir_hhh::kernel::KernelError;
 ///
-/// let e = KernelError::from(ClassifierConfigError::ZeroLimit);
+/// let e = KernelError::from(ConfigError::ZeroLimit);
 /// assert!(e.to_string().contains("limit"));
 /// assert!(!e.is_permission_denied());
 /// ```
@@ -22,7 +22,7 @@ use std::io;
 #[non_exhaustive]
 pub enum KernelError {
     /// The configuration is invalid (as for the user-space classifier).
-    Config(ClassifierConfigError),
+    Config(ConfigError),
     /// The configuration is valid for the classifier but not supported by
     /// the kernel filter.
     Unsupported(&'static str),
@@ -131,8 +131,8 @@ impl KernelError {
     }
 }
 
-impl From<ClassifierConfigError> for KernelError {
-    fn from(e: ClassifierConfigError) -> Self {
+impl From<ConfigError> for KernelError {
+    fn from(e: ConfigError) -> Self {
         Self::Config(e)
     }
 }

@@ -74,6 +74,7 @@ mod tests;
 
 pub use error::KernelError;
 pub use stats::KernelStats;
+// Hidden: a test fixture (feature `test-util`).
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]
 pub use test_run::TestRunResult;
@@ -83,7 +84,7 @@ use crate::Classifier;
 use crate::classifier::ClassifierBuilder;
 use crate::lattice::GENERALISATIONS;
 use crate::random::RandomSource;
-use crate::{ClassifierConfigError, FixedRate};
+use crate::{ConfigError, FixedRate};
 use abi::{Config, OBJECT, RawStats, State};
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
 use aya::programs::SocketFilter;
@@ -242,7 +243,7 @@ impl KernelFilter {
     /// written.
     pub fn set_limit(&mut self, limit_pps: u64) -> Result<(), KernelError> {
         if limit_pps == 0 {
-            return Err(ClassifierConfigError::ZeroLimit.into());
+            return Err(ConfigError::ZeroLimit.into());
         }
         let state = State {
             limit: FixedRate::from_per_second(limit_pps).to_bits(),

@@ -40,6 +40,7 @@ impl KernelFilter {
     /// # Errors
     ///
     /// A [`KernelError`] when the system call fails.
+    // Hidden: a test fixture (feature `test-util`), as the module is.
     #[doc(hidden)]
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRunResult, KernelError> {
         let opts = TestRunOptions {
@@ -75,6 +76,7 @@ impl KernelFilter {
     /// # Errors
     ///
     /// A [`KernelError`] when a system call fails.
+    // Hidden: a test fixture (feature `test-util`), as the module is.
     #[doc(hidden)]
     pub fn test_run_at(
         &mut self,
@@ -102,6 +104,7 @@ impl KernelFilter {
     /// # Errors
     ///
     /// A [`KernelError`] when the sketches cannot be read.
+    // Hidden: a test fixture (feature `test-util`), as the module is.
     #[doc(hidden)]
     pub fn estimate_at(
         &self,
@@ -132,6 +135,7 @@ impl KernelFilter {
 
     /// The EWMA window of each level (as the classifier's
     /// [`level_windows`](Classifier::level_windows)).
+    // Hidden: a test fixture (feature `test-util`), as the module is.
     #[doc(hidden)]
     pub fn level_windows(&self) -> [Duration; LEVELS] {
         self.config.levels.map(|l| Duration::from_nanos(l.window))

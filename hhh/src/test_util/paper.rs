@@ -9,7 +9,6 @@ use std::time::Duration;
 impl ScenarioOutcome {
     /// Per-second series as CSV: `second,stream,received,forwarded` (the
     /// bench report's files).
-    #[doc(hidden)]
     pub fn to_csv(&self) -> String {
         let mut out = String::from("second,stream,received,forwarded\n");
         for s in &self.streams {

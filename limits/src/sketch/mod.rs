@@ -3,10 +3,26 @@
 //! counter, and the sketches of timestamps and rates in `weir-rate` and
 //! `weir-hhh`).
 //!
-//! Hidden from the documentation: it is public so that weir's own crates
-//! (and weir-hhh's BPF filter, which must find the same cells) share one
-//! implementation, and carries no stability promise. Users size sketches
-//! with a [`Shape`](crate::Shape) and never need a locator.
+//! Most users size sketches with a [`Shape`](crate::Shape) and never need
+//! a locator. It is for a sketch of cells of your own (timestamps, rates,
+//! flags) that should find a key's cells as every weir sketch does:
+//! weir-rate's sketch limiter and weir-hhh's classifier (and its BPF
+//! filter, which must find the same cells) are built on it.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use weir_limits::Shape;
+//! use weir_limits::sketch::Locator;
+//!
+//! // A sketch of "last seen" times: a key's time is the largest of its cells.
+//! let locator = Locator::new(Shape::rows::<2, 1024>());
+//! let cells: Vec<AtomicU64> = (0..locator.cells()).map(|_| AtomicU64::new(0)).collect();
+//! for cell in locator.locate("alice").iter() {
+//!     cells[cell].fetch_max(42, Ordering::Relaxed);
+//! }
+//! let seen = locator.locate("alice").iter().map(|c| cells[c].load(Ordering::Relaxed)).min();
+//! assert_eq!(seen, Some(42));
+//! ```
 //!
 //! A [`Locator`] hashes a key **once** (ahash, random seed unless the shape
 //! has one) and derives every row's position from that one 64-bit hash with

@@ -1,9 +1,10 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
+use crate::ConfigError;
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::Limiter;
 use crate::mode::Mode;
-use crate::quota::{Quota, QuotaError};
+use crate::quota::Quota;
 use std::time::Duration;
 
 /// The leaky bucket, in its two classic forms.
@@ -88,11 +89,11 @@ impl LeakyBucket {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::WindowTooLong`] when `max_delay` is 2⁶⁴ ns (584
+    /// [`ConfigError::WindowTooLong`] when `max_delay` is 2⁶⁴ ns (584
     /// years) or longer.
-    pub fn try_shaper(quota: Quota, max_delay: Duration) -> Result<Self, QuotaError> {
+    pub fn try_shaper(quota: Quota, max_delay: Duration) -> Result<Self, ConfigError> {
         let max_delay =
-            u64::try_from(max_delay.as_nanos()).map_err(|_| QuotaError::WindowTooLong)?;
+            u64::try_from(max_delay.as_nanos()).map_err(|_| ConfigError::WindowTooLong)?;
         Ok(Self {
             bucket: Bucket { quota },
             max_delay: Some(max_delay),

@@ -1,8 +1,9 @@
 use super::clamp_u32;
+use crate::ConfigError;
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::Limiter;
 use crate::mode::Mode;
-use crate::quota::{Quota, QuotaError};
+use crate::quota::Quota;
 use std::time::Duration;
 
 /// The sliding-window counter: the window approximated from `N` fixed
@@ -84,16 +85,16 @@ impl SlidingWindow {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::BadSubWindows`] for fewer than 2 or more than
+    /// [`ConfigError::BadSubWindows`] for fewer than 2 or more than
     /// [`MAX_COUNTERS`](Self::MAX_COUNTERS) counters, or sub-windows
     /// shorter than a nanosecond.
-    pub fn try_new(quota: Quota, counters: u32) -> Result<Self, QuotaError> {
+    pub fn try_new(quota: Quota, counters: u32) -> Result<Self, ConfigError> {
         if !(2..=Self::MAX_COUNTERS).contains(&counters) {
-            return Err(QuotaError::BadSubWindows { counters });
+            return Err(ConfigError::BadSubWindows { counters });
         }
         let sub = quota.window_nanos() / u64::from(counters - 1);
         if sub == 0 {
-            return Err(QuotaError::BadSubWindows { counters });
+            return Err(ConfigError::BadSubWindows { counters });
         }
         Ok(Self {
             quota,
@@ -112,16 +113,17 @@ impl SlidingWindow {
         self.counters
     }
 
-    /// The length of a sub-window (`window / N`, whole nanoseconds).
+    /// The length `S = window / (N − 1)` of a sub-window (whole
+    /// nanoseconds).
     ///
     /// ```
     /// use std::num::NonZeroU32;
     /// use std::time::Duration;
     /// use weir_rate::{Quota, SlidingWindow};
     ///
-    /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 4)?;
-    /// assert_eq!((sliding.counters(), sliding.sub_window()), (4, Duration::from_millis(250)));
-    /// # Ok::<(), weir_rate::QuotaError>(())
+    /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 5)?;
+    /// assert_eq!((sliding.counters(), sliding.sub_window()), (5, Duration::from_millis(250)));
+    /// # Ok::<(), weir_rate::ConfigError>(())
     /// ```
     pub fn sub_window(&self) -> Duration {
         Duration::from_nanos(self.sub)
@@ -138,9 +140,9 @@ impl SlidingWindow {
     /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 2)?;
     /// let mut state = sliding.new_state(0);
     /// sliding.check(&mut state, 0, 4, Mode::Consume).unwrap();
-    /// // Half a sub-window into the next sub-window, half of the 4 still count.
-    /// assert_eq!(sliding.estimate(&state, 750_000_000), 2.0);
-    /// # Ok::<(), weir_rate::QuotaError>(())
+    /// // Half way through the next second, half of the 4 still count.
+    /// assert_eq!(sliding.estimate(&state, 1_500_000_000), 2.0);
+    /// # Ok::<(), weir_rate::ConfigError>(())
     /// ```
     pub fn estimate(&self, s: &SlidingWindowState, now_ns: u64) -> f64 {
         // A state from a limiter with another N is read as `check` would

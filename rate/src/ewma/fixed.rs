@@ -15,28 +15,34 @@ use std::fmt;
 pub struct FixedRate(pub(super) u64);
 
 impl FixedRate {
-    /// Number of fractional bits (the representation is weir's own: for
-    /// weir-hhh's kernel filter, which shares it).
-    #[doc(hidden)]
+    /// Number of fractional bits: a rate is kept as `value · 2¹⁶` in a
+    /// `u64` (see [`to_bits`](Self::to_bits)).
     pub const FRAC_BITS: u32 = 16;
     /// Zero events per second.
     pub const ZERO: Self = Self(0);
     /// The smallest positive rate, 2⁻¹⁶ events per second.
-    #[doc(hidden)]
     pub const EPSILON: Self = Self(1);
     /// The largest representable rate (≈ 2.8·10¹⁴ events per second).
     pub const MAX: Self = Self(u64::MAX);
 
-    /// The rate whose raw representation is `bits` (value · 2¹⁶); for
-    /// weir-hhh, whose kernel filter keeps rates in this representation.
-    #[doc(hidden)]
+    /// The rate whose raw representation is `bits` (value · 2¹⁶): for
+    /// rates kept outside this type (a kernel map, a store), as weir-hhh's
+    /// BPF filter keeps them.
+    ///
+    /// ```
+    /// use weir_rate::ewma::FixedRate;
+    ///
+    /// let rate = FixedRate::from_per_second(3);
+    /// assert_eq!(rate.to_bits(), 3 << FixedRate::FRAC_BITS);
+    /// assert_eq!(FixedRate::from_bits(rate.to_bits()), rate);
+    /// ```
     #[inline]
     pub const fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
 
-    /// The raw representation (value · 2¹⁶).
-    #[doc(hidden)]
+    /// The raw representation (value · 2¹⁶), as
+    /// [`from_bits`](Self::from_bits) takes it.
     #[inline]
     pub const fn to_bits(self) -> u64 {
         self.0
@@ -67,8 +73,13 @@ impl FixedRate {
     }
 
     /// Whole events per second, rounded down.
+    ///
+    /// ```
+    /// use weir_rate::ewma::FixedRate;
+    ///
+    /// assert_eq!(FixedRate::from_f64(2.75).whole_per_second(), 2);
+    /// ```
     #[inline]
-    #[doc(hidden)]
     pub const fn whole_per_second(self) -> u64 {
         self.0 >> Self::FRAC_BITS
     }

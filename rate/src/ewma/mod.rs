@@ -55,13 +55,12 @@ mod one_event;
 mod window;
 
 pub use fixed::FixedRate;
-#[doc(hidden)]
 pub use one_event::OneEventUpdate;
 pub use window::EwmaWindow;
 
+use crate::ConfigError;
 use crate::sync::Mutex;
 use std::time::Duration;
-use weir_limits::ConfigError;
 use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
 
 #[derive(Debug, Clone, Copy)]
@@ -142,8 +141,7 @@ impl<C: Clock> Ewma<C> {
         })
     }
 
-    /// The update rule in use.
-    #[doc(hidden)]
+    /// The window it averages over, as an [`EwmaWindow`].
     pub fn window(&self) -> EwmaWindow {
         self.window
     }

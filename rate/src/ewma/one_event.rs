@@ -1,13 +1,14 @@
 //! [`OneEventUpdate`]: the one-event update with its divisions
-//! precomputed, for weir-hhh's sketches of rates. Doc-hidden: it exists
-//! so that weir-hhh shares the rule rather than copying it.
+//! precomputed, for sketches of rates counted packet by packet (weir-hhh's
+//! classifier).
 
 use super::{EwmaWindow, FixedRate};
 
 /// [`EwmaWindow::update_fixed`] for exactly one event, with its
 /// two `u128` divisions by the window replaced by multiplications with
 /// precomputed reciprocals (they cost 24 divisions per packet otherwise,
-/// more than everything else together in weir-hhh's classifier). The
+/// more than everything else together in weir-hhh's classifier, which
+/// updates twelve rates a packet). The
 /// idle-cell branch (`elapsed ≥ window`) uses the exact update.
 ///
 /// Never above `update_fixed`'s result, and below it by at most

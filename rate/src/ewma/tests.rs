@@ -1,4 +1,5 @@
 use super::*;
+use crate::ConfigError;
 use proptest::prelude::*;
 use std::sync::Arc;
 use weir_limits::clock::ManualClock;
@@ -9,11 +10,11 @@ const ULP: f64 = 1.0 / 65536.0;
 fn windows_are_validated() {
     assert_eq!(
         EwmaWindow::try_new(Duration::ZERO),
-        Err(ConfigError::ZeroInterval)
+        Err(ConfigError::ZeroWindow)
     );
     assert_eq!(
         EwmaWindow::try_new(Duration::MAX),
-        Err(ConfigError::IntervalTooLong)
+        Err(ConfigError::WindowTooLong)
     );
     let max = EwmaWindow::try_new(Duration::from_nanos(u64::MAX)).unwrap();
     assert_eq!(max.window_nanos(), u64::MAX);

@@ -1,8 +1,8 @@
 //! [`EwmaWindow`]: the update rule, without state.
 
 use super::{FixedRate, OneEventUpdate};
+use crate::ConfigError;
 use std::time::Duration;
-use weir_limits::ConfigError;
 
 pub(super) const NANOS_PER_SEC: u128 = 1_000_000_000;
 
@@ -27,8 +27,7 @@ pub struct EwmaWindow {
 
 impl EwmaWindow {
     /// The division-free update for exactly one event (see
-    /// [`OneEventUpdate`]); weir-hhh's hot loop.
-    #[doc(hidden)]
+    /// [`OneEventUpdate`]), for a hot loop that counts events one by one.
     pub fn one_event(self) -> OneEventUpdate {
         OneEventUpdate::new(self)
     }
@@ -41,22 +40,19 @@ impl EwmaWindow {
     /// more.
     pub fn try_new(window: Duration) -> Result<Self, ConfigError> {
         if window.is_zero() {
-            return Err(ConfigError::ZeroInterval);
+            return Err(ConfigError::ZeroWindow);
         }
-        let window_ns =
-            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
+        let window_ns = u64::try_from(window.as_nanos()).map_err(|_| ConfigError::WindowTooLong)?;
         Ok(Self { window_ns })
     }
 
     /// The window.
-    #[doc(hidden)]
     #[inline]
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window_ns)
     }
 
-    /// The window in nanoseconds (never zero), for weir's crates.
-    #[doc(hidden)]
+    /// The window in nanoseconds (never zero).
     #[inline]
     pub fn window_nanos(&self) -> u64 {
         self.window_ns

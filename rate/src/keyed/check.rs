@@ -246,15 +246,15 @@ where
     C: Clock,
     Self: Send + Sync,
 {
-    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+    fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_n(key, cost)
     }
 
-    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+    fn charge(&self, key: &Q, cost: u32) -> Option<Receipt> {
         Some(self.charge(key, cost))
     }
 
-    fn refund_key(&self, key: &Q, receipt: Receipt) {
+    fn refund(&self, key: &Q, receipt: Receipt) {
         self.refund(key, &receipt);
     }
 }
@@ -269,8 +269,8 @@ where
 {
     type Future = Ready<Result<Decision, NeverAllowed>>;
 
-    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
-        ready(self.check_key(key, cost))
+    fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
+        ready(self.check_n(key, cost))
     }
 }
 
@@ -285,7 +285,7 @@ where
     type Error = Infallible;
     type Settling = Ready<Result<(), Infallible>>;
 
-    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+    fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
         match Settlement::of(admitted, from, to) {
             Settlement::Keep => {}
             Settlement::Refund(surplus) => self.refund(key, &surplus),

@@ -355,6 +355,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
 
     /// Every shard as if its lock had been found held, so the loom models
     /// reach the memory of refused keys without racing for it first.
+    // Hidden: a hook for the loom models, compiled only under `--cfg loom`.
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn loom_mark_busy(&self) {

@@ -23,6 +23,7 @@
 //! commit's TAT; a failed attempt leaves its raises behind, which can only
 //! make colliding keys stricter. The loom models check both cases.
 //!
+use crate::ConfigError;
 use crate::algorithms::{Gcra, Step, gcra_step};
 use crate::cells::Cells;
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
@@ -37,7 +38,7 @@ use std::future::{Ready, ready};
 use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
-use weir_limits::ConfigError;
+use weir_limits::ConfigError as ShapeError;
 use weir_limits::sketch::{Location, Locator, MAX_HASHES};
 pub use weir_limits::{Layout, Shape};
 
@@ -225,8 +226,7 @@ impl SketchLimiter<MonotonicClock> {
     /// The most hashes [`shape_for_load`](Self::shape_for_load) chooses: every allowed check
     /// writes each of a key's cells, so more rows cost time on every check for
     /// a little less memory.
-    #[doc(hidden)]
-    pub const MAX_SIZED_HASHES: usize = 4;
+    const MAX_SIZED_HASHES: usize = 4;
 
     /// The rows-layout shape of a [`SketchLimiter`] enforcing `quota` under
     /// `requests_per_second` checks across all keys, so that a key within its
@@ -236,9 +236,9 @@ impl SketchLimiter<MonotonicClock> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidFraction`] unless `wrong_denials` lies in
-    /// (0, 1); [`ConfigError::TooManyCells`] when the sketch would need more
-    /// than 2³² cells.
+    /// [`ConfigError::Sketch`] with weir-limits' `InvalidFraction` unless
+    /// `wrong_denials` lies in (0, 1), or its `TooManyCells` when the sketch
+    /// would need more than 2³² cells.
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroU64};
@@ -257,7 +257,7 @@ impl SketchLimiter<MonotonicClock> {
         wrong_denials: f64,
     ) -> Result<Shape, ConfigError> {
         if !(wrong_denials > 0.0 && wrong_denials < 1.0) {
-            return Err(ConfigError::InvalidFraction(wrong_denials));
+            return Err(ShapeError::InvalidFraction(wrong_denials).into());
         }
         let per_key = 1e9 / quota.emission_interval_nanos().max(1) as f64;
         let cells_per_row = requests_per_second.get() as f64 / per_key;
@@ -271,11 +271,12 @@ impl SketchLimiter<MonotonicClock> {
             .unwrap_or(1);
         let slots = slots_for(hashes);
         if slots * hashes as f64 > (u64::from(u32::MAX) + 1) as f64 {
-            return Err(ConfigError::TooManyCells {
+            return Err(ShapeError::TooManyCells {
                 requested: (slots * hashes as f64) as u128,
-            });
+            }
+            .into());
         }
-        Shape::try_new(hashes, slots as usize, Layout::Rows)
+        Ok(Shape::try_new(hashes, slots as usize, Layout::Rows)?)
     }
 }
 
@@ -539,11 +540,11 @@ impl<C> std::fmt::Debug for SketchLimiter<C> {
 /// Charges raise the key's cells; refunds give nothing back (the sketch
 /// has none).
 impl<Q: Hash + ?Sized, C: Clock> CheckKey<Q> for SketchLimiter<C> {
-    fn check_key(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+    fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_n(key, cost)
     }
 
-    fn charge_key(&self, key: &Q, cost: u32) -> Option<Receipt> {
+    fn charge(&self, key: &Q, cost: u32) -> Option<Receipt> {
         Some(self.charge(key, cost))
     }
 }
@@ -554,8 +555,8 @@ where
 {
     type Future = Ready<Result<Decision, NeverAllowed>>;
 
-    fn check_key_async(&self, key: &Q, cost: u32) -> Self::Future {
-        ready(self.check_key(key, cost))
+    fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
+        ready(self.check_n(key, cost))
     }
 }
 
@@ -569,7 +570,7 @@ where
     type Error = Infallible;
     type Settling = Ready<Result<(), Infallible>>;
 
-    fn settle_key(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+    fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
         // Its decisions carry no receipt: a refund comes out as `Keep`.
         if let Settlement::Charge(more) = Settlement::of(admitted, from, to) {
             let _ = self.charge(key, more);

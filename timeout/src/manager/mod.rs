@@ -38,15 +38,30 @@ use weir_primitives::time::duration_to_nanos;
 
 /// The default tick: 10 ms, as in pingora (the global manager's; its
 /// [`TimerManager::resolution`] answers it at run time).
-#[doc(hidden)]
+///
+/// ```
+/// use weir_timeout::{DEFAULT_RESOLUTION, TimerManager};
+///
+/// assert_eq!(TimerManager::global().resolution(), DEFAULT_RESOLUTION);
+/// ```
 pub const DEFAULT_RESOLUTION: Duration = Duration::from_millis(10);
 
 /// Shortest tick a manager accepts (stated in [`TimerManager::try_new`]).
-#[doc(hidden)]
+///
+/// ```
+/// use weir_timeout::{MIN_RESOLUTION, TimerManager};
+///
+/// assert!(TimerManager::try_new(MIN_RESOLUTION / 2).is_err());
+/// ```
 pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
 
 /// Longest tick a manager accepts (stated in [`TimerManager::try_new`]).
-#[doc(hidden)]
+///
+/// ```
+/// use weir_timeout::{MAX_RESOLUTION, TimerManager};
+///
+/// assert!(TimerManager::try_new(MAX_RESOLUTION * 2).is_err());
+/// ```
 pub const MAX_RESOLUTION: Duration = Duration::from_secs(3600);
 // The global manager's resolution needs no check at run time.
 const _: () = assert!(
@@ -131,19 +146,26 @@ impl Drop for Inner {
 /// assert_eq!(err.to_string(), "timer resolution 7200s is outside 1µs..=3600s");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvalidResolution {
+pub struct ConfigError {
     requested: Duration,
 }
 
-impl InvalidResolution {
+impl ConfigError {
     /// The resolution that was asked for.
-    #[doc(hidden)]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_timeout::TimerManager;
+    ///
+    /// let err = TimerManager::try_new(Duration::ZERO).unwrap_err();
+    /// assert_eq!(err.requested(), Duration::ZERO);
+    /// ```
     pub fn requested(&self) -> Duration {
         self.requested
     }
 }
 
-impl fmt::Display for InvalidResolution {
+impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -153,7 +175,7 @@ impl fmt::Display for InvalidResolution {
     }
 }
 
-impl std::error::Error for InvalidResolution {}
+impl std::error::Error for ConfigError {}
 
 /// A set of timers sharing one tick length and one sweeper thread.
 ///
@@ -188,7 +210,7 @@ impl TimerManager {
     ///
     /// # Errors
     ///
-    /// [`InvalidResolution`] unless `resolution` is between
+    /// [`ConfigError`] unless `resolution` is between
     /// 1 µs and 1 h.
     ///
     /// ```
@@ -198,9 +220,9 @@ impl TimerManager {
     /// assert!(TimerManager::try_new(Duration::from_millis(5)).is_ok());
     /// assert!(TimerManager::try_new(Duration::ZERO).is_err());
     /// ```
-    pub fn try_new(resolution: Duration) -> Result<Self, InvalidResolution> {
+    pub fn try_new(resolution: Duration) -> Result<Self, ConfigError> {
         if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&resolution) {
-            return Err(InvalidResolution {
+            return Err(ConfigError {
                 requested: resolution,
             });
         }

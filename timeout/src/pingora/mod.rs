@@ -67,6 +67,7 @@ pub trait ToTimeout {
 
     /// Start the timer without boxing it where weir can. Not part of
     /// pingora's trait; implementors keep the default.
+    // Hidden: not in the pingora-timeout API this module mirrors.
     #[doc(hidden)]
     fn start(&self) -> Delay {
         Delay(DelayKind::Boxed(self.timeout()))
@@ -74,6 +75,7 @@ pub trait ToTimeout {
 }
 
 /// A started timer (weir's unboxed, or any boxed one). Not part of the API.
+// Hidden: the type of the hidden `start` above, not in pingora-timeout's API.
 #[doc(hidden)]
 pub struct Delay(DelayKind);
 

@@ -244,10 +244,22 @@ impl<Ch, X, F, P> RateLimitLayer<Ch, X, F, P> {
         }
     }
 
-    /// Answer denials with 503 instead of 429, for limits that protect the
+    /// The status a denial is answered with (default 429 Too Many
+    /// Requests); 503 Service Unavailable suits limits that protect the
     /// server's capacity rather than police a client.
-    pub fn overload_status(mut self) -> Self {
-        self.answering.denied_status = StatusCode::SERVICE_UNAVAILABLE;
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota};
+    /// use weir_tower::{GlobalKey, RateLimitLayer};
+    ///
+    /// let whole_service = KeyedLimiter::<(), _>::new(Gcra::new(Quota::per_second(NonZeroU32::new(1000).unwrap())));
+    /// let layer = RateLimitLayer::new(whole_service, GlobalKey).denied_status(StatusCode::SERVICE_UNAVAILABLE);
+    /// # let _ = layer;
+    /// ```
+    pub fn denied_status(mut self, status: StatusCode) -> Self {
+        self.answering.denied_status = status;
         self
     }
 
@@ -506,7 +518,7 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
             return answered(self.layer.answering.unkeyed.respond());
         };
         let cost = self.layer.cost.cost(&request);
-        let mut check = self.layer.checker.check_key_async(&key, cost);
+        let mut check = self.layer.checker.check_n_async(&key, cost);
         // In-process limiters are ready at once; only a limiter that must
         // wait (a network round trip) needs the boxed path.
         let mut cx = Context::from_waker(std::task::Waker::noop());

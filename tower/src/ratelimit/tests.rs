@@ -249,7 +249,7 @@ struct Slow(KeyedLimiter<(), FixedWindow, ManualClock>);
 impl CheckKeyAsync<()> for Slow {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
-    fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &(), cost: u32) -> Self::Future {
         let outcome = self.0.check_n(key, cost);
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -293,7 +293,7 @@ async fn overload_limits_answer_503_and_keys_are_separate() {
             .map(str::to_owned)
     });
     let service = RateLimitLayer::new(limiter, by_header)
-        .overload_status()
+        .denied_status(StatusCode::SERVICE_UNAVAILABLE)
         .layer(hello());
     let status_for = |user: &str| {
         let request = Request::builder().header("x-user", user).body(()).unwrap();

@@ -301,7 +301,7 @@ pub(crate) fn settle_through<Ch, K>(
         to,
         settled,
     };
-    let mut settling = checker.settle_key(key, admitted, from, to);
+    let mut settling = checker.settle(key, admitted, from, to);
     // In-process limiters have settled by now; only a round trip waits.
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(&mut settling).poll(&mut cx) {

@@ -177,7 +177,7 @@ struct Slow(Arc<Limiter>);
 impl CheckKeyAsync<()> for Slow {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
-    fn check_key_async(&self, key: &(), cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &(), cost: u32) -> Self::Future {
         let outcome = self.0.check_n(key, cost);
         Box::pin(async move {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
@@ -190,12 +190,12 @@ impl SettleKey<()> for Slow {
     type Error = Infallible;
     type Settling = Pin<Box<dyn Future<Output = Result<(), Infallible>> + Send>>;
 
-    fn settle_key(&self, _: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+    fn settle(&self, _: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
         let limiter = Arc::clone(&self.0);
         let admitted = *admitted;
         Box::pin(async move {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            limiter.settle_key(&(), &admitted, from, to).await
+            limiter.settle(&(), &admitted, from, to).await
         })
     }
 }

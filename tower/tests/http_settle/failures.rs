@@ -10,7 +10,7 @@ struct Unsettleable(KeyedLimiter<String, FixedWindow, ManualClock>);
 impl CheckKeyAsync<String> for Unsettleable {
     type Future = std::future::Ready<Result<Decision, NeverAllowed>>;
 
-    fn check_key_async(&self, key: &String, cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &String, cost: u32) -> Self::Future {
         std::future::ready(self.0.check_n(key, cost))
     }
 }
@@ -19,7 +19,7 @@ impl SettleKey<String> for Unsettleable {
     type Error = std::io::Error;
     type Settling = Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>;
 
-    fn settle_key(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
+    fn settle(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
         Box::pin(async {
             tokio::time::sleep(Duration::from_millis(1)).await;
             Err(std::io::Error::other("backend down"))
@@ -155,7 +155,7 @@ struct Unanswered(KeyedLimiter<String, FixedWindow, ManualClock>);
 impl CheckKeyAsync<String> for Unanswered {
     type Future = std::future::Ready<Result<Decision, NeverAllowed>>;
 
-    fn check_key_async(&self, key: &String, cost: u32) -> Self::Future {
+    fn check_n_async(&self, key: &String, cost: u32) -> Self::Future {
         std::future::ready(self.0.check_n(key, cost))
     }
 }
@@ -164,7 +164,7 @@ impl SettleKey<String> for Unanswered {
     type Error = std::io::Error;
     type Settling = std::future::Pending<Result<(), std::io::Error>>;
 
-    fn settle_key(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
+    fn settle(&self, _: &String, _: &Decision, _from: u32, _to: u32) -> Self::Settling {
         std::future::pending()
     }
 }
