@@ -134,10 +134,7 @@ pub mod clock {
     pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
-pub use algorithms::{
-    FixedWindow, FixedWindowState, Gcra, LeakyBucket, LeakyState, SlidingLog, SlidingLogState,
-    SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState,
-};
+pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use all_of::AllOf;
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use config::ConfigError;

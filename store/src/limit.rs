@@ -8,8 +8,8 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_rate::{
-    Decision, FixedWindow, FixedWindowState, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt,
-    SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState,
+    Decision, FixedWindow, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt, SlidingWindow,
+    TokenBucket,
 };
 
 /// An algorithm a store can keep, given as the same value an in-process
@@ -152,11 +152,10 @@ pub(crate) enum LocalLimit {
 /// [`LocalLimit`]'s state.
 #[derive(Debug, Clone)]
 pub(crate) enum LocalState {
-    /// GCRA's state is its theoretical arrival time.
-    Gcra(u64),
-    TokenBucket(TokenBucketState),
-    FixedWindow(FixedWindowState),
-    SlidingWindow(SlidingWindowState),
+    Gcra(<Gcra as Limiter>::State),
+    TokenBucket(<TokenBucket as Limiter>::State),
+    FixedWindow(<FixedWindow as Limiter>::State),
+    SlidingWindow(<SlidingWindow as Limiter>::State),
 }
 
 /// `$body` with `$l` the algorithm and `$s` its state; a state of

@@ -141,11 +141,6 @@ impl<C: Clock> Ewma<C> {
         })
     }
 
-    /// The window it averages over, as an [`EwmaWindow`].
-    pub fn window(&self) -> EwmaWindow {
-        self.window
-    }
-
     /// Record `events` events now; returns the new rate.
     #[inline]
     pub fn record(&self, events: u64) -> FixedRate {

@@ -54,7 +54,7 @@ impl EwmaWindow {
 
     /// The window in nanoseconds (never zero).
     #[inline]
-    pub fn window_nanos(&self) -> u64 {
+    pub(crate) fn window_nanos(&self) -> u64 {
         self.window_ns
     }
 
