@@ -1,7 +1,7 @@
 //! The adaptive concurrency limits: invariants of each algorithm
 //! (proptests), their behaviour on a simulated origin (a deterministic
 //! discrete-event simulation, so no test depends on the machine's speed),
-//! and the limiters and the tower layer.
+//! and the limiters.
 
 use proptest::prelude::*;
 use std::collections::{BTreeMap, VecDeque};

@@ -3,7 +3,7 @@
 //! the gateway sees them.
 #![cfg(all(feature = "axum", feature = "metrics", not(loom)))]
 
-#[path = "../examples/gateway/app.rs"]
+#[path = "../../examples/gateway/app.rs"]
 #[allow(dead_code)]
 mod app;
 

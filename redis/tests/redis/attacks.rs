@@ -2,16 +2,13 @@
 //! limiter's server behind a stable address, Redis absent when the service
 //! starts, the default failure policy during an outage, and extreme
 //! settings. Each test starts its own `redis-server` processes on loopback.
-#![cfg(not(loom))]
 
-mod support;
-
+use crate::support::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::*;
 use weir_rate::{Gcra, Quota};
 use weir_redis::{FailurePolicy, RedisLimiter, Source, Target};
 use weir_test_support::redis_server::RedisServer;

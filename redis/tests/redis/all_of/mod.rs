@@ -22,16 +22,12 @@
 //! between theirs), and equal them (`allowed`, `remaining`, `limit`,
 //! `window`, receipt) wherever the two agree, which is almost every step.
 //! `reset` and `retry` (rounded to microseconds on Redis) are not compared.
-#![cfg(not(loom))]
 
-#[path = "../support/mod.rs"]
-mod support;
-
+use crate::support::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashSet;
 use std::time::Duration;
-use support::*;
 use weir_rate::{
     AllOf, Decision, FixedWindow, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt, SlidingWindow,
     TokenBucket,

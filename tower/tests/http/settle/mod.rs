@@ -520,8 +520,7 @@ fn in_process(limit: u32) -> KeyedLimiter<String, FixedWindow, ManualClock> {
     )
 }
 
-#[path = "../common/warnings.rs"]
-mod warnings;
+use crate::warnings;
 
 mod failures;
 mod local;

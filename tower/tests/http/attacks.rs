@@ -8,7 +8,7 @@
 //! and a request with no key gets the documented refusal.
 #![cfg(all(feature = "axum", not(loom)))]
 
-mod http_loopback;
+use crate::http_loopback;
 
 use axum::Router;
 use axum::routing::get;

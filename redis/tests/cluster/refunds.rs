@@ -2,12 +2,9 @@
 //! lost: a refund sent twice gives back once, for one limit and for
 //! several; a key whose hash tag is empty and a slot being migrated still
 //! take a single limit's refunds.
-#![cfg(not(loom))]
 
-mod support;
-
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 use weir_rate::{Decision, Gcra, Quota, TokenBucket};
 use weir_redis::{FailurePolicy, RedisLimiter, Target, cluster_slot};
 use weir_test_support::redis_server::{RedisCluster, RedisServer};

@@ -10,8 +10,7 @@ use tower::{Layer, ServiceExt};
 use weir_rate::{Gcra, KeyedLimiter, Quota};
 use weir_tower::{InflightLayer, PeerIp, RateLimitLayer};
 
-#[path = "common/warnings.rs"]
-mod warnings;
+use crate::warnings;
 
 /// Run `f` on a current-thread runtime and count the warnings it logs.
 fn counting_warnings(f: impl std::future::Future<Output = ()>) -> usize {

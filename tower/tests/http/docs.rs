@@ -5,7 +5,7 @@
 //! copies one rustdoc example's setup; keep them in step.
 #![cfg(all(feature = "axum", not(loom)))]
 
-mod http_loopback;
+use crate::http_loopback;
 
 use axum::Router;
 use axum::routing::get;

@@ -1,9 +1,14 @@
-//! The Redis backend on a private 3-master Redis Cluster (one replica per
-//! master): limits held across slots by tasks and processes, plain and
-//! batched, and a master killed under load with its replica promoted.
+//! The Redis store on private Redis Clusters: limits held across slots by
+//! tasks and processes, plain and batched, a master killed under load with
+//! its replica promoted, refunds that survive the client's resends, and
+//! slots migrating under load.
 #![cfg(not(loom))]
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod refunds;
+mod resharding;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,12 +1,9 @@
 //! The Redis backend while a Cluster slot is being migrated: a batch whose
 //! keys are split between the two masters of a moving slot is decided key
 //! by key, not handed to the failure policy whole.
-#![cfg(not(loom))]
 
-mod support;
-
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 use weir_rate::{Gcra, Quota};
 use weir_redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot};
 use weir_test_support::redis_server::RedisCluster;

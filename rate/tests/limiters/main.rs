@@ -1,0 +1,11 @@
+//! weir-rate's limiters against their guarantees: each algorithm's bound
+//! (proptests, refunds and charges included), keyed and sketch limiters
+//! against exact references, hostile keys and times, settling, sizing and
+//! waits.
+
+mod attacks;
+mod bounds;
+mod keyed;
+mod settle;
+mod sizing;
+mod wait;
