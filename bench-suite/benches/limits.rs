@@ -3,8 +3,8 @@
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use weir_bench_suite::harness::workload;
 use weir_bench_suite::limits::contenders;
-use weir_bench_suite::workload;
 
 /// One `incr` per pre-generated key, for every contender.
 fn incr(c: &mut Criterion) {

@@ -11,10 +11,10 @@ mod scenarios;
 
 pub use kernel::run_kernel;
 
-use crate::alloc;
-use crate::machine;
-use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Table, thousands};
+use crate::harness::alloc;
+use crate::harness::machine;
+use crate::harness::plot::{BarPlot, BarSeries};
+use crate::harness::report::{Report, Table, thousands};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
@@ -26,7 +26,7 @@ use weir_limits::{Layout, Shape};
 
 /// rakelimit's BPF program under `BPF_PROG_TEST_RUN` on this development
 /// VM, ns per packet (IPv4, IPv6), and an empty socket filter in the same
-/// harness: the figures issue 18 gives for comparison.
+/// harness: the figures rakelimit's paper gives for comparison.
 const RAKELIMIT_TEST_RUN_NS_HERE: (f64, f64) = (218.0, 240.0);
 const EMPTY_FILTER_TEST_RUN_NS_HERE: f64 = 26.0;
 
@@ -133,7 +133,7 @@ pub fn run(report: &mut Report) {
          a /80, random ports, one server address), {rounds} passes, simulated clock advancing 100 ns per \
          packet, one thread unless noted. The comparison column is against rakelimit's own BPF program on this \
          machine: {} ns (IPv4) / {} ns (IPv6) per packet under `BPF_PROG_TEST_RUN`, kernel-reported, its shipped object \
-         loaded as its Go code loads it (issue 18's measurement; an empty socket filter costs {} ns there). Its paper's \
+         loaded as its Go code loads it (an empty socket filter costs {} ns there). Its paper's \
          {} / {} ns were measured on another machine and would overstate the lead. \"On CPU\" is the thread's scheduled CPU time (Linux \
          schedstat), which excludes time other processes held the core on a shared machine.",
         thousands(n as u64),

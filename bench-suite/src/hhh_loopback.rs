@@ -11,10 +11,10 @@
 //! the server thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) per flood packet
 //! sent, and the share of the legitimate stream the server got.
 
-use crate::contest::Goal;
-use crate::machine;
-use crate::plot::{LinePlot, Series};
-use crate::report::{Report, Table, thousands};
+use crate::harness::contest::Goal;
+use crate::harness::machine;
+use crate::harness::plot::{LinePlot, Series};
+use crate::harness::report::{Report, Table, thousands};
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};

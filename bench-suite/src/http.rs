@@ -9,9 +9,9 @@
 //! request, read from the CPU clock of its only worker thread (pinned to
 //! its own core), which work stolen by other processes does not reach.
 
-use crate::contest;
-use crate::machine;
-use crate::report::{Report, Table, thousands};
+use crate::harness::contest;
+use crate::harness::machine;
+use crate::harness::report::{Report, Table, thousands};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;

@@ -10,21 +10,20 @@
 // failing fixture or harness step names itself in its error.
 #![allow(clippy::missing_errors_doc, clippy::missing_panics_doc)]
 
+// How every area measures: contenders interleaved, spreads, goals, the
+// report and its charts, memory counting, the machine's description.
+pub mod harness;
+
+// The measured areas, one module each, used by the report and criterion.
 pub mod adaptive;
-pub mod alloc;
-mod contest;
 pub mod hhh;
 #[cfg(feature = "bpf")]
 pub mod hhh_loopback;
 pub mod http;
 pub mod limits;
-pub mod machine;
-mod plot;
 pub mod rate;
 pub mod redis;
-pub mod report;
 pub mod timeout;
-pub mod workload;
 
 /// The README's quick-start snippets, compiled and run as doc tests so the
 /// product page cannot drift from the API (this crate depends on every

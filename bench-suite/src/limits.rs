@@ -5,10 +5,10 @@
 //! blog's workload (1 M uniformly drawn `u32` keys, pre-generated); memory
 //! as dhat would report it; and the accuracy the blog left out.
 
-use crate::contest::{self, Goal, Spread};
-use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Table, thousands};
-use crate::workload;
+use crate::harness::contest::{self, Goal, Spread};
+use crate::harness::plot::{BarPlot, BarSeries};
+use crate::harness::report::{Report, Table, thousands};
+use crate::harness::workload;
 use dashmap::DashMap;
 use std::collections::HashMap;
 use std::hint::black_box;

@@ -6,10 +6,10 @@
 //! dropped; the heap per live waiter; the `metrics` feature's cost; and how
 //! late sleeps of 3–99 ms fire.
 
-use crate::contest::{self, Goal};
-use crate::plot::{BarPlot, BarSeries, LinePlot, Series};
-use crate::report::{Report, Table, thousands};
-use crate::{alloc, workload};
+use crate::harness::contest::{self, Goal};
+use crate::harness::plot::{BarPlot, BarSeries, LinePlot, Series};
+use crate::harness::report::{Report, Table, thousands};
+use crate::harness::{alloc, workload};
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::{Pin, pin};

@@ -150,7 +150,7 @@ fn flood_through_classify_packet(flood: &[u8], pps: u64, count: u64) -> (u64, u6
     (flood_got, legit_got, legit_sent)
 }
 
-/// The attack of issue 27: a UDP/IPv6 flood whose packets carry nine
+/// An attack seen in review: a UDP/IPv6 flood whose packets carry nine
 /// Destination Options headers. It must be held like the same flood
 /// without them, and the source's other traffic must still pass.
 #[test]

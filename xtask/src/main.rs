@@ -17,12 +17,16 @@
 //!   diff in review. It also checks the constructor rule of
 //!   ARCHITECTURE.md on each listing and its crate's sources. `--count`
 //!   prints how many named items each listing shows.
+//! * `tidy`  — what no compiler checks: every path a doc names exists,
+//!   no tracker numbers, dependencies point downward (`tidy.rs`). `test`
+//!   runs it first.
 //! * `fmt`   — format the workspace.
 //!
 //! Each step prints the command it runs, so a failure can be rerun by hand.
 
 mod api_count;
 mod constructors;
+mod tidy;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         "loom" => loom(rest),
         "bench" => bench(rest),
         "api" => api(rest),
+        "tidy" => reject_args("tidy", rest).and_then(|()| tidy::tidy(&workspace_root())),
         "fmt" => run(cargo().args(["fmt", "--all"])),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
@@ -59,7 +64,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless|--count [DIR]]|fmt>";
+const USAGE: &str = "usage: cargo xtask <test|loom|bench [--quick] [--only SECTION]...|api [--bless|--count [DIR]]|tidy|fmt>";
 
 /// The published crates whose public API is kept in `api/<package>.txt`.
 const PUBLISHED: &[&str] = &[
@@ -74,7 +79,7 @@ const PUBLISHED: &[&str] = &[
 ];
 
 /// The loom models of each crate: the package and the `cargo test`
-/// arguments that select them (a `tests/loom.rs` target, or for models
+/// arguments that select them (a `loom` test target, or for models
 /// inside the crate, the library's tests filtered to their module).
 const LOOM_MODELS: &[(&str, &[&str])] = &[
     ("weir-primitives", &["--test", "loom"]),
@@ -211,6 +216,8 @@ fn test(args: &[String]) -> Result<(), String> {
     reject_args("test", args)?;
     let started = Instant::now();
     let all = all_features()?;
+    println!("==> tidy: cargo xtask tidy");
+    tidy::tidy(&workspace_root()).map_err(|e| format!("step `tidy` failed: {e}"))?;
     step("format", cargo().args(["fmt", "--all", "--check"]))?;
     step(
         "clippy",

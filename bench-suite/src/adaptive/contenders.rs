@@ -3,7 +3,7 @@
 //! offered to it.
 
 use super::{CAPACITY, CLIENT_TIMEOUT, INITIAL_LIMIT, MAX_LIMIT, MIN_LIMIT, OUTSTANDING, SERVICE};
-use crate::machine;
+use crate::harness::machine;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::routing::get;

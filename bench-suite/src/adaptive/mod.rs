@@ -16,10 +16,10 @@
 
 mod contenders;
 
-use crate::contest::{self, Goal};
+use crate::harness::contest::{self, Goal};
+use crate::harness::plot::{LinePlot, Series};
+use crate::harness::report::{Report, Table};
 use crate::http::time_service;
-use crate::plot::{LinePlot, Series};
-use crate::report::{Report, Table};
 use axum::body::Body;
 use contenders::{CONTENDERS, Contender, Kind, Phases, Record, Run, load, schedule};
 use std::num::NonZeroUsize;
@@ -180,7 +180,7 @@ pub fn run(report: &mut Report) {
         full: full_rate(),
     };
     let [halved, restored] = phases.changes();
-    report.section("Adaptive concurrency limits (issue 30)");
+    report.section("Adaptive concurrency limits");
     report.text(&format!(
         "A loopback axum backend serves {CAPACITY} requests at once, each for {} ms \
          (capacity {:.0}/s), queueing the rest first come first served. An open-loop \

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weir_bench_suite::alloc::CountingAllocator;
-use weir_bench_suite::machine;
-use weir_bench_suite::report::{Report, Scale};
+use weir_bench_suite::harness::alloc::CountingAllocator;
+use weir_bench_suite::harness::machine;
+use weir_bench_suite::harness::report::{Report, Scale};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

@@ -1,13 +1,13 @@
 //! The kernel filter's section: its cost per packet under
 //! `BPF_PROG_TEST_RUN`, beside user space and rakelimit's program.
 
-use crate::report::Report;
+use crate::harness::report::Report;
 #[cfg(feature = "bpf")]
 use {
     super::{EMPTY_FILTER_TEST_RUN_NS_HERE, RAKELIMIT_TEST_RUN_NS_HERE, tuples},
-    crate::contest::Spread,
-    crate::plot::{BarPlot, BarSeries},
-    crate::report::{Table, thousands},
+    crate::harness::contest::Spread,
+    crate::harness::plot::{BarPlot, BarSeries},
+    crate::harness::report::{Table, thousands},
     std::hint::black_box,
     std::time::Instant,
     weir_hhh::test_util::udp_packet,
@@ -130,10 +130,7 @@ pub fn run_kernel(report: &mut Report) {
         let series = vec![
             BarSeries::new("weir kernel filter (BPF_PROG_TEST_RUN)", kernel),
             BarSeries::new("weir user space: parse + classify", user),
-            BarSeries::new(
-                "rakelimit's BPF program (issue 18's measurement)",
-                rakelimit,
-            ),
+            BarSeries::new("rakelimit's BPF program", rakelimit),
         ];
         let title = "weir-hhh: the kernel filter's cost per packet beside user space and rakelimit's BPF program";
         let groups = families.iter().map(|f| f.0.to_string()).collect();

@@ -2,8 +2,8 @@
 //! packet path, and publishing per scrape.
 
 use super::{Timing, time_packets, unlimited};
-use crate::contest;
-use crate::report::{Report, Table};
+use crate::harness::contest;
+use crate::harness::report::{Report, Table};
 use std::hint::black_box;
 use std::time::Instant;
 use weir_hhh::random::RandomSource;

@@ -1,7 +1,7 @@
 //! The paper's three scenarios replayed on a simulated clock.
 
-use crate::plot::{LinePlot, Series};
-use crate::report::{Report, Table, thousands};
+use crate::harness::plot::{LinePlot, Series};
+use crate::harness::report::{Report, Table, thousands};
 use std::time::Instant;
 use weir_hhh::Classifier;
 use weir_hhh::random::SeededRandom;

@@ -1,8 +1,8 @@
 //! The Criteo comparison: every approximation's count against the exact
 //! sliding window, and every algorithm enforcing the same limit.
 
-use crate::plot::{LinePlot, Series};
-use crate::report::{Report, Table, share, thousands};
+use crate::harness::plot::{LinePlot, Series};
+use crate::harness::report::{Report, Table, share, thousands};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;

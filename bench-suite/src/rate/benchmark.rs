@@ -2,10 +2,10 @@
 //! distribution and thread count, memory and allowed shares beside, the
 //! issue's goals, and the cheaper clocks.
 
-use crate::contest::{self, Goal, Spread};
-use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Table, thousands};
-use crate::{machine, workload};
+use crate::harness::contest::{self, Goal, Spread};
+use crate::harness::plot::{BarPlot, BarSeries};
+use crate::harness::report::{Report, Table, thousands};
+use crate::harness::{machine, workload};
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
@@ -373,7 +373,7 @@ pub(super) fn benchmark(report: &mut Report) {
             ..plot
         },
     );
-    report.text("Goals (issue 14), judged on this run:");
+    report.text("Goals, judged on this run:");
     report.table(&goals);
     report.text(
         "Both crates also offer a clock that reads a time a background thread refreshes (here every millisecond) \

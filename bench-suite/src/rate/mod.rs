@@ -12,8 +12,8 @@ pub use benchmark::{
     contenders, sized_sketch,
 };
 
-use crate::report::Report;
-use crate::workload;
+use crate::harness::report::Report;
+use crate::harness::workload;
 
 /// The whole weir-rate section of the report.
 pub fn run(report: &mut Report) {

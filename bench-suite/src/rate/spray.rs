@@ -1,9 +1,9 @@
 //! Keyed limiting under a key spray: memory and throughput under millions
 //! of one-shot keys, weir's capped exact limiter against governor.
 
-use crate::alloc::{self, AllocStats};
-use crate::contest::{self, Spread};
-use crate::report::{Report, Table, thousands};
+use crate::harness::alloc::{self, AllocStats};
+use crate::harness::contest::{self, Spread};
+use crate::harness::report::{Report, Table, thousands};
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 use weir_limits::clock::ManualClock;

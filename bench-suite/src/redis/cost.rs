@@ -17,7 +17,7 @@
 
 use super::runs::Paths;
 use super::{ALGORITHMS, Algorithm, Bench, kps};
-use crate::report::{Report, Table, thousands};
+use crate::harness::report::{Report, Table, thousands};
 use redis::{Connection, Value};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -552,7 +552,7 @@ pub(super) fn section(
         .gcra
         .as_ref()
         .ok_or("no plain GCRA limiter connected".to_owned());
-    let quick = report.scale() == crate::report::Scale::Quick;
+    let quick = report.scale() == crate::harness::report::Scale::Quick;
     let (ceilings, gcra_ceiling) = match gcra.and_then(|l| capture(bench.server, bench.rt, l)) {
         Ok(call) => ceiling(bench.server, &call, quick),
         Err(e) => (

@@ -8,10 +8,10 @@
 pub mod cost;
 mod runs;
 
-use crate::contest::{self, Goal};
-use crate::machine;
-use crate::report::{Report, thousands};
-use crate::workload;
+use crate::harness::contest::{self, Goal};
+use crate::harness::machine;
+use crate::harness::report::{Report, thousands};
+use crate::harness::workload;
 use std::fmt::Write as _;
 use std::num::NonZeroU32;
 use std::sync::Arc;

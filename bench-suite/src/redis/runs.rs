@@ -3,9 +3,9 @@
 //! and one hot key plain and pre-aggregated.
 
 use super::{ALGORITHMS, Algorithm, Bench, Run, kps, nz};
-use crate::contest;
-use crate::plot::{BarPlot, BarSeries};
-use crate::report::{Report, Table, thousands};
+use crate::harness::contest;
+use crate::harness::plot::{BarPlot, BarSeries};
+use crate::harness::report::{Report, Table, thousands};
 use std::time::Duration;
 use weir_rate::Quota;
 use weir_redis::{ConfigError, PreAggregation};

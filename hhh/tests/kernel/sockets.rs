@@ -433,7 +433,7 @@ impl Source for RawSender {
     }
 }
 
-/// The attack of issue 27 on a real socket: a UDP/IPv6 flood whose
+/// The same attack on a real socket: a UDP/IPv6 flood whose
 /// packets carry nine Destination Options headers, which Linux delivers,
 /// sent from a raw socket on ::1 to a UDP socket with the filter attached.
 /// It must be held near the limit like the same flood without the headers,

@@ -190,7 +190,7 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    /// Issue 15, item 6: 10 per second, 10 spent at 0.999 s and 10 at
+    /// A refund across a window boundary: 10 per second, 10 spent at 0.999 s and 10 at
     /// 1.0 s. Refunding the first 10 at 1.1 s returns nothing (their
     /// window is over), so nothing more fits before 2 s; refunding the
     /// second 10 frees their place.

@@ -236,7 +236,7 @@ mod tests {
         (log, s)
     }
 
-    /// Issue 15, item 6: limit 2 per 10 s, A at 0 and B at 9 s; a refund
+    /// A refund of an old entry: limit 2 per 10 s, A at 0 and B at 9 s; a refund
     /// for A at 9.5 s must free A's place, not B's, so that at 10 s only
     /// one more fits beside B.
     #[test]

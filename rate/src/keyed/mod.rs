@@ -96,7 +96,7 @@ const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// earlier than the key's own time, so a key that comes back is judged **no
 /// looser than if it had stayed**: for unit costs it is never allowed more,
 /// in any prefix of its requests, than the exact limiter would allow it
-/// (`rate/tests/keyed.rs` checks it for every algorithm against an unbounded
+/// (`rate/tests/limiters/keyed.rs` checks it for every algorithm against an unbounded
 /// one, and that decisions are identical until `max_keys` is first
 /// reached). It may be judged stricter: as spent until its own idle time
 /// (for GCRA and the buckets that is exact; a window restores as full), or

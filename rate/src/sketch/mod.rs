@@ -175,7 +175,7 @@ fn spin() {
 /// with `hashes` (at most 4, since every allowed check
 /// writes every row) chosen to need the least memory. Coordinated bursts
 /// (many keys arriving in lockstep) are outside the bound. The bound is
-/// conservative (`rate/tests/sizing.rs` checks it on a simulated load).
+/// conservative (`rate/tests/limiters/sizing.rs` checks it on a simulated load).
 pub struct SketchLimiter<C = MonotonicClock> {
     locator: Locator,
     cells: Cells,

@@ -147,7 +147,7 @@ fn a_saturated_sketch_cell_answers_instead_of_spinning() {
     );
 }
 
-/// Issue 27, item 8: a check stamped at the end of time must not move the
+/// A check stamped at the end of time must not move the
 /// time its shard judges other keys at. With one shard every key shares
 /// it; before the fix the shard judged every later check at `u64::MAX`,
 /// where GCRA can only deny.

@@ -317,7 +317,7 @@ fn string_keys_are_checked_by_str() {
     assert_eq!(keyed.len(), 1);
 }
 
-/// Issue 28, goal 1: a keyed limiter of bounded capacity forgets keys when
+/// A keyed limiter of bounded capacity forgets keys when
 /// full, keeping when each turns idle in a small sketch, so that a key
 /// that comes back is judged no looser than if it had stayed.
 mod bounded {

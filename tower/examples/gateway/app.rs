@@ -1,5 +1,5 @@
 //! The gateway's application: routes and the two weir layers. Shared by the
-//! example's `main.rs` and by `rate/tests/gateway.rs`, which drives it over
+//! example's `main.rs` and by `tower/tests/http/gateway.rs`, which drives it over
 //! real loopback HTTP.
 
 use axum::Router;

@@ -1,4 +1,4 @@
-//! Forced charges (issue 29, item 4).
+//! Forced charges.
 //!
 //! A charge spends unconditionally, past the limit if need be, for work
 //! already done. Counting charged units as served, the algorithm's bound

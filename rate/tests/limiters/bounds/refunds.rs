@@ -1,4 +1,4 @@
-//! Refunds (issue 15, item 6).
+//! Refunds.
 //!
 //! A refund names the spending it gives back. Each algorithm documents when
 //! a refund really returns it; these tests count a refunded spending as not

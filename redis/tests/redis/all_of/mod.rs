@@ -46,7 +46,7 @@ fn per_day(limit: u32) -> Quota {
     Quota::try_new(limit, DAY).unwrap_or(Quota::per_hour(nz(limit)))
 }
 
-/// redis-cell #22: a gateway limiting per second and per day must not
+/// What redis-cell's users ask for: a gateway limiting per second and per day must not
 /// spend the per-second budget on requests the daily limit refuses. Three
 /// requests pass, the daily limit refuses ten more; the per-second budget
 /// (ten, refilled at ten a second) must still hold the seven the three

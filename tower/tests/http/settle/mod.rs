@@ -1,4 +1,4 @@
-//! Charging by the response (issue 29, item 4): `RateLimitLayer::settle`
+//! Charging by the response: `RateLimitLayer::settle`
 //! admits each request on a check and settles its cost once the response
 //! body has ended or been dropped, over real loopback HTTP with streamed
 //! (chunked) bodies and a real hyper client.

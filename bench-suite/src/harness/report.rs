@@ -2,7 +2,7 @@
 //! also printed to the terminal as it is produced, under a progress bar
 //! of the run (on stderr, drawn only when it is a terminal).
 
-use crate::plot::Chart;
+use crate::harness::plot::Chart;
 use indicatif::{HumanDuration, ProgressBar, ProgressState, ProgressStyle};
 use std::fmt::Write as _;
 use std::io;

@@ -23,7 +23,7 @@ pub fn describe() -> String {
 /// The competitors and runtimes measured, with the versions this build
 /// locked, as a Markdown sentence.
 pub fn crate_versions() -> String {
-    const LOCK: &str = include_str!("../../Cargo.lock");
+    const LOCK: &str = include_str!("../../../Cargo.lock");
     let names = [
         "pingora-limits",
         "pingora-timeout",

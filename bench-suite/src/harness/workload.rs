@@ -8,7 +8,7 @@ use rand_distr::{Distribution, Zipf};
 
 /// Run one thread a stream of these inputs, released together, as every
 /// keyed table of the report does (also for ad hoc probes outside it).
-pub use crate::contest::run_streams;
+pub use crate::harness::contest::run_streams;
 
 /// Number of distinct keys in the blog's workload.
 pub const KEYS: u32 = 1_000_000;

@@ -14,7 +14,7 @@ mod draw;
 #[cfg(test)]
 mod tests;
 
-use crate::contest::Spread;
+use crate::harness::spread::Spread;
 
 /// A chart the report saves as an SVG file, its title the image's alt text.
 pub(crate) trait Chart {
