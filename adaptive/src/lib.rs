@@ -84,7 +84,7 @@ mod window;
 /// weir-limits and weir-rate.
 pub mod clock {
     pub use weir_limits::clock::{
-        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, WallClock,
     };
 }
 

@@ -21,6 +21,7 @@ pub mod hhh;
 pub mod hhh_loopback;
 pub mod http;
 pub mod limits;
+pub mod memcached;
 pub mod rate;
 pub mod redis;
 pub mod timeout;

@@ -109,7 +109,7 @@ pub mod wait;
 /// it a caller-supplied time may be.
 pub mod clock {
     pub use weir_limits::clock::{
-        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp,
+        Clock, ManualClock, MonotonicClock, RecentClock, StdClock, Timestamp, WallClock,
     };
 
     /// How far past a limiter's clock a time given to `check_n_at` may

@@ -177,9 +177,14 @@ impl Backend for Redis {
             .describe(self.core.cluster.then_some(cell * 16384 / CLUSTER_CELLS))
     }
 
-    async fn decide(&self, keys: &[String], costs: &[u32]) -> Result<Vec<Decision>, StoreError> {
+    async fn decide(
+        &self,
+        keys: &[String],
+        costs: &[u32],
+    ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        self.core.query(&keys, costs).await
+        let decisions = self.core.query(&keys, costs).await?;
+        Ok(decisions.into_iter().map(Ok).collect())
     }
 
     async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {

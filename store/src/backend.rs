@@ -35,9 +35,9 @@ use weir_rate::{Decision, Receipt};
 ///     fn key(&self, key: &str) -> String {
 ///         key.to_owned()
 ///     }
-///     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+///     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send {
 ///         let yes = Decision::allow(1, Duration::from_secs(1), 0, Duration::ZERO);
-///         ready(Ok(vec![yes; keys.len()]))
+///         ready(Ok(vec![Ok(yes); keys.len()]))
 ///     }
 ///     fn charge(&self, _: &String, cost: u32) -> impl Future<Output = Result<Receipt, StoreError>> + Send {
 ///         ready(Ok(Receipt::remote(0, cost)))
@@ -118,11 +118,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// after its earlier requests. Each limit of the plan is checked; an
     /// allowed decision of a non-zero cost carries a
     /// [`Receipt::remote`].
+    ///
+    /// The outer error fails the whole call (the store unreachable, slow or
+    /// failing: the failure policy answers, and the cell backs off); an
+    /// inner one is one decision's own outcome, such as
+    /// [`StoreError::Contended`] for a key whose compare-and-swap kept
+    /// losing.
     fn decide(
         &self,
         keys: &[Self::Key],
         costs: &[u32],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send;
 
     /// Spend `cost` units of `key` unconditionally (see
     /// [`Limiter::charge`](weir_rate::Limiter::charge)) on every limit.

@@ -276,7 +276,7 @@ async fn decide<B: Backend>(caller: &Caller<B>, mut batch: Vec<Job<B::Key>>) {
                     Ok(decisions) => {
                         for (reply, decision) in replies.into_iter().zip(decisions) {
                             if let Some(reply) = reply {
-                                let _ = reply.send(Ok(decision));
+                                let _ = reply.send(decision);
                             }
                         }
                     }

@@ -36,8 +36,8 @@ impl<B: Backend> StoreLimiter<B> {
     /// #     type Key = String;
     /// #     async fn connect(_: (), _: &Plan) -> Result<(Self, bool), ConfigError> { Ok((Yes, true)) }
     /// #     fn key(&self, key: &str) -> String { key.to_owned() }
-    /// #     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-    /// #         ready(Ok(vec![Decision::allow(1, Duration::from_secs(1), 0, Duration::ZERO); keys.len()]))
+    /// #     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send {
+    /// #         ready(Ok(vec![Ok(Decision::allow(1, Duration::from_secs(1), 0, Duration::ZERO)); keys.len()]))
     /// #     }
     /// #     fn charge(&self, _: &String, cost: u32) -> impl Future<Output = Result<Receipt, StoreError>> + Send { ready(Ok(Receipt::remote(0, cost))) }
     /// #     fn refund(&self, _: &String, _: Receipt) -> impl Future<Output = Result<(), StoreError>> + Send { ready(Ok(())) }

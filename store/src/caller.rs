@@ -49,7 +49,7 @@ impl<B: Backend> Caller<B> {
         keys: &[B::Key],
         costs: &[u32],
         deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
+    ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
         self.bounded(deadline, self.backend.decide(keys, costs))
             .await
     }

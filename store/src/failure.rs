@@ -10,6 +10,7 @@ use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_rate::clock::WallClock;
 use weir_rate::{AllOf, CheckKey, Decision, KeyedLimiter, Quota, Shape, SketchLimiter};
 
 /// What callers get when the store is slow, unreachable, or failing.
@@ -30,18 +31,22 @@ use weir_rate::{AllOf, CheckKey, Decision, KeyedLimiter, Quota, Shape, SketchLim
 #[non_exhaustive]
 pub enum FailurePolicy {
     /// Each instance enforces the limiter's own quota on its own, in
-    /// bounded memory: a GCRA [`SketchLimiter`] of 4 × 65 536 cells
-    /// (2 MiB), which keeps wrong denials near 0.1% while an instance sees
-    /// up to about 11 000 times the per-key rate in checks a second (its
-    /// [sizing rule](weir_rate::SketchLimiter::shape_for_load); 110 000 checks a
-    /// second at 10 a second per key). For more, give
+    /// bounded memory. A rate (GCRA, token bucket) is kept in a GCRA
+    /// [`SketchLimiter`] of 4 × 65 536 cells (2 MiB), which keeps wrong
+    /// denials near 0.1% while an instance sees up to about 11 000 times
+    /// the per-key rate in checks a second (its
+    /// [sizing rule](weir_rate::SketchLimiter::shape_for_load); 110 000
+    /// checks a second at 10 a second per key). For more, give
     /// [`Local`](Self::Local) a limiter sized for the load.
     ///
-    /// An all-of limiter ([`Builder::and`](crate::Builder::and))
-    /// keeps its limits all-or-nothing here too: an exact
-    /// [`KeyedLimiter`] of an [`AllOf`] of the same algorithms and quotas,
-    /// remembering up to 65 536 keys (beyond that it forgets the keys
-    /// closest to idle, never loosening a limit; see its memory bound).
+    /// A window (fixed or sliding), or several limits all-or-nothing
+    /// ([`Builder::and`](crate::Builder::and)), is kept by an exact
+    /// [`KeyedLimiter`] of the same algorithms and quotas (an [`AllOf`] of
+    /// them), remembering up to 65 536 keys (beyond that it forgets the
+    /// keys closest to idle, never loosening a limit; see its memory
+    /// bound). Its windows fall on the Unix epoch's grid, on the
+    /// [`WallClock`], as the stores' do: a daily window ends at UTC
+    /// midnight on the store and in the fallback alike.
     /// With `N` instances sharing the traffic, up to `N ×` the limit
     /// passes while the store is down, never more; a colliding key in the
     /// sketch can only be held tighter, never looser (for as long as a
@@ -94,16 +99,19 @@ impl FailurePolicy {
     /// becomes the in-process limiter it stands for.
     pub(crate) fn concrete(self, limits: &[Limit]) -> Result<Self, ConfigError> {
         match (self, limits) {
-            (Self::PerInstance, [one]) => Ok(Self::Local(Arc::new(SketchLimiter::new(
-                one.fallback_quota(),
-                PER_INSTANCE_SHAPE,
-            )))),
+            // A rate keeps no window: the sketch holds it in fixed memory.
+            (Self::PerInstance, [one]) if !one.has_windows() => Ok(Self::Local(Arc::new(
+                SketchLimiter::new(one.quota(), PER_INSTANCE_SHAPE),
+            ))),
+            // Windows, or several limits: the same algorithms per key, with
+            // windows on the Unix epoch's grid, as the stores count them.
             (Self::PerInstance, limits) => {
                 let locals: Option<Vec<LocalLimit>> = limits.iter().map(Limit::local).collect();
                 let locals = locals.ok_or(ConfigError::Invalid(
                     "a sliding window whose counters do not fit its quota",
                 ))?;
                 let local = KeyedLimiter::<String, _>::builder(AllOf::new(locals))
+                    .clock(WallClock::new())
                     .max_keys(PER_INSTANCE_KEYS)
                     .build();
                 Ok(Self::Local(Arc::new(local)))

@@ -5,7 +5,6 @@
 //! and max cost, so a store and in-process limiting cannot drift apart.
 
 use std::fmt;
-use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_rate::{
     Decision, FixedWindow, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt, SlidingWindow,
@@ -20,8 +19,7 @@ use weir_rate::{
 /// which of them it runs.
 ///
 /// ```
-/// use std::num::NonZeroU32;
-/// use weir_rate::{Quota, SlidingWindow};
+/// /// use weir_rate::{Quota, SlidingWindow};
 /// use weir_store::{Kind, Limit};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
@@ -70,8 +68,7 @@ kept_on_stores! {
 /// the algorithm value.
 ///
 /// ```
-/// use std::num::NonZeroU32;
-/// use weir_rate::{Gcra, Quota};
+/// /// use weir_rate::{Gcra, Quota};
 /// use weir_store::Limit;
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
@@ -112,16 +109,10 @@ impl Limit {
         self.kind.tag()
     }
 
-    /// The quota of a single limit's per-instance fallback (a GCRA
-    /// sketch): a window algorithm ignores its quota's burst (its max cost
-    /// is its limit), and so does its fallback.
-    pub(crate) fn fallback_quota(&self) -> Quota {
-        match (self.kind, NonZeroU32::new(self.quota.limit())) {
-            (Kind::FixedWindow | Kind::SlidingWindow { .. }, Some(limit)) => {
-                self.quota.allow_burst(limit)
-            }
-            _ => self.quota,
-        }
+    /// Whether the algorithm counts in windows (fixed or sliding), which
+    /// its fallback must count on the same grid.
+    pub(crate) fn has_windows(&self) -> bool {
+        matches!(self.kind, Kind::FixedWindow | Kind::SlidingWindow { .. })
     }
 
     /// The in-process algorithm the store computes; `None` for a sliding

@@ -206,7 +206,7 @@ impl<B: Backend> StoreLimiter<B> {
                     .await
                     .and_then(|mut d| {
                         d.pop()
-                            .ok_or_else(|| StoreError::BadReply("no decision".to_owned()))
+                            .unwrap_or_else(|| Err(StoreError::BadReply("no decision".to_owned())))
                     }),
             }
         })

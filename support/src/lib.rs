@@ -3,6 +3,9 @@
 //!
 //! * [`redis_server`] (feature `redis`): private `redis-server` processes
 //!   and clusters on loopback.
+//! * [`memcached_server`]: private `memcached` processes on loopback.
+//! * [`process`]: what every server fixture shares (free ports, waiting,
+//!   skipping when a server is not installed).
 //! * [`fork`] (Unix): a forked child running a test's closure, waited for
 //!   with a time limit.
 
@@ -12,5 +15,7 @@
 
 #[cfg(unix)]
 pub mod fork;
+pub mod memcached_server;
+pub mod process;
 #[cfg(feature = "redis")]
 pub mod redis_server;

@@ -75,6 +75,7 @@ const PUBLISHED: &[&str] = &[
     "weir-tower",
     "weir-store",
     "weir-redis",
+    "weir-memcached",
     "weir-hhh",
 ];
 
@@ -145,6 +146,14 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "metrics",
     ],
+    &["--package", "weir-memcached", "--no-default-features"],
+    &[
+        "--package",
+        "weir-memcached",
+        "--no-default-features",
+        "--features",
+        "metrics",
+    ],
     &["--package", "weir-hhh", "--no-default-features"],
     &["--package", "weir-hhh"],
     &[
@@ -165,7 +174,7 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-redis/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
+const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-redis/metrics,weir-memcached/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

@@ -16,7 +16,9 @@
 //! one instance means the same instant to every other instance of its type;
 //! [`ManualClock`]s share a time only with their clones. A [`RecentClock`]
 //! trades up to a millisecond of staleness for a cheaper read of the
-//! monotonic clock's time.
+//! monotonic clock's time. A [`WallClock`] reads time since the Unix epoch,
+//! the one time line different hosts share: for limits kept on a store
+//! with no clock of its own, and windows on calendar boundaries.
 
 mod manual;
 mod recent;
@@ -265,6 +267,41 @@ impl Clock for StdClock {
     fn now_nanos(&self) -> u64 {
         // Saturates after 584 years of uptime rather than wrapping.
         duration_to_nanos(self.origin.elapsed())
+    }
+}
+
+/// Wall-clock time: nanoseconds since the Unix epoch (`SystemTime`), the
+/// one time line that processes on different hosts share. For limits kept
+/// on a store without a clock of its own, and for windows that must fall
+/// on calendar boundaries (a daily window from UTC midnight) in every
+/// process alike. It follows the system's clock, so an NTP step can move
+/// it backwards; every limiter treats time going backwards as no time
+/// passing. A reading before the epoch is 0.
+///
+/// ```
+/// use weir_limits::clock::{Clock, WallClock};
+///
+/// let since_epoch = WallClock::new().now_nanos();
+/// assert!(since_epoch > 1_700_000_000 * 1_000_000_000); // after November 2023
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock {
+    _private: (),
+}
+
+impl WallClock {
+    /// The system's wall clock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Clock for WallClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, duration_to_nanos)
     }
 }
 

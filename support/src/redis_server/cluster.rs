@@ -1,6 +1,7 @@
 //! [`RedisCluster`]: private servers joined into a Redis Cluster.
 
 use super::*;
+use std::time::Instant;
 
 /// A Redis Cluster of private servers: `masters` masters with `replicas`
 /// replicas each, slots spread evenly by `redis-cli --cluster create`.

@@ -24,130 +24,28 @@
 //! # }
 //! ```
 
-use std::fmt;
-use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Why a fixture could not be set up. Its `Debug` form is the message,
-/// so a test returning it as an error says what to do.
-#[non_exhaustive]
-pub enum FixtureError {
-    /// `redis-server` is not installed and `CI=true`.
-    Missing,
-    /// Spawning, waiting for, or talking to a process failed.
-    Io(std::io::Error),
-    /// The server or cluster did not become ready in time.
-    NotReady(String),
-}
-
-impl fmt::Display for FixtureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Missing => f.write_str(
-                "redis-server is not installed, and CI=true forbids skipping the Redis tests \
-                 (apt-get install redis-server redis-tools)",
-            ),
-            Self::Io(e) => write!(f, "Redis fixture: {e}"),
-            Self::NotReady(s) => write!(f, "Redis fixture not ready: {s}"),
-        }
-    }
-}
-
-impl fmt::Debug for FixtureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for FixtureError {}
-
-impl From<std::io::Error> for FixtureError {
-    fn from(e: std::io::Error) -> Self {
-        Self::Io(e)
-    }
-}
+pub use crate::process::{FixtureError, runs, wait_until};
+use crate::process::{free_port, skip_unless, temp_dir};
 
 /// Whether `redis-server` (and `redis-cli`) can be run here.
 pub fn installed() -> bool {
     runs("redis-server") && runs("redis-cli")
 }
 
-/// Whether the program `bin` (e.g. `redis-benchmark`) can be run here:
-/// `bin --version` succeeds.
-pub fn runs(bin: &str) -> bool {
-    Command::new(bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// `Ok(true)` when the Redis tests can run; `Ok(false)` (after a loud
 /// notice naming `what`) when they must be skipped; `Err` when
 /// `redis-server` is missing under `CI=true`.
 pub fn available_or_skip(what: &str) -> Result<bool, FixtureError> {
-    if installed() {
-        return Ok(true);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        return Err(FixtureError::Missing);
-    }
-    // Straight to the process's stderr: the test harness captures
-    // `eprintln!`, and this notice must be seen even when the test passes.
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-         !!! SKIPPED {what}: redis-server/redis-cli are not installed.\n\
-         !!! Install them (apt-get install redis-server redis-tools);\n\
-         !!! under CI=true this is a failure, not a skip.\n\
-         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-    );
-    Ok(false)
-}
-
-/// A free loopback port whose cluster bus port (`port + 10000`) is free too.
-fn free_port() -> Result<u16, FixtureError> {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        let port = l.local_addr()?.port();
-        if port > 55_000 {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err(FixtureError::NotReady("no free port pair".into()))
-}
-
-fn temp_dir(port: u16) -> Result<PathBuf, FixtureError> {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "weir-redis-{}-{}-{port}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-/// Poll `f` every 20 ms until it returns true or `limit` passes.
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if f() {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    skip_unless(
+        installed(),
+        what,
+        "redis-server/redis-cli",
+        "redis-server redis-tools",
+    )
 }
 
 /// A private `redis-server` on a loopback port; killed on drop.
@@ -195,7 +93,7 @@ impl RedisServer {
             let mut s = Self {
                 child: None,
                 port,
-                dir: temp_dir(port)?,
+                dir: temp_dir("redis", port)?,
                 extra: extra.iter().map(|s| (*s).to_owned()).collect(),
                 wrapper: wrapper.iter().map(|s| (*s).to_owned()).collect(),
             };

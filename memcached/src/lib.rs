@@ -1,0 +1,113 @@
+//! Rate limits shared by every instance of a service through Memcached.
+//!
+//! A [`MemcachedLimiter`] answers what weir-rate's in-process limiters
+//! answer — may this key spend `cost` units now? — with the same
+//! [`Quota`](weir_rate::Quota) and [`Decision`](weir_rate::Decision), but
+//! keeps the counts on Memcached, so every instance draws from one limit.
+//! It is weir-store's [`StoreLimiter`](weir_store::StoreLimiter) over the
+//! [`Memcached`] store: the failure policy, back-off, batching, leases and
+//! metrics are weir-store's, the same as over Redis.
+//!
+//! # What Memcached can keep, and how
+//!
+//! Memcached has atomic counters but no transactions, so the algorithms
+//! it keeps are the ones a counter or a compare-and-swap can decide:
+//!
+//! | algorithm | kept as | one decision |
+//! |---|---|---|
+//! | [`FixedWindow`](weir_rate::FixedWindow) | a counter per key and window | one round trip: increment (creating the counter with its TTL) |
+//! | [`SlidingWindow`](weir_rate::SlidingWindow) (2 to 64 counters) | a counter per key and sub-window | one round trip: increment the current, read the older |
+//! | [`Gcra`](weir_rate::Gcra), [`TokenBucket`](weir_rate::TokenBucket) | one time per key | read with its CAS value, write if unchanged: two round trips, more when writers collide |
+//!
+//! Every decision is weir-rate's own algorithm on the state the store
+//! holds, so it is what the in-process limiter decides on the same counts.
+//! A counter refuses by its own increment's result, so two instances never
+//! both take the last unit; a compare-and-swap that keeps losing to other
+//! writers of a key gives up after [`Servers::cas_attempts`] and the
+//! request is refused (answered as [`Source::Shed`] with
+//! [`StoreError::Contended`]), never let through. Several limits
+//! all-or-nothing need a transaction across keys, which Memcached does not
+//! have: [`Builder::and`](weir_store::Builder::and) with a second limit is
+//! refused at `connect` ([`ConfigError::Unsupported`]).
+//!
+//! # Time
+//!
+//! Memcached has no clock to read, so time is each instance's wall clock
+//! (nanoseconds since the Unix epoch). Windows fall on the epoch's grid, in
+//! every instance and in the per-instance fallback alike (a daily window
+//! starts at UTC midnight). Instances whose clocks disagree by `δ` see a
+//! window boundary `δ` apart, and a GCRA or token-bucket key is judged `δ`
+//! earlier or later: keep instances on NTP, and count `δ / (window / limit)`
+//! units per key as the error it allows.
+//!
+//! # Keys and servers
+//!
+//! A store key is `<prefix>:<limit>:<key>|<window>`: the prefix (1 to 48 of
+//! `A-Z a-z 0-9 _ . -`), the algorithm with the parameters that lay out its
+//! state, the limiter key percent-encoded (a key longer than 128 encoded
+//! bytes is named by 128 bits of its SHA-256), and the window a counter
+//! counts. Different keys, limits or prefixes never share a store key.
+//! Keys are spread over several [`Servers`] by rendezvous hashing of all
+//! but the window, the same in every instance; a key's counters all live on
+//! one server, and one server down sends only its keys to the failure
+//! policy.
+//!
+//! # What a restart or eviction forgets
+//!
+//! Memcached keeps counts in memory only: a server restarted, or a counter
+//! evicted to make room, forgets what the key spent, and the key may spend
+//! its window again (a looser limit for that window). Size the servers so
+//! nothing is evicted: every key that spends within a window holds, on its
+//! server, one item per counter (one for a fixed window, `N` for a sliding
+//! one of `N` counters, one for GCRA or a token bucket), each about
+//! `60 + key length` bytes rounded up to Memcached's slab classes (96 to
+//! 240 bytes for typical keys). Watch the servers' `evictions` statistic:
+//! it must stay at zero.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::num::NonZeroU32;
+//! use weir_memcached::{MemcachedLimiter, Servers};
+//! use weir_rate::{Quota, SlidingWindow};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
+//! let limiter = MemcachedLimiter::builder(SlidingWindow::try_new(quota, 2)?)
+//!     .prefix("api")
+//!     .connect(Servers::new(["10.0.0.1:11211", "10.0.0.2:11211"]))
+//!     .await?;
+//! if !limiter.check("customer-42").await.is_allowed() {
+//!     // 429, with decision.headers("api")
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod cas;
+mod keys;
+mod servers;
+mod store;
+mod windows;
+
+pub use servers::Servers;
+pub use store::Memcached;
+pub use weir_store::{
+    Answer, Batching, ConfigError, FailurePolicy, PreAggregation, Source, StoreError,
+};
+
+/// A rate limit kept on Memcached: weir-store's limiter over the
+/// [`Memcached`] store. See [`StoreLimiter`](weir_store::StoreLimiter) for
+/// its methods.
+pub type MemcachedLimiter = weir_store::StoreLimiter<Memcached>;
+
+/// Configures and connects a [`MemcachedLimiter`]: from
+/// [`MemcachedLimiter::builder`]; see [`Builder`](weir_store::Builder).
+pub type MemcachedLimiterBuilder = weir_store::Builder<Memcached>;
+
+/// The README's examples, run as doc tests so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

@@ -1,0 +1,297 @@
+//! [`Memcached`]: the Memcached store behind a
+//! [`MemcachedLimiter`](crate::MemcachedLimiter): how a key is named and
+//! placed, and the pipelines that decide, charge and refund.
+//!
+//! Every decision is made by weir-rate's own algorithm on a state rebuilt
+//! from what the store holds, so the store decides exactly as the
+//! in-process limiter of the same name would on the same counts (the
+//! windows) or the same stored time (GCRA and the token bucket); what
+//! differs is only how the state is kept and updated (see `windows` and
+//! `cas`).
+
+use crate::cas::{self, CasLimit};
+use crate::keys::{MAX_PREFIX, encode, valid_prefix};
+use crate::servers::{Rendezvous, Servers, server_of};
+use crate::windows::{self, Window};
+use memcache::exp::AsyncMetaClient;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use weir_rate::clock::{Clock, WallClock};
+use weir_rate::{Decision, Gcra, Receipt, SlidingWindow, TokenBucket};
+use weir_store::{Backend, ConfigError, Kind, Limit, Plan, StoreError};
+
+/// The most counters a sliding window may have here: a check reads all of
+/// them.
+pub(crate) const MAX_COUNTERS: u32 = 64;
+
+/// The Memcached store of a [`MemcachedLimiter`](crate::MemcachedLimiter):
+/// the servers, the client, and the one limit it keeps.
+///
+/// ```no_run
+/// use std::num::NonZeroU32;
+/// use weir_memcached::{MemcachedLimiter, Servers};
+/// use weir_rate::{FixedWindow, Quota};
+///
+/// # async fn demo() -> Result<(), weir_memcached::ConfigError> {
+/// let limiter = MemcachedLimiter::builder(FixedWindow::new(Quota::per_second(NonZeroU32::MIN)))
+///     .prefix("api")
+///     .connect(Servers::one("127.0.0.1:11211"))
+///     .await?;
+/// assert_eq!(limiter.store().servers(), ["127.0.0.1:11211"]);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Memcached {
+    client: AsyncMetaClient,
+    servers: Vec<String>,
+    scheme: Scheme,
+    /// Every key of the limiter starts `<prefix>:<limit>:`.
+    head: String,
+    clock: WallClock,
+    pub(crate) cas_attempts: u32,
+    pub(crate) stats: Arc<CasStats>,
+}
+
+/// How the limit is kept.
+enum Scheme {
+    /// A fixed or sliding window: counters, one per (sub-)window.
+    Window(Window),
+    /// GCRA or a token bucket: one time per key, written by
+    /// compare-and-swap.
+    Cas(CasLimit),
+}
+
+/// Compare-and-swap writes and the ones that lost to another writer,
+/// since the limiter was built.
+#[derive(Debug, Default)]
+pub(crate) struct CasStats {
+    pub(crate) writes: AtomicU64,
+    pub(crate) lost: AtomicU64,
+}
+
+impl fmt::Debug for Memcached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Memcached")
+            .field("servers", &self.servers)
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Memcached {
+    /// The servers, as configured.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// The server `key`'s counters live on.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: weir_memcached::MemcachedLimiter) {
+    /// println!("alice's counters are on {}", limiter.store().server_of("alice"));
+    /// # }
+    /// ```
+    pub fn server_of(&self, key: &str) -> &str {
+        &self.servers[server_of(self.key(key).as_bytes(), &self.servers)]
+    }
+
+    /// Compare-and-swap writes tried since the limiter was built, and how
+    /// many of them lost to another writer of the key (GCRA and the token
+    /// bucket; the windows write no CAS).
+    pub fn cas_writes(&self) -> (u64, u64) {
+        (
+            self.stats.writes.load(Ordering::Relaxed),
+            self.stats.lost.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The client, for the store calls of this crate's modules.
+    pub(crate) fn client(&self) -> &AsyncMetaClient {
+        &self.client
+    }
+
+    /// Nanoseconds since the Unix epoch: the time line every instance
+    /// shares (Memcached has no clock to read).
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+}
+
+/// A `memcache` error as the store's error.
+pub(crate) fn store_error(error: memcache::exp::Error) -> StoreError {
+    StoreError::store(error)
+}
+
+impl Backend for Memcached {
+    const NAME: &'static str = "memcached";
+    type Target = Servers;
+    type Key = String;
+
+    async fn connect(servers: Servers, plan: &Plan) -> Result<(Self, bool), ConfigError> {
+        let prefix = plan.prefix();
+        if !valid_prefix(prefix) {
+            return Err(ConfigError::Invalid(
+                "a Memcached key prefix is 1 to 48 of A-Z a-z 0-9 _ . -",
+            ));
+        }
+        debug_assert!(prefix.len() <= MAX_PREFIX);
+        let [limit] = plan.limits() else {
+            return Err(ConfigError::Unsupported(
+                "several limits all-or-nothing need a transaction across keys, which Memcached \
+                 does not have; keep them on Redis, or give each limit a limiter of its own",
+            ));
+        };
+        if servers.addresses().is_empty() {
+            return Err(ConfigError::Invalid("no Memcached server"));
+        }
+        if servers.attempts() == 0 {
+            return Err(ConfigError::Invalid("zero compare-and-swap attempts"));
+        }
+        let scheme = scheme(limit)?;
+        let head = format!("{prefix}:{}:", tag(limit));
+        let timeout = plan.timeout();
+        let client = AsyncMetaClient::builder()
+            .router(Rendezvous)
+            .connect_timeout(Some(timeout))
+            .io_timeout(Some(timeout))
+            .max_connections(servers.connection_cap())
+            .connect_multiple_async(servers.addresses().iter().map(String::as_str))
+            .await
+            .map_err(|e| ConfigError::Target(Arc::new(e)))?;
+        // Memcached down is no error: the limiter starts with its failure
+        // policy. Only whether it answers now is asked.
+        let wait = timeout.max(Duration::from_secs(1));
+        let connected = matches!(tokio::time::timeout(wait, client.noop()).await, Ok(Ok(())));
+        let store = Memcached {
+            client,
+            servers: servers.addresses().to_vec(),
+            scheme,
+            head,
+            clock: WallClock::new(),
+            cas_attempts: servers.attempts(),
+            stats: Arc::default(),
+        };
+        Ok((store, connected))
+    }
+
+    fn key(&self, key: &str) -> String {
+        let encoded = encode(key);
+        let mut s = String::with_capacity(self.head.len() + encoded.len());
+        s.push_str(&self.head);
+        s.push_str(&encoded);
+        s
+    }
+
+    /// One cell per server.
+    fn cells(&self) -> usize {
+        self.servers.len()
+    }
+
+    fn cell(&self, key: &String) -> usize {
+        server_of(key.as_bytes(), &self.servers)
+    }
+
+    /// A pipeline goes to one server.
+    fn group(&self, key: &String) -> u64 {
+        self.cell(key) as u64
+    }
+
+    fn describe(&self, cell: usize) -> String {
+        self.servers.get(cell).cloned().unwrap_or_default()
+    }
+
+    async fn decide(
+        &self,
+        keys: &[String],
+        costs: &[u32],
+    ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
+        match &self.scheme {
+            Scheme::Window(window) => windows::decide(self, window, keys, costs).await,
+            Scheme::Cas(limit) => cas::decide(self, limit, keys, costs).await,
+        }
+    }
+
+    async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {
+        match &self.scheme {
+            Scheme::Window(window) => windows::charge(self, window, key, cost).await,
+            Scheme::Cas(limit) => cas::charge(self, limit, key, cost).await,
+        }
+    }
+
+    async fn refund(&self, key: &String, receipt: Receipt) -> Result<(), StoreError> {
+        match &self.scheme {
+            Scheme::Window(window) => windows::refund(self, window, key, receipt).await,
+            Scheme::Cas(limit) => cas::refund(self, limit, key, receipt).await,
+        }
+    }
+}
+
+/// How `limit` is kept here.
+fn scheme(limit: &Limit) -> Result<Scheme, ConfigError> {
+    let quota = limit.quota();
+    Ok(match limit.kind() {
+        Kind::FixedWindow => Scheme::Window(Window::fixed(quota)),
+        Kind::SlidingWindow { counters, .. } => {
+            if counters > MAX_COUNTERS {
+                return Err(ConfigError::Unsupported(
+                    "a sliding window of more than 64 counters on Memcached (each check reads them all)",
+                ));
+            }
+            let sliding = SlidingWindow::try_new(quota, counters).map_err(|_| {
+                ConfigError::Invalid("a sliding window whose counters do not fit its quota")
+            })?;
+            Scheme::Window(Window::sliding(sliding))
+        }
+        Kind::Gcra { .. } => Scheme::Cas(CasLimit::Gcra(Gcra::new(quota))),
+        Kind::TokenBucket => Scheme::Cas(CasLimit::Bucket(TokenBucket::new(quota))),
+    })
+}
+
+/// A limit's name in its keys: the algorithm and every parameter that lays
+/// out its state, so limiters whose states differ never share keys.
+fn tag(limit: &Limit) -> String {
+    let window = weir_primitives::time::duration_to_nanos(limit.quota().window());
+    match limit.kind() {
+        Kind::FixedWindow => format!("fw{window}"),
+        Kind::SlidingWindow { counters, .. } => format!("sw{counters}x{window}"),
+        // One time per key, whatever the quota: a new quota takes the state
+        // over, as it does in process.
+        Kind::Gcra { .. } => "gcra".to_owned(),
+        Kind::TokenBucket => "tb".to_owned(),
+    }
+}
+
+/// Seconds a key must live from `now` (ns since the epoch) to outlast
+/// `until`, plus a second, in Memcached's TTL form: up to 30 days a count
+/// of seconds, beyond it an absolute Unix time (Memcached reads a larger
+/// TTL as one).
+pub(crate) fn ttl(now: u64, until: u64) -> u32 {
+    const THIRTY_DAYS: u64 = 30 * 24 * 3600;
+    let secs = until.saturating_sub(now).div_ceil(1_000_000_000) + 1;
+    if secs <= THIRTY_DAYS {
+        secs as u32
+    } else {
+        let absolute = (now / 1_000_000_000).saturating_add(secs);
+        u32::try_from(absolute).unwrap_or(u32::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_switch_to_absolute_times_past_thirty_days() {
+        let now = 1_800_000_000 * 1_000_000_000u64;
+        assert_eq!(ttl(now, now), 1);
+        assert_eq!(ttl(now, now + 1), 2);
+        assert_eq!(ttl(now, now + 59 * 1_000_000_000), 60);
+        let year = 365 * 24 * 3600 * 1_000_000_000u64;
+        assert_eq!(
+            ttl(now, now + year),
+            (1_800_000_000 + 365 * 24 * 3600 + 1) as u32
+        );
+    }
+}
