@@ -10,7 +10,7 @@
 //!   target directory so they never invalidate the normal build cache.
 //! * `bench` — the report harness in `bench-suite/` (`--quick` for a short
 //!   run, `--only SECTION` for one section: limits, timeout, rate, redis,
-//!   http, hhh).
+//!   memcached, http, adaptive, hhh).
 //! * `api`   — compare each published crate's public API (rendered from
 //!   rustdoc's JSON) with its snapshot in `api/`; `--bless` rewrites the
 //!   snapshots. `test` runs the comparison, so an API change is a visible
