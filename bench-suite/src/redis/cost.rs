@@ -15,6 +15,7 @@
 //!   batched calls of bare scripts and of weir's GCRA script: the most
 //!   decisions a second this Redis can make, whatever the client.
 
+use super::redis_benchmark::redis_benchmark;
 use super::runs::Paths;
 use super::{ALGORITHMS, Algorithm, Bench, kps};
 use crate::harness::report::{Report, Table, thousands};
@@ -398,26 +399,6 @@ for i, f in ipairs(ARGV) do kv[2 * i - 1] = f kv[2 * i] = 'abcdefgh' zs[2 * i - 
 redis.call('HSET', KEYS[1], unpack(kv)) \
 redis.call('ZADD', KEYS[2], unpack(zs)) \
 return ''";
-
-/// Requests per second of one `redis-benchmark` run (`--csv`).
-pub(super) fn redis_benchmark(port: u16, args: &[&str]) -> Option<f64> {
-    let mut command = Command::new("redis-benchmark");
-    command
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
-        .args(args);
-    let out = command
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('"'))?;
-    line.split(',')
-        .nth(1)?
-        .trim_matches('"')
-        .parse::<f64>()
-        .ok()
-}
 
 /// Redis's ceiling for batched calls of 16 and 50 decisions (the batched
 /// path's size at 50 callers, and the most 50 closed-loop callers can put

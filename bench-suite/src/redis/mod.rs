@@ -6,6 +6,7 @@
 //! `redis-benchmark` is not installed.
 
 pub mod cost;
+mod redis_benchmark;
 mod runs;
 
 use crate::harness::contest::{self, Goal};

@@ -86,7 +86,7 @@ pub(super) fn paths(report: &mut Report, bench: &Bench<'_>, roomy: Quota) -> Pat
         } else {
             &["-t", "incr"][..]
         });
-        super::cost::redis_benchmark(port, &args)
+        super::redis_benchmark::redis_benchmark(port, &args)
     };
     let mut configs = Vec::new();
     for alg in ALGORITHMS {
