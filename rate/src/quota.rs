@@ -53,6 +53,11 @@ impl Quota {
         Self::fixed(limit, 3_600_000_000_000)
     }
 
+    /// `limit` units per day (86 400 s).
+    pub const fn per_day(limit: NonZeroU32) -> Self {
+        Self::fixed(limit, 86_400_000_000_000)
+    }
+
     /// A quota from raw parts known to be valid (zeros are raised to one).
     pub(crate) fn from_raw(limit: u32, burst: u32, window_ns: u64) -> Self {
         Self {

@@ -2,10 +2,11 @@
 //! ([`Core`]). The plain path and the batcher share it, so a call is sent,
 //! retried after `NOSCRIPT` and decoded the same way on both.
 
-use super::conn::{Link, cluster_slot};
+use super::link::{Conn, Link};
 use super::scripts::{self, Raw, Settle};
-use std::sync::OnceLock;
+use super::slot::cluster_slot;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use weir_rate::{Decision, Quota, Receipt};
 use weir_store::StoreError;
@@ -34,7 +35,7 @@ pub(crate) struct Limit {
 
 /// The part of the Redis store that talks to Redis.
 pub(crate) struct Core {
-    link: Link,
+    link: Arc<Link>,
     /// Decides each key's limits (one, or all-or-nothing a set).
     script: redis::Script,
     /// Forced charges and refunds ([`scripts::settle`]).
@@ -49,7 +50,7 @@ impl Core {
     /// A core deciding with the script `source` and settling with
     /// `settle`, both taking `params`, over `link`, for `limits`.
     pub(crate) fn new(
-        link: Link,
+        link: Arc<Link>,
         (source, settle): (&str, &str),
         params: Vec<String>,
         limits: Vec<Limit>,
@@ -66,9 +67,14 @@ impl Core {
         }
     }
 
-    /// The connection, made now if it is not (for connecting at start-up).
-    pub(crate) async fn connect(&self) -> Result<(), StoreError> {
-        self.link.get().await.map(|_| ()).map_err(store_error)
+    /// The connection, made now if it is not, with the scripts loaded (for
+    /// connecting at start-up: a user not permitted to load or run them is
+    /// refused here, not at the first decision).
+    pub(crate) async fn connect(&self) -> redis::RedisResult<()> {
+        let (_, mut conn) = self.link.get().await?;
+        self.script.load_async(&mut conn).await?;
+        self.settle.load_async(&mut conn).await?;
+        Ok(())
     }
 
     /// How long a call may go unanswered before its connection is
@@ -199,7 +205,9 @@ impl Core {
             .iter()
             .map(|l| format!("{key}{}", l.suffix))
             .collect();
-        // Only a cluster client sends a call twice. A mark in another slot
+        // The cluster client is told not to resend a call, but what sits
+        // between a client and a Cluster may (a proxy that retries), and a
+        // refund applied twice gives back twice. A mark in another slot
         // than the state (a key whose hash tag is empty) would make every
         // refund of that key a cross-slot error, so such a key goes
         // unmarked.
@@ -234,17 +242,18 @@ impl Core {
         }
     }
 
-    /// How long a refund's mark lives (ms): longer than a cluster client
-    /// goes on resending one call (two retries, each given up after a
-    /// timeout, with back-offs of at most 200 ms), capped at a day.
+    /// How long a refund's mark lives (ms): four timeouts and a second,
+    /// longer than anything resends a call its caller has given up on,
+    /// capped at a day.
     fn mark_lifetime_ms(&self) -> u64 {
         let ms = self.timeout.as_millis().saturating_mul(4) + 1000;
         u64::try_from(ms).unwrap_or(u64::MAX).min(86_400_000)
     }
 
     /// Send `cmd`, an `EVALSHA` of `script`, loading the script on
-    /// `NOSCRIPT`; the connection is dropped on an error it cannot get
-    /// over, or when the call goes unanswered for half a timeout.
+    /// `NOSCRIPT` and, on a Cluster, following a redirection to the node
+    /// that holds the keys now; the connection is dropped on an error it
+    /// cannot get over, or when the call goes unanswered for half a timeout.
     async fn send(&self, cmd: &redis::Cmd, script: &redis::Script) -> Result<Vec<u8>, StoreError> {
         let (generation, mut conn) = self.link.get().await.map_err(store_error)?;
         let outstanding = Outstanding {
@@ -256,19 +265,35 @@ impl Core {
         // On NOSCRIPT the script is loaded and the call sent once more; a
         // second NOSCRIPT (the cache emptied again in between, e.g.
         // repeated `SCRIPT FLUSH` or a failover) is retried a few times,
-        // all within the same deadline.
+        // all within the same deadline. A redirection is followed twice at
+        // most (`ASK` to the importing node, then perhaps `MOVED` as the
+        // migration ends): each one means the script did not run.
         let attempts = async {
-            let mut tries = 0;
+            let (mut loads, mut redirects) = (0, 0);
+            let mut to: Option<Redirect> = None;
             loop {
-                match cmd.query_async::<Vec<u8>>(&mut conn).await {
+                let reply = match &to {
+                    None => cmd.query_async::<Vec<u8>>(&mut conn).await,
+                    // Boxed: rare, and it keeps the type of every
+                    // decision's future shallow.
+                    Some(to) => Box::pin(to.send(&mut conn, cmd)).await,
+                };
+                match reply {
                     Err(e)
-                        if tries < 4
+                        if loads < 4
                             && e.kind()
                                 == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
-                        tries += 1;
+                        loads += 1;
                         script.load_async(&mut conn).await?;
                     }
+                    Err(e) if self.cluster && redirects < 2 => match Redirect::of(&e) {
+                        Some(next) => {
+                            redirects += 1;
+                            to = Some(next);
+                        }
+                        None => return Err(e),
+                    },
                     r => return r,
                 }
             }
@@ -278,6 +303,64 @@ impl Core {
         reply
             .inspect_err(|e| self.link.discard_on(generation, e))
             .map_err(store_error)
+    }
+}
+
+/// Where a Cluster node sent a call instead of running it.
+///
+/// The cluster client is told not to follow redirections itself: it sends
+/// `ASKING` and then the call as two requests on a connection other
+/// callers share, so another caller's request can come between them and
+/// take the `ASKING`, and ours bounces between the two masters of a
+/// migrating slot until the deadline. Here `ASKING` and the call go as
+/// one pipeline, written together, so nothing comes between them.
+enum Redirect {
+    /// The slot is being migrated and the key is on the importing node.
+    Ask { host: String, port: u16 },
+    /// The slot belongs to another node now.
+    Moved { host: String, port: u16 },
+}
+
+impl Redirect {
+    fn of(error: &redis::RedisError) -> Option<Self> {
+        use redis::{ErrorKind::Server, ServerErrorKind};
+        // The node as `host:port`, then the slot.
+        let (node, _slot) = error.redirect_node()?;
+        let (host, port) = node.rsplit_once(':')?;
+        let (node, port) = (host.to_owned(), port.parse().ok()?);
+        match error.kind() {
+            Server(ServerErrorKind::Ask) => Some(Self::Ask { host: node, port }),
+            Server(ServerErrorKind::Moved) => Some(Self::Moved { host: node, port }),
+            _ => None,
+        }
+    }
+
+    async fn send(&self, conn: &mut Conn, cmd: &redis::Cmd) -> redis::RedisResult<Vec<u8>> {
+        use redis::cluster_routing::SingleNodeRoutingInfo;
+        let Conn::Cluster(cluster) = conn else {
+            return Err((redis::ErrorKind::Client, "a redirection off a cluster").into());
+        };
+        let (asking, host, port) = match self {
+            Self::Ask { host, port } => (true, host, *port),
+            Self::Moved { host, port } => (false, host, *port),
+        };
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.add_command(cmd.clone());
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port,
+        };
+        let offset = usize::from(asking);
+        let reply = cluster.route_pipeline(pipe, offset, 1, route).await?;
+        let value = reply
+            .into_iter()
+            .next()
+            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Parse, "no reply")))?
+            .extract_error()?;
+        Ok(redis::from_redis_value(value)?)
     }
 }
 
@@ -343,8 +426,8 @@ impl Drop for Outstanding<'_> {
 }
 
 /// How a marked refund whose `reply` is an error goes again, if it does.
-/// The cluster client has already retried it, so an earlier attempt may
-/// have run (its reply lost). A slot that has moved on (`MOVED`) takes the
+/// Something between client and Cluster may have resent it, so an earlier
+/// attempt may have run (its reply lost). A slot that has moved on (`MOVED`) takes the
 /// marked call again at its new master: the mark keeps that harmless. A
 /// slot being migrated (`TRYAGAIN`, `ASK`) refuses any script naming a key
 /// one of its two masters lacks, which a new mark always is: the refund

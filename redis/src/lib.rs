@@ -40,12 +40,54 @@
 //! noticed). The design and its reasons, refund marks and slot migration
 //! included, are in the repository's `docs/redis.md`.
 //!
+//! # Deployments
+//!
+//! * **Where** ([`Target`]): one server ([`Target::server`]), a Cluster
+//!   ([`Target::cluster`]; a slot being migrated is followed to the node
+//!   importing it, key by key, so resharding does not reach the failure
+//!   policy), or the master a set of Sentinels names
+//!   ([`Target::sentinel`]; found again after a failover, with the failure
+//!   policy deciding until the Sentinels promote a replica).
+//! * **One connection for several limiters**: limiters connected with
+//!   clones of one `Target` share its multiplexed connection.
+//! * **TLS** (feature `tls`): `rediss://` URLs, with a private certificate
+//!   authority or client certificates through [`Target::tls`].
+//! * **Authentication**: `redis://user:password@host/`. The least an ACL
+//!   user needs is the prefix's keys and the commands the scripts run:
+//!
+//!   ```text
+//!   ACL SETUSER weir on >password resetkeys ~<prefix>:* resetchannels -@all
+//!       +evalsha +script|load +mget +set +setrange +time
+//!   ```
+//!
+//!   plus `+cluster|slots +asking` on a Cluster and `+role` on a
+//!   Sentinel-named master. A wrong password, a user without these
+//!   commands, or a certificate either side does not trust is a
+//!   [`ConfigError::Rejected`] from `connect`, never a limiter that
+//!   quietly decides by its failure policy.
+//! * **When the store fails**: the [`FailurePolicy`] decides, and the
+//!   outage is logged (`tracing`): one warning naming the server and the
+//!   policy when it starts, one line when Redis decides again.
+//!
+//! # What a restart forgets
+//!
+//! Redis keeps every count in memory. A server restarted without
+//! persistence comes back empty: every key may spend its window or burst
+//! again, so one restart can let through up to one more limit's worth per
+//! key. To keep counts across restarts, run Redis with `appendonly yes`
+//! and `appendfsync always` (nothing spent is forgotten);
+//! `appendfsync everysec` forgets at most the last second's spending, and
+//! RDB snapshots alone everything since the last one. A failover to a
+//! replica forgets what had not yet been replicated (replication is
+//! asynchronous), usually milliseconds of spending.
+//!
 //! # Items
 //!
 //! * [`RedisLimiter`], [`RedisLimiterBuilder`]: the limiter and its
 //!   builder ([`RedisLimiter::builder`]).
-//! * [`Target`]: a server or a cluster; [`cluster_slot`]: where a key
-//!   lives in one.
+//! * [`Target`]: a server, a Cluster or a Sentinel-named master, and the
+//!   connection its clones share; [`Tls`] (feature `tls`): its
+//!   certificates; [`cluster_slot`]: where a key lives in a Cluster.
 //! * [`Redis`]: the store (its Redis keys: [`Redis::redis_keys`]).
 //! * Re-exported from weir-store: [`FailurePolicy`], [`Batching`],
 //!   [`PreAggregation`], [`Answer`], [`Source`], [`StoreError`],
@@ -77,13 +119,18 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod call;
-mod conn;
+mod link;
 mod params;
 mod scripts;
+mod slot;
 mod store;
+mod target;
 
-pub use conn::{Target, cluster_slot};
+pub use slot::cluster_slot;
 pub use store::Redis;
+pub use target::Target;
+#[cfg(feature = "tls")]
+pub use target::Tls;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, MAX_LIMITS, PreAggregation, Source, StoreError,
 };

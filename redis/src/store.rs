@@ -3,9 +3,11 @@
 //! script calls that decide, charge and refund.
 
 use crate::call::{Core, Limit as KeyedLimit};
-use crate::conn::{Link, Target, cluster_slot};
+use crate::link::misconfigured;
 use crate::params::params;
 use crate::scripts::{self, Settle};
+use crate::slot::cluster_slot;
+use crate::target::Target;
 use std::fmt;
 use std::time::Duration;
 use weir_rate::{Decision, Receipt};
@@ -113,8 +115,7 @@ impl Backend for Redis {
             )
         };
         let timeout = plan.timeout();
-        let link =
-            Link::new(&target, timeout).map_err(|e| ConfigError::Target(std::sync::Arc::new(e)))?;
+        let link = target.link(timeout)?;
         let core = Core::new(
             link,
             (&source, &scripts::settle(&kinds)),
@@ -122,16 +123,22 @@ impl Backend for Redis {
             keyed,
             (timeout, target.is_cluster()),
         );
-        // Connect now if Redis is there; if it is not (refused, or no
+        // Connect now if Redis is there; if it is not (no listener, or no
         // answer within the timeout, at least a second), start all the
         // same and let the back-off's probes connect later: a service
         // restarted during a Redis incident must come up, limited by its
-        // failure policy meanwhile.
+        // failure policy meanwhile. A server that answers and refuses this
+        // client (credentials, permissions, certificates) is a
+        // configuration error: no probe would ever get past it.
         let connect_timeout = timeout.max(Duration::from_secs(1));
-        let connected = matches!(
-            tokio::time::timeout(connect_timeout, core.connect()).await,
-            Ok(Ok(()))
-        );
+        let connected = match tokio::time::timeout(connect_timeout, core.connect()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => match misconfigured(e) {
+                Ok(config) => return Err(config),
+                Err(_outage) => false,
+            },
+            Err(_) => false,
+        };
         let redis = Redis {
             core,
             tags: limits.iter().map(|l| l.tag()).collect(),

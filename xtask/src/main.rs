@@ -146,6 +146,13 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "metrics",
     ],
+    &[
+        "--package",
+        "weir-redis",
+        "--no-default-features",
+        "--features",
+        "tls",
+    ],
     &["--package", "weir-memcached", "--no-default-features"],
     &[
         "--package",
@@ -174,7 +181,7 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-redis/metrics,weir-memcached/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
+const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-redis/metrics,weir-redis/tls,weir-memcached/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.

@@ -77,6 +77,7 @@ fn one_unit_given_back(rt: &tokio::runtime::Runtime, limiter: &RedisLimiter, key
 
 #[test]
 fn refunds_on_a_cluster() -> TestResult {
+    let _alone = crate::one_at_a_time();
     let Some(mut cluster) = RedisCluster::start_or_skip("refunds on a cluster", 3, 0)? else {
         return Ok(());
     };

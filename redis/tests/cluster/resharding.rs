@@ -3,7 +3,10 @@
 //! by key, not handed to the failure policy whole.
 
 use crate::support::*;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use weir_rate::{Gcra, Quota};
 use weir_redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot};
 use weir_test_support::redis_server::RedisCluster;
@@ -21,6 +24,7 @@ fn two_keys_in_one_slot() -> (String, String, u16) {
 
 #[test]
 fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
+    let _alone = crate::one_at_a_time();
     let Some(mut cluster) = RedisCluster::start_or_skip("resharding", 3, 0)? else {
         return Ok(());
     };
@@ -99,6 +103,7 @@ impl Drop for Stopped {
 /// connection, while it is down.
 #[test]
 fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResult {
+    let _alone = crate::one_at_a_time();
     let Some(mut cluster) = RedisCluster::start_or_skip("stalled master", 3, 0)? else {
         return Ok(());
     };
@@ -152,5 +157,202 @@ fn a_stalled_master_sends_only_its_own_slots_to_the_failure_policy() -> TestResu
         healthy_sources.iter().all(|s| *s == Source::Store),
         "a healthy master's key left Redis while another master stalled: {healthy_sources:?}"
     );
+    Ok(())
+}
+
+/// `n` limiter keys that share one Cluster slot, and the slot.
+fn keys_in_one_slot(n: usize) -> (Vec<String>, u16) {
+    let slot = cluster_slot("hot0");
+    let keys = (0..)
+        .map(|i| format!("hot{i}"))
+        .filter(|k| cluster_slot(k) == slot)
+        .take(n)
+        .collect();
+    (keys, slot)
+}
+
+/// Move `slot` from its master to the next, key by key with a pause
+/// between keys (as `redis-cli --cluster reshard` does with a pipeline of
+/// one), then hand it over. Returns how many keys moved.
+fn migrate_key_by_key(cluster: &mut RedisCluster, slot: u16) -> Result<usize, String> {
+    let (from, to) = cluster.start_migrating(slot).map_err(|e| e.to_string())?;
+    let to_port = cluster.nodes[to].port().to_string();
+    let slot_text = slot.to_string();
+    let mut moved = 0;
+    loop {
+        let out = cluster.nodes[from]
+            .cli(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "1"])
+            .map_err(|e| e.to_string())?;
+        let Some(key) = out.lines().next().filter(|k| !k.is_empty()) else {
+            break;
+        };
+        let out = cluster.nodes[from]
+            .cli(&["MIGRATE", "127.0.0.1", &to_port, key, "0", "5000"])
+            .map_err(|e| e.to_string())?;
+        if !out.contains("OK") && !out.contains("NOKEY") {
+            return Err(format!("MIGRATE {key}: {out}"));
+        }
+        moved += 1;
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    cluster
+        .finish_migrating(slot, to)
+        .map_err(|e| e.to_string())?;
+    Ok(moved)
+}
+
+/// 50 callers on 200 hot keys of one slot while the slot migrates key by
+/// key to another master: the callers whose key has moved follow `ASK` to
+/// the importing master, so at most 1% of decisions come from the failure
+/// policy, and no key is allowed more than GCRA allows it.
+#[test]
+fn a_slot_migrating_under_load_is_decided_by_redis() -> TestResult {
+    let _alone = crate::one_at_a_time();
+    let Some(mut cluster) = RedisCluster::start_or_skip("live resharding", 3, 0)? else {
+        return Ok(());
+    };
+    let (keys, slot) = keys_in_one_slot(200);
+    let keys = Arc::new(keys);
+    let quota = Quota::per_second(nz(20));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(quota))
+            .prefix(unique_prefix("live"))
+            .timeout(Duration::from_millis(100))
+            .batching(Batching::default())
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(cluster.urls())),
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let callers: Vec<_> = (0..50)
+        .map(|c| {
+            let (limiter, keys, stop) = (limiter.clone(), keys.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut allowed = HashMap::<usize, u64>::new();
+                let (mut decided, mut fallback) = (0u64, Vec::new());
+                let mut i = c;
+                while !stop.load(Ordering::Relaxed) {
+                    i = (i + 7) % keys.len();
+                    match limiter.check_verbose(&keys[i], 1).await {
+                        Ok(a) if a.source == Source::Store => {
+                            *allowed.entry(i).or_default() += u64::from(a.decision.is_allowed());
+                        }
+                        Ok(a) => fallback.push(format!("{:?}", a.error)),
+                        Err(e) => fallback.push(e.to_string()),
+                    }
+                    decided += 1;
+                }
+                (allowed, decided, fallback)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let migration = Instant::now();
+    let moved = migrate_key_by_key(&mut cluster, slot)?;
+    let migrating = migration.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let (mut allowed, mut decided, mut fallback) = (HashMap::<usize, u64>::new(), 0, Vec::new());
+    for caller in callers {
+        let (a, d, f) = rt.block_on(caller)?;
+        for (k, n) in a {
+            *allowed.entry(k).or_default() += n;
+        }
+        decided += d;
+        fallback.extend(f);
+    }
+    let share = fallback.len() as f64 / decided.max(1) as f64;
+    let mut reasons = HashMap::<&str, usize>::new();
+    for f in &fallback {
+        *reasons
+            .entry(f.split(':').next().unwrap_or(""))
+            .or_default() += 1;
+    }
+    eprintln!(
+        "live resharding: {moved} keys moved one by one in {migrating:?}; {decided} decisions \
+         by 50 callers, {} ({:.3}%) from the failure policy: {reasons:?}",
+        fallback.len(),
+        share * 100.0
+    );
+    // GCRA allows at most its burst plus its rate over the run.
+    let bound = u64::from(quota.burst()) + (elapsed.as_secs_f64() * 20.0).ceil() as u64;
+    let loosest = allowed.values().max().copied().unwrap_or(0);
+    assert!(loosest <= bound, "a key was allowed {loosest} > {bound}");
+    assert!(
+        share <= 0.01,
+        "{:.3}% from the failure policy",
+        share * 100.0
+    );
+    Ok(())
+}
+
+/// An ACL user with the commands the crate docs list for a Cluster
+/// (`+cluster|slots +asking` beside the scripts' own) decides keys of a
+/// slot being migrated on either master.
+#[test]
+fn an_acl_user_follows_a_migrating_slot() -> TestResult {
+    let _alone = crate::one_at_a_time();
+    let Some(mut cluster) = RedisCluster::start_or_skip("cluster acl", 3, 0)? else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("clusteracl");
+    let pattern = format!("~{prefix}:*");
+    for node in &cluster.nodes {
+        let out = node.cli(&[
+            "ACL",
+            "SETUSER",
+            "weir",
+            "on",
+            ">s3cret",
+            "resetkeys",
+            &pattern,
+            "resetchannels",
+            "-@all",
+            "+evalsha",
+            "+script|load",
+            "+mget",
+            "+set",
+            "+setrange",
+            "+time",
+            "+cluster|slots",
+            "+asking",
+        ])?;
+        assert_eq!(out.trim(), "OK", "{out}");
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("redis://", "redis://weir:s3cret@"))
+        .collect();
+    let (moved, stayed, slot) = two_keys_in_one_slot();
+    let rt = rt()?;
+    let limiter = rt.block_on(
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(100))))
+            .prefix(prefix)
+            .timeout(Duration::from_secs(1))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::cluster(urls)),
+    )?;
+    for key in [&moved, &stayed] {
+        let v = rt.block_on(limiter.check_verbose(key, 1))?;
+        assert_eq!(v.source, Source::Store, "{:?}", v.error);
+    }
+    let (from, to) = cluster.start_migrating(slot)?;
+    let key_of_moved = limiter.store().redis_keys(&moved).remove(0);
+    let to_port = cluster.nodes[to].port().to_string();
+    let out =
+        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
+    assert!(out.contains("OK"), "migrate: {out}");
+    for key in [&moved, &stayed] {
+        let v = rt.block_on(limiter.check_verbose(key, 1))?;
+        assert_eq!(v.source, Source::Store, "{key}: {:?}", v.error);
+        assert_eq!(v.decision.remaining(), 98, "{key}: charged where it lives");
+    }
+    cluster.finish_migrating(slot, to)?;
     Ok(())
 }

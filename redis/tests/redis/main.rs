@@ -42,10 +42,14 @@ fn local_pattern<L: Limiter>(l: L, n: usize) -> Vec<(bool, u32)> {
 /// rounded up to whole microseconds as the Redis backend reports them.
 type Summary = (bool, u32, u128, u128);
 
+mod access;
 mod all_of;
 mod attacks;
 mod decisions;
 mod held;
 mod outages;
+mod restarts;
+mod sentinel;
+mod sharing;
 mod stalls;
 mod waits;

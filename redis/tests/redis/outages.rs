@@ -245,3 +245,57 @@ fn unreachable_at_start_is_the_failure_policy_not_an_error_or_a_hang() -> TestRe
         Ok(())
     })
 }
+
+/// A daily window ends at UTC midnight on Redis, and so it does in the
+/// per-instance fallback: both count windows from the Unix epoch, so a
+/// window spent in the fallback late in its span is whole again right
+/// after the boundary (two-second windows stand in for days here).
+#[test]
+fn the_fallback_windows_fall_on_the_servers_grid() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("redis grid")? else {
+        return Ok(());
+    };
+    rt()?.block_on(async {
+        let window = Duration::from_secs(2);
+        let l = RedisLimiter::builder(FixedWindow::new(Quota::try_new(3, window)?))
+            .prefix(unique_prefix("grid"))
+            .timeout(Duration::from_millis(100))
+            .connect(Target::server(server.url()))
+            .await?;
+        server.kill();
+        assert_eq!(l.check_verbose("warm", 1).await?.source, Source::Local);
+        let into_window = || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            Duration::from_nanos((now % window.as_nanos()) as u64)
+        };
+        let allowed = |l: RedisLimiter| async move {
+            let mut n = 0;
+            for _ in 0..5 {
+                let a = l.check_verbose("k", 1).await.expect("max cost");
+                assert_eq!(a.source, Source::Local);
+                n += u32::from(a.decision.is_allowed());
+            }
+            n
+        };
+        // 300 ms before a boundary of the grid, spend the window...
+        let before = window - Duration::from_millis(300);
+        let at = into_window();
+        let wait = if at < before {
+            before - at
+        } else {
+            window - at + before
+        };
+        tokio::time::sleep(wait).await;
+        assert_eq!(allowed(l.clone()).await, 3);
+        // ...and just after it, it is whole again.
+        tokio::time::sleep(window - into_window() + Duration::from_millis(50)).await;
+        assert_eq!(
+            allowed(l).await,
+            3,
+            "the fallback's window did not end on the grid"
+        );
+        Ok(())
+    })
+}

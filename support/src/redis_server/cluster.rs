@@ -188,8 +188,13 @@ impl RedisCluster {
             .map(|n| n.id)
             .ok_or_else(|| FixtureError::NotReady(format!("port {port} not in CLUSTER NODES")))?;
         let slot = slot.to_string();
-        for node in &self.nodes {
-            let _ = node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+        // The importing node first, as Redis's own resharding does: were
+        // the source told first, it would send callers on (`MOVED`) to a
+        // node that does not yet own the slot and sends them back.
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        order.sort_by_key(|&i| i != to);
+        for i in order {
+            let _ = self.nodes[i].cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
         }
         Ok(())
     }

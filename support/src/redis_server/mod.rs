@@ -4,7 +4,10 @@
 //! port, with persistence off (`--save ""`, `--appendonly no`) and its own
 //! temporary directory; it is killed and its directory removed on drop.
 //! A [`RedisCluster`] is a set of them joined with
-//! `redis-cli --cluster create`. Nothing here ever talks to a shared
+//! `redis-cli --cluster create`; [`RedisSentinels`], a master, its replicas
+//! and the `redis-sentinel` processes watching them. With the feature
+//! `tls`, [`RedisServer::start_tls`] serves TLS with certificates of a
+//! [`CertificateAuthority`] made by the test. Nothing here ever talks to a shared
 //! instance or to anything but `127.0.0.1`.
 //!
 //! When `redis-server` is not installed, [`RedisServer::start_or_skip`]
@@ -57,6 +60,9 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// A program the server runs under (e.g. `valgrind` and its options).
     wrapper: Vec<String>,
+    /// Its TLS port and certificates' directory, when it serves TLS.
+    #[cfg(feature = "tls")]
+    tls: Option<tls::TlsPort>,
 }
 
 impl RedisServer {
@@ -96,6 +102,8 @@ impl RedisServer {
                 dir: temp_dir("redis", port)?,
                 extra: extra.iter().map(|s| (*s).to_owned()).collect(),
                 wrapper: wrapper.iter().map(|s| (*s).to_owned()).collect(),
+                #[cfg(feature = "tls")]
+                tls: None,
             };
             match s.spawn() {
                 Ok(()) => return Ok(s),
@@ -239,6 +247,10 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let _ = std::fs::remove_dir_all(&tls.dir);
+        }
     }
 }
 
@@ -273,7 +285,13 @@ impl CommandStats {
 }
 
 mod cluster;
+mod sentinel;
+#[cfg(feature = "tls")]
+mod tls;
 pub use cluster::{NodeInfo, RedisCluster};
+pub use sentinel::RedisSentinels;
+#[cfg(feature = "tls")]
+pub use tls::{CertificateAuthority, ClientCertificates, Issued};
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,307 @@
+//! [`Target`]: where a limiter's state lives — one server, a Cluster, or
+//! the master a set of Sentinels names — how to reach it (TLS, the
+//! master's credentials), and which limiters share its connection.
+
+use crate::link::Link;
+use parking_lot::Mutex;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use weir_store::ConfigError;
+
+/// Where the limits live, and the connection limiters share.
+///
+/// Credentials go in the URLs (`redis://user:password@host:6379/`); a
+/// `rediss://` URL is TLS (feature `tls`, see [`Target::tls`]).
+///
+/// **Clones share one connection.** Every limiter connected with a clone
+/// of one `Target` sends its calls over one multiplexed connection (one
+/// per node of a Cluster), made when the first of them connects and made
+/// again, for all of them, after a fault. Targets built separately, even
+/// from the same URL, connect separately. The connection waits on the wire
+/// as long as the longest [timeout](weir_store::Builder::timeout) of the
+/// limiters sharing it; each limiter still gives up at its own.
+///
+/// ```
+/// use weir_redis::Target;
+///
+/// let single = Target::server("redis://127.0.0.1:6379/");
+/// let cluster = Target::cluster(["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]);
+/// let sentinel = Target::sentinel(["redis://127.0.0.1:26379/"], "mymaster")
+///     .master_auth("weir", "s3cret");
+/// assert_ne!(single, cluster);
+/// // Per-second and per-day limiters of one service, one connection:
+/// let (per_second, per_day) = (single.clone(), single);
+/// assert_eq!(per_second, per_day);
+/// # let _ = sentinel;
+/// ```
+#[derive(Clone)]
+pub struct Target {
+    spec: Arc<Spec>,
+    /// The connection of this target and its clones, while a limiter
+    /// holds it.
+    shared: Arc<Mutex<Weak<Link>>>,
+}
+
+/// What a target is, apart from its connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Spec {
+    pub(crate) nodes: Nodes,
+    /// Certificates for `rediss://` connections (system roots without).
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<Tls>,
+    /// The user and password of a Sentinel-named master.
+    pub(crate) master_auth: Option<(String, String)>,
+}
+
+impl Spec {
+    /// Every URL the target names.
+    #[cfg_attr(feature = "tls", allow(dead_code))]
+    pub(crate) fn urls(&self) -> impl Iterator<Item = &str> {
+        let urls: &[String] = match &self.nodes {
+            Nodes::Server(url) => std::slice::from_ref(url),
+            Nodes::Cluster(nodes) => nodes,
+            Nodes::Sentinel { sentinels, .. } => sentinels,
+        };
+        urls.iter().map(String::as_str)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Nodes {
+    Server(String),
+    Cluster(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+}
+
+impl Target {
+    fn of(nodes: Nodes) -> Self {
+        Self::from_spec(Spec {
+            nodes,
+            #[cfg(feature = "tls")]
+            tls: None,
+            master_auth: None,
+        })
+    }
+
+    fn from_spec(spec: Spec) -> Self {
+        Self {
+            spec: Arc::new(spec),
+            shared: Arc::default(),
+        }
+    }
+
+    /// The target with `change` made: its own connection, apart from the
+    /// clones made before.
+    fn with(self, change: impl FnOnce(&mut Spec)) -> Self {
+        let mut spec = Arc::unwrap_or_clone(self.spec);
+        change(&mut spec);
+        Self::from_spec(spec)
+    }
+
+    /// One Redis server (a `redis://` or `rediss://` URL), through a
+    /// connection manager that reconnects in the background after a
+    /// failure.
+    pub fn server(url: impl Into<String>) -> Self {
+        Self::of(Nodes::Server(url.into()))
+    }
+
+    /// A Redis Cluster, given by one or more of its nodes; the client
+    /// learns the slot map, follows `MOVED` and `ASK` (a script for a key
+    /// of a slot being migrated goes to the node importing it) and
+    /// refreshes the map after a failover.
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::of(Nodes::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// The master that Redis Sentinels monitor under the name `master`,
+    /// given by one or more Sentinels' URLs (`redis://host:26379/`, with the
+    /// Sentinels' own credentials if they require any; `rediss://` for TLS).
+    ///
+    /// The master is found by asking the Sentinels in turn, and found
+    /// again whenever its connection fails or it stops taking writes (it
+    /// was demoted in a failover): decisions move to the new master as
+    /// soon as the Sentinels name it, and the failure policy decides in
+    /// between. The master's own credentials are [`master_auth`](Self::master_auth).
+    pub fn sentinel<I, S>(sentinels: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::of(Nodes::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        })
+    }
+
+    /// The user and password of a Sentinel-named master (`default` is the
+    /// user of a server protected by `requirepass` alone). Other targets
+    /// carry their credentials in their URLs; for them this is a
+    /// [`ConfigError::Invalid`](weir_store::ConfigError::Invalid) at connect.
+    pub fn master_auth(self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        let auth = (user.into(), password.into());
+        self.with(|spec| spec.master_auth = Some(auth))
+    }
+
+    /// TLS settings for this target's `rediss://` connections: the
+    /// certificate authority to trust (instead of the system's), and a
+    /// client certificate for servers that ask for one. A Sentinel-named
+    /// master is reached over TLS when these are set; Sentinels by their
+    /// URLs' schemes.
+    ///
+    /// A certificate the client does not trust, or a server that refuses
+    /// the client's, is a [`ConfigError::Rejected`](weir_store::ConfigError::Rejected)
+    /// at connect, never a quiet fallback.
+    ///
+    /// ```no_run
+    /// use weir_redis::{Target, Tls};
+    ///
+    /// # fn demo() -> std::io::Result<()> {
+    /// let tls = Tls::new().root_certificate(std::fs::read("ca.pem")?);
+    /// let target = Target::server("rediss://weir:s3cret@redis.internal:6380/").tls(tls);
+    /// # let _ = target;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls(self, tls: Tls) -> Self {
+        self.with(|spec| spec.tls = Some(tls))
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.spec.nodes, Nodes::Cluster(_))
+    }
+
+    /// The connection this target's limiters share, made for a limiter
+    /// whose calls take up to `timeout`.
+    pub(crate) fn link(&self, timeout: Duration) -> Result<Arc<Link>, ConfigError> {
+        let mut shared = self.shared.lock();
+        if let Some(link) = shared.upgrade() {
+            link.admit(timeout);
+            return Ok(link);
+        }
+        let link = Arc::new(Link::new(&self.spec, timeout)?);
+        *shared = Arc::downgrade(&link);
+        Ok(link)
+    }
+
+    /// The target for a log line, without credentials: the server, the
+    /// cluster's seed nodes and the first slot of a range, or the master's
+    /// name and its Sentinels.
+    pub(crate) fn describe(&self, slot: Option<usize>) -> String {
+        let listed = |urls: &[String]| urls.iter().map(|n| redact(n)).collect::<Vec<_>>();
+        match (&self.spec.nodes, slot) {
+            (Nodes::Server(url), _) => redact(url),
+            (Nodes::Cluster(nodes), Some(slot)) => {
+                format!("cluster {} (slots from {slot})", listed(nodes).join(", "))
+            }
+            (Nodes::Cluster(nodes), None) => format!("cluster {}", listed(nodes).join(", ")),
+            (Nodes::Sentinel { sentinels, master }, _) => {
+                format!(
+                    "master {master} of sentinels {}",
+                    listed(sentinels).join(", ")
+                )
+            }
+        }
+    }
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec == other.spec
+    }
+}
+
+impl Eq for Target {}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe(None))
+    }
+}
+
+/// TLS settings of a [`Target`] (feature `tls`): whom to trust, and who
+/// the client is. Certificates and keys are PEM. The TLS implementation is
+/// rustls with the *ring* provider, installed as the process default
+/// unless one already is.
+///
+/// ```
+/// use weir_redis::Tls;
+///
+/// let system_roots = Tls::new();
+/// let private_ca = Tls::new().root_certificate(b"-----BEGIN CERTIFICATE-----\n...".to_vec());
+/// assert_ne!(system_roots, private_ca);
+/// ```
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    pub(crate) root: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "tls")]
+impl Tls {
+    /// Trust the system's certificate authorities.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trust the authority whose certificate this is (PEM), and no other.
+    pub fn root_certificate(mut self, pem: Vec<u8>) -> Self {
+        self.root = Some(pem);
+        self
+    }
+
+    /// Present this certificate chain and private key (PEM) to servers
+    /// that authenticate clients (`tls-auth-clients yes`).
+    pub fn client_certificate(mut self, chain: Vec<u8>, key: Vec<u8>) -> Self {
+        self.client = Some((chain, key));
+        self
+    }
+
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(chain, key)| redis::ClientTlsConfig {
+                    client_cert: chain.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.root.clone(),
+        }
+    }
+}
+
+#[cfg(feature = "tls")]
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("root_certificate", &self.root.as_ref().map(|_| "<pem>"))
+            .field("client_certificate", &self.client.as_ref().map(|_| "<pem>"))
+            .finish()
+    }
+}
+
+/// `url` without the user and password it may carry.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = match rest.split_once('@') {
+        Some((_, host)) => host,
+        None => rest,
+    };
+    if scheme.is_empty() {
+        rest.to_owned()
+    } else {
+        format!("{scheme}://{rest}")
+    }
+}

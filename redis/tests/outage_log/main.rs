@@ -1,0 +1,115 @@
+//! The outage log, read back through a process-wide `tracing` subscriber:
+//! a binary of its own, because `tracing` caches per call site whether
+//! anyone listens, and a subscriber scoped to one test's thread loses that
+//! race to tests running beside it.
+#![cfg(not(loom))]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use support::*;
+use weir_rate::{Gcra, Quota};
+use weir_redis::{FailurePolicy, RedisLimiter, Source, Target};
+use weir_test_support::redis_server::RedisServer;
+
+/// Everything logged in this process, as text.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+/// An outage is one warning when the failure policy takes over, naming
+/// the server and the policy, and one line when Redis decides again —
+/// however many callers and probes meet it in between.
+#[test]
+fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() -> TestResult {
+    let Some(mut server) = RedisServer::start_or_skip("outage log")? else {
+        return Ok(());
+    };
+    let lines = Lines::default();
+    let writer = lines.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    )?;
+    rt()?.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1000))))
+            .prefix(unique_prefix("log"))
+            .name("api")
+            .timeout(Duration::from_millis(100))
+            .backoff(Duration::from_millis(20))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
+        server.kill();
+        for i in 0..100 {
+            let a = limiter.check_verbose(&format!("k{i}"), 1).await?;
+            assert_eq!(a.source, Source::FailClosed);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        server.restart()?;
+        let mut back = false;
+        for _ in 0..200 {
+            if limiter.check_verbose("k", 1).await?.source == Source::Store {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(back, "Redis never decided again");
+        for _ in 0..20 {
+            assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    let log = lines.text();
+    let down: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("store unreachable"))
+        .collect();
+    let back: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("answering again"))
+        .collect();
+    assert_eq!((down.len(), back.len()), (1, 1), "{log}");
+    let server_addr = server.addr();
+    assert!(
+        down[0].contains("WARN") && down[0].contains(&server_addr),
+        "{}",
+        down[0]
+    );
+    assert!(
+        down[0].contains("limiter=api") && down[0].contains("Closed"),
+        "{}",
+        down[0]
+    );
+    assert!(
+        back[0].contains("INFO") && back[0].contains(&server_addr),
+        "{}",
+        back[0]
+    );
+    Ok(())
+}

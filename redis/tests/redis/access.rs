@@ -1,0 +1,266 @@
+//! Who may connect: an ACL user allowed only what the store needs, TLS with
+//! a private authority and client certificates, and every refusal a
+//! configuration error at connect rather than a quiet failure policy.
+
+use super::*;
+
+/// The ACL rules of a user that may run a limiter under `prefix` and
+/// nothing else: what the crate docs list.
+fn limiter_only(prefix: &str) -> Vec<String> {
+    [
+        "resetkeys",
+        &format!("~{prefix}:*"),
+        "resetchannels",
+        "-@all",
+        "+evalsha",
+        "+script|load",
+        "+mget",
+        "+set",
+        "+setrange",
+        "+time",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn add_user(server: &RedisServer, user: &str, password: &str, rules: &[String]) -> TestResult {
+    let mut args = vec!["ACL", "SETUSER", user, "on"];
+    let pass = format!(">{password}");
+    args.push(&pass);
+    args.extend(rules.iter().map(String::as_str));
+    let out = server.cli(&args)?;
+    assert_eq!(out.trim(), "OK", "ACL SETUSER: {out}");
+    Ok(())
+}
+
+fn with_login(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@{}/", server.addr())
+}
+
+/// Allowed of `n` checks of `key`, all decided by Redis.
+async fn allowed_on_redis(
+    l: &RedisLimiter,
+    key: &str,
+    n: usize,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let mut allowed = 0;
+    for _ in 0..n {
+        let a = l.check_verbose(key, 1).await?;
+        assert_eq!(a.source, Source::Store, "{:?}", a.error);
+        allowed += usize::from(a.decision.is_allowed());
+    }
+    Ok(allowed)
+}
+
+/// A user granted exactly the documented commands on the prefix's keys
+/// runs every algorithm, all-or-nothing, charges and refunds.
+#[test]
+fn an_acl_user_with_the_documented_commands_decides_everything() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("acl user")? else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("acl");
+    add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
+    rt()?.block_on(async {
+        let quota = Quota::per_hour(nz(5));
+        let url = with_login(&server, "weir", "s3cret");
+        for alg in ALGORITHMS {
+            let l = alg
+                .builder(quota)
+                .prefix(format!("{prefix}:{}", alg_name(alg)))
+                .connect(Target::server(url.clone()))
+                .await?;
+            assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5, "{}", alg_name(alg));
+        }
+        let both = RedisLimiter::builder(Gcra::new(quota))
+            .and(FixedWindow::new(Quota::per_day(nz(3))))
+            .prefix(format!("{prefix}:both"))
+            .connect(Target::server(url.clone()))
+            .await?;
+        assert_eq!(allowed_on_redis(&both, "k", 5).await?, 3);
+        let receipt = both.charge("k", 1).await?;
+        both.refund("k", &receipt).await?;
+        Ok(())
+    })
+}
+
+/// The documented additions: `+role` for a master named by Sentinels
+/// (the client asks it whether it is the master before using it).
+#[test]
+fn an_acl_user_on_a_sentinel_named_master() -> TestResult {
+    let Some(set) =
+        weir_test_support::redis_server::RedisSentinels::start_or_skip("acl sentinel", 0, 1)?
+    else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("aclsentinel");
+    let mut rules = limiter_only(&prefix);
+    rules.push("+role".to_owned());
+    add_user(&set.servers()[0], "weir", "s3cret", &rules)?;
+    rt()?.block_on(async {
+        let target = |password: &str| {
+            Target::sentinel(
+                set.urls(),
+                weir_test_support::redis_server::RedisSentinels::MASTER,
+            )
+            .master_auth("weir", password)
+        };
+        let l = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .prefix(prefix.clone())
+            .connect(target("s3cret"))
+            .await?;
+        assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5);
+        let refused = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .prefix(prefix.clone())
+            .connect(target("wrong"))
+            .await;
+        assert!(
+            matches!(refused, Err(ConfigError::Rejected(_))),
+            "{refused:?}"
+        );
+        Ok(())
+    })
+}
+
+/// A wrong password, and a user who may not load the scripts, are refused
+/// at connect: no limiter quietly decides by its failure policy forever.
+#[test]
+fn refused_logins_are_config_errors_at_connect() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("acl refusals")? else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("acl");
+    add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
+    let mut no_scripts = limiter_only(&prefix);
+    no_scripts.retain(|r| r != "+script|load");
+    add_user(&server, "reader", "s3cret", &no_scripts)?;
+    rt()?.block_on(async {
+        for url in [
+            with_login(&server, "weir", "wrong"),
+            with_login(&server, "nobody", "s3cret"),
+            with_login(&server, "reader", "s3cret"),
+        ] {
+            let connected = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+                .prefix(prefix.clone())
+                .connect(Target::server(url.clone()))
+                .await;
+            assert!(
+                matches!(connected, Err(ConfigError::Rejected(_))),
+                "{url}: {connected:?}"
+            );
+        }
+        Ok(())
+    })
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use super::*;
+    use weir_redis::Tls;
+    use weir_test_support::redis_server::{CertificateAuthority, ClientCertificates};
+
+    fn trusting(authority: &CertificateAuthority) -> Tls {
+        Tls::new().root_certificate(authority.pem().into_bytes())
+    }
+
+    async fn connect(url: String, tls: Tls) -> Result<RedisLimiter, ConfigError> {
+        RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .prefix(unique_prefix("tls"))
+            .timeout(Duration::from_secs(1))
+            .connect(Target::server(url).tls(tls))
+            .await
+    }
+
+    /// Over TLS with a private authority: decisions from Redis, exact.
+    #[test]
+    fn a_tls_server_with_a_private_authority_decides() -> TestResult {
+        let Some(()) = available()? else {
+            return Ok(());
+        };
+        let authority = CertificateAuthority::new()?;
+        let server = RedisServer::start_tls(&authority, ClientCertificates::Ignored)?;
+        let url = server.tls_url().ok_or("no TLS port")?;
+        rt()?.block_on(async {
+            let l = connect(url, trusting(&authority)).await?;
+            assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5);
+            Ok(())
+        })
+    }
+
+    /// A certificate from an authority the client does not trust, and a
+    /// server that requires a client certificate the client lacks, are
+    /// refusals at connect; with the certificate it decides.
+    #[test]
+    fn untrusted_and_missing_certificates_are_config_errors() -> TestResult {
+        let Some(()) = available()? else {
+            return Ok(());
+        };
+        let authority = CertificateAuthority::new()?;
+        let stranger = CertificateAuthority::new()?;
+        let open = RedisServer::start_tls(&authority, ClientCertificates::Ignored)?;
+        let strict = RedisServer::start_tls(&authority, ClientCertificates::Required)?;
+        rt()?.block_on(async {
+            let untrusted = connect(open.tls_url().ok_or("tls")?, trusting(&stranger)).await;
+            assert!(
+                matches!(untrusted, Err(ConfigError::Rejected(_))),
+                "{untrusted:?}"
+            );
+            let strict_url = strict.tls_url().ok_or("tls")?;
+            let anonymous = connect(strict_url.clone(), trusting(&authority)).await;
+            assert!(
+                matches!(anonymous, Err(ConfigError::Rejected(_))),
+                "{anonymous:?}"
+            );
+            let client = authority.issue(&["weir-client"])?;
+            let tls = trusting(&authority)
+                .client_certificate(client.chain.into_bytes(), client.key.into_bytes());
+            let l = connect(strict_url, tls).await?;
+            assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5);
+            Ok(())
+        })
+    }
+
+    /// An ACL login over TLS, as managed services require both.
+    #[test]
+    fn an_acl_login_over_tls() -> TestResult {
+        let Some(()) = available()? else {
+            return Ok(());
+        };
+        let authority = CertificateAuthority::new()?;
+        let server = RedisServer::start_tls(&authority, ClientCertificates::Ignored)?;
+        let prefix = unique_prefix("tlsacl");
+        add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
+        let url = server
+            .tls_url()
+            .ok_or("tls")?
+            .replace("rediss://", "rediss://weir:s3cret@");
+        rt()?.block_on(async {
+            let l = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+                .prefix(prefix)
+                .connect(Target::server(url).tls(trusting(&authority)))
+                .await?;
+            assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5);
+            Ok(())
+        })
+    }
+
+    fn available() -> Result<Option<()>, Box<dyn std::error::Error>> {
+        Ok(weir_test_support::redis_server::available_or_skip("redis tls")?.then_some(()))
+    }
+}
+
+/// Without the `tls` feature, a `rediss://` target says what is missing.
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_without_the_feature_is_unsupported() -> TestResult {
+    rt()?.block_on(async {
+        let connected = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .connect(Target::server("rediss://127.0.0.1:1/"))
+            .await;
+        assert!(
+            matches!(connected, Err(ConfigError::Unsupported(_))),
+            "{connected:?}"
+        );
+        Ok(())
+    })
+}

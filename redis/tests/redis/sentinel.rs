@@ -1,0 +1,126 @@
+//! A master found through Redis Sentinel, and followed through a failover.
+
+use super::*;
+use weir_test_support::redis_server::RedisSentinels;
+
+/// Under load, the master is killed: the failure policy answers until the
+/// Sentinels promote the replica, then decisions come from the new master
+/// — within the failover time, never as errors, and never more than the
+/// policy's own limit meanwhile.
+#[test]
+fn a_failover_moves_decisions_to_the_new_master() -> TestResult {
+    let Some(mut set) = RedisSentinels::start_or_skip("sentinel failover", 1, 3)? else {
+        return Ok(());
+    };
+    // Two workers: the fixture waits for the failover on one while the
+    // load runs on the other.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let prefix = unique_prefix("sentinel");
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1_000_000))))
+            .prefix(prefix.clone())
+            .timeout(Duration::from_millis(100))
+            .on_failure(FailurePolicy::PerInstance)
+            .connect(Target::sentinel(set.urls(), RedisSentinels::MASTER))
+            .await?;
+        let first = limiter.check_verbose("k", 1).await?;
+        assert_eq!(first.source, Source::Store, "{:?}", first.error);
+
+        // Decisions every millisecond, each stamped with its source.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let load = {
+            let (l, stop) = (limiter.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let start = Instant::now();
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let a = l.check_verbose(&format!("k{}", i % 64), 1).await;
+                    seen.push((start.elapsed(), a.map(|a| a.source)));
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (start, seen)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old = set.kill_master()?;
+        let killed_at = Instant::now();
+        let new =
+            tokio::task::block_in_place(|| set.wait_for_new_master(old, Duration::from_secs(30)))?;
+        let promoted_after = killed_at.elapsed();
+        // Let the limiter find it, then a while on it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (start, seen) = load.await?;
+
+        let killed = killed_at - start;
+        let errors = seen.iter().filter(|(_, s)| s.is_err()).count();
+        assert_eq!(errors, 0, "every caller got a decision");
+        let from_redis_after = seen
+            .iter()
+            .find(|(at, s)| *at > killed && matches!(s, Ok(Source::Store)))
+            .map(|(at, _)| *at - killed)
+            .ok_or("no decision from the new master")?;
+        let last_before = seen
+            .iter()
+            .rev()
+            .find(|(at, s)| *at <= killed && matches!(s, Ok(Source::Store)))
+            .map_or(Duration::ZERO, |(at, _)| killed - *at);
+        let gap = from_redis_after + last_before;
+        eprintln!(
+            "sentinel failover: Sentinels promoted port {new} {promoted_after:?} after the \
+             kill (down-after {:?}); no decision from Redis for {gap:?}; the new master \
+             decided {from_redis_after:?} after the kill",
+            set.down_after()
+        );
+        assert!(
+            from_redis_after <= promoted_after + Duration::from_millis(800),
+            "decisions reached the new master {from_redis_after:?} after the kill, \
+             its promotion {promoted_after:?}"
+        );
+        let between = seen
+            .iter()
+            .filter(|(at, _)| *at > killed && *at < killed + from_redis_after);
+        assert!(
+            between.clone().all(|(_, s)| matches!(s, Ok(Source::Local))),
+            "the failure policy covered the gap"
+        );
+        // The state lives on the new master.
+        let keys = set
+            .server(new)
+            .ok_or("new master")?
+            .cli(&["KEYS", &format!("{prefix}:*")])?;
+        assert!(!keys.trim().is_empty(), "no limiter keys on the new master");
+        Ok(())
+    })
+}
+
+/// A master name the Sentinels do not know is a configuration error, not
+/// a limiter that falls back forever.
+#[test]
+fn an_unknown_master_name_is_a_config_error() -> TestResult {
+    let Some(set) = RedisSentinels::start_or_skip("sentinel name", 0, 1)? else {
+        return Ok(());
+    };
+    rt()?.block_on(async {
+        let connected = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(10))))
+            .connect(Target::sentinel(set.urls(), "no-such-master"))
+            .await;
+        assert!(
+            matches!(connected, Err(ConfigError::Target(_))),
+            "{connected:?}"
+        );
+        let connected = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(10))))
+            .connect(Target::server("redis://127.0.0.1:1/").master_auth("u", "p"))
+            .await;
+        assert!(
+            matches!(connected, Err(ConfigError::Invalid(_))),
+            "{connected:?}"
+        );
+        Ok(())
+    })
+}
