@@ -1,21 +1,26 @@
-//! [`Aimd`]: additive increase, multiplicative decrease, on drops.
+//! [`Aimd`]: additive increase, multiplicative decrease, on drops and on
+//! latency.
 
 use super::builder::{Builder, Own, sealed};
-use super::window::{Window, grow, window_nanos};
+use super::window::{Baseline, SPAN, Window, feed, grow, window_nanos};
 use super::{Algorithm, Common, ConfigError, Outcome, Sample, factor};
 use crate::clock::Timestamp;
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
 
-/// Loss-based limit, as TCP Reno's window: each window of samples (see the
-/// [module docs](super)) without a drop adds one to the limit (but not
-/// beyond twice the requests in flight); a window with one multiplies it by
-/// `backoff`. A drop is a sample with [`Outcome::Dropped`], or one slower
-/// than the `timeout` if one is set.
+/// Choose AIMD for an origin that says when it is overloaded (503s,
+/// timeouts) and whose latency you would rather not read closely: the
+/// simplest rule, TCP Reno's. Each window of samples (see the [module
+/// docs](super)) adds one to the limit (but not beyond twice the requests
+/// in flight); a window that saw a drop, or whose latency is beyond
+/// `tolerance` times the no-load latency, multiplies it by `backoff`.
 ///
-/// AIMD reacts only once the origin fails or answers beyond the timeout,
-/// so it keeps the origin's queue as long as the timeout allows; [`Vegas`]
-/// and [`Gradient2`] react to latency before that.
+/// A drop is a sample with [`Outcome::Dropped`], or one slower than the
+/// `timeout` if one is set. The latency test is what protects an origin
+/// that queues instead of refusing: without it AIMD would let the queue
+/// grow until requests time out. The no-load latency is measured by
+/// probes, as [`Vegas`] and [`Gradient2`] measure it; those react to
+/// latency earlier and more finely.
 ///
 /// [`Vegas`]: super::Vegas
 /// [`Gradient2`]: super::Gradient2
@@ -25,9 +30,9 @@ use weir_primitives::time::duration_to_nanos;
 /// use weir_adaptive::{Aimd, Algorithm, Outcome, Sample};
 /// use weir_adaptive::clock::Timestamp;
 ///
-/// let mut aimd = Aimd::builder().timeout(Duration::from_millis(100)).build()?;
+/// let mut aimd = Aimd::builder().timeout(Duration::from_millis(100)).probe_interval(None).build()?;
 /// for ms in 0..20u64 {
-///     let now = Timestamp::<()>::from_nanos((100 + ms) * 1_000_000);
+///     let now = Timestamp::<()>::from_nanos((600 + ms) * 1_000_000);
 ///     aimd.update(now, Sample::new(Duration::from_millis(150), Outcome::Success, 20));
 /// }
 /// // Too slow: a drop, once per window.
@@ -39,13 +44,16 @@ pub struct Aimd {
     common: Common,
     backoff: f64,
     timeout: u64,
+    tolerance: f64,
     estimate: f64,
     window: Window,
+    baseline: Baseline,
 }
 
 impl Default for Aimd {
-    /// Limits 1 to 1000 starting at 20, backoff 0.9, no timeout, windows
-    /// of at least 10 ms and 16 samples.
+    /// Limits 1 to 1000 starting at 20, backoff 0.9, latency tolerance
+    /// 1.5, no timeout, windows of at least 10 ms and 16 samples, a probe
+    /// every 10 s.
     fn default() -> Self {
         match Aimd::builder().build() {
             Ok(aimd) => aimd,
@@ -63,35 +71,60 @@ impl Aimd {
     /// assert!(Aimd::builder().backoff(0.3).build().is_err(), "below 0.5");
     /// ```
     pub fn builder() -> Builder<Aimd> {
-        Builder::with(Own::default())
+        Builder::with(Own {
+            seed: 0x6169_6d64,
+            tolerance: 1.5,
+            ..Own::default()
+        })
     }
 }
 
 impl Algorithm for Aimd {
     fn limit(&self) -> u32 {
-        self.common.limit_of(self.estimate)
+        let limit = self.common.limit_of(self.estimate);
+        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
+    }
+
+    fn no_load(&self) -> Option<Duration> {
+        self.baseline.known()
     }
 
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        if sample.outcome == Outcome::Ignored {
-            return;
-        }
         let dropped =
             sample.outcome == Outcome::Dropped || duration_to_nanos(sample.latency) > self.timeout;
-        let Some(window) = self
-            .window
-            .add(now.as_nanos(), &sample, dropped, &self.common)
-        else {
+        let Some(window) = feed(
+            &mut self.baseline,
+            &mut self.window,
+            &self.common,
+            now.as_nanos(),
+            &sample,
+            dropped,
+        ) else {
             return;
         };
+        // How far the window is within the tolerance: below 1, too slow.
+        let within = if window.latency.is_finite() {
+            self.tolerance * self.baseline.no_load(window.latency) / window.latency
+        } else {
+            f64::INFINITY
+        };
+        // One more per latency the window lasted (TCP's one per round
+        // trip): a window lasts several latencies (see the module docs).
+        let latencies = (window.lasted as f64 / window.latency).floor().max(1.0);
         let next = if window.drops > 0 {
             self.estimate * self.backoff
+        } else if within < 1.0 {
+            // Far beyond the tolerance, as far down (but at most halved).
+            self.estimate * self.backoff.min(within).max(0.5)
         } else {
-            grow(self.estimate, 1.0, window.max_in_flight)
+            grow(self.estimate, latencies.min(SPAN), window.max_in_flight)
         };
         self.estimate = self.common.clamp(next);
     }
 }
+
+impl sealed::Probes for Aimd {}
+impl sealed::Tolerates for Aimd {}
 
 impl Builder<Aimd> {
     /// A request slower than this counts as a drop (default: none).
@@ -107,16 +140,24 @@ impl sealed::Build for Aimd {
         common.check()?;
         common.window_ns = window_nanos(settings.window)?;
         let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
         let timeout = match settings.own.timeout {
             Some(t) => super::nanos("timeout", t)?,
             None => u64::MAX,
         };
+        let interval = settings
+            .own
+            .probe_interval
+            .map(|i| super::nanos("probe_interval", i))
+            .transpose()?;
         Ok(Aimd {
             common,
             backoff,
             timeout,
+            tolerance,
             estimate: f64::from(common.initial),
-            window: Window::new(0),
+            window: Window::new(0, settings.own.seed),
+            baseline: Baseline::new(interval, settings.own.seed),
         })
     }
 }
@@ -129,24 +170,47 @@ mod tests {
         Timestamp::from_nanos(ms * 1_000_000)
     }
 
+    /// The defaults without probes: every sample goes to the windows.
+    fn unprobed() -> Aimd {
+        Aimd::builder().probe_interval(None).build().unwrap()
+    }
+
     #[test]
-    fn grows_one_per_window_and_backs_off_once_per_window() {
-        let mut aimd = Aimd::default();
+    fn grows_one_per_latency_and_backs_off_once_per_window() {
+        let mut aimd = unprobed();
         let ok = Sample::new(Duration::from_millis(1), Outcome::Success, 100);
         for ms in 1..=17 {
             aimd.update(at(ms), ok);
         }
-        assert_eq!(aimd.limit(), 21);
+        // A window of 16 ms, 16 latencies of 1 ms: at most three a window.
+        assert_eq!(aimd.limit(), 23);
         let drop = Sample::new(Duration::from_millis(1), Outcome::Dropped, 100);
         for ms in 18..=34 {
             aimd.update(at(ms), drop);
         }
-        assert_eq!(aimd.limit(), 18, "21 × 0.9, once");
+        assert_eq!(aimd.limit(), 20, "23 × 0.9, once");
+    }
+
+    #[test]
+    fn a_window_grows_by_the_latencies_it_lasted() {
+        let mut aimd = Aimd::builder()
+            .probe_interval(None)
+            .window(Duration::from_millis(10))
+            .build()
+            .unwrap();
+        // 16 requests of 20 ms finishing within 60 ms (three latencies).
+        for i in 0..=60 {
+            aimd.update(
+                at(100 + i),
+                Sample::new(Duration::from_millis(20), Outcome::Success, 100),
+            );
+        }
+        assert_eq!(aimd.limit(), 23, "60 ms of 20 ms latencies");
     }
 
     #[test]
     fn drops_of_requests_admitted_before_the_window_do_not_count_again() {
-        let mut aimd = Aimd::default();
+        let mut aimd = unprobed();
         let ok = Sample::new(Duration::from_millis(1), Outcome::Success, 100);
         for ms in 1..=17 {
             aimd.update(at(ms), ok);
@@ -156,7 +220,39 @@ mod tests {
         for ms in 18..=40 {
             aimd.update(at(ms), old);
         }
-        assert_eq!(aimd.limit(), 21);
+        assert_eq!(aimd.limit(), 23);
+    }
+
+    #[test]
+    fn a_window_beyond_the_tolerance_backs_off_like_a_drop() {
+        let mut aimd = Aimd::default();
+        // The probe: from the first sample, requests of 10 ms admitted
+        // under its pin, for three times their latency.
+        for ms in 100..=131 {
+            aimd.update(
+                at(ms),
+                Sample::new(Duration::from_millis(10), Outcome::Success, 5),
+            );
+        }
+        assert_eq!(aimd.no_load(), Some(Duration::from_millis(10)));
+        // Windows at 14 ms (within 1.5×) grow, one a window; at 16 ms each
+        // backs off.
+        let mut limits = |ms: u64, from: u64| {
+            (from..from + 200)
+                .map(|t| {
+                    let sample = Sample::new(Duration::from_millis(ms), Outcome::Success, 40);
+                    aimd.update(at(t), sample);
+                    aimd.limit()
+                })
+                .collect::<Vec<u32>>()
+        };
+        let calm = limits(14, 200);
+        assert!(calm.windows(2).all(|w| w[1] >= w[0]), "{calm:?}");
+        let grown = calm[calm.len() - 1];
+        assert!(grown >= 23, "{calm:?}");
+        let slow = limits(16, 400);
+        let last = slow[slow.len() - 1];
+        assert!(last <= grown * 9 / 10, "{grown} then {slow:?}");
     }
 
     #[test]

@@ -36,15 +36,16 @@ pub struct Builder<A> {
 pub(super) struct Own {
     /// Aimd: a slower request counts as a drop.
     pub(super) timeout: Option<Duration>,
-    /// Vegas, Gradient2: how often the no-load latency is measured again.
+    /// How often the no-load latency is measured again.
     pub(super) probe_interval: Option<Duration>,
-    /// Vegas, Gradient2: the probe jitter's seed.
+    /// The probe jitter's and the windows' seed.
     pub(super) seed: u64,
     /// Vegas: the queue band.
     pub(super) alpha: u32,
     pub(super) beta: u32,
-    /// Gradient2.
+    /// Aimd, Gradient2.
     pub(super) tolerance: f64,
+    /// Gradient2.
     pub(super) smoothing: f64,
 }
 
@@ -117,19 +118,31 @@ impl<A> Builder<A> {
 }
 
 impl<A: sealed::Probes> Builder<A> {
-    /// Vegas and Gradient2 only (the algorithms that probe for the no-load
-    /// latency): how often it is measured again (default 10 s,
-    /// jittered by ±25 %); `None` measures it only from windows, which
-    /// can then never learn that the origin became slower.
+    /// How often the no-load latency is measured again (default 10 s,
+    /// jittered by ±25 %). `None` never probes: the no-load latency is
+    /// then the lowest window seen, which can never learn that the origin
+    /// became slower, and which a window of cheap requests lowers for
+    /// good: use it only where every request costs the origin alike.
     pub fn probe_interval(mut self, interval: Option<Duration>) -> Self {
         self.own.probe_interval = interval;
         self
     }
 
-    /// Vegas and Gradient2 only: seeds the probe jitter (deterministic for a
-    /// given seed).
+    /// Seeds the probe jitter and the choice of latencies a window keeps
+    /// (deterministic for a given seed).
     pub fn seed(mut self, seed: u64) -> Self {
         self.own.seed = seed;
+        self
+    }
+}
+
+impl<A: sealed::Tolerates> Builder<A> {
+    /// How much slower than at no load the origin may answer (a window's
+    /// third-quartile latency over the no-load one, at least 1) before the
+    /// limit stops growing (Gradient2, default 1.2) or backs off (AIMD,
+    /// default 1.5).
+    pub fn tolerance(mut self, tolerance: f64) -> Self {
+        self.own.tolerance = tolerance;
         self
     }
 }
@@ -151,9 +164,12 @@ impl<A: sealed::Build> Builder<A> {
 pub(super) mod sealed {
     use super::{Builder, ConfigError};
 
-    /// The algorithms that probe for the no-load latency (Vegas,
-    /// Gradient2), whose builders take a probe interval and a seed.
+    /// The algorithms that probe for the no-load latency, whose builders
+    /// take a probe interval and a seed.
     pub trait Probes {}
+
+    /// The algorithms with a latency tolerance (AIMD, Gradient2).
+    pub trait Tolerates {}
 
     /// The algorithms a [`Builder`] builds, each checking its own settings.
     pub trait Build: Sized {

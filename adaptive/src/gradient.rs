@@ -3,10 +3,11 @@
 
 use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, ConfigError, Sample, factor};
+use super::{Algorithm, Common, ConfigError, Outcome, Sample, factor};
 use crate::clock::Timestamp;
 
-/// Netflix's Gradient2, with the no-load latency measured by probes.
+/// The default choice, for an origin that queues when overloaded: Netflix's
+/// Gradient2, with the no-load latency measured by probes.
 ///
 /// Each window (see the [module docs](super)) computes the gradient
 /// `g = tolerance × no_load / latency`, clamped to `[0.5, 1]`:
@@ -79,7 +80,7 @@ impl Gradient2 {
         let next = if window.drops > 0 {
             estimate * self.backoff
         } else {
-            let no_load = self.baseline.observe(window.latency);
+            let no_load = self.baseline.no_load(window.latency);
             let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
             let allowance = (estimate.sqrt() / 2.0).max(1.0);
             if gradient >= 1.0 {
@@ -99,14 +100,20 @@ impl Algorithm for Gradient2 {
         self.baseline.pinned(limit, &self.common).unwrap_or(limit)
     }
 
+    fn no_load(&self) -> Option<std::time::Duration> {
+        self.baseline.known()
+    }
+
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
         let now = now.as_nanos();
+        let dropped = sample.outcome == Outcome::Dropped;
         if let Some(window) = feed(
             &mut self.baseline,
             &mut self.window,
             &self.common,
             now,
             &sample,
+            dropped,
         ) {
             self.judge(&window);
         }
@@ -114,6 +121,7 @@ impl Algorithm for Gradient2 {
 }
 
 impl sealed::Probes for Gradient2 {}
+impl sealed::Tolerates for Gradient2 {}
 
 impl Builder<Gradient2> {
     fn checked(self) -> Gradient2 {
@@ -121,14 +129,6 @@ impl Builder<Gradient2> {
             Ok(gradient) => gradient,
             Err(e) => unreachable!("the default settings are valid: {e}"),
         }
-    }
-
-    /// How much slower than at no load the origin may answer before the
-    /// limit stops growing (at least 1; default 1.2; Netflix's 1.5 applies
-    /// to a long-term average, which already holds some queueing).
-    pub fn tolerance(mut self, tolerance: f64) -> Self {
-        self.own.tolerance = tolerance;
-        self
     }
 
     /// The share of the way to its target a decreasing limit moves per
@@ -158,7 +158,7 @@ impl sealed::Build for Gradient2 {
             smoothing,
             backoff,
             estimate: f64::from(common.initial),
-            window: Window::new(0),
+            window: Window::new(0, settings.own.seed),
             baseline: Baseline::new(interval, settings.own.seed),
         })
     }

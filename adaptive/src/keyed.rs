@@ -172,7 +172,9 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     /// let keys = KeyedAdaptiveLimiter::new(Aimd::default(), NonZeroUsize::new(8).unwrap());
     /// assert_eq!(keys.limit("a"), None);
     /// keys.try_acquire("a").unwrap().success();
-    /// assert_eq!(keys.limit("a"), Some(20));
+    /// // The first answer starts measuring the no-load latency, the limit
+    /// // pinned to half of its initial 20 meanwhile.
+    /// assert_eq!(keys.limit("a"), Some(10));
     /// ```
     pub fn limit<K: Hash + ?Sized>(&self, key: &K) -> Option<u32> {
         self.find(key).map(|e| e.limit())
@@ -181,6 +183,12 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     /// The key's requests in flight (0 if it is not stored).
     pub fn in_flight<K: Hash + ?Sized>(&self, key: &K) -> u32 {
         self.find(key).map_or(0, |e| e.in_flight())
+    }
+
+    /// The key's no-load latency estimate, if it is stored and has one
+    /// (see [`AdaptiveLimiter::no_load`](super::AdaptiveLimiter::no_load)).
+    pub fn no_load<K: Hash + ?Sized>(&self, key: &K) -> Option<std::time::Duration> {
+        self.find(key).and_then(|e| e.no_load())
     }
 }
 

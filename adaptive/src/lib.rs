@@ -8,50 +8,74 @@
 //!   finished, as a [`Timestamp`] of the caller's clock, so a test replays
 //!   an exact sequence. Each keeps its [`limit`](Algorithm::limit) within
 //!   its `[min, max]`:
-//!   * [`Aimd`] — loss based: grow by one each window without a drop,
-//!     multiply down after one (a drop is an explicit overload signal or a
-//!     latency above a timeout).
-//!   * [`Vegas`] — estimates the requests queued at the origin as
-//!     `in_flight × (1 − no_load / latency)`; grows while that is below
-//!     alpha, shrinks to beta when above it.
-//!   * [`Gradient2`] — scales the limit by `tolerance × no_load / latency`
-//!     when latency is beyond the tolerance, else grows by a queue
-//!     allowance; decreases smoothed.
+//!   * [`Gradient2`] — the default choice: scales the limit by how much
+//!     slower than at no load the origin answers, and holds latency within
+//!     a tolerance of it.
+//!   * [`Vegas`] — for an origin whose queue you want kept to a few
+//!     requests: estimates the requests queued at the origin as
+//!     `in_flight × (1 − no_load / latency)` and keeps that in a band.
+//!   * [`Aimd`] — the simplest rule, for an origin that signals overload
+//!     itself: grow by one each window, multiply down after a drop or a
+//!     window too far beyond the no-load latency.
 //!   * [`Fixed`] — a static limit, for comparison and for keys whose limit
-//!     is known.
+//!     is known; [`AnyAlgorithm`] — any of them, chosen at run time.
 //! * [`AdaptiveLimiter`] (one origin) and [`KeyedAdaptiveLimiter`] (one
 //!   learned limit per key, in bounded memory) admit a request if fewer
 //!   than the limit are in flight and hand out an [`AdaptiveGuard`]: it
 //!   reports latency and outcome to the algorithm when the request is
 //!   done, and a guard dropped without an outcome reports a drop.
-//! * weir-tower's `AdaptiveInflightLayer` puts a keyed limiter in front of
-//!   a tower or axum service: 503 beyond the limit, never a queue.
+//! * weir-tower's `AdaptiveInflightLayer` puts a limiter in front of a
+//!   tower or axum service: 503 beyond the limit, never a queue.
 //!
 //! # How the algorithms see latency
 //!
 //! All three aggregate samples in windows rather than reacting to each:
-//! a window closes once it has lasted its minimum duration and holds its
-//! minimum number of samples, and it counts only requests that *started*
-//! after it opened. So each decision is based on requests admitted under
-//! the previous one (TCP reacts once per round trip for the same reason),
-//! a burst of slow requests from before a decrease does not decrease the
-//! limit again, and windows stretch by themselves to about one latency
-//! when the origin slows down.
+//! a window counts only requests that *started* after it opened, so each
+//! decision is based on requests admitted under the previous one (TCP
+//! reacts once per round trip for the same reason), and a burst of slow
+//! requests from before a decrease does not decrease the limit again. A
+//! window closes once it holds its minimum number of samples, has lasted
+//! its minimum duration, and has lasted three times the latency of the
+//! requests finishing in it (their 90th percentile): judged sooner, it
+//! would hold only the requests fast enough to finish in it, and a mix of
+//! cheap and expensive requests would look like cheap ones.
 //!
-//! [`Vegas`] and [`Gradient2`] compare a window's average latency with the
-//! origin's *no-load* latency. A minimum over the past drifts upwards
+//! A window's latency is the **third quartile** of its requests'
+//! latencies (read from a uniform sample of 64 of them), not their mean.
+//! Requests differ in cost — cache hits and misses, 404s and searches — and
+//! a mean follows the mix; a quartile stays among the latencies of the
+//! requests that make up most of the traffic. The rule and its bound: a
+//! kind of request that is a share `c` of a window's samples and faster
+//! than all others leaves the window's latency at the others' `(¾ − c) /
+//! (1 − c)` quantile while `c < ¾`; one that is a share `s` and slower
+//! than all others leaves it at their `¾ / (1 − s)` quantile while
+//! `s < ¼`. So one client's cheap requests, or a route's, move the
+//! latency the limit is judged by only within the spread of everyone
+//! else's latencies (from their median, at half the traffic, to their
+//! third quartile), however cheap they are; slow ones, within the others'
+//! quantiles from ¾ to 1 while they are under a quarter of the traffic.
+//! Requests that never finish teach nothing (they hold their places in
+//! flight until they end); requests cancelled by their client should be
+//! released with [`AdaptiveGuard::ignore`], as the tower layer does.
+//!
+//! [`Vegas`], [`Gradient2`] and [`Aimd`] compare a window's latency with
+//! the origin's *no-load* latency. A minimum over the past drifts upwards
 //! while the origin is always a little queued (every request then waits),
 //! and never learns that the origin got slower per request; Netflix's
 //! Gradient2 uses a long-term average instead, which follows the queueing
 //! it should detect. Here the no-load latency is measured by a *probe*, as
 //! envoy's adaptive concurrency filter does: at the first sample and then
 //! every `probe_interval` (jittered by ±25 %, from a seeded generator),
-//! the limit is pinned to half its value until enough requests admitted
-//! under the pin have finished; their average is the new no-load latency.
-//! Pinning to half (rather than to a floor) drains the origin's queue
-//! within about one latency while keeping half the throughput, so a probe
-//! costs about one latency's worth of half the traffic. Between probes, a
-//! window whose average is lower replaces it at once.
+//! the limit is pinned to half its value for one window, whose latency
+//! (the same third quartile, of requests admitted under the pin) is the
+//! new no-load latency. Pinning to half (rather than to a floor) drains
+//! the origin's queue within about one latency while keeping half the
+//! throughput, so a probe costs about three latencies' worth of half the
+//! traffic. Between probes the no-load latency does not move: a window of
+//! cheap requests, however fast, cannot teach the limit that every other
+//! request is slow. The bound above holds for a probe too, so moving the
+//! no-load latency takes more than three quarters of a probe's requests
+//! being cheap (or a quarter being slow).
 //!
 //! ```
 //! use std::time::Duration;
@@ -72,6 +96,7 @@
 //! ```
 
 mod aimd;
+mod any;
 mod builder;
 mod gradient;
 mod keyed;
@@ -89,6 +114,7 @@ pub mod clock {
 }
 
 pub use aimd::Aimd;
+pub use any::AnyAlgorithm;
 pub use builder::Builder;
 pub use gradient::Gradient2;
 pub use keyed::KeyedAdaptiveLimiter;
@@ -187,9 +213,16 @@ pub trait Algorithm: Send + 'static {
 
     /// Learn from one finished request; `now` is when it finished.
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample);
+
+    /// The origin's latency at no load as the algorithm estimates it, if
+    /// it estimates one (for metrics and logs; default `None`).
+    fn no_load(&self) -> Option<Duration> {
+        None
+    }
 }
 
-/// A static limit: the same number whatever the samples say.
+/// Choose a static limit when the origin's capacity is known and steady:
+/// the same number whatever the samples say.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -244,6 +277,8 @@ enum Problem {
     Duration,
     /// Vegas needs `0 < alpha < beta`.
     Thresholds { alpha: u32, beta: u32 },
+    /// No algorithm has this name.
+    Name(String),
 }
 
 impl ConfigError {
@@ -260,7 +295,7 @@ impl ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let setting = self.setting;
-        match self.problem {
+        match &self.problem {
             Problem::Bounds { min, initial, max } => write!(
                 f,
                 "limits must satisfy min <= initial <= max, got {min} <= {initial} <= {max}"
@@ -270,6 +305,10 @@ impl fmt::Display for ConfigError {
             Problem::Thresholds { alpha, beta } => {
                 write!(f, "Vegas needs 0 < alpha < beta, got {alpha} and {beta}")
             }
+            Problem::Name(name) => write!(
+                f,
+                "no algorithm is named {name:?} (aimd, vegas, gradient2, fixed:<limit>)"
+            ),
         }
     }
 }

@@ -21,6 +21,9 @@ const IN_FLIGHT: u64 = 0xffff_ffff;
 pub(super) struct Entry<A> {
     /// `limit << 32 | in_flight`.
     word: AtomicU64,
+    /// The algorithm's no-load latency estimate in ns (0: none yet),
+    /// stored with each limit, for readers that must not take the lock.
+    no_load: AtomicU64,
     algorithm: Mutex<A>,
 }
 
@@ -29,6 +32,7 @@ impl<A: Algorithm> Entry<A> {
         let limit = u64::from(algorithm.limit().max(1));
         Self {
             word: AtomicU64::new(limit << 32),
+            no_load: AtomicU64::new(0),
             algorithm: Mutex::new(algorithm),
         }
     }
@@ -65,6 +69,10 @@ impl<A: Algorithm> Entry<A> {
     fn record<C>(&self, now: Timestamp<C>, sample: Sample) {
         let mut algorithm = self.algorithm.lock();
         algorithm.update(now, sample);
+        if let Some(no_load) = algorithm.no_load() {
+            let ns = u64::try_from(no_load.as_nanos()).unwrap_or(u64::MAX);
+            self.no_load.store(ns.max(1), Ordering::Relaxed);
+        }
         let limit = u64::from(algorithm.limit().max(1)) << 32;
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
@@ -91,6 +99,13 @@ impl<A> Entry<A> {
 
     pub(super) fn in_flight(&self) -> u32 {
         self.word.load(Ordering::Relaxed) as u32
+    }
+
+    pub(super) fn no_load(&self) -> Option<Duration> {
+        match self.no_load.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 }
 
@@ -267,7 +282,11 @@ impl<A: Algorithm, C: Clock + Clone> AdaptiveLimiter<A, C> {
     /// use weir_adaptive::clock::ManualClock;
     ///
     /// let clock = ManualClock::new();
-    /// let slow_is_a_drop = Aimd::builder().timeout(Duration::from_millis(20)).build().unwrap();
+    /// let slow_is_a_drop = Aimd::builder()
+    ///     .timeout(Duration::from_millis(20))
+    ///     .probe_interval(None)
+    ///     .build()
+    ///     .unwrap();
     /// let origin = AdaptiveLimiter::with_clock(slow_is_a_drop, clock.clone());
     /// let before = origin.limit();
     /// for _ in 0..16 {
@@ -307,6 +326,28 @@ impl<A, C> AdaptiveLimiter<A, C> {
     /// Requests in flight.
     pub fn in_flight(&self) -> u32 {
         self.entry.in_flight()
+    }
+
+    /// The algorithm's estimate of the origin's latency at no load, once
+    /// it has one (see [`Algorithm::no_load`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_adaptive::{AdaptiveLimiter, Gradient2};
+    /// use weir_adaptive::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let origin = AdaptiveLimiter::with_clock(Gradient2::default(), clock.clone());
+    /// assert_eq!(origin.no_load(), None);
+    /// for _ in 0..40 {
+    ///     let guard = origin.try_acquire().unwrap();
+    ///     clock.advance(Duration::from_millis(5));
+    ///     guard.success();
+    /// }
+    /// assert_eq!(origin.no_load(), Some(Duration::from_millis(5)));
+    /// ```
+    pub fn no_load(&self) -> Option<Duration> {
+        self.entry.no_load()
     }
 }
 
@@ -395,6 +436,7 @@ mod tests {
         let aimd = Aimd::builder()
             .window_samples(NonZeroU32::new(1).unwrap())
             .window(Duration::ZERO)
+            .probe_interval(None)
             .build()
             .unwrap();
         let clock = ManualClock::new();

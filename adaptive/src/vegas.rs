@@ -2,16 +2,17 @@
 
 use super::builder::{Builder, Own, sealed};
 use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, ConfigError, Problem, Sample, factor};
+use super::{Algorithm, Common, ConfigError, Outcome, Problem, Sample, factor};
 use crate::clock::Timestamp;
 
-/// TCP Vegas' rule, as Netflix's concurrency-limits applies it to
-/// requests: estimate how many requests wait in the origin's queue, and
-/// keep that between `alpha` and `beta`.
+/// Choose Vegas to keep an origin's own queue to a few requests: TCP
+/// Vegas' rule, as Netflix's concurrency-limits applies it to requests,
+/// estimates how many requests wait in the origin's queue and keeps that
+/// between `alpha` and `beta`.
 ///
 /// Each window (see the [module docs](super)) estimates the queue as
 /// `in_flight × (1 − no_load / latency)` (mean requests in flight at start,
-/// mean latency), and with `d` the number of decimal digits of the limit
+/// the window's latency), and with `d` the number of decimal digits of the limit
 /// (so the band widens with the limit):
 ///
 /// * queue ≤ `d`: grow by `beta × d` (nothing queues: find the capacity
@@ -77,7 +78,7 @@ impl Vegas {
         let next = if window.drops > 0 {
             estimate * self.backoff
         } else {
-            let no_load = self.baseline.observe(window.latency);
+            let no_load = self.baseline.no_load(window.latency);
             let queue = window.in_flight * (1.0 - no_load / window.latency).max(0.0);
             let digits = digits(estimate);
             if queue <= digits {
@@ -106,14 +107,20 @@ impl Algorithm for Vegas {
         self.baseline.pinned(limit, &self.common).unwrap_or(limit)
     }
 
+    fn no_load(&self) -> Option<std::time::Duration> {
+        self.baseline.known()
+    }
+
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
         let now = now.as_nanos();
+        let dropped = sample.outcome == Outcome::Dropped;
         if let Some(window) = feed(
             &mut self.baseline,
             &mut self.window,
             &self.common,
             now,
             &sample,
+            dropped,
         ) {
             self.judge(&window);
         }
@@ -163,7 +170,7 @@ impl sealed::Build for Vegas {
             beta: f64::from(settings.own.beta),
             backoff,
             estimate: f64::from(common.initial),
-            window: Window::new(0),
+            window: Window::new(0, settings.own.seed),
             baseline: Baseline::new(interval, settings.own.seed),
         })
     }
@@ -200,14 +207,18 @@ mod tests {
     #[test]
     fn shrinks_to_the_band_in_one_window() {
         let mut v = unprobed();
-        for ms in 0..20 {
+        // A window lasts three times the latency finishing in it: 30 ms.
+        for ms in 0..=30 {
             v.update(at(ms), ok(10, 20));
         }
         assert_eq!(v.limit(), 26, "one window of no queue: +6");
-        // Latency 20 ms at 20 in flight: 10 queued, beta 6: shrink by 4.
-        for ms in 20..60 {
+        // Latency 20 ms at 20 in flight: 10 queued, beta 6: shrink by 4,
+        // once the window has lasted 60 ms.
+        for ms in 31..=89 {
             v.update(at(ms), ok(20, 20));
         }
+        assert_eq!(v.limit(), 26);
+        v.update(at(90), ok(20, 20));
         assert_eq!(v.limit(), 22);
     }
 

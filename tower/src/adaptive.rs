@@ -29,8 +29,10 @@
 //! would hold a shared place while it waits.
 
 use super::body::CountedBody;
+use super::key::GlobalKey;
 use super::key::KeyExtractor;
 use super::response::{Refused, Unkeyed, overloaded};
+use super::telemetry::{Admissions, Standing};
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -38,42 +40,66 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
-use weir_adaptive::{AdaptiveGuard, Algorithm, KeyedAdaptiveLimiter, Outcome};
+use weir_adaptive::{AdaptiveGuard, AdaptiveLimiter, Algorithm, KeyedAdaptiveLimiter, Outcome};
 use weir_rate::clock::{Clock, MonotonicClock};
 
-/// A tower layer limiting in-flight requests per key to a limit each key
-/// learns.
+/// A tower layer limiting in-flight requests to a learned limit: one the
+/// whole service shares ([`shared`](Self::shared)), or one per key
+/// ([`new`](Self::new)).
 ///
 /// ```
 /// use axum::{Router, routing::get};
-/// use std::num::NonZeroUsize;
-/// use weir_adaptive::{Gradient2, KeyedAdaptiveLimiter};
-/// use weir_tower::{AdaptiveInflightLayer, GlobalKey};
+/// use weir_adaptive::{AdaptiveLimiter, Gradient2};
+/// use weir_tower::AdaptiveInflightLayer;
 ///
 /// // One learned limit for the whole service; 503 beyond it.
-/// let limiter = KeyedAdaptiveLimiter::new(Gradient2::default(), NonZeroUsize::new(1).unwrap());
+/// let limiter = AdaptiveLimiter::new(Gradient2::default());
 /// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))
-///     .layer(AdaptiveInflightLayer::new(GlobalKey, limiter));
+///     .layer(AdaptiveInflightLayer::shared(limiter.clone()).name("api"));
+/// // A clone reads the shared limit as it learns.
+/// assert_eq!((limiter.limit(), limiter.in_flight()), (20, 0));
 /// # let _ = app;
 /// ```
 #[derive(Debug)]
 pub struct AdaptiveInflightLayer<X, A, C = MonotonicClock> {
-    limiter: Arc<KeyedAdaptiveLimiter<A, C>>,
+    limits: Limits<A, C>,
     extractor: X,
     unkeyed: Unkeyed,
     classify: fn(StatusCode) -> Outcome,
+    name: Arc<str>,
+    admissions: Arc<Admissions>,
+}
+
+/// Where a layer's limits live.
+#[derive(Debug)]
+enum Limits<A, C> {
+    /// One limit for every request.
+    Shared(AdaptiveLimiter<A, C>),
+    /// One limit per key.
+    Keyed(Arc<KeyedAdaptiveLimiter<A, C>>),
 }
 
 // By hand: a derive would demand `A: Clone` and `C: Clone` of the shared
 // limiter's parameters.
-impl<X: Clone, A, C> Clone for AdaptiveInflightLayer<X, A, C> {
+impl<A, C: Clone> Clone for Limits<A, C> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Shared(l) => Self::Shared(l.clone()),
+            Self::Keyed(l) => Self::Keyed(Arc::clone(l)),
+        }
+    }
+}
+
+impl<X: Clone, A, C: Clone> Clone for AdaptiveInflightLayer<X, A, C> {
     fn clone(&self) -> Self {
         Self {
-            limiter: Arc::clone(&self.limiter),
+            limits: self.limits.clone(),
             extractor: self.extractor.clone(),
             unkeyed: self.unkeyed.clone(),
             classify: self.classify,
+            name: Arc::clone(&self.name),
+            admissions: Arc::clone(&self.admissions),
         }
     }
 }
@@ -104,16 +130,39 @@ pub fn classify_status(status: StatusCode) -> Outcome {
     }
 }
 
+impl<A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<GlobalKey, A, C> {
+    /// One learned limit for every request through the layer (and its
+    /// clones): keep a clone of `limiter` to read its limit, requests in
+    /// flight and no-load latency.
+    pub fn shared(limiter: AdaptiveLimiter<A, C>) -> Self {
+        Self::with_limits(GlobalKey, Limits::Shared(limiter))
+    }
+}
+
 impl<X, A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<X, A, C> {
     /// Limits each key `extractor` finds with its own state in `limiter`.
     /// Clones of the layer share the limiter.
     pub fn new(extractor: X, limiter: KeyedAdaptiveLimiter<A, C>) -> Self {
+        Self::with_limits(extractor, Limits::Keyed(Arc::new(limiter)))
+    }
+
+    fn with_limits(extractor: X, limits: Limits<A, C>) -> Self {
         Self {
-            limiter: Arc::new(limiter),
+            limits,
             extractor,
             unkeyed: Unkeyed::new("AdaptiveInflightLayer", "x-inflight-error"),
             classify: classify_status,
+            name: Arc::from("adaptive"),
+            admissions: Arc::default(),
         }
+    }
+
+    /// The layer's name in metrics (default `adaptive`): the `limiter`
+    /// label, as a rate-limit layer's policy name is.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self.admissions = Arc::default();
+        self
     }
 
     /// How a response's status teaches the algorithm (default
@@ -123,11 +172,11 @@ impl<X, A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<X, A, C> {
     /// ```
     /// use std::num::NonZeroUsize;
     /// use weir_adaptive::{KeyedAdaptiveLimiter, Outcome, Vegas};
-    /// use weir_tower::{AdaptiveInflightLayer, GlobalKey};
+    /// use weir_tower::{AdaptiveInflightLayer, PeerIp};
     ///
-    /// let limiter = KeyedAdaptiveLimiter::new(Vegas::default(), NonZeroUsize::new(1).unwrap());
+    /// let per_client = KeyedAdaptiveLimiter::new(Vegas::default(), NonZeroUsize::new(1024).unwrap());
     /// // Any 5xx is an overload signal.
-    /// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter).classify(|status| {
+    /// let layer = AdaptiveInflightLayer::new(PeerIp::new(), per_client).classify(|status| {
     ///     if status.is_server_error() { Outcome::Dropped } else { Outcome::Success }
     /// });
     /// # let _ = layer;
@@ -145,23 +194,47 @@ impl<X, A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<X, A, C> {
         self
     }
 
-    /// The limiter, to read each key's limit and count.
+    /// The per-key limiter of a layer made with [`new`](Self::new), to read
+    /// each key's limit and count (`None` for a [`shared`](Self::shared)
+    /// one, whose limiter its caller keeps).
     ///
     /// ```
     /// use std::num::NonZeroUsize;
     /// use weir_adaptive::{Aimd, KeyedAdaptiveLimiter};
-    /// use weir_tower::{AdaptiveInflightLayer, GlobalKey};
+    /// use weir_tower::{AdaptiveInflightLayer, PeerIp};
     ///
-    /// let limiter = KeyedAdaptiveLimiter::new(Aimd::default(), NonZeroUsize::new(1).unwrap());
-    /// let layer = AdaptiveInflightLayer::new(GlobalKey, limiter);
-    /// assert_eq!(layer.limiter().in_flight(&()), 0);
+    /// let limiter = KeyedAdaptiveLimiter::new(Aimd::default(), NonZeroUsize::new(1024).unwrap());
+    /// let layer = AdaptiveInflightLayer::new(PeerIp::new(), limiter);
+    /// let client: std::net::IpAddr = [192, 0, 2, 1].into();
+    /// assert_eq!(layer.keyed_limiter().map(|l| l.in_flight(&client)), Some(0));
     /// ```
-    pub fn limiter(&self) -> &KeyedAdaptiveLimiter<A, C> {
-        &self.limiter
+    pub fn keyed_limiter(&self) -> Option<&KeyedAdaptiveLimiter<A, C>> {
+        match &self.limits {
+            Limits::Keyed(l) => Some(l),
+            Limits::Shared(_) => None,
+        }
+    }
+
+    /// Admit a request of `key`, counting the decision.
+    fn admit<K: std::hash::Hash + ?Sized>(&self, key: &K) -> Option<AdaptiveGuard<A, C>> {
+        let (guard, standing) = match &self.limits {
+            Limits::Shared(l) => {
+                let guard = l.try_acquire().ok();
+                let standing = Standing {
+                    limit: l.limit(),
+                    in_flight: l.in_flight(),
+                    no_load: l.no_load(),
+                };
+                (guard, Some(standing))
+            }
+            Limits::Keyed(l) => (l.try_acquire(key).ok(), None),
+        };
+        self.admissions.count(&self.name, guard.is_some(), standing);
+        guard
     }
 }
 
-impl<S, X: Clone, A, C> Layer<S> for AdaptiveInflightLayer<X, A, C> {
+impl<S, X: Clone, A, C: Clone> Layer<S> for AdaptiveInflightLayer<X, A, C> {
     type Service = AdaptiveInflightService<S, X, A, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -206,7 +279,7 @@ pub struct AdaptiveInflightService<S, X, A, C = MonotonicClock> {
     layer: AdaptiveInflightLayer<X, A, C>,
 }
 
-impl<S: Clone, X: Clone, A, C> Clone for AdaptiveInflightService<S, X, A, C> {
+impl<S: Clone, X: Clone, A, C: Clone> Clone for AdaptiveInflightService<S, X, A, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -235,8 +308,8 @@ where
         let Some(key) = self.layer.extractor.extract(&request) else {
             return AdaptiveFuture::rejected(self.layer.unkeyed.respond());
         };
-        match self.layer.limiter.try_acquire(&key) {
-            Ok(guard) => AdaptiveFuture {
+        match self.layer.admit(&key) {
+            Some(guard) => AdaptiveFuture {
                 state: AdaptiveFutureState::Running {
                     future: self.inner.call(request),
                     guard: Awaiting {
@@ -246,7 +319,7 @@ where
                     classify: self.layer.classify,
                 },
             },
-            Err(_) => AdaptiveFuture::rejected(overloaded()),
+            None => AdaptiveFuture::rejected(overloaded()),
         }
     }
 }
@@ -399,7 +472,7 @@ mod tests {
         let layer = AdaptiveInflightLayer::new(GlobalKey, fixed(1));
         let service = layer.layer(gated(Arc::clone(&gate), StatusCode::OK));
         let first = tokio::spawn(service.clone().oneshot(Request::new(())));
-        while layer.limiter().in_flight(&()) < 1 {
+        while layer.keyed_limiter().unwrap().in_flight(&()) < 1 {
             tokio::task::yield_now().await;
         }
         let refused = service.clone().oneshot(Request::new(())).await.unwrap();
@@ -407,17 +480,19 @@ mod tests {
         assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
         gate.add_permits(1);
         assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
-        assert_eq!(layer.limiter().in_flight(&()), 0);
+        assert_eq!(layer.keyed_limiter().unwrap().in_flight(&()), 0);
         gate.add_permits(1);
         let again = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(again.status(), StatusCode::OK);
     }
 
-    /// AIMD that backs off on every single drop.
+    /// AIMD that backs off on every single drop (and never probes, so its
+    /// limit is never pinned).
     fn twitchy() -> KeyedAdaptiveLimiter<Aimd, ManualClock> {
         let aimd = Aimd::builder()
             .window(Duration::ZERO)
             .window_samples(NonZeroU32::new(1).unwrap())
+            .probe_interval(None)
             .build()
             .unwrap();
         KeyedAdaptiveLimiter::with_clock(aimd, NonZeroUsize::new(8).unwrap(), ManualClock::new())
@@ -433,14 +508,18 @@ mod tests {
         let response = busy.oneshot(Request::new(())).await.unwrap();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(response);
-        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
+        assert_eq!(
+            layer.keyed_limiter().unwrap().limit(&()),
+            Some(18),
+            "20 × 0.9"
+        );
         // A 500 says nothing about load.
         let broken = layer.layer(gated(
             Arc::new(Semaphore::new(10)),
             StatusCode::INTERNAL_SERVER_ERROR,
         ));
         drop(broken.oneshot(Request::new(())).await.unwrap());
-        assert_eq!(layer.limiter().limit(&()), Some(18));
+        assert_eq!(layer.keyed_limiter().unwrap().limit(&()), Some(18));
     }
 
     /// A client can cancel at will (close the connection, reset an HTTP/2
@@ -456,14 +535,14 @@ mod tests {
         let service = layer.layer(gated(Arc::new(Semaphore::new(0)), StatusCode::OK));
         for _ in 0..200 {
             let pending = tokio::spawn(service.clone().oneshot(Request::new(())));
-            while layer.limiter().in_flight(&()) < 1 {
+            while layer.keyed_limiter().unwrap().in_flight(&()) < 1 {
                 tokio::task::yield_now().await;
             }
             pending.abort();
             let _ = pending.await;
-            assert_eq!(layer.limiter().in_flight(&()), 0);
+            assert_eq!(layer.keyed_limiter().unwrap().in_flight(&()), 0);
         }
-        assert_eq!(layer.limiter().limit(&()), Some(20));
+        assert_eq!(layer.keyed_limiter().unwrap().limit(&()), Some(20));
     }
 
     /// A client's own refusals, by a weir layer inside this one (a
@@ -504,7 +583,7 @@ mod tests {
                 .layer(gated(Arc::new(Semaphore::new(0)), StatusCode::OK)),
         );
         let first = tokio::spawn(held.clone().oneshot(from("slow")));
-        while layer.limiter().in_flight(&()) < 1 {
+        while layer.keyed_limiter().unwrap().in_flight(&()) < 1 {
             tokio::task::yield_now().await;
         }
         let busy = held.oneshot(from("slow")).await.unwrap();
@@ -518,7 +597,7 @@ mod tests {
             StatusCode::TOO_MANY_REQUESTS,
         ));
         drop(origin.oneshot(Request::new(())).await.unwrap());
-        assert_eq!(layer.limiter().limit(&()), Some(20));
+        assert_eq!(layer.keyed_limiter().unwrap().limit(&()), Some(20));
     }
 
     /// An origin that panics failed: a drop, not a client's cancel.
@@ -533,8 +612,12 @@ mod tests {
         }));
         let joined = tokio::spawn(panicking.clone().oneshot(Request::new(()))).await;
         assert!(joined.unwrap_err().is_panic());
-        assert_eq!(layer.limiter().in_flight(&()), 0);
-        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
+        assert_eq!(layer.keyed_limiter().unwrap().in_flight(&()), 0);
+        assert_eq!(
+            layer.keyed_limiter().unwrap().limit(&()),
+            Some(18),
+            "20 × 0.9"
+        );
         // Caught where it was polled (as tower-http's CatchPanicLayer does)
         // and dropped after the unwinding: still a drop.
         let mut service = panicking;
@@ -545,8 +628,12 @@ mod tests {
         }));
         assert!(caught.is_err());
         drop(future);
-        assert_eq!(layer.limiter().in_flight(&()), 0);
-        assert_eq!(layer.limiter().limit(&()), Some(16), "18 × 0.9");
+        assert_eq!(layer.keyed_limiter().unwrap().in_flight(&()), 0);
+        assert_eq!(
+            layer.keyed_limiter().unwrap().limit(&()),
+            Some(16),
+            "18 × 0.9"
+        );
     }
 
     /// An origin that fails (or a timeout layered inside this one, which
@@ -558,8 +645,12 @@ mod tests {
             Err::<Response<String>, &'static str>("timed out")
         }));
         assert!(failing.oneshot(Request::new(())).await.is_err());
-        assert_eq!(layer.limiter().in_flight(&()), 0);
-        assert_eq!(layer.limiter().limit(&()), Some(18), "20 × 0.9");
+        assert_eq!(layer.keyed_limiter().unwrap().in_flight(&()), 0);
+        assert_eq!(
+            layer.keyed_limiter().unwrap().limit(&()),
+            Some(18),
+            "20 × 0.9"
+        );
     }
 
     #[tokio::test]
@@ -570,7 +661,11 @@ mod tests {
         });
         let service = layer.layer(origin);
         let mut response = service.clone().oneshot(Request::new(())).await.unwrap();
-        assert_eq!(layer.limiter().in_flight(&()), 1, "the body is unread");
+        assert_eq!(
+            layer.keyed_limiter().unwrap().in_flight(&()),
+            1,
+            "the body is unread"
+        );
         let refused = service.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         let body = Pin::new(response.body_mut());
@@ -579,7 +674,11 @@ mod tests {
             .await
             .is_some()
         {}
-        assert_eq!(layer.limiter().in_flight(&()), 0, "released at the end");
+        assert_eq!(
+            layer.keyed_limiter().unwrap().in_flight(&()),
+            0,
+            "released at the end"
+        );
     }
 
     #[tokio::test]
@@ -589,5 +688,61 @@ mod tests {
         let response = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(response.headers().contains_key("x-inflight-error"));
+    }
+    /// The review's case, through the layer: one learned limit shared by
+    /// everyone (the default Gradient2) in front of an origin whose work
+    /// takes 5 ms, and one client's 40 requests for a missing path,
+    /// answered at once (a 404 is a success to the layer). Fed to a mean
+    /// that could lower the no-load latency, they took the shared limit
+    /// from 20 to 2; it must stay at least half of what it was.
+    #[tokio::test]
+    async fn one_clients_instant_404s_leave_the_shared_limit_to_the_origin() {
+        use weir_adaptive::{AdaptiveLimiter, Gradient2};
+        let clock = ManualClock::new();
+        let limiter = AdaptiveLimiter::with_clock(Gradient2::default(), clock.clone());
+        let origin = {
+            let clock = clock.clone();
+            tower::service_fn(move |request: Request<()>| {
+                let missing = request.uri().path() == "/missing";
+                clock.advance(if missing {
+                    Duration::from_micros(50)
+                } else {
+                    Duration::from_millis(5)
+                });
+                let status = if missing {
+                    StatusCode::NOT_FOUND
+                } else {
+                    StatusCode::OK
+                };
+                let mut response = Response::new(String::new());
+                *response.status_mut() = status;
+                std::future::ready(Ok::<_, Infallible>(response))
+            })
+        };
+        let service = AdaptiveInflightLayer::shared(limiter.clone()).layer(origin);
+        let send = |path: &'static str| {
+            let request = Request::builder().uri(path).body(()).unwrap();
+            service.clone().oneshot(request)
+        };
+        for _ in 0..400 {
+            assert_eq!(send("/").await.unwrap().status(), StatusCode::OK);
+        }
+        let before = limiter.limit();
+        for _ in 0..40 {
+            assert_eq!(
+                send("/missing").await.unwrap().status(),
+                StatusCode::NOT_FOUND
+            );
+            clock.advance(Duration::from_millis(1));
+        }
+        for _ in 0..300 {
+            assert_eq!(send("/").await.unwrap().status(), StatusCode::OK);
+        }
+        let after = limiter.limit();
+        assert!(
+            after >= before / 2,
+            "the shared limit fell from {before} to {after}"
+        );
+        assert_eq!(limiter.no_load(), Some(Duration::from_millis(5)));
     }
 }

@@ -17,9 +17,10 @@
 //! * [`InflightLayer`]: at most N requests per key in progress, 503 beyond
 //!   (pingora's per-origin connection limit), counted exactly per key
 //!   ([`InflightBody`], [`InflightPermit`]).
-//! * [`AdaptiveInflightLayer`]: the same, with each key's limit learned
-//!   from latency by a weir-adaptive algorithm ([`AdaptiveBody`];
-//!   responses classified by [`classify_status`]).
+//! * [`AdaptiveInflightLayer`]: the same, with the limit learned from
+//!   latency by a weir-adaptive algorithm, one for the whole service
+//!   ([`shared`](AdaptiveInflightLayer::shared)) or one per key
+//!   ([`AdaptiveBody`]; responses classified by [`classify_status`]).
 //!
 //! Each layer's service and future ([`RateLimitService`],
 //! [`RateLimitFuture`], ...) are named for use in type signatures; the
@@ -65,8 +66,16 @@
 //! |---|---|---|
 //! | `weir_rate_decisions_total` | counter | `limiter` (the layer's policy name), `outcome`: `ok`, `over_limit`, `shadow_over_limit`, `error` (no key, or a cost never allowed) |
 //! | `weir_rate_settlements_total` | counter | `limiter` (the layer's policy name), `outcome`: `refund`, `charge`, `error` (the settlement failed: the key keeps what its check charged) |
+//! | `weir_adaptive_requests_total` | counter | `limiter` (the adaptive layer's [name](AdaptiveInflightLayer::name)), `outcome`: `admitted`, `rejected` |
+//! | `weir_adaptive_limit` | gauge | `limiter`: a [shared](AdaptiveInflightLayer::shared) limit, as of the last request |
+//! | `weir_adaptive_in_flight` | gauge | `limiter`: a shared limit's requests in flight, as of the last request |
+//! | `weir_adaptive_no_load_seconds` | gauge | `limiter`: a shared limit's no-load latency estimate |
 //!
-//! The outcomes are envoy's rate-limit filter's.
+//! A per-key adaptive layer exports its counts only: its limits are per
+//! key (read them with [`keyed_limiter`](AdaptiveInflightLayer::keyed_limiter)).
+//!
+//! The rate-limit outcomes are envoy's rate-limit filter's; the adaptive
+//! gauges are what envoy's adaptive concurrency filter exports.
 
 mod adaptive;
 mod body;

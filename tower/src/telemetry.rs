@@ -77,3 +77,63 @@ impl Settlements {
         }
     }
 }
+
+/// An adaptive layer's counters and, for a shared limit, its gauges,
+/// registered on first use.
+#[derive(Debug, Default)]
+pub(crate) struct Admissions {
+    #[cfg(feature = "metrics")]
+    handles: OnceLock<AdmissionHandles>,
+}
+
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct AdmissionHandles {
+    admitted: metrics::Counter,
+    rejected: metrics::Counter,
+    limit: metrics::Gauge,
+    in_flight: metrics::Gauge,
+    no_load: metrics::Gauge,
+}
+
+/// What a shared limit stood at when a request was decided.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Standing {
+    pub(crate) limit: u32,
+    pub(crate) in_flight: u32,
+    pub(crate) no_load: Option<std::time::Duration>,
+}
+
+impl Admissions {
+    /// Count one request of the layer named `limiter`, admitted or not,
+    /// and set the gauges of a shared limit from `standing`.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn count(&self, limiter: &str, admitted: bool, standing: Option<Standing>) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = self.handles.get_or_init(|| {
+                let label = limiter.to_owned();
+                AdmissionHandles {
+                    admitted: metrics::counter!("weir_adaptive_requests_total", "limiter" => label.clone(), "outcome" => "admitted"),
+                    rejected: metrics::counter!("weir_adaptive_requests_total", "limiter" => label.clone(), "outcome" => "rejected"),
+                    limit: metrics::gauge!("weir_adaptive_limit", "limiter" => label.clone()),
+                    in_flight: metrics::gauge!("weir_adaptive_in_flight", "limiter" => label.clone()),
+                    no_load: metrics::gauge!("weir_adaptive_no_load_seconds", "limiter" => label),
+                }
+            });
+            if admitted {
+                h.admitted.increment(1);
+            } else {
+                h.rejected.increment(1);
+            }
+            if let Some(standing) = standing {
+                h.limit.set(f64::from(standing.limit));
+                h.in_flight.set(f64::from(standing.in_flight));
+                if let Some(no_load) = standing.no_load {
+                    h.no_load.set(no_load.as_secs_f64());
+                }
+            }
+        }
+    }
+}

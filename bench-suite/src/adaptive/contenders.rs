@@ -2,7 +2,7 @@
 //! contender's limiter in front of the handler), and the open-loop load
 //! offered to it.
 
-use super::{CAPACITY, CLIENT_TIMEOUT, INITIAL_LIMIT, MAX_LIMIT, MIN_LIMIT, OUTSTANDING, SERVICE};
+use super::{CAPACITY, CHEAPER, CLIENT_TIMEOUT, INITIAL_LIMIT, OUTSTANDING, SERVICE};
 use crate::harness::machine;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
@@ -15,12 +15,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rand::SeedableRng;
 use rand_distr::Distribution;
-use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use weir_adaptive::{Aimd, Algorithm, Gradient2, KeyedAdaptiveLimiter, Vegas};
+use weir_adaptive::{AdaptiveLimiter, Aimd, Algorithm, Gradient2, Vegas};
 use weir_tower::{AdaptiveInflightLayer, GlobalKey, InflightLayer};
 
 /// `C` permits with a debt: halving makes the next `C / 2` permits given
@@ -48,19 +47,22 @@ impl Backend {
         }
     }
 
-    /// The mean time a request held its permit.
+    /// The mean time an expensive request held its permit.
     fn service_time(&self) -> Duration {
         let served = self.served.load(Ordering::Relaxed).max(1);
         Duration::from_nanos(self.held_ns.load(Ordering::Relaxed) / served)
     }
 
-    async fn handle(self) -> &'static str {
+    /// One request: a permit held for `work`.
+    async fn handle(self, work: Duration) -> &'static str {
         let permit = self.permits.acquire().await.expect("never closed");
         let start = Instant::now();
-        tokio::time::sleep(SERVICE).await;
-        let held = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.held_ns.fetch_add(held, Ordering::Relaxed);
-        self.served.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(work).await;
+        if work == SERVICE {
+            let held = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.held_ns.fetch_add(held, Ordering::Relaxed);
+            self.served.fetch_add(1, Ordering::Relaxed);
+        }
         let owed = |d: u32| d.checked_sub(1);
         if self
             .debt
@@ -93,7 +95,7 @@ pub(super) enum Contender {
     AccGradient2,
     /// tower-acc 0.1's Vegas behind `LoadShed`.
     AccVegas,
-    /// weir's AIMD (timeout: 1.5 × the unloaded p99).
+    /// weir's AIMD, default settings.
     Aimd,
     /// weir's Vegas, default settings.
     Vegas,
@@ -175,14 +177,11 @@ fn with_acc<A: tower_acc::Algorithm + Clone + Send + Sync + 'static>(
 }
 
 fn with_weir<A: Algorithm + Clone + Sync>(base: Router, algorithm: A) -> (Router, LimitProbe) {
-    let layer = AdaptiveInflightLayer::new(
-        GlobalKey,
-        KeyedAdaptiveLimiter::new(algorithm, NonZeroUsize::MIN),
-    );
-    let probe = layer.clone();
+    let limiter = AdaptiveLimiter::new(algorithm);
+    let probe = limiter.clone();
     (
-        base.layer(layer),
-        Arc::new(move || probe.limiter().limit(&()).or(Some(INITIAL_LIMIT))),
+        base.layer(AdaptiveInflightLayer::shared(limiter)),
+        Arc::new(move || Some(probe.limit())),
     )
 }
 
@@ -191,10 +190,15 @@ fn with_weir<A: Algorithm + Clone + Sync>(base: Router, algorithm: A) -> (Router
 /// `with_state` turns the handler into a route once, layers applied: axum
 /// otherwise does that for every request, and a layer that makes its state
 /// in `Layer::layer` (tower-acc's) would then get a fresh limit per request.
-fn router(contender: Contender, backend: &Backend, unloaded_p99: Duration) -> (Router, LimitProbe) {
-    let backend = backend.clone();
-    let base = Router::new().route("/", get(move || backend.clone().handle()));
-    let nz = |n| NonZeroU32::new(n).expect("positive");
+fn router(contender: Contender, backend: &Backend) -> (Router, LimitProbe) {
+    let (expensive, cheap) = (backend.clone(), backend.clone());
+    // Any other path is a 404, answered at once (through the limiter).
+    let base = Router::new()
+        .route("/", get(move || expensive.clone().handle(SERVICE)))
+        .route(
+            "/cheap",
+            get(move || cheap.clone().handle(SERVICE / CHEAPER)),
+        );
     let (router, probe): (Router, LimitProbe) = match contender {
         Contender::NoLimit => (base, Arc::new(|| None)),
         Contender::Static(n) => (
@@ -205,16 +209,7 @@ fn router(contender: Contender, backend: &Backend, unloaded_p99: Duration) -> (R
         // [20, 200], Vegas within [1, 1000], both starting at 20).
         Contender::AccGradient2 => with_acc(base, tower_acc::Gradient2::default()),
         Contender::AccVegas => with_acc(base, tower_acc::Vegas::default()),
-        Contender::Aimd => {
-            let aimd = Aimd::builder()
-                .min_limit(nz(MIN_LIMIT))
-                .initial_limit(nz(INITIAL_LIMIT))
-                .max_limit(nz(MAX_LIMIT))
-                .timeout(unloaded_p99.mul_f64(1.5))
-                .build()
-                .expect("valid AIMD settings");
-            with_weir(base, aimd)
-        }
+        Contender::Aimd => with_weir(base, Aimd::default()),
         Contender::Vegas => with_weir(base, Vegas::default()),
         Contender::Gradient2 => with_weir(base, Gradient2::default()),
     };
@@ -232,11 +227,33 @@ pub(super) enum Kind {
     GaveUp,
 }
 
+/// What a request asks of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Class {
+    /// `/`: a permit for [`SERVICE`].
+    Expensive,
+    /// `/cheap`: a permit for [`SERVICE`] / [`CHEAPER`].
+    Cheap,
+    /// A missing path: a 404 at once, from a hostile client.
+    Missing,
+}
+
+impl Class {
+    fn path(self) -> &'static str {
+        match self {
+            Self::Expensive => "/",
+            Self::Cheap => "/cheap",
+            Self::Missing => "/missing",
+        }
+    }
+}
+
 /// One request of the generator: when it was sent (since the run began),
-/// how long it took, how it ended.
+/// what it asked, how long it took, how it ended.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Record {
     pub(super) sent: Duration,
+    pub(super) class: Class,
     pub(super) latency: Duration,
     pub(super) kind: Kind,
 }
@@ -278,29 +295,62 @@ impl Phases {
     }
 }
 
-/// Poisson arrivals at `rate` per second for `total`, from `seed`.
-pub(super) fn schedule(rate: f64, total: Duration, seed: u64) -> Vec<Duration> {
+/// One request to send: when (since the run began) and what.
+pub(super) type Arrival = (Duration, Class);
+
+/// Poisson arrivals at `rate` per second for `total`, from `seed`; each is
+/// cheap with probability `cheap(t)`, else expensive.
+pub(super) fn schedule(
+    rate: f64,
+    total: Duration,
+    seed: u64,
+    cheap: impl Fn(Duration) -> f64,
+) -> Vec<Arrival> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let gap = rand_distr::Exp::new(rate).expect("positive rate");
-    let times = std::iter::successors(Some(gap.sample(&mut rng)), |t| {
-        Some(t + gap.sample(&mut rng))
-    });
-    times
-        .take_while(|&t| t < total.as_secs_f64())
-        .map(Duration::from_secs_f64)
-        .collect()
+    let unit = rand_distr::Uniform::new(0.0, 1.0).expect("a range");
+    let mut t = 0.0;
+    let mut arrivals = Vec::new();
+    loop {
+        t += gap.sample(&mut rng);
+        if t >= total.as_secs_f64() {
+            return arrivals;
+        }
+        let at = Duration::from_secs_f64(t);
+        let class = if unit.sample(&mut rng) < cheap(at) {
+            Class::Cheap
+        } else {
+            Class::Expensive
+        };
+        arrivals.push((at, class));
+    }
+}
+
+/// `arrivals` with one client's bursts of `burst` requests for a missing
+/// path, 1 ms apart, making up `share` of all requests, spread evenly.
+pub(super) fn with_bursts(mut arrivals: Vec<Arrival>, share: f64, burst: u32) -> Vec<Arrival> {
+    let Some(&(end, _)) = arrivals.last() else {
+        return arrivals;
+    };
+    let hostile = arrivals.len() as f64 * share / (1.0 - share);
+    let bursts = (hostile / f64::from(burst)).round().max(1.0);
+    let every = end.div_f64(bursts);
+    let mut start = every / 2;
+    while start < end {
+        arrivals.extend(
+            (0..burst).map(|i| (start + Duration::from_millis(u64::from(i)), Class::Missing)),
+        );
+        start += every;
+    }
+    arrivals.sort_by_key(|a| a.0);
+    arrivals
 }
 
 /// Serves the backend behind `contender` and offers it `arrivals`, halving
 /// and restoring its capacity on `phases` (never if `None`).
-pub(super) fn load(
-    contender: Contender,
-    arrivals: &[Duration],
-    phases: Option<Phases>,
-    unloaded_p99: Duration,
-) -> Run {
+pub(super) fn load(contender: Contender, arrivals: &[Arrival], phases: Option<Phases>) -> Run {
     let backend = Backend::new();
-    let (app, probe) = router(contender, &backend, unloaded_p99);
+    let (app, probe) = router(contender, &backend);
     let (_server, client_rt, addr) = machine::serve_loopback(app);
     client_rt.block_on(async move {
         let mut connector = HttpConnector::new();
@@ -308,7 +358,12 @@ pub(super) fn load(
         let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(OUTSTANDING)
             .build(connector);
-        let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
+        let uri_of = |class: Class| -> http::Uri {
+            format!("http://{addr}{}", class.path())
+                .parse()
+                .expect("uri")
+        };
+        let uri = uri_of(Class::Expensive);
         // Open the first connections before the clock starts.
         for _ in 0..4 {
             if let Ok(response) = client.get(uri.clone()).await {
@@ -316,7 +371,7 @@ pub(super) fn load(
             }
         }
         let start = tokio::time::Instant::now();
-        let end = arrivals.last().copied().unwrap_or_default();
+        let end = arrivals.last().map(|a| a.0).unwrap_or_default();
         let controller = phases.map(|phases| {
             let backend = backend.clone();
             tokio::spawn(async move {
@@ -341,11 +396,12 @@ pub(super) fn load(
         });
         let records = Arc::new(Mutex::new(Vec::with_capacity(arrivals.len())));
         let outstanding = Arc::new(AtomicUsize::new(0));
-        for &at in arrivals {
+        for &(at, class) in arrivals {
             tokio::time::sleep_until(start + at).await;
             if outstanding.load(Ordering::Relaxed) >= OUTSTANDING {
                 let gave_up = Record {
                     sent: at,
+                    class,
                     latency: Duration::ZERO,
                     kind: Kind::GaveUp,
                 };
@@ -355,7 +411,7 @@ pub(super) fn load(
             outstanding.fetch_add(1, Ordering::Relaxed);
             let (client, uri, records, outstanding) = (
                 client.clone(),
-                uri.clone(),
+                uri_of(class),
                 records.clone(),
                 outstanding.clone(),
             );
@@ -368,13 +424,14 @@ pub(super) fn load(
                     Some(status)
                 });
                 let kind = match answer.await {
-                    Ok(Some(StatusCode::OK)) => Kind::Served,
+                    Ok(Some(StatusCode::OK | StatusCode::NOT_FOUND)) => Kind::Served,
                     Ok(Some(StatusCode::SERVICE_UNAVAILABLE)) => Kind::Refused,
                     _ => Kind::Failed,
                 };
                 let latency = t0.elapsed();
                 records.lock().expect("records").push(Record {
                     sent,
+                    class,
                     latency,
                     kind,
                 });
@@ -415,7 +472,7 @@ mod tests {
             .build()
             .unwrap();
         for contender in CONTENDERS {
-            let (app, _) = router(contender, &Backend::new(), SERVICE);
+            let (app, _) = router(contender, &Backend::new());
             let statuses = runtime.block_on(async move {
                 let call = |_| tokio::spawn(app.clone().oneshot(http::Request::new(Body::empty())));
                 let calls: Vec<_> = (0..300).map(call).collect();

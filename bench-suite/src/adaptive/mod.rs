@@ -13,15 +13,20 @@
 //! same schedule. The generator gives up on an arrival while 512 of its
 //! requests are outstanding (only the unlimited backend gets there), and
 //! on a request after 2 s.
+//!
+//! Three more origins serve a mix (`origins`): cheap requests beside the
+//! expensive ones, one client's bursts of instant 404s, and a cheap share
+//! that shifts during the run.
 
 mod contenders;
+mod origins;
 
 use crate::harness::contest::{self, Goal};
 use crate::harness::plot::{LinePlot, Series};
 use crate::harness::report::{Report, Table};
 use crate::http::time_service;
 use axum::body::Body;
-use contenders::{CONTENDERS, Contender, Kind, Phases, Record, Run, load, schedule};
+use contenders::{CONTENDERS, Class, Contender, Kind, Phases, Record, Run, load, schedule};
 use std::num::NonZeroUsize;
 use std::time::Duration;
 use weir_adaptive::{Gradient2, KeyedAdaptiveLimiter};
@@ -37,10 +42,12 @@ const OVERLOAD: f64 = 3.0;
 const OUTSTANDING: usize = 512;
 /// ... and on a request after this long.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-/// weir's default bounds (AIMD's are set to the same).
+/// weir's default bounds.
 const MIN_LIMIT: u32 = 1;
 const INITIAL_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 1000;
+/// How much less work a cheap request is than an expensive one.
+const CHEAPER: u32 = 50;
 
 /// The backend's nominal capacity in requests per second at full `C`.
 fn full_rate() -> f64 {
@@ -61,11 +68,12 @@ fn quantile(xs: &mut [Duration], q: f64) -> Duration {
     contest::quantile(xs, q).unwrap_or_default()
 }
 
-/// Latencies of the admitted (200) requests sent at times `keep` accepts.
+/// Latencies of the admitted (200) expensive requests sent at times
+/// `keep` accepts.
 fn served(records: &[Record], keep: impl Fn(Duration) -> bool) -> Vec<Duration> {
     let served = records
         .iter()
-        .filter(|r| r.kind == Kind::Served && keep(r.sent));
+        .filter(|r| r.kind == Kind::Served && r.class == Class::Expensive && keep(r.sent));
     served.map(|r| r.latency).collect()
 }
 
@@ -83,7 +91,8 @@ struct Verdict {
     p99_steady: Duration,
     refused: f64,
     failed: f64,
-    converged: [Option<Duration>; 2],
+    /// After each change of the origin, in order.
+    converged: Vec<Option<Duration>>,
 }
 
 /// From `change` to the first moment `u` (in 100 ms steps) such that the
@@ -94,7 +103,7 @@ struct Verdict {
 /// settled, read as never converging.)
 fn converged(
     records: &[Record],
-    phases: Phases,
+    capacity: &dyn Fn(Duration) -> f64,
     change: Duration,
     until: Duration,
     slo: Duration,
@@ -103,7 +112,7 @@ fn converged(
     let ok = |from: Duration, to: Duration| {
         let mut served = served(records, |t| t >= from && t < to);
         let good = served.iter().filter(|&&l| l <= slo).count() as f64;
-        good >= 0.9 * phases.capacity(from) * (to - from).as_secs_f64()
+        good >= 0.9 * capacity(from) * (to - from).as_secs_f64()
             && quantile(&mut served, 0.99) <= slo
     };
     let starts = std::iter::successors(Some(change), |&from| Some(from + step));
@@ -113,26 +122,42 @@ fn converged(
         .map(|from| from - change)
 }
 
-fn verdict(contender: Contender, run: &Run, phases: Phases, slo: Duration) -> Verdict {
+/// The expensive requests per second the backend allows at `t` (its
+/// capacity less what the cheap ones take), for a run whose expensive
+/// requests held a permit `service` each and whose cheap share at `t` is
+/// `cheap(t)`.
+fn allowed(
+    phases: Phases,
+    service: Duration,
+    cheap: &dyn Fn(Duration) -> f64,
+) -> impl Fn(Duration) -> f64 {
+    let full = f64::from(CAPACITY) / service.as_secs_f64().max(1e-9);
+    move |t| {
+        let c = cheap(t);
+        let per_permit = (1.0 - c) + c / f64::from(CHEAPER);
+        phases.capacity(t) / phases.full * full * (1.0 - c) / per_permit
+    }
+}
+
+fn verdict(
+    contender: Contender,
+    run: &Run,
+    phases: Phases,
+    slo: Duration,
+    origin: &origins::Origin,
+) -> Verdict {
     let records = &run.records;
-    let phases = Phases {
-        full: f64::from(CAPACITY) / run.service.as_secs_f64().max(1e-9),
-        ..phases
-    };
+    let capacity = allowed(phases, run.service, &*origin.cheap);
     let total = records.len().max(1) as f64;
     let count = |kind| records.iter().filter(|r| r.kind == kind).count() as f64;
-    let [halved, restored] = phases.changes();
+    let changes = origin.changes(phases);
     let settle = Duration::from_secs(2);
     // A steady stretch: past the first second and the 2 s after each change.
     let steady = |t: Duration| {
-        t >= Duration::from_secs(1)
-            && phases
-                .changes()
-                .iter()
-                .all(|&c| !(t >= c && t < c + settle))
+        t >= Duration::from_secs(1) && changes.iter().all(|&c| !(t >= c && t < c + settle))
     };
-    // Responses within the SLO over the capacity offered (integrated in
-    // 10 ms steps) at the times `keep` accepts.
+    // Expensive responses within the SLO over what the backend allows
+    // (integrated in 10 ms steps) at the times `keep` accepts.
     let goodput = |keep: &dyn Fn(Duration) -> bool| {
         let good = served(records, keep).iter().filter(|&&l| l <= slo).count() as f64;
         let steps = (0..)
@@ -140,10 +165,11 @@ fn verdict(contender: Contender, run: &Run, phases: Phases, slo: Duration) -> Ve
             .take_while(|&t| t < phases.total());
         good / steps
             .filter(|&t| keep(t))
-            .map(|t| phases.capacity(t) * 0.01)
+            .map(|t| capacity(t) * 0.01)
             .sum::<f64>()
     };
     let mut latencies = served(records, |_| true);
+    let ends = changes.iter().skip(1).copied().chain([phases.total()]);
     Verdict {
         contender,
         goodput: goodput(&|_| true),
@@ -153,10 +179,11 @@ fn verdict(contender: Contender, run: &Run, phases: Phases, slo: Duration) -> Ve
         p99_steady: quantile(&mut served(records, steady), 0.99),
         refused: count(Kind::Refused) / total,
         failed: (count(Kind::Failed) + count(Kind::GaveUp)) / total,
-        converged: [
-            converged(records, phases, halved, restored, slo),
-            converged(records, phases, restored, phases.total(), slo),
-        ],
+        converged: changes
+            .iter()
+            .zip(ends)
+            .map(|(&change, until)| converged(records, &capacity, change, until, slo))
+            .collect(),
     }
 }
 
@@ -188,10 +215,9 @@ pub fn run(report: &mut Report) {
          contender); the backend's concurrency is halved after {} s and restored after {} s. \
          The limiter sits in the server in front of the handler and refuses with 503. \
          Every algorithm runs as shipped: weir's with its defaults (limits in \
-         [{MIN_LIMIT}, {MAX_LIMIT}] from {INITIAL_LIMIT}; AIMD, which needs one, with a timeout of \
-         1.5× the unloaded p99), tower-acc 0.1's with its own (Netflix's: Gradient2 in [20, 200], \
-         Vegas in [1, 1000], both from 20), behind tower's `LoadShed` so that it refuses instead \
-         of queueing. Server and client run in one-worker \
+         [{MIN_LIMIT}, {MAX_LIMIT}] from {INITIAL_LIMIT}), tower-acc 0.1's with its own \
+         (Netflix's: Gradient2 in [20, 200], Vegas in [1, 1000], both from 20), behind tower's \
+         `LoadShed` so that it refuses instead of queueing. Server and client run in one-worker \
          tokio runtimes pinned to separate cores.",
         SERVICE.as_millis(),
         full_rate(),
@@ -204,23 +230,22 @@ pub fn run(report: &mut Report) {
         full_rate() * 0.1,
         scale.pick(Duration::from_secs(2), Duration::from_secs(3)),
         7,
+        |_| 0.0,
     );
-    let mut calm = served(
-        &load(Contender::NoLimit, &calm, None, SERVICE).records,
-        |_| true,
-    );
+    let mut calm = served(&load(Contender::NoLimit, &calm, None).records, |_| true);
     let (unloaded_p50, unloaded_p99) = (quantile(&mut calm, 0.5), quantile(&mut calm, 0.99));
     let slo = unloaded_p99 * 2;
 
-    let arrivals = schedule(full_rate() * OVERLOAD, phases.total(), 30);
+    let uniform = origins::Origin::uniform();
+    let arrivals = uniform.arrivals(phases);
     let (mut verdicts, mut services) = (Vec::new(), Vec::new());
     let mut csv = String::from("contender,series,t_s,value\n");
     let (mut limit_series, mut p99_series) = (Vec::new(), Vec::new());
     for contender in CONTENDERS {
         let name = contender.name();
         report.progress(&name);
-        let run = load(contender, &arrivals, Some(phases), unloaded_p99);
-        verdicts.push(verdict(contender, &run, phases, slo));
+        let run = load(contender, &arrivals, Some(phases));
+        verdicts.push(verdict(contender, &run, phases, slo, &uniform));
         services.push(run.service);
         let p99 = p99_timeline(&run, phases.total());
         run.limits
@@ -261,47 +286,9 @@ pub fn run(report: &mut Report) {
         ms(unloaded_p99),
         ms(slo),
     ));
-    let mut table = Table::new(
-        "contender | goodput | goodput steady | p50 | p99 | p99 steady | refused | failed | converged after halving | after restoring",
-    );
-    for v in &verdicts {
-        let shares = [v.goodput, v.goodput_steady].map(|x| format!("{:.1} %", 100.0 * x));
-        let latencies = [v.p50, v.p99, v.p99_steady].map(|d| format!("{:.1} ms", ms(d)));
-        let failures = [v.refused, v.failed].map(|x| format!("{:.1} %", 100.0 * x));
-        let cells = shares
-            .into_iter()
-            .chain(latencies)
-            .chain(failures)
-            .chain(v.converged.map(seconds));
-        table.cells(std::iter::once(v.contender.name()).chain(cells));
-    }
-    report.table(&table);
+    report.table(&verdict_table(&verdicts));
     goals(report, &verdicts, unloaded_p99);
-
-    let steps = (0..)
-        .map(|i| Duration::from_millis(50 * i))
-        .take_while(|&t| t <= phases.total());
-    let capacity = steps.map(|t| {
-        (
-            t.as_secs_f64(),
-            phases.capacity(t) / phases.full * f64::from(CAPACITY),
-        )
-    });
-    limit_series.insert(0, Series::dashed("backend concurrency", capacity.collect()));
-    let title = "Concurrency limit over time (capacity halved, then restored)";
-    let plot = LinePlot::new(
-        title,
-        "time (s)",
-        "limit (requests in flight)",
-        limit_series,
-    );
-    report.plot(
-        "adaptive-limit",
-        &LinePlot {
-            y_max: Some(f64::from(3 * CAPACITY)),
-            ..plot
-        },
-    );
+    limit_plot(report, "adaptive-limit", &uniform, phases, limit_series);
     let title = "p99 latency of admitted requests per 250 ms";
     let plot = LinePlot::new(title, "time (s)", "p99 latency (ms)", p99_series);
     let (references, y_max) = (vec![(ms(slo), "SLO".into())], Some((ms(slo) * 3.0).ceil()));
@@ -313,7 +300,57 @@ pub fn run(report: &mut Report) {
             ..plot
         },
     );
+    origins::run(report, phases, slo, unloaded_p99);
     overhead(report);
+}
+
+/// The verdicts as a table, one row per contender.
+fn verdict_table(verdicts: &[Verdict]) -> Table {
+    let mut table = Table::new(
+        "contender | goodput | goodput steady | p50 | p99 | p99 steady | refused | failed | converged after each change",
+    );
+    for v in verdicts {
+        let shares = [v.goodput, v.goodput_steady].map(|x| format!("{:.1} %", 100.0 * x));
+        let latencies = [v.p50, v.p99, v.p99_steady].map(|d| format!("{:.1} ms", ms(d)));
+        let failures = [v.refused, v.failed].map(|x| format!("{:.1} %", 100.0 * x));
+        let converged: Vec<String> = v.converged.iter().map(|c| seconds(*c)).collect();
+        let cells = shares
+            .into_iter()
+            .chain(latencies)
+            .chain(failures)
+            .chain([converged.join(" / ")]);
+        table.cells(std::iter::once(v.contender.name()).chain(cells));
+    }
+    table
+}
+
+/// The limit over time of each contender, with the backend's concurrency.
+fn limit_plot(
+    report: &mut Report,
+    file: &str,
+    origin: &origins::Origin,
+    phases: Phases,
+    mut series: Vec<Series>,
+) {
+    let steps = (0..)
+        .map(|i| Duration::from_millis(50 * i))
+        .take_while(|&t| t <= phases.total());
+    let capacity = steps.map(|t| {
+        (
+            t.as_secs_f64(),
+            phases.capacity(t) / phases.full * f64::from(CAPACITY),
+        )
+    });
+    series.insert(0, Series::dashed("backend concurrency", capacity.collect()));
+    let title = format!("Concurrency limit over time: {}", origin.title);
+    let plot = LinePlot::new(&title, "time (s)", "limit (requests in flight)", series);
+    report.plot(
+        file,
+        &LinePlot {
+            y_max: Some(f64::from(3 * CAPACITY)),
+            ..plot
+        },
+    );
 }
 
 /// The issue's goals, checked for each of weir's algorithms.
@@ -332,7 +369,7 @@ fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
     let goals = [
         Goal::at_least("goodput ≥ 95 % (steady)", 0.95),
         Goal::at_most("p99 ≤ 2× unloaded (steady)", 2.0),
-        Goal::at_most("converged ≤ 2 s (both changes)", 2.0),
+        Goal::at_most("converged ≤ 2 s (every change)", 2.0),
         Goal::at_least("goodput and p99 ahead of tower-acc's best", 1.0),
         Goal::at_least("goodput within 5 % of static = capacity", 0.95),
     ];
@@ -358,7 +395,7 @@ fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
         let figures = [v.goodput_steady, p99, converged, ahead, of_tuned];
         let [goodput, p99_ok, converged, ahead, tuned] =
             std::array::from_fn(|i| goals[i].verdict(figures[i]));
-        let [halved, restored] = v.converged.map(seconds);
+        let each: Vec<String> = v.converged.iter().map(|c| seconds(*c)).collect();
         let (gap, lag) = (
             100.0 * (v.goodput - best_acc_goodput),
             ms(v.p99) - ms(best_acc_p99),
@@ -367,14 +404,12 @@ fn goals(report: &mut Report, verdicts: &[Verdict], unloaded_p99: Duration) {
             v.contender.name(),
             format!("{goodput} ({:.1} %)", 100.0 * v.goodput_steady),
             format!("{p99_ok} ({p99:.2}×)"),
-            format!("{converged} ({halved} / {restored})"),
+            format!("{converged} ({})", each.join(" / ")),
             format!("{ahead} ({gap:+.1} pt, {lag:+.1} ms)"),
             format!("{tuned} ({:.1} % of it)", 100.0 * of_tuned),
         ]);
     }
-    report.text(
-        "The issue's goals, for weir's algorithms (whole-run figures where not marked steady):",
-    );
+    report.text("The goals, for weir's algorithms (whole-run figures where not marked steady):");
     report.table(&table);
 }
 

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_adaptive::clock::Timestamp;
-use weir_adaptive::{Aimd, Algorithm, Gradient2, Outcome, Sample, Vegas};
+use weir_adaptive::{Aimd, Algorithm, AnyAlgorithm, Gradient2, Outcome, Sample, Vegas};
+
+mod mixes;
 
 const MS: u64 = 1_000_000;
 
@@ -18,32 +20,6 @@ fn nz(n: u32) -> NonZeroU32 {
 
 fn at(nanos: u64) -> Timestamp<()> {
     Timestamp::from_nanos(nanos)
-}
-
-/// One of the three algorithms, so each property runs on all of them.
-#[derive(Debug, Clone, PartialEq)]
-enum Any {
-    Aimd(Aimd),
-    Vegas(Vegas),
-    Gradient2(Gradient2),
-}
-
-impl Algorithm for Any {
-    fn limit(&self) -> u32 {
-        match self {
-            Any::Aimd(a) => a.limit(),
-            Any::Vegas(a) => a.limit(),
-            Any::Gradient2(a) => a.limit(),
-        }
-    }
-
-    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        match self {
-            Any::Aimd(a) => a.update(now, sample),
-            Any::Vegas(a) => a.update(now, sample),
-            Any::Gradient2(a) => a.update(now, sample),
-        }
-    }
 }
 
 /// Settings drawn for a property.
@@ -61,11 +37,11 @@ struct Config {
 }
 
 impl Config {
-    fn build(&self) -> Any {
+    fn build(&self) -> AnyAlgorithm {
         let window = Duration::from_millis(self.window_ms);
         let probe = self.probe.map(Duration::from_millis);
         match self.kind {
-            0 => Any::Aimd(
+            0 => AnyAlgorithm::Aimd(
                 Aimd::builder()
                     .min_limit(nz(self.min))
                     .initial_limit(nz(self.initial))
@@ -76,7 +52,7 @@ impl Config {
                     .build()
                     .unwrap(),
             ),
-            1 => Any::Vegas(
+            1 => AnyAlgorithm::Vegas(
                 Vegas::builder()
                     .min_limit(nz(self.min))
                     .initial_limit(nz(self.initial))
@@ -87,7 +63,7 @@ impl Config {
                     .build()
                     .unwrap(),
             ),
-            _ => Any::Gradient2(
+            _ => AnyAlgorithm::Gradient2(
                 Gradient2::builder()
                     .min_limit(nz(self.min))
                     .initial_limit(nz(self.initial))
@@ -237,11 +213,13 @@ impl Step {
         (self.a as f64 * self.factor) as u64
     }
 
-    /// Enough samples for a few windows to pass after the step.
+    /// Enough samples for a few windows to pass after the step (a window
+    /// lasts its samples, its duration, and three of the latencies
+    /// finishing in it).
     fn settle(&self) -> usize {
         let c = &self.config;
         let per_window =
-            c.samples as u64 + (c.window_ms * MS + self.a.max(self.b())) / self.spacing;
+            c.samples as u64 + (c.window_ms * MS + 3 * self.a.max(self.b())) / self.spacing;
         3 * per_window as usize + 3
     }
 
