@@ -177,7 +177,10 @@ impl<L: Limiter> Limiter for AllOf<L> {
             let mut combined: Option<Decision> = None;
             for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
                 let d = limit.check(s, now_ns, cost, each)?;
-                combined = Some(combined.map_or(d, |c| c.combine(d)));
+                combined = Some(match combined {
+                    Some(c) => c.combine(d),
+                    None => d,
+                });
             }
             Ok(combined)
         })?;

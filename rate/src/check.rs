@@ -50,6 +50,7 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the quota can ever allow
     /// at once; a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
 
     /// Spend `cost` units for `key` unconditionally (see

@@ -44,6 +44,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// [`NeverAllowed`] when `cost` exceeds [`max_cost`](Self::max_cost);
     /// a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     fn check(
         &self,
         state: &mut Self::State,

@@ -1,5 +1,30 @@
 //! What a limiter allows: `limit` units per `window`, with a `burst`.
 
+/// A `NonZeroU32` from a literal or constant, checked when compiling: zero
+/// is a compile error, so a quota needs no `unwrap`.
+///
+/// ```
+/// use weir_rate::{Quota, nonzero};
+///
+/// let api = Quota::per_second(nonzero!(10)).allow_burst(nonzero!(20));
+/// assert_eq!((api.limit(), api.burst()), (10, 20));
+/// ```
+///
+/// ```compile_fail
+/// let never = weir_rate::Quota::per_day(weir_rate::nonzero!(0)); // does not compile
+/// ```
+#[macro_export]
+macro_rules! nonzero {
+    ($n:expr) => {
+        const {
+            match ::core::num::NonZeroU32::new($n) {
+                ::core::option::Option::Some(n) => n,
+                ::core::option::Option::None => panic!("a quota's numbers are at least 1"),
+            }
+        }
+    };
+}
+
 use crate::ConfigError;
 use std::fmt;
 use std::num::NonZeroU32;
@@ -13,12 +38,10 @@ use std::time::Duration;
 /// hold at most `burst` units (by default `burst = limit`).
 ///
 /// ```
-/// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use weir_rate::Quota;
+/// use weir_rate::{Quota, nonzero};
 ///
-/// let q = Quota::per_minute(NonZeroU32::new(100).unwrap())
-///     .allow_burst(NonZeroU32::new(10).unwrap());
+/// let q = Quota::per_minute(nonzero!(100)).allow_burst(nonzero!(10));
 /// assert_eq!((q.limit(), q.burst(), q.window()), (100, 10, Duration::from_secs(60)));
 /// assert_eq!(Quota::try_new(5, Duration::from_millis(250)).unwrap().limit(), 5);
 /// ```

@@ -68,6 +68,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     }
 
     /// Check one unit. One unit is always within a limiter's max cost.
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check(&self) -> Decision {
         match self.run(1, Mode::Consume) {
             Ok(d) => d,
@@ -83,6 +84,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
     /// at once (its max cost); a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check_n(&self, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(cost, Mode::Consume)
     }
@@ -115,6 +117,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// assert!(matches!(limiter.check_n_at(1, now + Duration::MAX), Err(CheckAtError::AheadOfClock { .. })));
     /// assert!(limiter.check_n_at(1, now).unwrap().is_allowed());
     /// ```
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check_n_at(&self, cost: u32, now: Timestamp<C>) -> Result<Decision, CheckAtError> {
         let at = now.as_nanos();
         self.run_at(cost, Mode::Consume, |latest| {
@@ -255,7 +258,24 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 impl<L: Limiter, C: Clock> RateLimiter<L, C> {
     /// Wait until `cost` units may be spent, then spend them (see the
-    /// [`wait`](crate::wait) module).
+    /// [`wait`](crate::wait) module). The decision is always an admission:
+    /// there is nothing to look at, and no warning if it is dropped.
+    ///
+    /// ```
+    /// #![deny(unused_must_use)]
+    /// use std::num::NonZeroU32;
+    /// use weir_rate::wait::Jitter;
+    /// use weir_rate::{Gcra, NeverAllowed, Quota, RateLimiter};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let five_a_second = RateLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())));
+    /// for _ in 0..3 {
+    ///     five_a_second.until_ready(1, Jitter::NONE).await?;
+    ///     // ... send the request
+    /// }
+    /// # Ok::<(), NeverAllowed>(())
+    /// # }).unwrap();
+    /// ```
     ///
     /// # Errors
     ///

@@ -182,7 +182,10 @@ impl Core {
         let mut combined: Option<Decision> = None;
         for (record, limit) in answers.chunks_exact(scripts::RECORD).zip(&*self.limits) {
             let d = decision(scripts::decode(record), &limit.quota);
-            combined = Some(combined.map_or(d, |c| c.combine(d)));
+            combined = Some(match combined {
+                Some(c) => c.combine(d),
+                None => d,
+            });
         }
         let d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, Duration::ZERO));
         if cost > 0 {

@@ -19,10 +19,10 @@ use weir_rate::{
 /// which of them it runs.
 ///
 /// ```
-/// /// use weir_rate::{Quota, SlidingWindow};
+/// use weir_rate::{nonzero, Quota, SlidingWindow};
 /// use weir_store::{Kind, Limit};
 ///
-/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let quota = Quota::per_second(nonzero!(10));
 /// let limit = Limit::of(&SlidingWindow::try_new(quota, 2)?);
 /// assert!(matches!(limit.kind(), Kind::SlidingWindow { counters: 2, .. }));
 /// # Ok::<(), weir_rate::ConfigError>(())
@@ -68,10 +68,10 @@ kept_on_stores! {
 /// the algorithm value.
 ///
 /// ```
-/// /// use weir_rate::{Gcra, Quota};
+/// use weir_rate::{nonzero, Gcra, Quota};
 /// use weir_store::Limit;
 ///
-/// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
+/// let quota = Quota::per_second(nonzero!(10));
 /// let limit = Limit::of(&Gcra::new(quota));
 /// assert_eq!((limit.quota(), limit.max_cost(), limit.tag()), (quota, 10, "gcra"));
 /// ```

@@ -95,6 +95,7 @@ impl<B: Backend> StoreLimiter<B> {
     /// leases, within three: a wait for a lease being fetched, a fetch of
     /// its own, then the plain call, each with a timeout of its own): from
     /// the store, a lease, or the failure policy (or a denial when shed).
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub async fn check(&self, key: &str) -> Decision {
         match self.check_verbose(key, 1).await {
             Ok(answer) => answer.decision,
@@ -110,6 +111,7 @@ impl<B: Backend> StoreLimiter<B> {
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
     /// at once (its max cost); a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_verbose(key, cost).await.map(|a| a.decision)
     }

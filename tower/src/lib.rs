@@ -37,8 +37,17 @@
 //! * [`ForwardedIp`]: the client named by `X-Forwarded-For` or RFC 7239
 //!   `Forwarded` ([`ForwardedHeader`]), read from the right and only past
 //!   proxies you trust ([`IpNet`]); its key is a [`ClientKey`].
+//! * [`HeaderKey`]: a header's value, such as an API key (a client can
+//!   send a new one with each request: see its docs for what to pair it
+//!   with).
 //! * [`KeyFn`]: any function of the request; [`GlobalKey`]: one key for
 //!   all.
+//! * `or` on each of them ([`HeaderKey::or`]): one extractor, else
+//!   another ("the API key, else the address"), their keys tagged apart
+//!   ([`Or`], [`OrKey`]).
+//!
+//! Every key type but [`GlobalKey`]'s implements `Display`, so a store's
+//! limiter (weir-redis, weir-memcached) takes it as it is.
 //!
 //! Both IP extractors key an IPv6 client by its /64 (configurable), since
 //! one subscriber can rotate through a whole /64, and treat IPv4-mapped
@@ -92,8 +101,8 @@ pub use adaptive::{
 pub use body::CountedBody;
 pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService};
 pub use key::{
-    ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, IpNet, IpNetParseError, KeyExtractor,
-    KeyFn, PeerAddr, PeerIp,
+    ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpNet, IpNetParseError,
+    KeyExtractor, KeyFn, Or, OrKey, PeerAddr, PeerIp,
 };
 pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
 pub use settle::{Sent, Settle, SettleBody, SettleGuard, Usage};

@@ -76,8 +76,9 @@ impl Unkeyed {
                 "a request had no key, so it was refused: the key extractor found nothing to \
                  key it by. PeerIp and ForwardedIp need the peer's address: a PeerAddr or \
                  SocketAddr request extension, axum's ConnectInfo<SocketAddr> (serve with \
-                 into_make_service_with_connect_info::<SocketAddr>() and enable weir-rate's \
-                 `axum` feature), or a lookup given to peer_from. Logged once per layer."
+                 into_make_service_with_connect_info::<SocketAddr>(), with weir-tower's \
+                 `axum` feature on: it is a default feature, so check default-features = \
+                 false), or a lookup given to peer_from. Logged once per layer."
             );
         }
         let mut response = refusal(self.status);

@@ -98,6 +98,7 @@ struct AdmissionHandles {
 
 /// What a shared limit stood at when a request was decided.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Standing {
     pub(crate) limit: u32,
     pub(crate) in_flight: u32,

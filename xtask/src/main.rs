@@ -267,6 +267,20 @@ fn test(args: &[String]) -> Result<(), String> {
             .args(["test", "--workspace", "--no-fail-fast"])
             .args(&all),
     )?;
+    // What only a build without a default feature can show: weir-tower
+    // without `axum` names the fix when axum's set-up finds no peer.
+    step(
+        "tests without default features",
+        cargo().args([
+            "test",
+            "--package",
+            "weir-tower",
+            "--no-default-features",
+            "--test",
+            "http",
+            "unkeyed",
+        ]),
+    )?;
     if all[0] != "--all-features" {
         eprintln!("\n*** weir-hhh's kernel filter was not built or tested (see above) ***\n");
     }

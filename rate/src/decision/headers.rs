@@ -6,7 +6,7 @@
 //! standard `Retry-After: <seconds>` on a denial. Seconds are rounded **up**
 //! so a client that obeys them never retries too early.
 
-use super::Decision;
+use super::{Decision, Part};
 use std::fmt;
 
 /// The HTTP status of a request denied by a rate limit (Too Many Requests).
@@ -16,29 +16,57 @@ fn ceil_secs(d: std::time::Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+fn ceil_secs_ns(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000_000)
+}
+
+/// A window as a policy name's suffix: `1s`, `15m`, `1h`, `1d`, or
+/// milliseconds (`250ms`) when not whole seconds.
+fn window_label(ns: u64) -> String {
+    const S: u64 = 1_000_000_000;
+    for (unit, name) in [(86_400 * S, "d"), (3_600 * S, "h"), (60 * S, "m"), (S, "s")] {
+        if ns >= unit && ns % unit == 0 {
+            return format!("{}{name}", ns / unit);
+        }
+    }
+    format!("{}ms", ns.div_ceil(1_000_000))
+}
+
 impl Decision {
     /// The `RateLimit-Policy` field value of this decision's quota, for
-    /// `policy`: `"name";q=<limit>;w=<window seconds>`.
+    /// `policy`: `"name";q=<limit>;w=<window seconds>`. A decision of
+    /// several limits together ([`combine`](Self::combine), an
+    /// all-or-nothing set) lists each as its own item, named after
+    /// `policy` and its window (`"api-1s", "api-1d"`).
     ///
     /// ```
     /// use std::time::Duration;
     /// use weir_rate::{Decision, PolicyName};
     ///
-    /// let d = Decision::allow(100, Duration::from_secs(60), 99, Duration::from_millis(600));
-    /// assert_eq!(d.ratelimit_policy(&PolicyName::new("api")), "\"api\";q=100;w=60");
+    /// let api = PolicyName::new("api");
+    /// let second = Decision::allow(10, Duration::from_secs(1), 9, Duration::from_millis(100));
+    /// assert_eq!(second.ratelimit_policy(&api), "\"api\";q=10;w=1");
+    /// let day = Decision::allow(1000, Duration::from_secs(86_400), 990, Duration::from_secs(42_102));
+    /// assert_eq!(
+    ///     second.combine(day).ratelimit_policy(&api),
+    ///     "\"api-1s\";q=10;w=1, \"api-1d\";q=1000;w=86400"
+    /// );
     /// ```
     pub fn ratelimit_policy(&self, policy: &PolicyName) -> String {
         let mut out = String::with_capacity(policy.0.len() + 26);
-        out.push_str(&policy.0);
-        out.push_str(";q=");
-        push_decimal(&mut out, u64::from(self.limit));
-        out.push_str(";w=");
-        push_decimal(&mut out, ceil_secs(self.window()).max(1));
+        self.items(policy, &mut out, |out, part| {
+            out.push_str(";q=");
+            push_decimal(out, u64::from(part.limit));
+            out.push_str(";w=");
+            push_decimal(out, ceil_secs_ns(part.window_ns).max(1));
+        });
         out
     }
 
     /// The `RateLimit` field value of this decision, for `policy`:
-    /// `"name";r=<remaining>;t=<seconds until reset>`.
+    /// `"name";r=<remaining>;t=<seconds until reset>`, one item per limit
+    /// of a combined decision (named as in
+    /// [`ratelimit_policy`](Self::ratelimit_policy)).
     ///
     /// ```
     /// use std::time::Duration;
@@ -49,12 +77,39 @@ impl Decision {
     /// ```
     pub fn ratelimit(&self, policy: &PolicyName) -> String {
         let mut out = String::with_capacity(policy.0.len() + 26);
-        out.push_str(&policy.0);
-        out.push_str(";r=");
-        push_decimal(&mut out, u64::from(self.remaining()));
-        out.push_str(";t=");
-        push_decimal(&mut out, ceil_secs(self.reset_after()));
+        self.items(policy, &mut out, |out, part| {
+            out.push_str(";r=");
+            push_decimal(out, u64::from(part.remaining));
+            out.push_str(";t=");
+            push_decimal(out, ceil_secs_ns(part.reset_after_ns));
+        });
         out
+    }
+
+    /// Writes one list item per limit: its name, then what `params` adds.
+    fn items(&self, policy: &PolicyName, out: &mut String, params: impl Fn(&mut String, &Part)) {
+        let Some(parts) = self.parts.as_deref() else {
+            out.push_str(&policy.0);
+            params(out, &self.own_part());
+            return;
+        };
+        let labels: Vec<String> = parts.iter().map(|p| window_label(p.window_ns)).collect();
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            // The name without its closing quote, then `-<window>`, and an
+            // index where two limits share a window.
+            out.push_str(&policy.0[..policy.0.len() - 1]);
+            out.push('-');
+            out.push_str(&labels[i]);
+            if labels.iter().filter(|l| **l == labels[i]).count() > 1 {
+                out.push('-');
+                push_decimal(out, i as u64);
+            }
+            out.push('"');
+            params(out, part);
+        }
     }
 
     /// The `Retry-After` field value of a denial (whole seconds, rounded
@@ -209,9 +264,9 @@ mod tests {
         assert_eq!(ok.status(), None);
         assert_eq!(ok.headers("x").len(), 2);
         assert_eq!(d.status(), Some(429));
-        assert!(!ok.combine(d).is_allowed());
-        assert_eq!(ok.combine(d).remaining(), 0);
-        assert!(d.shadowed().is_allowed() && !d.shadowed().is_conforming());
+        assert!(!ok.clone().combine(d.clone()).is_allowed());
+        assert_eq!(ok.combine(d.clone()).remaining(), 0);
+        assert!(d.clone().shadowed().is_allowed() && !d.shadowed().is_conforming());
     }
 
     #[test]

@@ -33,8 +33,20 @@ use weir_primitives::time::duration_to_nanos;
 ///     println!("{name}: {value}"); // RateLimit-Policy, RateLimit, Retry-After
 /// }
 /// ```
-#[must_use = "a decision not looked at lets every request through"]
-#[derive(Clone, Copy, PartialEq, Eq)]
+///
+/// The checks that may deny are `#[must_use]`: a denial not looked at lets
+/// the request through. A wait's decision is always an admission, and may
+/// be dropped.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// use std::num::NonZeroU32;
+/// use weir_rate::{Gcra, Quota, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Gcra::new(Quota::per_second(NonZeroU32::MIN)));
+/// limiter.check(); // a denial would go unnoticed: an error here
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,
     pub(crate) conforming: bool,
@@ -49,6 +61,18 @@ pub struct Decision {
     pub(crate) retry_after_ns: u64,
     pub(crate) delay_ns: u64,
     pub(crate) receipt: Option<Receipt>,
+    /// Each limit's own decision, when this one combines several (an
+    /// all-or-nothing set); none for a single limit.
+    pub(crate) parts: Option<Box<[Part]>>,
+}
+
+/// One limit's share of a combined decision, as its headers need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) limit: u32,
+    pub(crate) window_ns: u64,
+    pub(crate) remaining: u32,
+    pub(crate) reset_after_ns: u64,
 }
 
 impl fmt::Debug for Decision {
@@ -132,6 +156,7 @@ impl Decision {
             retry_after_ns: 0,
             delay_ns: 0,
             receipt: None,
+            parts: None,
         }
     }
 
@@ -171,6 +196,7 @@ impl Decision {
             retry_after_ns: retry_after.max(1),
             delay_ns: 0,
             receipt: None,
+            parts: None,
         }
     }
 
@@ -339,28 +365,64 @@ impl Decision {
     /// does not depend on the order of the two. It keeps a receipt only if
     /// both carry the same one (each limit charged the same instant); a
     /// refund could not name both spendings otherwise.
+    ///
+    /// The combined decision remembers each limit's own (limit, window,
+    /// remaining, reset), so its headers list every quota the request is
+    /// under, not only the binding one.
     pub fn combine(self, other: Decision) -> Decision {
         // Non-conforming first (false < true), then least remaining; the
         // limit and window only break exact ties, so the choice is symmetric.
         let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window_ns);
+        // In a canonical order, so that combining does not depend on it.
+        let mut parts: Vec<Part> = self.part_list().chain(other.part_list()).collect();
+        parts.sort_unstable_by_key(|p| (p.window_ns, p.limit, p.remaining, p.reset_after_ns));
+        let allowed = self.allowed && other.allowed;
+        let conforming = self.conforming && other.conforming;
+        let reset_after_ns = self.reset_after_ns.max(other.reset_after_ns);
+        // Zero (none) loses to any retry time.
+        let retry_after_ns = self.retry_after_ns.max(other.retry_after_ns);
+        let delay_ns = self.delay_ns.max(other.delay_ns);
+        let receipt = match (self.receipt, other.receipt) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => None,
+        };
         let first = if binding(&other) < binding(&self) {
             other
         } else {
             self
         };
         Decision {
-            allowed: self.allowed && other.allowed,
-            conforming: self.conforming && other.conforming,
-            reset_after_ns: self.reset_after_ns.max(other.reset_after_ns),
-            // Zero (none) loses to any retry time.
-            retry_after_ns: self.retry_after_ns.max(other.retry_after_ns),
-            delay_ns: self.delay_ns.max(other.delay_ns),
-            receipt: match (self.receipt, other.receipt) {
-                (Some(a), Some(b)) if a == b => Some(a),
-                _ => None,
-            },
+            allowed,
+            conforming,
+            reset_after_ns,
+            retry_after_ns,
+            delay_ns,
+            receipt,
+            parts: Some(parts.into_boxed_slice()),
             ..first
         }
+    }
+
+    /// This decision's own limit, window, remaining and reset.
+    pub(crate) fn own_part(&self) -> Part {
+        Part {
+            limit: self.limit,
+            window_ns: self.window_ns,
+            remaining: self.remaining(),
+            reset_after_ns: self.reset_after_ns,
+        }
+    }
+
+    /// Each limit this decision stands for: its parts if it combines
+    /// several, else itself.
+    pub(crate) fn part_list(&self) -> impl Iterator<Item = Part> + '_ {
+        let own = self.own_part();
+        let parts = self.parts.as_deref();
+        parts
+            .into_iter()
+            .flatten()
+            .copied()
+            .chain(parts.is_none().then_some(own))
     }
 
     /// The same decision let through (shadow mode): allowed, but still
@@ -383,7 +445,10 @@ mod tests {
     fn combining_does_not_depend_on_order() {
         let allowed_empty = Decision::allow_ns(10, 1_000_000_000, 0, 5);
         let denied = Decision::deny_ns(20, 60_000_000_000, 3, 7, 9);
-        assert_eq!(allowed_empty.combine(denied), denied.combine(allowed_empty));
+        assert_eq!(
+            allowed_empty.clone().combine(denied.clone()),
+            denied.clone().combine(allowed_empty.clone())
+        );
         let combined = denied.combine(allowed_empty);
         assert!(!combined.is_allowed());
         assert_eq!((combined.limit(), combined.remaining()), (20, 3));

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
     /// Check one unit for `key`.
     #[inline]
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
@@ -34,6 +35,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, 
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
     /// at once (its max cost); a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
     where
         K: Borrow<Q>,

@@ -86,7 +86,7 @@ proptest! {
         let clocks = (ManualClock::new(), ManualClock::new());
         let (remembering, plain) = twins(&clocks, capacity, 2);
         busy(&remembering);
-        let mut receipts = [[None; 2]; KEYS as usize];
+        let mut receipts: Vec<[Option<crate::Decision>; 2]> = (0..KEYS).map(|_| [None, None]).collect();
         for (i, step) in steps.iter().enumerate() {
             match *step {
                 Step::Allows(k) => {
@@ -94,7 +94,7 @@ proptest! {
                 }
                 Step::Check(k) => {
                     let (a, b) = (remembering.check(&k), plain.check(&k));
-                    prop_assert_eq!(a, b, "step {}: {:?}", i, steps);
+                    prop_assert_eq!(&a, &b, "step {}: {:?}", i, steps);
                     receipts[k as usize] = [Some(a), Some(b)];
                 }
                 Step::Refund(k) => {

@@ -303,6 +303,7 @@ impl<C: Clock> SketchLimiter<C> {
 
     /// Check one unit for `key`.
     #[inline]
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check<K: Hash + ?Sized>(&self, key: &K) -> Decision {
         self.run(key, 1, Mode::Consume)
             .unwrap_or_else(|_| Decision::deny_ns(0, 0, 0, 0, u64::MAX))
@@ -314,6 +315,7 @@ impl<C: Clock> SketchLimiter<C> {
     ///
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
     /// at once (its max cost); a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
     pub fn check_n<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Result<Decision, NeverAllowed> {
         self.run(key, cost, Mode::Consume)
     }

@@ -177,7 +177,7 @@ proptest! {
             let mode = if peek { Mode::Peek } else { Mode::Consume };
             let dp = pair.check(&mut p, now, cost, mode).unwrap();
             let da = all.check(&mut a, now, cost, mode).unwrap();
-            prop_assert_eq!(dp, da);
+            prop_assert_eq!(&dp, &da);
             if dp.is_allowed() && mode == Mode::Consume {
                 prop_assert!(fast.check(&mut alone_fast, now, cost, Mode::Consume).unwrap().is_allowed());
                 prop_assert!(slow.check(&mut alone_slow, now, cost, Mode::Consume).unwrap().is_allowed());
@@ -371,7 +371,8 @@ mod bounded {
             .max_keys(capacity)
             .build();
         let (mut by_exact, mut by_bounded) = ([0i64; KEYS], [0i64; KEYS]);
-        let mut last = [None; KEYS];
+        let mut last: [Option<(weir_rate::Decision, weir_rate::Decision)>; KEYS] =
+            std::array::from_fn(|_| None);
         let mut full = false;
         for &(gap, key, kind) in steps {
             clock.advance(Duration::from_nanos(gap));
@@ -399,10 +400,10 @@ mod bounded {
                     let (e, b) = (exact.check(&key), bounded.check(&key));
                     by_exact[k] += i64::from(e.is_allowed());
                     by_bounded[k] += i64::from(b.is_allowed());
-                    last[k] = (e.is_allowed() && b.is_allowed()).then_some((e, b));
                     if !full {
-                        prop_assert_eq!(e, b, "key {} before the limiter was ever full", key);
+                        prop_assert_eq!(&e, &b, "key {} before the limiter was ever full", key);
                     }
+                    last[k] = (e.is_allowed() && b.is_allowed()).then_some((e, b));
                 }
             }
             prop_assert!(

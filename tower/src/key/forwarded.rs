@@ -4,6 +4,7 @@ use super::peer::{ClientPrefixes, PeerLookup};
 use super::{IpNet, KeyExtractor};
 use http::{Extensions, Request};
 use std::borrow::Cow;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Keys requests by the client address a trusted proxy reports, in
@@ -133,6 +134,30 @@ pub enum ClientKey {
     /// A client entry that is not an address and longer than
     /// [`MAX_OPAQUE`](Self::MAX_OPAQUE) bytes: all such requests share it.
     Overlong,
+}
+
+/// A client key as a store's key: the address as it prints, an opaque
+/// entry as `opaque:` and its bytes (`%XX` for any outside printable
+/// ASCII or `%`), an overlong one as `overlong`. No two keys print alike:
+/// an address never starts with a letter `o`.
+impl fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ip(ip) => write!(f, "{ip}"),
+            Self::Opaque(bytes) => {
+                f.write_str("opaque:")?;
+                for &b in bytes.iter() {
+                    if b.is_ascii_graphic() && b != b'%' {
+                        write!(f, "{}", char::from(b))?;
+                    } else {
+                        write!(f, "%{b:02X}")?;
+                    }
+                }
+                Ok(())
+            }
+            Self::Overlong => f.write_str("overlong"),
+        }
+    }
 }
 
 impl ClientKey {

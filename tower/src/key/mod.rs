@@ -6,11 +6,15 @@
 //! would let every client pick its own key and escape its limit.
 
 mod forwarded;
+mod header;
 mod ipnet;
+mod or;
 mod peer;
 
 pub use forwarded::{ClientKey, ForwardedHeader, ForwardedIp};
+pub use header::HeaderKey;
 pub use ipnet::{IpNet, IpNetParseError};
+pub use or::{Or, OrKey};
 pub use peer::{PeerAddr, PeerIp};
 
 use http::Request;
@@ -39,6 +43,23 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// and letting such requests through unlimited would hide it.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
 }
+
+/// Gives extractors an inherent `or` (a trait method would leave the
+/// request body type to annotate at every call).
+macro_rules! with_fallback {
+    ($($ty:ident $(<$p:ident>)?),*) => {$(
+        impl$(<$p>)? $ty$(<$p>)? {
+            /// This extractor's key, or `fallback`'s for the requests this
+            /// one finds none for ("the API key, else the address"), the
+            /// two kinds of keys tagged apart ([`OrKey`]).
+            pub fn or<F>(self, fallback: F) -> Or<Self, F> {
+                Or::new(self, fallback)
+            }
+        }
+    )*};
+}
+
+with_fallback!(HeaderKey, PeerIp, ForwardedIp, KeyFn<T>);
 
 /// Keys requests with a closure.
 ///

@@ -141,3 +141,45 @@ fn nat64_clients_are_keyed_apart() {
 fn missing_peer_gives_no_key() {
     assert_eq!(PeerIp::new().extract(&Request::new(())), None);
 }
+
+#[test]
+fn client_keys_print_apart_for_a_store() {
+    use super::ClientKey;
+    let ip = ClientKey::Ip("2001:db8::1".parse().unwrap());
+    let opaque = ClientKey::Opaque(b"_hidden 1%"[..].into());
+    assert_eq!(ip.to_string(), "2001:db8::1");
+    assert_eq!(opaque.to_string(), "opaque:_hidden%201%25");
+    assert_eq!(ClientKey::Overlong.to_string(), "overlong");
+}
+
+#[test]
+fn a_header_key_and_an_address_never_share_a_key() {
+    use super::{HeaderKey, KeyExtractor, OrKey, PeerIp};
+    use std::net::SocketAddr;
+    let key = HeaderKey::new(http::HeaderName::from_static("x-api-key")).or(PeerIp::new());
+    let mut spoof = Request::builder()
+        .header("x-api-key", "10.0.0.1")
+        .body(())
+        .unwrap();
+    let mut plain = Request::new(());
+    for r in [&mut spoof, &mut plain] {
+        r.extensions_mut()
+            .insert("10.0.0.1:1234".parse::<SocketAddr>().unwrap());
+    }
+    let (a, b) = (key.extract(&spoof).unwrap(), key.extract(&plain).unwrap());
+    assert_eq!(a, OrKey::First("10.0.0.1".to_owned()));
+    assert_eq!(b, OrKey::Then("10.0.0.1".parse().unwrap()));
+    assert_ne!(a.to_string(), b.to_string());
+    // Missing, empty, overlong and non-ASCII values are no key: the
+    // fallback decides.
+    let long = "k".repeat(HeaderKey::MAX_LEN + 1);
+    for value in ["", "  ", long.as_str()] {
+        let mut r = Request::builder()
+            .header("x-api-key", value)
+            .body(())
+            .unwrap();
+        r.extensions_mut()
+            .insert("10.0.0.2:1".parse::<SocketAddr>().unwrap());
+        assert!(matches!(key.extract(&r), Some(OrKey::Then(_))), "{value:?}");
+    }
+}

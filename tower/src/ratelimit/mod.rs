@@ -462,7 +462,7 @@ where
             // Only a spending can be settled: a denial let through (shadow
             // mode) spent nothing and is owed nothing.
             (decision.is_allowed() && decision.is_conforming())
-                .then(|| SettleGuard::new(settler, key, *decision, checked))
+                .then(|| SettleGuard::new(settler, key, decision.clone(), checked))
         })
     }
 }
@@ -529,7 +529,7 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         if !self.layer.answering.delay(outcome.as_ref().ok()).is_zero() {
             return self.wait_for(std::future::ready(outcome), request, (key, cost), ticket);
         }
-        let decision = outcome.as_ref().ok().copied();
+        let decision = outcome.as_ref().ok().cloned();
         match self.layer.answering.next(outcome) {
             Next::Answer(response) => answered(response),
             Next::Forward(headers) => RateLimitFuture {
@@ -573,7 +573,7 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         let answering = self.layer.answering.clone();
         let future = Box::pin(async move {
             let outcome = check.await;
-            let decision = outcome.as_ref().ok().copied();
+            let decision = outcome.as_ref().ok().cloned();
             match answering.next(outcome) {
                 Next::Answer(response) => Ok((response, None)),
                 Next::Forward(headers) => {

@@ -17,6 +17,7 @@
 //! backend made of the call).
 
 use super::body::{CountedBody, Seen};
+use crate::response::Refused;
 use crate::telemetry::{Settled, Settlements};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::fmt;
@@ -62,6 +63,30 @@ impl fmt::Debug for Settle {
 }
 
 impl Settle {
+    /// The request costs what its check charged: nothing to settle, but
+    /// for the rule every settling layer follows. A request that a weir
+    /// layer *inside* this one refused (a 429 or 503 it answered itself,
+    /// not the origin's) costs nothing, whatever the rule: the origin did
+    /// no work. So put a limit outside another on one route with this rule
+    /// and a refusal by the inner one gives back what the outer one spent.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use weir_rate::{nonzero, Gcra, KeyedLimiter, Quota};
+    /// use weir_tower::{PeerIp, RateLimitLayer, Settle};
+    ///
+    /// let per_client = KeyedLimiter::<IpAddr, _>::new(Gcra::new(Quota::per_second(nonzero!(10))));
+    /// let bytes = KeyedLimiter::<IpAddr, _>::new(Gcra::new(Quota::per_minute(nonzero!(1 << 20))));
+    /// let requests = RateLimitLayer::new(per_client, PeerIp::new()).settle(Settle::admitted());
+    /// let downloads = RateLimitLayer::new(bytes, PeerIp::new()).settle(Settle::body_bytes());
+    /// // `requests` outside `downloads`: a download refused for bytes costs no request.
+    /// let stack = tower::ServiceBuilder::new().layer(requests).layer(downloads);
+    /// # let _ = stack;
+    /// ```
+    pub fn admitted() -> Self {
+        Self::by(|sent| sent.admitted())
+    }
+
     /// The request costs `cost(&sent)` units.
     pub fn by(cost: impl Fn(&Sent<'_>) -> u32 + Send + Sync + 'static) -> Self {
         Self {
@@ -399,6 +424,8 @@ struct Head {
     status: StatusCode,
     kept: Option<HeaderValue>,
     usage: Option<Usage>,
+    /// A weir layer inside refused the request: it costs nothing.
+    refused: bool,
 }
 
 /// One admitted request's claim to a settlement: carried by the response
@@ -501,7 +528,11 @@ impl<K> Drop for SettleGuard<K> {
         };
         // A panicking cost function must not take the connection down
         // (nor abort the process, were this drop part of an unwind).
-        let cost = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (rule.cost)(&sent)));
+        let cost = if head.refused {
+            Ok(0)
+        } else {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (rule.cost)(&sent)))
+        };
         match cost {
             Ok(cost) => self
                 .settler
@@ -550,6 +581,7 @@ impl<B: http_body::Body, K> Finish<B> for SettleGuard<K> {
             status: response.status(),
             kept,
             usage: response.extensions().get::<Usage>().cloned(),
+            refused: response.extensions().get::<Refused>().is_some(),
         });
         response.map(|body| CountedBody::watched(body, guard, Self::seen))
     }

@@ -192,7 +192,7 @@ impl SettleKey<()> for Slow {
 
     fn settle(&self, _: &(), admitted: &Decision, from: u32, to: u32) -> Self::Settling {
         let limiter = Arc::clone(&self.0);
-        let admitted = *admitted;
+        let admitted = admitted.clone();
         Box::pin(async move {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             limiter.settle(&(), &admitted, from, to).await
@@ -296,4 +296,48 @@ fn usage_adds_saturating() {
     assert_eq!(shared.get(), u64::MAX);
     usage.set(3);
     assert_eq!(shared.get(), 3);
+}
+
+/// A limit outside another on one route: a request the inner weir layer
+/// refuses gives back what the outer one spent (the origin did no work),
+/// and one it admits keeps it.
+#[tokio::test]
+async fn an_inner_refusal_gives_back_what_the_outer_limit_spent() {
+    let (outer, inner) = (limiter(3), limiter(1));
+    let hello = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(http::Response::new(String::new()))
+    });
+    let service = RateLimitLayer::shared(Arc::clone(&outer), GlobalKey)
+        .settle(Settle::admitted())
+        .layer(RateLimitLayer::shared(Arc::clone(&inner), GlobalKey).layer(hello));
+    let statuses: Vec<u16> = {
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            let response = service.clone().oneshot(Request::new(())).await.unwrap();
+            statuses.push(response.status().as_u16());
+            drop(response); // the body ends: the outer layer settles
+        }
+        statuses
+    };
+    assert_eq!(
+        statuses,
+        [200, 429, 429, 429, 429],
+        "the inner limit of 1 refuses"
+    );
+    assert_eq!(
+        left(&outer),
+        2,
+        "only the admitted request spent the outer limit"
+    );
+    // Without the settling rule, the outer limit keeps what it spent.
+    let (outer, inner) = (limiter(3), limiter(1));
+    let plain = RateLimitLayer::shared(Arc::clone(&outer), GlobalKey).layer(
+        RateLimitLayer::shared(inner, GlobalKey).layer(tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(http::Response::new(String::new()))
+        })),
+    );
+    for _ in 0..2 {
+        drop(plain.clone().oneshot(Request::new(())).await.unwrap());
+    }
+    assert_eq!(left(&outer), 1);
 }

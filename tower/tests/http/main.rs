@@ -3,6 +3,7 @@
 //! in-flight sprays, waiting shapers, requests without a key, settling by
 //! the response (in process and on Redis), and the example gateway.
 
+mod all_of_headers;
 mod attacks;
 mod docs;
 mod forwarded;

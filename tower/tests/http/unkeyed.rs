@@ -75,3 +75,28 @@ fn the_inflight_layer_names_the_cause_and_logs_it_once() {
     });
     assert_eq!(warnings, 2, "one line per layer, however many requests");
 }
+
+/// Built without weir-tower's `axum` feature (`default-features = false`),
+/// `PeerIp` cannot read axum's `ConnectInfo`: the documented axum set-up
+/// answers 500, and the warning names the fix. (With the default features
+/// the same set-up answers 200: `docs.rs`.)
+#[cfg(not(feature = "axum"))]
+#[test]
+fn without_the_axum_feature_the_warning_names_the_fix() {
+    let fix = "weir-tower's `axum` feature";
+    let before = warnings::on_this_thread(fix);
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let service = RateLimitLayer::new(per_ip(), PeerIp::new()).layer(hello());
+            let mut request = Request::new(());
+            let peer: std::net::SocketAddr = "192.0.2.1:4000".parse().unwrap();
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            let response = service.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        });
+    assert_eq!(warnings::on_this_thread(fix) - before, 1);
+}

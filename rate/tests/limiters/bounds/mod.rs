@@ -171,7 +171,7 @@ proptest! {
                 let peek = l.check(&mut b, now, cost, Mode::Peek).unwrap();
                 let x = l.check(&mut a, now, cost, Mode::Consume).unwrap();
                 let y = l.check(&mut b, now, cost, Mode::Consume).unwrap();
-                prop_assert_eq!(x, y);
+                prop_assert_eq!(&x, &y);
                 prop_assert_eq!(peek.is_allowed(), x.is_allowed());
             }
             Ok(())
