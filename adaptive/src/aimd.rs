@@ -165,10 +165,7 @@ impl sealed::Build for Aimd {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(ms: u64) -> Timestamp<()> {
-        Timestamp::from_nanos(ms * 1_000_000)
-    }
+    use crate::test_samples::at;
 
     /// The defaults without probes: every sample goes to the windows.
     fn unprobed() -> Aimd {

@@ -168,15 +168,8 @@ impl sealed::Build for Gradient2 {
 mod tests {
     use super::*;
     use crate::Outcome;
+    use crate::test_samples::{at, ok};
     use std::time::Duration;
-
-    fn at(ms: u64) -> Timestamp<()> {
-        Timestamp::from_nanos(ms * 1_000_000)
-    }
-
-    fn ok(ms: u64, in_flight: u32) -> Sample {
-        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
-    }
 
     /// Without probes: the first window sets the no-load latency.
     fn unprobed() -> Gradient2 {

@@ -105,6 +105,23 @@ mod sync;
 mod vegas;
 mod window;
 
+/// What the algorithms' unit tests feed them: instants and samples in
+/// milliseconds.
+#[cfg(test)]
+mod test_samples {
+    use crate::clock::Timestamp;
+    use crate::{Outcome, Sample};
+    use std::time::Duration;
+
+    pub(crate) fn at(ms: u64) -> Timestamp<()> {
+        Timestamp::from_nanos(ms * 1_000_000)
+    }
+
+    pub(crate) fn ok(ms: u64, in_flight: u32) -> Sample {
+        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
+    }
+}
+
 /// The injectable clock the limiters time requests on, shared with
 /// weir-limits and weir-rate.
 pub mod clock {

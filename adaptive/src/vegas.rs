@@ -179,16 +179,8 @@ impl sealed::Build for Vegas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Outcome;
-    use std::time::Duration;
 
-    fn at(ms: u64) -> Timestamp<()> {
-        Timestamp::from_nanos(ms * 1_000_000)
-    }
-
-    fn ok(ms: u64, in_flight: u32) -> Sample {
-        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
-    }
+    use crate::test_samples::{at, ok};
 
     fn unprobed() -> Vegas {
         Vegas::builder().probe_interval(None).build().unwrap()

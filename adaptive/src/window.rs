@@ -330,7 +330,7 @@ pub(crate) fn window_nanos(window: std::time::Duration) -> Result<u64, ConfigErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use crate::test_samples::ok;
 
     fn common(samples: u32, window_ns: u64) -> Common {
         Common {
@@ -338,10 +338,6 @@ mod tests {
             window_ns,
             ..Common::default()
         }
-    }
-
-    fn ok(ms: u64, in_flight: u32) -> Sample {
-        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
     }
 
     #[test]

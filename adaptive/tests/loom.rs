@@ -14,7 +14,8 @@ fn one() -> Fixed {
     Fixed::new(NonZeroU32::new(1).unwrap())
 }
 
-/// AIMD at `limit` that backs off after every single drop.
+/// AIMD at `limit` that backs off after every single drop (no probe
+/// window first: a probe pins the limit and learns, it does not back off).
 fn twitchy(limit: u32) -> Aimd {
     let n = NonZeroU32::new(limit).unwrap();
     Aimd::builder()
@@ -22,6 +23,7 @@ fn twitchy(limit: u32) -> Aimd {
         .max_limit(n)
         .window(Duration::ZERO)
         .window_samples(NonZeroU32::new(1).unwrap())
+        .probe_interval(None)
         .build()
         .unwrap()
 }

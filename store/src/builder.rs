@@ -223,12 +223,12 @@ impl<B: Backend> Builder<B> {
             return Err(ConfigError::Invalid("more than 16 limits in one limiter"));
         }
         for limit in &self.plan.limits {
-            if let Kind::SlidingWindow { counters, .. } = limit.kind() {
-                if !(2..=weir_rate::SlidingWindow::MAX_COUNTERS).contains(&counters) {
-                    return Err(ConfigError::Invalid(
-                        "a sliding-window counter needs 2 to 1024 counters",
-                    ));
-                }
+            if let Kind::SlidingWindow { counters, .. } = limit.kind()
+                && !(2..=weir_rate::SlidingWindow::MAX_COUNTERS).contains(&counters)
+            {
+                return Err(ConfigError::Invalid(
+                    "a sliding-window counter needs 2 to 1024 counters",
+                ));
             }
         }
         if let Some(b) = &self.batching {

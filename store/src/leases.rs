@@ -243,10 +243,10 @@ impl Leases {
                             let (tx, rx) = oneshot::channel();
                             let (lim, key) = (lim.clone(), key.to_owned());
                             rt.spawn(async move {
-                                if let Err(Some(_)) = tx.send(fetch.run(cost).await) {
-                                    if let Some(leases) = &lim.inner.leases {
-                                        leases.give_back(&key, cost);
-                                    }
+                                if let Err(Some(_)) = tx.send(fetch.run(cost).await)
+                                    && let Some(leases) = &lim.inner.leases
+                                {
+                                    leases.give_back(&key, cost);
                                 }
                             });
                             rx.await.ok().flatten()
@@ -307,10 +307,10 @@ impl Leases {
     /// before its answer.
     fn give_back(&self, key: &str, units: u32) {
         let now = self.now();
-        if let Some(e) = self.map.lock().get_mut(key) {
-            if now < e.expires {
-                e.left = e.left.saturating_add(units);
-            }
+        if let Some(e) = self.map.lock().get_mut(key)
+            && now < e.expires
+        {
+            e.left = e.left.saturating_add(units);
         }
     }
 
@@ -390,10 +390,10 @@ impl<B: Backend> Fetch<B> {
 
 impl<B: Backend> Drop for Fetch<B> {
     fn drop(&mut self) {
-        if !self.done {
-            if let Some(leases) = &self.lim.inner.leases {
-                leases.finish(&self.key, None, self.lease, 0);
-            }
+        if !self.done
+            && let Some(leases) = &self.lim.inner.leases
+        {
+            leases.finish(&self.key, None, self.lease, 0);
         }
     }
 }

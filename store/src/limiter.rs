@@ -135,10 +135,10 @@ impl<B: Backend> StoreLimiter<B> {
 
     /// [`check_verbose`](Self::check_verbose) for a cost within the max cost.
     async fn decide(&self, key: &str, cost: u32) -> Answer {
-        if let Some(leases) = &self.inner.leases {
-            if let Some(answer) = leases.check(self, key, cost).await {
-                return answer;
-            }
+        if let Some(leases) = &self.inner.leases
+            && let Some(answer) = leases.check(self, key, cost).await
+        {
+            return answer;
         }
         match self.ask(key, cost).await {
             Ok(decision) => Answer {

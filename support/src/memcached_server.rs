@@ -94,10 +94,10 @@ impl MemcachedServer {
             .spawn()?;
         self.child = Some(child);
         let ready = wait_until(Duration::from_secs(10), || {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return true; // exited: reported below
-                }
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(_)) = c.try_wait()
+            {
+                return true; // exited: reported below
             }
             self.version().is_ok()
         });

@@ -147,13 +147,12 @@ impl Timer {
             _ => None,
         };
         self.deadline = deadline;
-        if let Some(waker) = waker {
-            if self
+        if let Some(waker) = waker
+            && self
                 .poll_elapsed(&mut Context::from_waker(&waker))
                 .is_ready()
-            {
-                waker.wake();
-            }
+        {
+            waker.wake();
         }
     }
 

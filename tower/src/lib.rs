@@ -64,6 +64,43 @@
 //! clones a route's service once per `layer` call on every request, so
 //! composing first saves that work.
 //!
+//! # Several limits on one route
+//!
+//! Limits that share a key and a cost belong in **one layer over an
+//! all-or-nothing set**: a tuple or [`AllOf`](weir_rate::AllOf) in
+//! process, `.and(...)` on a store's builder. A request spends from every
+//! limit or from none, and each limit is its own item of the
+//! `RateLimit-Policy` and `RateLimit` fields (`"api-1s"`, `"api-1d"`), so
+//! a client sees every quota it is under.
+//!
+//! Limits with different keys or costs (per address and per API key;
+//! requests and bytes) are **layers stacked**, the outer one checked
+//! first. Put the broadest limit outside: a per-address limit outside a
+//! per-header one caps what a client gains by inventing header values.
+//! When an inner weir layer refuses, an outer layer that settles (any
+//! [`Settle`] rule, [`Settle::admitted`] to keep the check's cost) gives
+//! back what it spent; a plain outer layer keeps it, because it holds
+//! neither key nor decision past its check.
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use weir_rate::{nonzero, FixedWindow, Gcra, KeyedLimiter, Quota};
+//! use weir_tower::{HeaderKey, OrKey, PeerIp, RateLimitLayer, Settle};
+//!
+//! // 10 a second (bursts of 20) and 1000 a day per API key, all or nothing.
+//! let per_key = KeyedLimiter::<OrKey<String, IpAddr>, _>::new((
+//!     Gcra::new(Quota::per_second(nonzero!(10)).allow_burst(nonzero!(20))),
+//!     FixedWindow::new(Quota::per_day(nonzero!(1000))),
+//! ));
+//! let api_key = HeaderKey::new(http::HeaderName::from_static("x-api-key")).or(PeerIp::new());
+//! // Outside it, 100 a second per address, given back when the inner one refuses.
+//! let per_ip = KeyedLimiter::<IpAddr, _>::new(Gcra::new(Quota::per_second(nonzero!(100))));
+//! let layers = tower::ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(per_ip, PeerIp::new()).policy_name("ip").settle(Settle::admitted()))
+//!     .layer(RateLimitLayer::new(per_key, api_key).policy_name("api"));
+//! # let _ = layers;
+//! ```
+//!
 //! # Metrics
 //!
 //! With the `metrics` feature the layers count through the

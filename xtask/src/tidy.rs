@@ -13,6 +13,8 @@
 //!   crates that must stay small name none of the integrations (no HTTP
 //!   stack or store client in weir-rate, no store in weir-tower, no store
 //!   in another store).
+//! * **One MSRV, stated once.** Every crate takes the workspace's
+//!   `rust-version`, and the README names that version.
 
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,7 +99,9 @@ pub fn tidy(root: &Path) -> Result<(), String> {
     let files = tracked_files(root)?;
     problems.extend(doc_paths(root, &files));
     problems.extend(tracker_numbers(root, &files));
-    problems.extend(dependencies(root)?);
+    let packages = workspace_packages(root)?;
+    problems.extend(dependencies(&packages));
+    problems.extend(one_msrv(root, &packages));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -238,8 +242,8 @@ fn tracker_numbers(root: &Path, files: &[PathBuf]) -> Vec<String> {
     problems
 }
 
-/// Each crate's normal dependencies against the tables above.
-fn dependencies(root: &Path) -> Result<Vec<String>, String> {
+/// The workspace's packages, as `cargo metadata` describes them.
+fn workspace_packages(root: &Path) -> Result<Vec<serde_json::Value>, String> {
     let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args([
             "metadata",
@@ -259,11 +263,38 @@ fn dependencies(root: &Path) -> Result<Vec<String>, String> {
     }
     let meta: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| format!("reading cargo metadata: {e}"))?;
+    Ok(meta["packages"].as_array().cloned().unwrap_or_default())
+}
+
+/// Every package declares the same `rust-version`, and the README states
+/// it where it names the toolchain a newcomer needs.
+fn one_msrv(root: &Path, packages: &[serde_json::Value]) -> Vec<String> {
+    let versions: BTreeSet<&str> = packages
+        .iter()
+        .map(|p| p["rust_version"].as_str().unwrap_or("none"))
+        .collect();
+    let [version] = versions.iter().copied().collect::<Vec<_>>()[..] else {
+        return vec![format!(
+            "crates declare different rust-version values {versions:?}: take the workspace's"
+        )];
+    };
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap_or_default();
+    let stated = format!("({version} or later");
+    if readme.contains(&stated) {
+        Vec::new()
+    } else {
+        vec![format!(
+            "README.md does not state the MSRV as \"{stated}\" (the workspace's rust-version)"
+        )]
+    }
+}
+
+/// Each crate's normal dependencies against the tables above.
+fn dependencies(packages: &[serde_json::Value]) -> Vec<String> {
     let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
     let forbidden: BTreeMap<&str, &[&str]> = FORBIDDEN.iter().copied().collect();
     let mut problems = Vec::new();
-    let packages = meta["packages"].as_array().cloned().unwrap_or_default();
-    for package in &packages {
+    for package in packages {
         let name = package["name"].as_str().unwrap_or("");
         let publish = !package["publish"].as_array().is_some_and(Vec::is_empty);
         for dep in package["dependencies"].as_array().into_iter().flatten() {
@@ -300,7 +331,7 @@ fn dependencies(root: &Path) -> Result<Vec<String>, String> {
             }
         }
     }
-    Ok(problems)
+    problems
 }
 
 #[cfg(test)]

@@ -105,7 +105,9 @@ fn run(
             let kind = if now == next_hostile {
                 hostile_sent += 1;
                 next_hostile = match burst_every {
-                    Some(every) if hostile_sent % BURST == 0 => now - (BURST - 1) * MS + every,
+                    Some(every) if hostile_sent.is_multiple_of(BURST) => {
+                        now - (BURST - 1) * MS + every
+                    }
                     _ => now + MS,
                 };
                 Kind::NotFound

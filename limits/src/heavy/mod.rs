@@ -250,10 +250,10 @@ impl<K: Hash + Eq + Clone> HeavyHitters<K> {
         // `admissions` where we now read it (ours comes after its), and
         // then the key is in the table and the event is counted there.
         fence(Ordering::SeqCst);
-        if self.admissions.load(Ordering::Relaxed) != admissions {
-            if let Ok(found) = self.count_exact(key, table_hash, count) {
-                return Observation::Heavy(found);
-            }
+        if self.admissions.load(Ordering::Relaxed) != admissions
+            && let Ok(found) = self.count_exact(key, table_hash, count)
+        {
+            return Observation::Heavy(found);
         }
         Observation::Light(estimate)
     }

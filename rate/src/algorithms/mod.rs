@@ -37,7 +37,7 @@ pub(crate) use gcra::{Step, gcra_step};
 /// `⌈a / b⌉` for `b > 0`.
 #[inline]
 pub(crate) fn ceil_div(a: u128, b: u128) -> u128 {
-    a / b + u128::from(a % b != 0)
+    a / b + u128::from(!a.is_multiple_of(b))
 }
 
 /// A `u128` count of nanoseconds clamped into `u64`.

@@ -25,7 +25,7 @@ fn ceil_secs_ns(ns: u64) -> u64 {
 fn window_label(ns: u64) -> String {
     const S: u64 = 1_000_000_000;
     for (unit, name) in [(86_400 * S, "d"), (3_600 * S, "h"), (60 * S, "m"), (S, "s")] {
-        if ns >= unit && ns % unit == 0 {
+        if ns >= unit && ns.is_multiple_of(unit) {
             return format!("{}{name}", ns / unit);
         }
     }

@@ -230,13 +230,11 @@ mod caller_times {
             let alone = KeyedLimiter::<u8, _>::builder(limits).clock(clock.clone()).shards(1).build();
             for (gap, other) in steps {
                 clock.advance(Duration::from_nanos(gap));
-                if let Some((at, key, cost, refund)) = other {
-                    if let Ok(d) = shared.check_n_at(&key, cost, Timestamp::from_nanos(at)) {
-                        if refund {
+                if let Some((at, key, cost, refund)) = other
+                    && let Ok(d) = shared.check_n_at(&key, cost, Timestamp::from_nanos(at))
+                        && refund {
                             shared.refund(&key, &d);
                         }
-                    }
-                }
                 prop_assert_eq!(shared.check(&0), alone.check(&0));
             }
         }

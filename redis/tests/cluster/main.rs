@@ -149,7 +149,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
             let mut slowest = Duration::ZERO;
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) && n < 300_000 {
-                let victim = n % 2 == 0;
+                let victim = n.is_multiple_of(2);
                 let key = if victim { "victim" } else { survivor.as_str() };
                 let start = Instant::now();
                 let during = outage.load(Ordering::Relaxed);
@@ -163,7 +163,7 @@ fn failover(cluster: &mut RedisCluster, rt: &tokio::runtime::Runtime) -> TestRes
                 }
                 slowest = slowest.max(start.elapsed());
                 n += 1;
-                if n % 8 == 0 {
+                if n.is_multiple_of(8) {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }

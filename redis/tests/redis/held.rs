@@ -71,11 +71,11 @@ fn hot_key_leases_never_exceed_the_limit() -> TestResult {
                 handles.push(tokio::spawn(async move {
                     let (mut allowed, mut leased) = (0u64, 0u64);
                     for _ in 0..300 + i {
-                        if let Ok(v) = l.check_verbose("hot", 1).await {
-                            if v.decision.is_allowed() {
-                                allowed += 1;
-                                leased += u64::from(v.source == Source::Lease);
-                            }
+                        if let Ok(v) = l.check_verbose("hot", 1).await
+                            && v.decision.is_allowed()
+                        {
+                            allowed += 1;
+                            leased += u64::from(v.source == Source::Lease);
                         }
                     }
                     (allowed, leased)
@@ -139,10 +139,11 @@ fn short_windows_hold_over_every_span() -> TestResult {
                         let start = epoch.elapsed().as_micros();
                         let v = l.check_verbose("k", 1).await;
                         let end = epoch.elapsed().as_micros();
-                        if let Ok(v) = v {
-                            if v.source == Source::Store && v.decision.is_allowed() {
-                                spans.push((start, end));
-                            }
+                        if let Ok(v) = v
+                            && v.source == Source::Store
+                            && v.decision.is_allowed()
+                        {
+                            spans.push((start, end));
                         }
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }

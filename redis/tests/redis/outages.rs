@@ -38,7 +38,7 @@ fn kill_and_restart(policy: FailurePolicy, expect: Source, batched: bool) -> Tes
                         *seen.entry(v.source).or_default() += 1;
                     }
                     n += 1;
-                    if n % 16 == 0 {
+                    if n.is_multiple_of(16) {
                         tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 }

@@ -44,10 +44,10 @@ impl Answering {
         // Read-only after the first request, so cores share the line
         // without bouncing it; a quota changed at run time is formatted
         // per request (correct, just slower).
-        if let Some((cached, value)) = self.policy_header.get() {
-            if *cached == quota {
-                return Some(value.clone());
-            }
+        if let Some((cached, value)) = self.policy_header.get()
+            && *cached == quota
+        {
+            return Some(value.clone());
         }
         let value = HeaderValue::from_str(&decision.ratelimit_policy(&self.quoted)).ok()?;
         let _ = self.policy_header.set((quota, value.clone()));

@@ -117,6 +117,30 @@ impl Settle {
     /// body (`HEAD`, 204, 304, an empty 401) costs nothing once settled, so
     /// where requests themselves must be limited (a login route), stack a
     /// layer that counts them.
+    ///
+    /// **Sent is not received.** A frame counts when the server takes it
+    /// from the body, so a client that hangs up mid-download is charged
+    /// for what still sat in the buffers on the way: hyper's write queue
+    /// (at most 16 frames), the server socket's send buffer and the
+    /// client's receive window. With the kernel's autotuned send buffer
+    /// that can be megabytes beyond what the client read. To bound it, set
+    /// the send buffer on the listening socket (accepted connections
+    /// inherit it; Linux doubles the value asked for) and stream frames of
+    /// a modest size:
+    ///
+    /// ```no_run
+    /// # async fn serve() -> std::io::Result<()> {
+    /// // A cut download is charged at most ~2 × 64 KiB + 16 frames (+ the
+    /// // client's window) beyond what the client received.
+    /// let socket = tokio::net::TcpSocket::new_v4()?;
+    /// socket.set_send_buffer_size(64 * 1024)?;
+    /// socket.bind("0.0.0.0:8080".parse().unwrap())?;
+    /// let listener = socket.listen(1024)?;
+    /// # let _ = listener;
+    /// // axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn body_bytes() -> Self {
         Self::by(|sent| saturate(sent.body_bytes()))
     }

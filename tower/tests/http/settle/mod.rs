@@ -253,6 +253,34 @@ async fn a_generous_admission_is_partly_refunded<Ch: SettleKey<String>>(limiter:
     );
 }
 
+/// GET `path` as `user` on a connection of its own over `stream`: the
+/// response body, and the connection's sender and task to hang up with.
+async fn get_on(
+    stream: tokio::net::TcpStream,
+    path: &str,
+    user: &str,
+) -> (
+    hyper::body::Incoming,
+    hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    let conn = tokio::spawn(conn);
+    let request = Request::get(path)
+        .header("host", "weir.test")
+        .header("x-user", user)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(PATIENCE, sender.send_request(request))
+        .await
+        .expect("headers in time")
+        .expect("a response");
+    assert_eq!(response.status(), StatusCode::OK);
+    (response.into_body(), sender, conn)
+}
+
 /// A client that hangs up mid-stream is charged for the bytes the server
 /// handed out before it noticed, settled when hyper drops the body.
 async fn a_client_gone_mid_stream_pays_for_what_was_sent<Ch: SettleKey<String>>(
@@ -285,21 +313,7 @@ async fn a_client_gone_mid_stream_pays_for_what_was_sent<Ch: SettleKey<String>>(
             .unwrap();
     }
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
-    let request = Request::get("/feed")
-        .header("host", "weir.test")
-        .header("x-user", "carol")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let response = tokio::time::timeout(PATIENCE, sender.send_request(request))
-        .await
-        .expect("headers in time")
-        .expect("a response");
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body();
+    let (mut body, sender, conn) = get_on(stream, "/feed", "carol").await;
     let mut read = 0;
     while read < 2 * CHUNK {
         let frame = tokio::time::timeout(PATIENCE, body.frame())
@@ -525,3 +539,4 @@ use crate::warnings;
 mod failures;
 mod local;
 mod on_redis;
+mod throttled;
