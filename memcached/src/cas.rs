@@ -17,7 +17,7 @@
 //! weir-rate's own. A batch of keys takes two round trips per attempt: one
 //! pipeline of reads, one of writes.
 
-use crate::store::{Memcached, store_error, ttl};
+use crate::connection::{Connection, store_error, ttl};
 use memcache::exp::{Get, Meta, MutationStatus, Op, OpResult, Set};
 use std::sync::atomic::Ordering;
 use weir_rate::{Decision, Gcra, Limiter, Mode, Receipt, TokenBucket};
@@ -34,11 +34,15 @@ pub(crate) enum CasLimit {
 type Read = Option<(u64, u64)>;
 
 /// One pipeline of reads of `keys`.
-async fn read(store: &Memcached, keys: &[&str]) -> Result<Vec<Read>, StoreError> {
+async fn read(connection: &Connection, keys: &[&str]) -> Result<Vec<Read>, StoreError> {
     let ops = keys
         .iter()
         .map(|key| Op::from(Get::new(key).meta(Meta::NONE.cas())));
-    let results = store.client().run_batch(ops).await.map_err(store_error)?;
+    let results = connection
+        .client()
+        .run_batch(ops)
+        .await
+        .map_err(store_error)?;
     results
         .into_iter()
         .map(|result| match result.map_err(store_error)? {
@@ -71,9 +75,9 @@ fn write(key: &str, read: Read, idle_at: u64, now: u64) -> Op {
 }
 
 /// One pipeline of writes; which of them took.
-async fn swap(store: &Memcached, writes: Vec<Op>) -> Result<Vec<bool>, StoreError> {
+async fn swap(connection: &Connection, writes: Vec<Op>) -> Result<Vec<bool>, StoreError> {
     let n = writes.len() as u64;
-    let results = store
+    let results = connection
         .client()
         .run_batch(writes)
         .await
@@ -85,9 +89,9 @@ async fn swap(store: &Memcached, writes: Vec<Op>) -> Result<Vec<bool>, StoreErro
             _ => Err(StoreError::BadReply("expected a set's result".to_owned())),
         })
         .collect::<Result<_, StoreError>>()?;
-    store.stats.writes.fetch_add(n, Ordering::Relaxed);
+    connection.stats.writes.fetch_add(n, Ordering::Relaxed);
     let lost = took.iter().filter(|&&t| !t).count() as u64;
-    store.stats.lost.fetch_add(lost, Ordering::Relaxed);
+    connection.stats.lost.fetch_add(lost, Ordering::Relaxed);
     Ok(took)
 }
 
@@ -100,19 +104,19 @@ fn state_of<L: Limiter>(limiter: &L, read: Read, now: u64) -> L::State {
 }
 
 pub(crate) async fn decide(
-    store: &Memcached,
+    connection: &Connection,
     limit: &CasLimit,
     keys: &[String],
     costs: &[u32],
 ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
     match limit {
-        CasLimit::Gcra(gcra) => decide_with(store, gcra, keys, costs).await,
-        CasLimit::Bucket(bucket) => decide_with(store, bucket, keys, costs).await,
+        CasLimit::Gcra(gcra) => decide_with(connection, gcra, keys, costs).await,
+        CasLimit::Bucket(bucket) => decide_with(connection, bucket, keys, costs).await,
     }
 }
 
 async fn decide_with<L: Limiter>(
-    store: &Memcached,
+    connection: &Connection,
     limiter: &L,
     keys: &[String],
     costs: &[u32],
@@ -128,11 +132,11 @@ async fn decide_with<L: Limiter>(
     let mut decisions: Vec<Option<Result<Decision, StoreError>>> = vec![None; keys.len()];
     let mut pending: Vec<usize> = (0..runs.len()).collect();
     let mut attempts = 0;
-    while !pending.is_empty() && attempts < store.cas_attempts {
+    while !pending.is_empty() && attempts < connection.cas_attempts {
         attempts += 1;
         let names: Vec<&str> = pending.iter().map(|&r| keys[runs[r].0].as_str()).collect();
-        let reads = read(store, &names).await?;
-        let now = store.now();
+        let reads = read(connection, &names).await?;
+        let now = connection.now();
         let mut writes = Vec::new();
         let mut writing = Vec::new();
         for (&run, read) in pending.iter().zip(reads) {
@@ -158,7 +162,7 @@ async fn decide_with<L: Limiter>(
                 writing.push(run);
             }
         }
-        let took = swap(store, writes).await?;
+        let took = swap(connection, writes).await?;
         pending = writing
             .into_iter()
             .zip(took)
@@ -179,68 +183,68 @@ async fn decide_with<L: Limiter>(
 /// A read-change-swap loop on one key: `change` returns what to answer
 /// and whether the state must be written.
 async fn update<L: Limiter, T>(
-    store: &Memcached,
+    connection: &Connection,
     limiter: &L,
     key: &str,
     mut change: impl FnMut(&mut L::State, u64, bool) -> (T, bool),
 ) -> Result<T, StoreError> {
-    for _ in 0..store.cas_attempts {
-        let read = read(store, &[key]).await?.pop().flatten();
-        let now = store.now();
+    for _ in 0..connection.cas_attempts {
+        let read = read(connection, &[key]).await?.pop().flatten();
+        let now = connection.now();
         let mut state = state_of(limiter, read, now);
         let (answer, changed) = change(&mut state, now, read.is_some());
         if !changed {
             return Ok(answer);
         }
         let idle_at = limiter.idle_at(&state, now);
-        if swap(store, vec![write(key, read, idle_at, now)]).await?[0] {
+        if swap(connection, vec![write(key, read, idle_at, now)]).await?[0] {
             return Ok(answer);
         }
     }
     Err(StoreError::Contended {
-        attempts: store.cas_attempts,
+        attempts: connection.cas_attempts,
     })
 }
 
 pub(crate) async fn charge(
-    store: &Memcached,
+    connection: &Connection,
     limit: &CasLimit,
     key: &str,
     cost: u32,
 ) -> Result<Receipt, StoreError> {
     async fn with<L: Limiter>(
-        store: &Memcached,
+        connection: &Connection,
         limiter: &L,
         key: &str,
         cost: u32,
     ) -> Result<Receipt, StoreError> {
-        update(store, limiter, key, |state, now, _| {
+        update(connection, limiter, key, |state, now, _| {
             let r = limiter.charge(state, now, cost);
             (Receipt::remote(r.at_nanos(), r.cost()), cost > 0)
         })
         .await
     }
     match limit {
-        CasLimit::Gcra(gcra) => with(store, gcra, key, cost).await,
-        CasLimit::Bucket(bucket) => with(store, bucket, key, cost).await,
+        CasLimit::Gcra(gcra) => with(connection, gcra, key, cost).await,
+        CasLimit::Bucket(bucket) => with(connection, bucket, key, cost).await,
     }
 }
 
 /// A refund of a key not there (idle, expired or evicted) has nothing to
 /// give back.
 pub(crate) async fn refund(
-    store: &Memcached,
+    connection: &Connection,
     limit: &CasLimit,
     key: &str,
     receipt: Receipt,
 ) -> Result<(), StoreError> {
     async fn with<L: Limiter>(
-        store: &Memcached,
+        connection: &Connection,
         limiter: &L,
         key: &str,
         receipt: Receipt,
     ) -> Result<(), StoreError> {
-        update(store, limiter, key, |state, now, present| {
+        update(connection, limiter, key, |state, now, present| {
             if present {
                 limiter.refund(state, now, receipt);
             }
@@ -249,7 +253,7 @@ pub(crate) async fn refund(
         .await
     }
     match limit {
-        CasLimit::Gcra(gcra) => with(store, gcra, key, receipt).await,
-        CasLimit::Bucket(bucket) => with(store, bucket, key, receipt).await,
+        CasLimit::Gcra(gcra) => with(connection, gcra, key, receipt).await,
+        CasLimit::Bucket(bucket) => with(connection, bucket, key, receipt).await,
     }
 }

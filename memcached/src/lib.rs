@@ -87,6 +87,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cas;
+mod connection;
 mod keys;
 mod servers;
 mod store;

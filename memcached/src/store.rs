@@ -10,15 +10,15 @@
 //! `cas`).
 
 use crate::cas::{self, CasLimit};
+use crate::connection::Connection;
 use crate::keys::{MAX_PREFIX, encode, valid_prefix};
 use crate::servers::{Rendezvous, Servers, server_of};
 use crate::windows::{self, Window};
 use memcache::exp::AsyncMetaClient;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-use weir_rate::clock::{Clock, WallClock};
 use weir_rate::{Decision, Gcra, Receipt, SlidingWindow, TokenBucket};
 use weir_store::{Backend, ConfigError, Kind, Limit, Plan, StoreError};
 
@@ -44,14 +44,11 @@ pub(crate) const MAX_COUNTERS: u32 = 64;
 /// # }
 /// ```
 pub struct Memcached {
-    client: AsyncMetaClient,
+    connection: Connection,
     servers: Vec<String>,
     scheme: Scheme,
     /// Every key of the limiter starts `<prefix>:<limit>:`.
     head: String,
-    clock: WallClock,
-    pub(crate) cas_attempts: u32,
-    pub(crate) stats: Arc<CasStats>,
 }
 
 /// How the limit is kept.
@@ -61,14 +58,6 @@ enum Scheme {
     /// GCRA or a token bucket: one time per key, written by
     /// compare-and-swap.
     Cas(CasLimit),
-}
-
-/// Compare-and-swap writes and the ones that lost to another writer,
-/// since the limiter was built.
-#[derive(Debug, Default)]
-pub(crate) struct CasStats {
-    pub(crate) writes: AtomicU64,
-    pub(crate) lost: AtomicU64,
 }
 
 impl fmt::Debug for Memcached {
@@ -102,26 +91,10 @@ impl Memcached {
     /// bucket; the windows write no CAS).
     pub fn cas_writes(&self) -> (u64, u64) {
         (
-            self.stats.writes.load(Ordering::Relaxed),
-            self.stats.lost.load(Ordering::Relaxed),
+            self.connection.stats.writes.load(Ordering::Relaxed),
+            self.connection.stats.lost.load(Ordering::Relaxed),
         )
     }
-
-    /// The client, for the store calls of this crate's modules.
-    pub(crate) fn client(&self) -> &AsyncMetaClient {
-        &self.client
-    }
-
-    /// Nanoseconds since the Unix epoch: the time line every instance
-    /// shares (Memcached has no clock to read).
-    pub(crate) fn now(&self) -> u64 {
-        self.clock.now_nanos()
-    }
-}
-
-/// A `memcache` error as the store's error.
-pub(crate) fn store_error(error: memcache::exp::Error) -> StoreError {
-    StoreError::store(error)
 }
 
 impl Backend for Memcached {
@@ -165,13 +138,10 @@ impl Backend for Memcached {
         let wait = timeout.max(Duration::from_secs(1));
         let connected = matches!(tokio::time::timeout(wait, client.noop()).await, Ok(Ok(())));
         let store = Memcached {
-            client,
+            connection: Connection::new(client, servers.attempts()),
             servers: servers.addresses().to_vec(),
             scheme,
             head,
-            clock: WallClock::new(),
-            cas_attempts: servers.attempts(),
-            stats: Arc::default(),
         };
         Ok((store, connected))
     }
@@ -208,22 +178,22 @@ impl Backend for Memcached {
         costs: &[u32],
     ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
         match &self.scheme {
-            Scheme::Window(window) => windows::decide(self, window, keys, costs).await,
-            Scheme::Cas(limit) => cas::decide(self, limit, keys, costs).await,
+            Scheme::Window(window) => windows::decide(&self.connection, window, keys, costs).await,
+            Scheme::Cas(limit) => cas::decide(&self.connection, limit, keys, costs).await,
         }
     }
 
     async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {
         match &self.scheme {
-            Scheme::Window(window) => windows::charge(self, window, key, cost).await,
-            Scheme::Cas(limit) => cas::charge(self, limit, key, cost).await,
+            Scheme::Window(window) => windows::charge(&self.connection, window, key, cost).await,
+            Scheme::Cas(limit) => cas::charge(&self.connection, limit, key, cost).await,
         }
     }
 
     async fn refund(&self, key: &String, receipt: Receipt) -> Result<(), StoreError> {
         match &self.scheme {
-            Scheme::Window(window) => windows::refund(self, window, key, receipt).await,
-            Scheme::Cas(limit) => cas::refund(self, limit, key, receipt).await,
+            Scheme::Window(window) => windows::refund(&self.connection, window, key, receipt).await,
+            Scheme::Cas(limit) => cas::refund(&self.connection, limit, key, receipt).await,
         }
     }
 }
@@ -260,38 +230,5 @@ fn tag(limit: &Limit) -> String {
         // over, as it does in process.
         Kind::Gcra { .. } => "gcra".to_owned(),
         Kind::TokenBucket => "tb".to_owned(),
-    }
-}
-
-/// Seconds a key must live from `now` (ns since the epoch) to outlast
-/// `until`, plus a second, in Memcached's TTL form: up to 30 days a count
-/// of seconds, beyond it an absolute Unix time (Memcached reads a larger
-/// TTL as one).
-pub(crate) fn ttl(now: u64, until: u64) -> u32 {
-    const THIRTY_DAYS: u64 = 30 * 24 * 3600;
-    let secs = until.saturating_sub(now).div_ceil(1_000_000_000) + 1;
-    if secs <= THIRTY_DAYS {
-        secs as u32
-    } else {
-        let absolute = (now / 1_000_000_000).saturating_add(secs);
-        u32::try_from(absolute).unwrap_or(u32::MAX)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls_switch_to_absolute_times_past_thirty_days() {
-        let now = 1_800_000_000 * 1_000_000_000u64;
-        assert_eq!(ttl(now, now), 1);
-        assert_eq!(ttl(now, now + 1), 2);
-        assert_eq!(ttl(now, now + 59 * 1_000_000_000), 60);
-        let year = 365 * 24 * 3600 * 1_000_000_000u64;
-        assert_eq!(
-            ttl(now, now + year),
-            (1_800_000_000 + 365 * 24 * 3600 + 1) as u32
-        );
     }
 }

@@ -14,7 +14,7 @@
 //! (decrement, sent without waiting); until it lands, a concurrent check
 //! may be refused for it, never allowed.
 
-use crate::store::{Memcached, store_error, ttl};
+use crate::connection::{Connection, store_error, ttl};
 use memcache::exp::{Arithmetic, Get, Op, OpResult};
 use weir_rate::{Decision, FixedWindow, Limiter, Mode, Quota, Receipt, SlidingWindow};
 use weir_store::StoreError;
@@ -124,12 +124,12 @@ fn judge(window: &Window, now: u64, slot: u64, older: &[u64], current: u64, cost
 }
 
 pub(crate) async fn decide(
-    store: &Memcached,
+    connection: &Connection,
     window: &Window,
     keys: &[String],
     costs: &[u32],
 ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
-    let now = store.now();
+    let now = connection.now();
     let slot = now / window.slot();
     let older = window.kept() - 1;
     let mut ops: Vec<Op> = Vec::with_capacity(keys.len() * window.kept() as usize);
@@ -139,7 +139,11 @@ pub(crate) async fn decide(
             ops.push(Get::new(counter(key, slot.saturating_sub(back))).into());
         }
     }
-    let results = store.client().run_batch(ops).await.map_err(store_error)?;
+    let results = connection
+        .client()
+        .run_batch(ops)
+        .await
+        .map_err(store_error)?;
     let mut results = results.into_iter();
     let mut decisions = Vec::with_capacity(keys.len());
     let mut give_back = Vec::new();
@@ -177,7 +181,7 @@ pub(crate) async fn decide(
     if !give_back.is_empty() {
         // Refused requests take back their increments; a lost decrement
         // only leaves the count higher (stricter), so nobody waits for it.
-        let client = store.client().clone();
+        let client = connection.client().clone();
         tokio::spawn(async move {
             let _ = client.run_batch(give_back).await;
         });
@@ -186,27 +190,27 @@ pub(crate) async fn decide(
 }
 
 pub(crate) async fn charge(
-    store: &Memcached,
+    connection: &Connection,
     window: &Window,
     key: &str,
     cost: u32,
 ) -> Result<Receipt, StoreError> {
-    let now = store.now();
+    let now = connection.now();
     let slot = now / window.slot();
     let op = increment(key, slot, cost, now, window);
-    store.client().run(op).await.map_err(store_error)?;
+    connection.client().run(op).await.map_err(store_error)?;
     Ok(Receipt::remote(now, cost))
 }
 
 /// A refund takes its units out of the counter it was charged to while
 /// that counter still counts, and returns nothing after (as in process).
 pub(crate) async fn refund(
-    store: &Memcached,
+    connection: &Connection,
     window: &Window,
     key: &str,
     receipt: Receipt,
 ) -> Result<(), StoreError> {
-    let now = store.now();
+    let now = connection.now();
     let len = window.slot();
     let (slot, charged) = (now / len, receipt.at_nanos() / len);
     if charged > slot || slot - charged >= window.kept() || receipt.cost() == 0 {
@@ -216,7 +220,7 @@ pub(crate) async fn refund(
         .decrement()
         .delta(u64::from(receipt.cost()));
     // A counter that has expired or was evicted has nothing to give back.
-    store.client().run(op).await.map_err(store_error)?;
+    connection.client().run(op).await.map_err(store_error)?;
     Ok(())
 }
 

@@ -123,14 +123,15 @@ mod link;
 mod params;
 mod scripts;
 mod slot;
+mod spec;
 mod store;
 mod target;
 
 pub use slot::cluster_slot;
+#[cfg(feature = "tls")]
+pub use spec::Tls;
 pub use store::Redis;
 pub use target::Target;
-#[cfg(feature = "tls")]
-pub use target::Tls;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, MAX_LIMITS, PreAggregation, Source, StoreError,
 };

@@ -3,7 +3,7 @@
 //! the connection itself will not get over, and told apart from a refusal
 //! (wrong credentials, an untrusted certificate) that no reconnection fixes.
 
-use crate::target::{Nodes, Spec};
+use crate::spec::{Nodes, Spec};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
