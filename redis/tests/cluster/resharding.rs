@@ -22,6 +22,24 @@ fn two_keys_in_one_slot() -> (String, String, u16) {
     (first, second, slot)
 }
 
+/// Start moving `slot` to another master and move `moved`'s state there
+/// (`MIGRATE`), leaving the slot's other keys behind: the master the slot
+/// moves to.
+fn start_migrating_with(
+    cluster: &mut RedisCluster,
+    limiter: &RedisLimiter,
+    slot: u16,
+    moved: &str,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let (from, to) = cluster.start_migrating(slot)?;
+    let key_of_moved = limiter.store().redis_keys(moved).remove(0);
+    let to_port = cluster.nodes[to].port().to_string();
+    let out =
+        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
+    assert!(out.contains("OK"), "migrate: {out}");
+    Ok(to)
+}
+
 #[test]
 fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
     let _alone = crate::one_at_a_time();
@@ -44,12 +62,7 @@ fn a_batch_split_by_a_moving_slot_is_decided_key_by_key() -> TestResult {
         assert_eq!(v.source, Source::Store, "{:?}", v.error);
     }
     // Start moving the slot to another master, and move one key's state.
-    let (from, to) = cluster.start_migrating(slot)?;
-    let key_of_moved = limiter.store().redis_keys(&moved).remove(0);
-    let to_port = cluster.nodes[to].port().to_string();
-    let out =
-        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
-    assert!(out.contains("OK"), "migrate: {out}");
+    let to = start_migrating_with(&mut cluster, &limiter, slot, &moved)?;
 
     // One batch for both keys (one slot): a two-key script on the old
     // master meets a missing key in a migrating slot.
@@ -342,12 +355,7 @@ fn an_acl_user_follows_a_migrating_slot() -> TestResult {
         let v = rt.block_on(limiter.check_verbose(key, 1))?;
         assert_eq!(v.source, Source::Store, "{:?}", v.error);
     }
-    let (from, to) = cluster.start_migrating(slot)?;
-    let key_of_moved = limiter.store().redis_keys(&moved).remove(0);
-    let to_port = cluster.nodes[to].port().to_string();
-    let out =
-        cluster.nodes[from].cli(&["MIGRATE", "127.0.0.1", &to_port, &key_of_moved, "0", "5000"])?;
-    assert!(out.contains("OK"), "migrate: {out}");
+    let to = start_migrating_with(&mut cluster, &limiter, slot, &moved)?;
     for key in [&moved, &stayed] {
         let v = rt.block_on(limiter.check_verbose(key, 1))?;
         assert_eq!(v.source, Source::Store, "{key}: {:?}", v.error);

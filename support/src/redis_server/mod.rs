@@ -234,13 +234,19 @@ impl RedisServer {
 
     /// Run `redis-cli -p <port> args…` and return its standard output.
     pub fn cli(&self, args: &[&str]) -> Result<String, FixtureError> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        cli(self.port, args)
     }
+}
+
+/// `redis-cli` against the server (or Sentinel) on loopback `port`: its
+/// standard output.
+pub(crate) fn cli(port: u16, args: &[&str]) -> Result<String, FixtureError> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl Drop for RedisServer {

@@ -221,12 +221,7 @@ impl Sentinel {
     }
 
     fn cli(&self, args: &[&str]) -> Result<String, FixtureError> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        super::cli(self.port, args)
     }
 
     fn kill(&mut self) {
