@@ -240,7 +240,7 @@ impl<S, X: Clone, A, C: Clone> Layer<S> for AdaptiveInflightLayer<X, A, C> {
     fn layer(&self, inner: S) -> Self::Service {
         AdaptiveInflightService {
             inner,
-            layer: self.clone(),
+            layer: Arc::new(self.clone()),
         }
     }
 }
@@ -276,14 +276,15 @@ impl<S, X: Clone, A, C: Clone> Layer<S> for AdaptiveInflightLayer<X, A, C> {
 #[derive(Debug)]
 pub struct AdaptiveInflightService<S, X, A, C = MonotonicClock> {
     inner: S,
-    layer: AdaptiveInflightLayer<X, A, C>,
+    /// Shared: services are cloned per connection (and by axum per request).
+    layer: Arc<AdaptiveInflightLayer<X, A, C>>,
 }
 
-impl<S: Clone, X: Clone, A, C: Clone> Clone for AdaptiveInflightService<S, X, A, C> {
+impl<S: Clone, X, A, C> Clone for AdaptiveInflightService<S, X, A, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            layer: self.layer.clone(),
+            layer: Arc::clone(&self.layer),
         }
     }
 }

@@ -124,7 +124,7 @@ impl<S, X: Clone> Layer<S> for InflightLayer<X> {
     fn layer(&self, inner: S) -> Self::Service {
         InflightService {
             inner,
-            layer: self.clone(),
+            layer: Arc::new(self.clone()),
         }
     }
 }
@@ -148,10 +148,22 @@ impl<S, X: Clone> Layer<S> for InflightLayer<X> {
 /// assert_eq!(response.status(), 200);
 /// # });
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct InflightService<S, X> {
     inner: S,
-    layer: InflightLayer<X>,
+    /// Shared: services are cloned per connection (and by axum per request).
+    layer: Arc<InflightLayer<X>>,
+}
+
+// By hand: a derive would demand `X: Clone`, which cloning an `Arc` does
+// not need.
+impl<S: Clone, X> Clone for InflightService<S, X> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: Arc::clone(&self.layer),
+        }
+    }
 }
 
 impl<S, X, ReqBody, ResBody> Service<Request<ReqBody>> for InflightService<S, X>
