@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use weir_rate::{Gcra, Quota};
 use weir_redis::{Batching, FailurePolicy, RedisLimiter, Source, Target, cluster_slot};
-use weir_test_support::redis_server::RedisCluster;
+use weir_test_support::redis_server::{RedisCluster, limiter_acl};
 
 /// Two limiter keys that share a Cluster slot.
 fn two_keys_in_one_slot() -> (String, String, u16) {
@@ -314,28 +314,10 @@ fn an_acl_user_follows_a_migrating_slot() -> TestResult {
         return Ok(());
     };
     let prefix = unique_prefix("clusteracl");
-    let pattern = format!("~{prefix}:*");
+    let mut rules = limiter_acl(&prefix);
+    rules.extend(["+cluster|slots", "+asking"].map(str::to_owned));
     for node in &cluster.nodes {
-        let out = node.cli(&[
-            "ACL",
-            "SETUSER",
-            "weir",
-            "on",
-            ">s3cret",
-            "resetkeys",
-            &pattern,
-            "resetchannels",
-            "-@all",
-            "+evalsha",
-            "+script|load",
-            "+mget",
-            "+set",
-            "+setrange",
-            "+time",
-            "+cluster|slots",
-            "+asking",
-        ])?;
-        assert_eq!(out.trim(), "OK", "{out}");
+        node.add_user("weir", "s3cret", &rules)?;
     }
     let urls: Vec<String> = cluster
         .urls()

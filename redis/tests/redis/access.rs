@@ -4,35 +4,6 @@
 
 use super::*;
 
-/// The ACL rules of a user that may run a limiter under `prefix` and
-/// nothing else: what the crate docs list.
-fn limiter_only(prefix: &str) -> Vec<String> {
-    [
-        "resetkeys",
-        &format!("~{prefix}:*"),
-        "resetchannels",
-        "-@all",
-        "+evalsha",
-        "+script|load",
-        "+mget",
-        "+set",
-        "+setrange",
-        "+time",
-    ]
-    .map(str::to_owned)
-    .to_vec()
-}
-
-fn add_user(server: &RedisServer, user: &str, password: &str, rules: &[String]) -> TestResult {
-    let mut args = vec!["ACL", "SETUSER", user, "on"];
-    let pass = format!(">{password}");
-    args.push(&pass);
-    args.extend(rules.iter().map(String::as_str));
-    let out = server.cli(&args)?;
-    assert_eq!(out.trim(), "OK", "ACL SETUSER: {out}");
-    Ok(())
-}
-
 fn with_login(server: &RedisServer, user: &str, password: &str) -> String {
     format!("redis://{user}:{password}@{}/", server.addr())
 }
@@ -60,7 +31,7 @@ fn an_acl_user_with_the_documented_commands_decides_everything() -> TestResult {
         return Ok(());
     };
     let prefix = unique_prefix("acl");
-    add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
+    server.add_user("weir", "s3cret", &limiter_acl(&prefix))?;
     rt()?.block_on(async {
         let quota = Quota::per_hour(nz(5));
         let url = with_login(&server, "weir", "s3cret");
@@ -94,9 +65,9 @@ fn an_acl_user_on_a_sentinel_named_master() -> TestResult {
         return Ok(());
     };
     let prefix = unique_prefix("aclsentinel");
-    let mut rules = limiter_only(&prefix);
+    let mut rules = limiter_acl(&prefix);
     rules.push("+role".to_owned());
-    add_user(&set.servers()[0], "weir", "s3cret", &rules)?;
+    set.servers()[0].add_user("weir", "s3cret", &rules)?;
     rt()?.block_on(async {
         let target = |password: &str| {
             Target::sentinel(
@@ -130,10 +101,10 @@ fn refused_logins_are_config_errors_at_connect() -> TestResult {
         return Ok(());
     };
     let prefix = unique_prefix("acl");
-    add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
-    let mut no_scripts = limiter_only(&prefix);
+    server.add_user("weir", "s3cret", &limiter_acl(&prefix))?;
+    let mut no_scripts = limiter_acl(&prefix);
     no_scripts.retain(|r| r != "+script|load");
-    add_user(&server, "reader", "s3cret", &no_scripts)?;
+    server.add_user("reader", "s3cret", &no_scripts)?;
     rt()?.block_on(async {
         for url in [
             with_login(&server, "weir", "wrong"),
@@ -229,7 +200,7 @@ mod tls {
         let authority = CertificateAuthority::new()?;
         let server = RedisServer::start_tls(&authority, ClientCertificates::Ignored)?;
         let prefix = unique_prefix("tlsacl");
-        add_user(&server, "weir", "s3cret", &limiter_only(&prefix))?;
+        server.add_user("weir", "s3cret", &limiter_acl(&prefix))?;
         let url = server
             .tls_url()
             .ok_or("tls")?

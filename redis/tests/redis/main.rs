@@ -17,7 +17,7 @@ use weir_rate::{
 use weir_redis::{
     Batching, ConfigError, FailurePolicy, PreAggregation, RedisLimiter, Source, StoreError, Target,
 };
-use weir_test_support::redis_server::{RedisServer, wait_until};
+use weir_test_support::redis_server::{RedisServer, limiter_acl, wait_until};
 
 /// Entry point of the worker processes spawned by the tests (does nothing
 /// when run normally).

@@ -236,6 +236,42 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> Result<String, FixtureError> {
         cli(self.port, args)
     }
+
+    /// `ACL SETUSER user on >password rules…`; panics (failing the test)
+    /// if the server refuses the rules.
+    pub fn add_user(
+        &self,
+        user: &str,
+        password: &str,
+        rules: &[String],
+    ) -> Result<(), FixtureError> {
+        let password = format!(">{password}");
+        let mut args = vec!["ACL", "SETUSER", user, "on", &password];
+        args.extend(rules.iter().map(String::as_str));
+        let out = self.cli(&args)?;
+        assert_eq!(out.trim(), "OK", "ACL SETUSER {user}: {out}");
+        Ok(())
+    }
+}
+
+/// The ACL rules of a user that may run a limiter on one server under
+/// `prefix` and nothing else: the commands weir-redis's crate docs list.
+/// A cluster adds `+cluster|slots` and `+asking`, a Sentinel's user `+role`.
+pub fn limiter_acl(prefix: &str) -> Vec<String> {
+    [
+        "resetkeys",
+        &format!("~{prefix}:*"),
+        "resetchannels",
+        "-@all",
+        "+evalsha",
+        "+script|load",
+        "+mget",
+        "+set",
+        "+setrange",
+        "+time",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// `redis-cli` against the server (or Sentinel) on loopback `port`: its
