@@ -7,21 +7,26 @@ use crate::limiter::Limiter;
 use crate::mode::Mode;
 
 /// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
-/// checks every limit in the given mode and combines their decisions
-/// (`None`: there are no limits). Every limit is peeked first; only if the
-/// combined decision allows, and the caller asked to consume, are they all
-/// checked again consuming — which cannot then deny, since each allowed
-/// from the state it is about to spend.
+/// checks every limit in the given mode and combines their decisions.
+/// Every limit is peeked first; only if the combined decision allows, and
+/// the caller asked to consume, are they all checked again consuming —
+/// which cannot then deny, since each allowed from the state it is about
+/// to spend.
+///
+/// A `Decision` passes through here by value twice per allowed check, so
+/// it is returned as it is, not wrapped in an `Option` for the empty set
+/// (its callers answer that case first): each wrapping layer was a copy.
+#[inline]
 fn all_or_nothing(
     mode: Mode,
-    mut check_each: impl FnMut(Mode) -> Result<Option<Decision>, NeverAllowed>,
-) -> Result<Option<Decision>, NeverAllowed> {
+    mut check_each: impl FnMut(Mode) -> Result<Decision, NeverAllowed>,
+) -> Result<Decision, NeverAllowed> {
     let peeked = check_each(Mode::Peek)?;
-    match &peeked {
-        Some(d) if mode == Mode::Consume && d.is_allowed() => {
-            Ok(check_each(Mode::Consume)?.or(peeked))
-        }
-        _ => Ok(peeked),
+    if mode == Mode::Consume && peeked.is_allowed() {
+        drop(peeked);
+        check_each(Mode::Consume)
+    } else {
+        Ok(peeked)
     }
 }
 
@@ -78,12 +83,11 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         NeverAllowed::check(cost, self.max_cost())?;
-        let decision = all_or_nothing(mode, |each| {
+        all_or_nothing(mode, |each| {
             let a = self.0.check(&mut state.0, now_ns, cost, each)?;
             let b = self.1.check(&mut state.1, now_ns, cost, each)?;
-            Ok(Some(a.combine(b)))
-        })?;
-        Ok(decision.unwrap_or_else(allow_everything))
+            Ok(a.combine(b))
+        })
     }
 
     fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {
@@ -173,18 +177,19 @@ impl<L: Limiter> Limiter for AllOf<L> {
     ) -> Result<Decision, NeverAllowed> {
         NeverAllowed::check(cost, self.max_cost())?;
         fit(&self.limits, state, now_ns);
-        let decision = all_or_nothing(mode, |each| {
-            let mut combined: Option<Decision> = None;
-            for (limit, s) in self.limits.iter().zip(state.iter_mut()) {
-                let d = limit.check(s, now_ns, cost, each)?;
-                combined = Some(match combined {
-                    Some(c) => c.combine(d),
-                    None => d,
-                });
+        // `fit` made the states as many as the limits.
+        let (Some((first, rest)), Some((first_state, rest_state))) =
+            (self.limits.split_first(), state.split_first_mut())
+        else {
+            return Ok(allow_everything());
+        };
+        all_or_nothing(mode, |each| {
+            let mut combined = first.check(first_state, now_ns, cost, each)?;
+            for (limit, s) in rest.iter().zip(rest_state.iter_mut()) {
+                combined = combined.combine(limit.check(s, now_ns, cost, each)?);
             }
             Ok(combined)
-        })?;
-        Ok(decision.unwrap_or_else(allow_everything))
+        })
     }
 
     fn refund(&self, state: &mut Self::State, now_ns: u64, receipt: Receipt) {

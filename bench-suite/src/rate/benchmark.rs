@@ -6,11 +6,11 @@ use crate::harness::contest::{self, Goal, Spread};
 use crate::harness::plot::{BarPlot, BarSeries};
 use crate::harness::report::{Report, Table, thousands};
 use crate::harness::{machine, workload};
-use std::num::{NonZeroU32, NonZeroU64};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::time::{Duration, Instant};
 use weir_limits::clock::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 use weir_rate::clock::RecentClock;
-use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
+use weir_rate::{FixedWindow, Gcra, KeyedLimiter, Quota, SketchLimiter};
 
 /// A keyed limiter checked by `u32` key in the benchmark.
 pub trait KeyedContender: Sync {
@@ -36,6 +36,7 @@ macro_rules! keyed {
 
 keyed! {
     <C: Clock> KeyedLimiter<u32, Gcra, C>: |s, k| s.check(&k).is_allowed();
+    <C: Clock> KeyedLimiter<u32, (Gcra, FixedWindow), C>: |s, k| s.check(&k).is_allowed();
     <C: Clock> SketchLimiter<C>: |s, k| s.check(&k).is_allowed();
     <C: Clock> Lean<KeyedLimiter<u32, Gcra, C>>: |s, k| s.0.allows(&k);
     <C: Clock> Lean<SketchLimiter<C>>: |s, k| s.0.allows(&k);
@@ -170,6 +171,18 @@ fn exact() -> KeyedLimiter<u32, Gcra> {
     KeyedLimiter::new(Gcra::new(bench_quota()))
 }
 
+/// The benchmark's quota all-or-nothing with a daily one that never binds
+/// here: what an API's "10 a second and 1000 a day" costs per check. A
+/// daily window keeps every key it has seen for the day, so the limiter is
+/// sized for every key of the run, as such a service would size it (past
+/// its `max_keys` it would refuse new keys instead).
+fn exact_and_daily() -> KeyedLimiter<u32, (Gcra, FixedWindow)> {
+    let day = Quota::per_day(NonZeroU32::new(u32::MAX).expect("non-zero"));
+    KeyedLimiter::builder((Gcra::new(bench_quota()), FixedWindow::new(day)))
+        .max_keys(NonZeroUsize::new(1 << 21).expect("non-zero"))
+        .build()
+}
+
 /// The anchor every ratio is taken against, weir's two lean limiters that
 /// the goals judge, and each crate on its cheaper clock.
 const GOVERNOR: &str = "governor keyed (DashMap, GCRA)";
@@ -187,6 +200,7 @@ pub fn contenders() -> Vec<Contender> {
         SKETCH => || Lean(sized_sketch()),
         EXACT_CHECK => exact,
         "weir SketchLimiter, check (full Decision)" => sized_sketch,
+        "weir KeyedLimiter<(Gcra, FixedWindow)> all-or-nothing, check (full Decision)" => exact_and_daily,
         GOVERNOR_UPKEEP => governor_upkeep,
         EXACT_RECENT => || Lean(KeyedLimiter::with_clock(Gcra::new(bench_quota()), RecentClock::new())),
         "floor: one default-clock read per check, no limiter" => || ClockFloor(MonotonicClock::new()),

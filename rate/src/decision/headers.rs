@@ -6,7 +6,7 @@
 //! standard `Retry-After: <seconds>` on a denial. Seconds are rounded **up**
 //! so a client that obeys them never retries too early.
 
-use super::{Decision, Part};
+use super::{Decision, Part, Parts};
 use std::fmt;
 
 /// The HTTP status of a request denied by a rate limit (Too Many Requests).
@@ -88,7 +88,7 @@ impl Decision {
 
     /// Writes one list item per limit: its name, then what `params` adds.
     fn items(&self, policy: &PolicyName, out: &mut String, params: impl Fn(&mut String, &Part)) {
-        let Some(parts) = self.parts.as_deref() else {
+        let Some(parts) = self.parts.as_ref().map(Parts::as_slice) else {
             out.push_str(&policy.0);
             params(out, &self.own_part());
             return;

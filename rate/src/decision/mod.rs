@@ -63,7 +63,49 @@ pub struct Decision {
     pub(crate) receipt: Option<Receipt>,
     /// Each limit's own decision, when this one combines several (an
     /// all-or-nothing set); none for a single limit.
-    pub(crate) parts: Option<Box<[Part]>>,
+    pub(crate) parts: Option<Parts>,
+}
+
+/// The limits of a combined decision, in a canonical order. A pair, the
+/// common case, is kept inline: a check of two limits then allocates
+/// nothing (each all-or-nothing check combines twice, peek and consume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Parts {
+    Two([Part; 2]),
+    Many(Box<[Part]>),
+}
+
+impl Parts {
+    /// The parts of `a` and `b` (whose own parts are `own_a` and `own_b`),
+    /// sorted so that combining does not depend on the order.
+    fn of(a: &Decision, own_a: Part, b: &Decision, own_b: Part) -> Self {
+        match (&a.parts, &b.parts) {
+            (None, None) => {
+                let mut two = [own_a, own_b];
+                two.sort_unstable_by_key(Part::order);
+                Self::Two(two)
+            }
+            (pa, pb) => {
+                let len = |parts: &Option<Parts>| parts.as_ref().map_or(1, |p| p.as_slice().len());
+                let mut many = Vec::with_capacity(len(pa) + len(pb));
+                for (parts, own) in [(pa, own_a), (pb, own_b)] {
+                    match parts {
+                        Some(parts) => many.extend_from_slice(parts.as_slice()),
+                        None => many.push(own),
+                    }
+                }
+                many.sort_unstable_by_key(Part::order);
+                Self::Many(many.into_boxed_slice())
+            }
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Part] {
+        match self {
+            Self::Two(two) => two,
+            Self::Many(many) => many,
+        }
+    }
 }
 
 /// One limit's share of a combined decision, as its headers need it.
@@ -73,6 +115,18 @@ pub(crate) struct Part {
     pub(crate) window_ns: u64,
     pub(crate) remaining: u32,
     pub(crate) reset_after_ns: u64,
+}
+
+impl Part {
+    /// The canonical order of a combined decision's parts.
+    fn order(&self) -> (u64, u32, u32, u64) {
+        (
+            self.window_ns,
+            self.limit,
+            self.remaining,
+            self.reset_after_ns,
+        )
+    }
 }
 
 impl fmt::Debug for Decision {
@@ -370,12 +424,14 @@ impl Decision {
     /// remaining, reset), so its headers list every quota the request is
     /// under, not only the binding one.
     pub fn combine(self, other: Decision) -> Decision {
+        // One division each: a part's remaining is a quotient.
+        let (own_a, own_b) = (self.own_part(), other.own_part());
         // Non-conforming first (false < true), then least remaining; the
         // limit and window only break exact ties, so the choice is symmetric.
-        let binding = |d: &Decision| (d.conforming, d.remaining(), d.limit, d.window_ns);
-        // In a canonical order, so that combining does not depend on it.
-        let mut parts: Vec<Part> = self.part_list().chain(other.part_list()).collect();
-        parts.sort_unstable_by_key(|p| (p.window_ns, p.limit, p.remaining, p.reset_after_ns));
+        let binding =
+            |d: &Decision, own: &Part| (d.conforming, own.remaining, d.limit, d.window_ns);
+        let other_binds = binding(&other, &own_b) < binding(&self, &own_a);
+        let parts = Parts::of(&self, own_a, &other, own_b);
         let allowed = self.allowed && other.allowed;
         let conforming = self.conforming && other.conforming;
         let reset_after_ns = self.reset_after_ns.max(other.reset_after_ns);
@@ -386,11 +442,7 @@ impl Decision {
             (Some(a), Some(b)) if a == b => Some(a),
             _ => None,
         };
-        let first = if binding(&other) < binding(&self) {
-            other
-        } else {
-            self
-        };
+        let first = if other_binds { other } else { self };
         Decision {
             allowed,
             conforming,
@@ -398,7 +450,7 @@ impl Decision {
             retry_after_ns,
             delay_ns,
             receipt,
-            parts: Some(parts.into_boxed_slice()),
+            parts: Some(parts),
             ..first
         }
     }
@@ -411,18 +463,6 @@ impl Decision {
             remaining: self.remaining(),
             reset_after_ns: self.reset_after_ns,
         }
-    }
-
-    /// Each limit this decision stands for: its parts if it combines
-    /// several, else itself.
-    pub(crate) fn part_list(&self) -> impl Iterator<Item = Part> + '_ {
-        let own = self.own_part();
-        let parts = self.parts.as_deref();
-        parts
-            .into_iter()
-            .flatten()
-            .copied()
-            .chain(parts.is_none().then_some(own))
     }
 
     /// The same decision let through (shadow mode): allowed, but still
@@ -452,5 +492,54 @@ mod tests {
         let combined = denied.combine(allowed_empty);
         assert!(!combined.is_allowed());
         assert_eq!((combined.limit(), combined.remaining()), (20, 3));
+    }
+
+    use proptest::prelude::*;
+
+    /// A decision of one limit: allowed or denied, with small figures so
+    /// that ties (which the order must not decide either) are common.
+    fn one_limit() -> impl Strategy<Value = Decision> {
+        (any::<bool>(), 1..4u32, 1..4u64, 0..4u32, 0..4u64, 1..4u64).prop_map(
+            |(allowed, limit, window_s, remaining, reset, retry)| {
+                let window_ns = window_s * 1_000_000_000;
+                if allowed {
+                    Decision::allow_ns(limit, window_ns, remaining, reset)
+                } else {
+                    Decision::deny_ns(limit, window_ns, remaining, reset, retry)
+                }
+            },
+        )
+    }
+
+    proptest! {
+        /// Neither the order nor the grouping of the limits changes a
+        /// combined decision, and it keeps every limit's own figures.
+        #[test]
+        fn combining_is_symmetric_and_associative_and_keeps_every_part(
+            a in one_limit(), b in one_limit(), c in one_limit(), d in one_limit(),
+        ) {
+            prop_assert_eq!(a.clone().combine(b.clone()), b.clone().combine(a.clone()));
+            let left = a.clone().combine(b.clone()).combine(c.clone());
+            let right = a.clone().combine(b.clone().combine(c.clone()));
+            prop_assert_eq!(&left, &right);
+            prop_assert_eq!(left.parts.as_ref(), right.parts.as_ref());
+            let pairs = a.clone().combine(b.clone()).combine(c.clone().combine(d.clone()));
+            let chain = a.clone().combine(b.clone()).combine(c.clone()).combine(d.clone());
+            prop_assert_eq!(pairs.parts.as_ref(), chain.parts.as_ref());
+            let mut own: Vec<Part> = [&a, &b, &c, &d].map(|x| x.own_part()).to_vec();
+            own.sort_unstable_by_key(Part::order);
+            prop_assert_eq!(chain.parts.as_ref().map(Parts::as_slice), Some(&own[..]));
+            prop_assert_eq!(
+                chain.is_allowed(),
+                [&a, &b, &c, &d].iter().all(|x| x.is_allowed())
+            );
+            // The binding limit: a non-conforming one if any, then the
+            // least remaining.
+            let binding = [&a, &b, &c, &d]
+                .map(|x| (x.is_conforming(), x.remaining()))
+                .into_iter()
+                .min();
+            prop_assert_eq!(Some((chain.is_conforming(), chain.remaining())), binding);
+        }
     }
 }
