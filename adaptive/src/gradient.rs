@@ -12,12 +12,18 @@ use crate::clock::Timestamp;
 /// Each window (see the [module docs](super)) computes the gradient
 /// `g = tolerance × no_load / latency`, clamped to `[0.5, 1]`:
 ///
-/// * `g = 1` (latency within `tolerance` of no load): the origin is not
-///   queueing; the limit grows by the queue allowance `max(1, √limit / 2)`
-///   (but not beyond twice the requests in flight);
+/// * latency within half the tolerance of no load: capacity is unused (a
+///   start, or an origin that recovered); the limit grows by a quarter, or
+///   by the queue allowance `max(1, √limit / 2)` if that is more;
+/// * `g = 1` otherwise (latency within `tolerance` of no load): the origin
+///   is not queueing; the limit grows by the allowance;
 /// * `g < 1`: the target is `limit × g + allowance`, never above the
-///   limit, and the limit moves `smoothing` of the way to it;
+///   limit, and the limit moves `smoothing` of the way to it — all the
+///   way when `g` is at its floor (latency at least twice the tolerated),
+///   a queue no noise explains;
 /// * a window with a drop multiplies the limit by `backoff`.
+///
+/// Growth never takes the limit beyond twice the requests in flight.
 ///
 /// In steady overload the limit settles where `limit × (1 − g)` equals the
 /// allowance: about `tolerance × capacity + allowance` requests in flight,
@@ -83,11 +89,27 @@ impl Gradient2 {
             let no_load = self.baseline.no_load(window.latency);
             let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
             let allowance = (estimate.sqrt() / 2.0).max(1.0);
-            if gradient >= 1.0 {
+            if window.latency <= (1.0 + self.tolerance) / 2.0 * no_load {
+                // Within half the tolerance of no load: capacity is unused
+                // (a start, or an origin that grew), so grow by a quarter,
+                // which finds it in a few windows; the queue that forms
+                // past it stops the growth.
+                grow(
+                    estimate,
+                    allowance.max(estimate / 4.0),
+                    window.max_in_flight,
+                )
+            } else if gradient >= 1.0 {
                 grow(estimate, allowance, window.max_in_flight)
-            } else {
+            } else if gradient > 0.5 {
                 let target = (estimate * gradient + allowance).min(estimate);
                 estimate + self.smoothing * (target - estimate)
+            } else {
+                // At least twice the tolerated latency: a queue, not
+                // noise (the origin lost capacity), so go to the target
+                // at once; smoothing here would keep the queue for windows
+                // that each last several of these latencies.
+                (estimate * gradient + allowance).min(estimate)
             }
         };
         self.estimate = self.common.clamp(next);
@@ -132,7 +154,8 @@ impl Builder<Gradient2> {
     }
 
     /// The share of the way to its target a decreasing limit moves per
-    /// window (in (0, 1]; default 0.5).
+    /// window while latency is under twice the tolerated (in (0, 1];
+    /// default 0.5); beyond, it moves all the way.
     pub fn smoothing(mut self, smoothing: f64) -> Self {
         self.own.smoothing = smoothing;
         self
@@ -176,19 +199,63 @@ mod tests {
         Gradient2::builder().probe_interval(None).build().unwrap()
     }
 
+    /// A success of `us` microseconds with `in_flight` requests.
+    fn ok_us(us: u64, in_flight: u32) -> Sample {
+        Sample::new(Duration::from_micros(us), Outcome::Success, in_flight)
+    }
+
     #[test]
-    fn grows_by_the_allowance_while_latency_is_flat() {
+    fn grows_by_a_quarter_while_latency_is_at_no_load() {
         let mut g = unprobed();
         let mut limits = Vec::new();
         for ms in 0..600 {
             g.update(at(ms), ok(1, 40));
             limits.push(g.limit());
         }
-        // A window of 16 samples every 16 ms: 20, 22, 24, 27, ... up to
+        // A window of 16 samples every 16 ms: 20, 25, 31, 39, ... up to
         // twice the 40 in flight.
-        assert_eq!(limits[14..17], [20, 22, 22]);
-        assert_eq!(limits[30..33], [22, 24, 24]);
+        assert_eq!(limits[14..17], [20, 25, 25]);
+        assert_eq!(limits[30..33], [25, 31, 31]);
+        assert_eq!(limits[46..49], [31, 39, 39]);
         assert_eq!(g.limit(), 80);
+    }
+
+    #[test]
+    fn grows_by_the_allowance_within_the_tolerance() {
+        let mut g = unprobed();
+        // The first window sets the no-load latency (1 ms) and grows.
+        for ms in 0..16 {
+            g.update(at(ms), ok(1, 40));
+        }
+        assert_eq!(g.limit(), 25);
+        // 15 % slower: beyond half the tolerance of 20 %, within it.
+        let mut limits = Vec::new();
+        for ms in 16..64 {
+            g.update(at(ms), ok_us(1_150, 40));
+            limits.push(g.limit());
+        }
+        // 25 + √25 / 2 = 27.5, then 27.5 + 2.6 = 30.1 (the first sample
+        // of each window started before it opened, and is not counted).
+        assert_eq!(limits[15..18], [25, 27, 27]);
+        assert_eq!(limits[32..35], [27, 30, 30]);
+    }
+
+    #[test]
+    fn cuts_to_the_target_at_once_beyond_twice_the_tolerance() {
+        let mut g = unprobed();
+        for ms in 0..16 {
+            g.update(at(ms), ok(1, 40));
+        }
+        assert_eq!(g.limit(), 25);
+        // 3× no load: the gradient is at its floor of 0.5. One window
+        // takes the limit to 25 × 0.5 + √25 / 2 = 15, not half-way there.
+        let mut limits = Vec::new();
+        for ms in 16..96 {
+            g.update(at(ms), ok(3, 40));
+            limits.push(g.limit());
+        }
+        let first_cut = limits.iter().position(|&l| l != 25).unwrap();
+        assert_eq!(limits[first_cut], 15, "{limits:?}");
     }
 
     #[test]
@@ -202,7 +269,7 @@ mod tests {
             g.update(at(ms), ok(3, 40));
         }
         // Latency 3× no load: g = 0.5, the floor; settles at
-        // 2 × allowance, smoothed.
+        // 2 × allowance.
         assert!(g.limit() < before, "{} !< {before}", g.limit());
         assert!(g.limit() <= 10, "{}", g.limit());
     }
