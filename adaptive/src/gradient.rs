@@ -191,17 +191,12 @@ impl sealed::Build for Gradient2 {
 mod tests {
     use super::*;
     use crate::Outcome;
-    use crate::test_samples::{at, ok};
+    use crate::test_samples::{at, ok, ok_us};
     use std::time::Duration;
 
     /// Without probes: the first window sets the no-load latency.
     fn unprobed() -> Gradient2 {
         Gradient2::builder().probe_interval(None).build().unwrap()
-    }
-
-    /// A success of `us` microseconds with `in_flight` requests.
-    fn ok_us(us: u64, in_flight: u32) -> Sample {
-        Sample::new(Duration::from_micros(us), Outcome::Success, in_flight)
     }
 
     #[test]
@@ -220,14 +215,20 @@ mod tests {
         assert_eq!(g.limit(), 80);
     }
 
-    #[test]
-    fn grows_by_the_allowance_within_the_tolerance() {
+    /// One window at 1 ms, 40 in flight: the no-load latency is 1 ms and
+    /// the limit has grown by a quarter, to 25.
+    fn after_one_window() -> Gradient2 {
         let mut g = unprobed();
-        // The first window sets the no-load latency (1 ms) and grows.
         for ms in 0..16 {
             g.update(at(ms), ok(1, 40));
         }
         assert_eq!(g.limit(), 25);
+        g
+    }
+
+    #[test]
+    fn grows_by_the_allowance_within_the_tolerance() {
+        let mut g = after_one_window();
         // 15 % slower: beyond half the tolerance of 20 %, within it.
         let mut limits = Vec::new();
         for ms in 16..64 {
@@ -242,11 +243,7 @@ mod tests {
 
     #[test]
     fn cuts_to_the_target_at_once_beyond_twice_the_tolerance() {
-        let mut g = unprobed();
-        for ms in 0..16 {
-            g.update(at(ms), ok(1, 40));
-        }
-        assert_eq!(g.limit(), 25);
+        let mut g = after_one_window();
         // 3× no load: the gradient is at its floor of 0.5. One window
         // takes the limit to 25 × 0.5 + √25 / 2 = 15, not half-way there.
         let mut limits = Vec::new();

@@ -106,7 +106,7 @@ mod vegas;
 mod window;
 
 /// What the algorithms' unit tests feed them: instants and samples in
-/// milliseconds.
+/// milliseconds (or microseconds, for latencies between two).
 #[cfg(test)]
 mod test_samples {
     use crate::clock::Timestamp;
@@ -118,7 +118,11 @@ mod test_samples {
     }
 
     pub(crate) fn ok(ms: u64, in_flight: u32) -> Sample {
-        Sample::new(Duration::from_millis(ms), Outcome::Success, in_flight)
+        ok_us(ms * 1_000, in_flight)
+    }
+
+    pub(crate) fn ok_us(us: u64, in_flight: u32) -> Sample {
+        Sample::new(Duration::from_micros(us), Outcome::Success, in_flight)
     }
 }
 
