@@ -17,7 +17,7 @@
 //! weir-rate's own. A batch of keys takes two round trips per attempt: one
 //! pipeline of reads, one of writes.
 
-use crate::connection::{Connection, store_error, ttl};
+use crate::connection::{Connection, LAST_KEPT_NS, store_error, ttl};
 use memcache::exp::{Get, Meta, MutationStatus, Op, OpResult, Set};
 use std::sync::atomic::Ordering;
 use weir_rate::{Decision, Gcra, Limiter, Mode, Receipt, TokenBucket};
@@ -65,8 +65,11 @@ async fn read(connection: &Connection, keys: &[&str]) -> Result<Vec<Read>, Store
 }
 
 /// The write of `idle_at` over what `read` found: compared with its CAS,
-/// or added if the key was not there.
+/// or added if the key was not there. A debt beyond the latest expiry
+/// memcached keeps is kept up to it ([`LAST_KEPT_NS`]): written whole, its
+/// item would be dropped at the next read and the key start afresh.
 fn write(key: &str, read: Read, idle_at: u64, now: u64) -> Op {
+    let idle_at = idle_at.min(LAST_KEPT_NS);
     let set = Set::new(key, idle_at.to_string()).ttl_raw(ttl(now, idle_at));
     Op::from(match read {
         Some((_, cas)) => set.compare_cas(cas),

@@ -52,10 +52,22 @@ pub(crate) fn store_error(error: memcache::exp::Error) -> StoreError {
     StoreError::store(error)
 }
 
+/// The latest absolute expiry memcached keeps, in seconds since the
+/// epoch (2038-01-19T03:14:07Z): it reads an expiry as a signed 32-bit
+/// number, and takes a larger one without an error but drops the item at
+/// the next read.
+const LAST_EXPIRY_SECS: u64 = i32::MAX as u64;
+
+/// The latest time (ns since the epoch) a key's state may run to: its
+/// TTL (a second more, rounded up) is then still one memcached keeps. A
+/// longer debt is kept up to here, as the in-process limiters keep one
+/// past the clock's range until the end of time.
+pub(crate) const LAST_KEPT_NS: u64 = (LAST_EXPIRY_SECS - 2) * 1_000_000_000;
+
 /// Seconds a key must live from `now` (ns since the epoch) to outlast
 /// `until`, plus a second, in Memcached's TTL form: up to 30 days a count
 /// of seconds, beyond it an absolute Unix time (Memcached reads a larger
-/// TTL as one).
+/// TTL as one), at most [`LAST_EXPIRY_SECS`].
 pub(crate) fn ttl(now: u64, until: u64) -> u32 {
     const THIRTY_DAYS: u64 = 30 * 24 * 3600;
     let secs = until.saturating_sub(now).div_ceil(1_000_000_000) + 1;
@@ -63,7 +75,8 @@ pub(crate) fn ttl(now: u64, until: u64) -> u32 {
         secs as u32
     } else {
         let absolute = (now / 1_000_000_000).saturating_add(secs);
-        u32::try_from(absolute).unwrap_or(u32::MAX)
+        // Fits: LAST_EXPIRY_SECS is below u32::MAX.
+        absolute.min(LAST_EXPIRY_SECS) as u32
     }
 }
 
@@ -82,5 +95,13 @@ mod tests {
             ttl(now, now + year),
             (1_800_000_000 + 365 * 24 * 3600 + 1) as u32
         );
+    }
+
+    #[test]
+    fn no_ttl_runs_past_the_last_expiry_memcached_keeps() {
+        let now = 1_800_000_000 * 1_000_000_000u64;
+        assert_eq!(ttl(now, u64::MAX), i32::MAX as u32);
+        assert_eq!(ttl(now, LAST_KEPT_NS), i32::MAX as u32 - 1);
+        assert_eq!(ttl(now, LAST_KEPT_NS - 1_000_000_000), i32::MAX as u32 - 2);
     }
 }

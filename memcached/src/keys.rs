@@ -1,6 +1,8 @@
 //! How a limiter names its keys on Memcached: one name per limiter key,
 //! limit and window, within Memcached's 250 bytes of printable ASCII, and
-//! never the same name for two different keys, prefixes or limits.
+//! never the same name for two different keys or prefixes, nor for
+//! windows of different lengths. GCRA and the token bucket keep one time
+//! per key whatever the quota, so a new quota takes the key over.
 //!
 //! A store key is `<prefix>:<limit>:<key>|<slot>`:
 //!

@@ -40,13 +40,25 @@
 //! earlier or later: keep instances on NTP, and count `δ / (window / limit)`
 //! units per key as the error it allows.
 //!
+//! # Debts
+//!
+//! A forced charge beyond the quota ([`StoreLimiter::charge`](weir_store::StoreLimiter::charge),
+//! a settling layer's shortfall) is a debt later checks wait out. Memcached
+//! keeps no item past 2038-01-19T03:14:07Z (an expiry is a signed 32-bit
+//! Unix time), so a GCRA or token-bucket debt that would end later is kept
+//! until then: the key is refused until that date, never forgotten.
+//!
 //! # Keys and servers
 //!
 //! A store key is `<prefix>:<limit>:<key>|<window>`: the prefix (1 to 48 of
 //! `A-Z a-z 0-9 _ . -`), the algorithm with the parameters that lay out its
 //! state, the limiter key percent-encoded (a key longer than 128 encoded
 //! bytes is named by 128 bits of its SHA-256), and the window a counter
-//! counts. Different keys, limits or prefixes never share a store key.
+//! counts. Different keys or prefixes never share a store key, nor do
+//! windows of different lengths; a GCRA or token-bucket key is one time
+//! whatever the quota, so that a quota changed for a key takes over what
+//! it spent (as in process): two such limiters with different quotas need
+//! different prefixes.
 //! Keys are spread over several [`Servers`] by rendezvous hashing of all
 //! but the window, the same in every instance; a key's counters all live on
 //! one server, and one server down sends only its keys to the failure

@@ -2,7 +2,7 @@
 //! ([`Core`]). The plain path and the batcher share it, so a call is sent,
 //! retried after `NOSCRIPT` and decoded the same way on both.
 
-use super::link::{Conn, Link};
+use super::link::{Conn, Link, refused};
 use super::scripts::{self, Raw, Settle};
 use super::slot::cluster_slot;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,14 +67,30 @@ impl Core {
         }
     }
 
-    /// The connection, made now if it is not, with the scripts loaded (for
-    /// connecting at start-up: a user not permitted to load or run them is
-    /// refused here, not at the first decision).
-    pub(crate) async fn connect(&self) -> redis::RedisResult<()> {
+    /// The connection, made now if it is not, with the scripts loaded and
+    /// the user's permissions proved on probe keys of base `probe_base`
+    /// (for connecting at start-up: a user not permitted to load the
+    /// scripts, to run a command they call or to touch the limiter's keys
+    /// is refused here, not at the first decision).
+    pub(crate) async fn connect(&self, probe_base: &str) -> redis::RedisResult<()> {
         let (_, mut conn) = self.link.get().await?;
         self.script.load_async(&mut conn).await?;
         self.settle.load_async(&mut conn).await?;
-        Ok(())
+        // Every key shape a call names: each limit's, and on a Cluster a
+        // refund's mark, which `ASKING` may precede.
+        let mut probes: Vec<String> = self
+            .limits
+            .iter()
+            .map(|l| format!("{probe_base}{}:probe", l.suffix))
+            .collect();
+        if self.cluster {
+            probes.push(format!("{probe_base}:refund:probe"));
+            redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
+        }
+        redis::Script::new(scripts::PROOF)
+            .key(probes)
+            .invoke_async::<()>(&mut conn)
+            .await
     }
 
     /// How long a call may go unanswered before its connection is
@@ -305,7 +321,13 @@ impl Core {
         outstanding.answered();
         reply
             .inspect_err(|e| self.link.discard_on(generation, e))
-            .map_err(store_error)
+            .map_err(|e| {
+                if refused(&e) {
+                    StoreError::refused(e)
+                } else {
+                    store_error(e)
+                }
+            })
     }
 }
 

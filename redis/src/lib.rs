@@ -61,10 +61,19 @@
 //!   ```
 //!
 //!   plus `+cluster|slots +asking` on a Cluster and `+role` on a
-//!   Sentinel-named master. A wrong password, a user without these
-//!   commands, or a certificate either side does not trust is a
+//!   Sentinel-named master. `connect` proves it: it loads the scripts and
+//!   runs one that calls each of these commands, reading and writing keys
+//!   of the limiter's own shapes (`…}:probe`, which no limiter key is,
+//!   kept for a second). A wrong password, a user without these commands
+//!   or without the prefix's keys (for reading and writing), or a
+//!   certificate either side does not trust is a
 //!   [`ConfigError::Rejected`] from `connect`, never a limiter that
-//!   quietly decides by its failure policy.
+//!   quietly decides by its failure policy. A permission taken away while
+//!   the limiter serves (an ACL changed, a password rotated) is a
+//!   [`StoreError::Refused`](weir_store::StoreError::Refused): the failure
+//!   policy answers, the log says the store refused the limiter with what
+//!   it lacks (an error, not an outage's warning), and Redis decides again
+//!   once the permission is back.
 //! * **When the store fails**: the [`FailurePolicy`] decides, and the
 //!   outage is logged (`tracing`): one warning naming the server and the
 //!   policy when it starts, one line when Redis decides again.

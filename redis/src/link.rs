@@ -332,15 +332,26 @@ pub(crate) fn misconfigured(error: redis::RedisError) -> Result<ConfigError, red
     }
 }
 
-/// Whether connecting failed because the store refused this client —
-/// wrong credentials, missing permissions, a certificate either side does
-/// not trust, a failed TLS handshake — which reconnecting never fixes.
-fn refused(error: &redis::RedisError) -> bool {
+/// Whether a call failed because the store refused this client — wrong
+/// credentials, missing permissions (a command, a key, or a command a
+/// script calls), a certificate either side does not trust, a failed TLS
+/// handshake — which reconnecting never fixes.
+pub(crate) fn refused(error: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     if matches!(
         error.kind(),
         ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
     ) || matches!(error.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        return true;
+    }
+    // A script calling a command the ACL denies fails with a plain `ERR`
+    // (Redis 7: "The user executing the script can't run this command or
+    // subcommand"; a key it may not touch: "... can't access at least one
+    // of the keys ...").
+    if error
+        .detail()
+        .is_some_and(|d| d.contains("user executing the script can't"))
     {
         return true;
     }

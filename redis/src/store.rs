@@ -131,7 +131,9 @@ impl Backend for Redis {
         // client (credentials, permissions, certificates) is a
         // configuration error: no probe would ever get past it.
         let connect_timeout = timeout.max(Duration::from_secs(1));
-        let connected = match tokio::time::timeout(connect_timeout, core.connect()).await {
+        let probe_base = format!("{key_head}weir}}");
+        let connected = match tokio::time::timeout(connect_timeout, core.connect(&probe_base)).await
+        {
             Ok(Ok(())) => true,
             Ok(Err(e)) => match misconfigured(e) {
                 Ok(config) => return Err(config),

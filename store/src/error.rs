@@ -31,6 +31,12 @@ pub enum StoreError {
     /// (the store crate's own error type, e.g. `redis::RedisError`, as the
     /// source).
     Store(Arc<dyn std::error::Error + Send + Sync>),
+    /// The store answered and refused the call: the limiter's credentials
+    /// or permissions no longer allow what it runs (an ACL changed while it
+    /// served, a password rotated). Not an outage, and logged as a refusal
+    /// with the store's own error, which says what is missing; the failure
+    /// policy answers meanwhile, and the back-off's probes notice the fix.
+    Refused(Arc<dyn std::error::Error + Send + Sync>),
     /// The reply did not have the expected shape.
     BadReply(String),
     /// Skipped during the back-off after a failure.
@@ -61,6 +67,24 @@ impl StoreError {
         Self::Store(Arc::new(error))
     }
 
+    /// The store's refusal of a call, as an error of type `E`.
+    ///
+    /// ```
+    /// use weir_store::StoreError;
+    ///
+    /// let e = StoreError::refused(std::io::Error::other("NOPERM no 'mget'"));
+    /// assert!(e.is_refusal() && e.to_string().contains("NOPERM"));
+    /// ```
+    pub fn refused(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Refused(Arc::new(error))
+    }
+
+    /// Whether the store refused the call (credentials, permissions): a
+    /// fault of configuration, which no retry fixes.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Self::Refused(_))
+    }
+
     /// Whether it is this instance's own saturation (or contention on one
     /// key), not a fault of the store: it starts no back-off.
     ///
@@ -81,6 +105,7 @@ impl fmt::Display for StoreError {
         match self {
             Self::Timeout(d) => write!(f, "the store did not answer within {d:?}"),
             Self::Store(e) => write!(f, "store error: {e}"),
+            Self::Refused(e) => write!(f, "the store refused the call: {e}"),
             Self::BadReply(s) => write!(f, "unexpected reply from the store: {s}"),
             Self::BackingOff => f.write_str("store skipped while backing off after a failure"),
             Self::Overloaded => {
@@ -98,7 +123,7 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Store(e) => Some(&**e),
+            Self::Store(e) | Self::Refused(e) => Some(&**e),
             Self::NeverAllowed(n) => Some(n),
             _ => None,
         }

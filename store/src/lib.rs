@@ -33,7 +33,10 @@
 //!   policy, and the store is not taken for down.
 //! * An outage is logged through `tracing`: once, as a warning, when the
 //!   store stops answering (with the server and the policy in force), and
-//!   once when it answers again.
+//!   once when it answers again. A store that answers but refuses the
+//!   limiter's calls ([`StoreError::Refused`]: credentials or permissions)
+//!   is logged as an error saying so instead, since only a fix of its
+//!   configuration ends it.
 //!
 //! # Throughput
 //!

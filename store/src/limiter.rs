@@ -338,6 +338,18 @@ impl<B: Backend> StoreLimiter<B> {
 
     fn log_down(&self, cell: usize, error: &StoreError) {
         let inner = &*self.inner;
+        if error.is_refusal() {
+            tracing::error!(
+                limiter = %inner.name,
+                store = B::NAME,
+                server = %inner.caller.backend.describe(cell),
+                policy = ?inner.policy,
+                error = %error,
+                "store refused the limiter's calls (credentials or permissions): \
+                 the failure policy decides until they are fixed"
+            );
+            return;
+        }
         tracing::warn!(
             limiter = %inner.name,
             store = B::NAME,

@@ -232,3 +232,45 @@ fn batched_callers_hold_the_limit() -> TestResult {
         Ok(())
     })
 }
+
+/// A forced charge whose debt runs past the furthest expiry memcached
+/// keeps (2038-01-19, the largest absolute time it accepts) still holds
+/// the key: the debt is kept up to that time instead of the item being
+/// written with an expiry memcached drops, which decided the key as one
+/// never seen.
+#[test]
+fn a_debt_past_memcacheds_last_expiry_still_holds_the_key() -> TestResult {
+    let Some(server) = MemcachedServer::start_or_skip("memcached long debt")? else {
+        return Ok(());
+    };
+    rt()?.block_on(async {
+        let quota = Quota::per_day(nz(1_000));
+        let gcra = limiter(Gcra::new(quota), "long-debt-gcra", &[&server]).await?;
+        let bucket = limiter(TokenBucket::new(quota), "long-debt-tb", &[&server]).await?;
+        for l in [&gcra, &bucket] {
+            // 4,431,204 units at 1,000 a day: 12.1 years of debt.
+            l.charge("k", 4_431_204).await?;
+            assert_eq!(allowed(l, "k", 201).await, 0, "in debt for years: {l:?}");
+            // Held until memcached's last expiry, 2038-01-19, not beyond:
+            // the next unit is due a burst's worth (a day) before it.
+            let retry = l.check("k").await.retry_after().map(|d| d.as_secs());
+            let until_2038 = i32::MAX as u64 - now_secs();
+            assert!(
+                retry.is_some_and(|r| r + 86_400 + 5 >= until_2038 && r <= until_2038),
+                "{retry:?} against {until_2038} s: {l:?}"
+            );
+            // A debt that ends just inside memcached's range is kept whole.
+            let days_left = (i32::MAX as u64 - now_secs()) / 86_400;
+            let units = u32::try_from(days_left.saturating_sub(2) * 1_000)?;
+            l.charge("edge", units).await?;
+            assert_eq!(allowed(l, "edge", 20).await, 0, "{l:?}");
+        }
+        Ok(())
+    })
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

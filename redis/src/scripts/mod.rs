@@ -59,6 +59,22 @@ use bodies::{FIXED_WINDOW, GCRA, SLIDING_WINDOW, TOKEN_BUCKET};
 pub(crate) use generated::{Settle, all_of_check, settle};
 use weir_store::Kind;
 
+/// What `connect` runs once to prove the user may do what the limiter's
+/// scripts will do, on keys of the limiter's own shapes (`KEYS`): every
+/// command the scripts call, reading and writing each key. Each key is
+/// written for a second only, and named so that no limiter key is (it
+/// ends in `:probe`). A user the ACL refuses anything fails this call
+/// with the command or key it lacks, rather than every later decision.
+pub(crate) const PROOF: &str = r#"
+redis.call('TIME')
+redis.call('MGET', unpack(KEYS))
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, 'probe', 'PX', 1000)
+  redis.call('SETRANGE', key, 0, 'probe')
+end
+return 1
+"#;
+
 /// The skeleton every script shares. An algorithm fills in four pieces of
 /// Lua ([`Body`]), pasted in place rather than called, because a Lua
 /// function call per key and step is a measurable share of a batched

@@ -7,12 +7,12 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use support::*;
 use weir_rate::{Gcra, Quota};
 use weir_redis::{FailurePolicy, RedisLimiter, Source, Target};
-use weir_test_support::redis_server::RedisServer;
+use weir_test_support::redis_server::{RedisServer, limiter_acl};
 
 /// Everything logged in this process, as text.
 #[derive(Clone, Default)]
@@ -36,6 +36,34 @@ impl Lines {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
     }
+
+    /// The lines of the limiter named `name`.
+    fn of(&self, name: &str) -> Vec<String> {
+        let field = format!("limiter={name} ");
+        self.text()
+            .lines()
+            .filter(|l| l.contains(&field))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The process's log, captured from the first call on (the tests of this
+/// binary share it, each reading its own limiter's lines).
+fn log() -> &'static Lines {
+    static LINES: OnceLock<Lines> = OnceLock::new();
+    LINES.get_or_init(|| {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        )
+        .expect("the only subscriber of this process");
+        lines
+    })
 }
 
 /// An outage is one warning when the failure policy takes over, naming
@@ -46,14 +74,7 @@ fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() -> TestResult
     let Some(mut server) = RedisServer::start_or_skip("outage log")? else {
         return Ok(());
     };
-    let lines = Lines::default();
-    let writer = lines.clone();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish(),
-    )?;
+    let lines = log();
     rt()?.block_on(async {
         let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1000))))
             .prefix(unique_prefix("log"))
@@ -85,16 +106,16 @@ fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() -> TestResult
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
-    let log = lines.text();
-    let down: Vec<&str> = log
-        .lines()
+    let log = lines.of("api");
+    let down: Vec<&String> = log
+        .iter()
         .filter(|l| l.contains("store unreachable"))
         .collect();
-    let back: Vec<&str> = log
-        .lines()
+    let back: Vec<&String> = log
+        .iter()
         .filter(|l| l.contains("answering again"))
         .collect();
-    assert_eq!((down.len(), back.len()), (1, 1), "{log}");
+    assert_eq!((down.len(), back.len()), (1, 1), "{log:#?}");
     let server_addr = server.addr();
     assert!(
         down[0].contains("WARN") && down[0].contains(&server_addr),
@@ -110,6 +131,47 @@ fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() -> TestResult
         back[0].contains("INFO") && back[0].contains(&server_addr),
         "{}",
         back[0]
+    );
+    Ok(())
+}
+
+/// A store that answers but refuses the limiter (a permission taken away
+/// while it serves) is logged once as a refusal naming what is missing,
+/// never as the store being unreachable.
+#[test]
+fn a_refusal_is_logged_as_a_refusal_not_an_outage() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("refusal log")? else {
+        return Ok(());
+    };
+    let lines = log();
+    let prefix = unique_prefix("refusal");
+    server.add_user("weir", "s3cret", &limiter_acl(&prefix))?;
+    rt()?.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1000))))
+            .prefix(prefix)
+            .name("acl")
+            .backoff(Duration::from_millis(10))
+            .connect(Target::server(format!(
+                "redis://weir:s3cret@{}/",
+                server.addr()
+            )))
+            .await?;
+        assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
+        server.cli(&["ACL", "SETUSER", "weir", "-time"])?;
+        for _ in 0..50 {
+            assert_ne!(limiter.check_verbose("k", 1).await?.source, Source::Store);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    let log = lines.of("acl");
+    assert!(log.iter().all(|l| !l.contains("unreachable")), "{log:#?}");
+    let refused: Vec<&String> = log.iter().filter(|l| l.contains("refused")).collect();
+    assert_eq!(refused.len(), 1, "{log:#?}");
+    assert!(
+        refused[0].contains("ERROR") && refused[0].contains("can't run this command"),
+        "{}",
+        refused[0]
     );
     Ok(())
 }

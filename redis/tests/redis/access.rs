@@ -124,6 +124,117 @@ fn refused_logins_are_config_errors_at_connect() -> TestResult {
     })
 }
 
+/// Users that log in and may load the scripts but not do what they do
+/// (a key pattern of another prefix, writes refused, or one command of
+/// the documented least user missing) are refused at connect, for a
+/// single limit and an all-of set: none of them may connect and leave
+/// every decision to the failure policy.
+#[test]
+fn users_the_scripts_would_be_refused_are_config_errors_at_connect() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("acl least user")? else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("aclleast");
+    let full = limiter_acl(&prefix);
+    let mut users: Vec<(String, Vec<String>)> = Vec::new();
+    // The default pattern, `~weir:*`, while the limiter's prefix is another.
+    let mut other_prefix = full.clone();
+    other_prefix[1] = "~weir:*".to_owned();
+    users.push(("otherprefix".to_owned(), other_prefix));
+    let mut read_only = full.clone();
+    read_only[1] = format!("%R~{prefix}:*");
+    users.push(("readonly".to_owned(), read_only));
+    for command in ["+evalsha", "+mget", "+set", "+setrange", "+time"] {
+        let mut rules = full.clone();
+        rules.retain(|r| r != command);
+        users.push((format!("no{}", &command[1..]), rules));
+    }
+    for (user, rules) in &users {
+        server.add_user(user, "s3cret", rules)?;
+    }
+    rt()?.block_on(async {
+        let quota = Quota::per_hour(nz(5));
+        for (user, _) in &users {
+            let url = with_login(&server, user, "s3cret");
+            let single = RedisLimiter::builder(Gcra::new(quota))
+                .prefix(prefix.clone())
+                .connect(Target::server(url.clone()))
+                .await;
+            assert!(
+                matches!(single, Err(ConfigError::Rejected(_))),
+                "{user}: {single:?}"
+            );
+            let both = RedisLimiter::builder(FixedWindow::new(quota))
+                .and(TokenBucket::new(quota))
+                .prefix(prefix.clone())
+                .connect(Target::server(url))
+                .await;
+            assert!(
+                matches!(both, Err(ConfigError::Rejected(_))),
+                "{user}, all-of: {both:?}"
+            );
+        }
+        // The probe leaves nothing a limiter reads: the key is fresh.
+        let ok = RedisLimiter::builder(Gcra::new(quota))
+            .prefix(prefix.clone())
+            .connect(Target::server(with_login(&server, "weir", "s3cret")))
+            .await;
+        assert!(matches!(ok, Err(ConfigError::Rejected(_))), "no such user");
+        server.add_user("weir", "s3cret", &full)?;
+        let l = RedisLimiter::builder(Gcra::new(quota))
+            .prefix(prefix.clone())
+            .connect(Target::server(with_login(&server, "weir", "s3cret")))
+            .await?;
+        assert_eq!(allowed_on_redis(&l, "weir", 8).await?, 5);
+        Ok(())
+    })
+}
+
+/// A permission taken away while the limiter serves is a refusal, not an
+/// outage: the failure policy answers with a [`StoreError::Refused`]
+/// that names the command, and Redis decides again once it is given back.
+#[test]
+fn a_permission_revoked_while_serving_is_a_refusal() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("acl revoked")? else {
+        return Ok(());
+    };
+    let prefix = unique_prefix("aclrevoked");
+    server.add_user("weir", "s3cret", &limiter_acl(&prefix))?;
+    rt()?.block_on(async {
+        let l = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(100))))
+            .prefix(prefix.clone())
+            .backoff(Duration::from_millis(20))
+            .connect(Target::server(with_login(&server, "weir", "s3cret")))
+            .await?;
+        assert_eq!(allowed_on_redis(&l, "k", 3).await?, 3);
+        for (revoke, restore, missing) in [
+            ("-mget", "+mget", "can't run this command"),
+            ("-evalsha", "+evalsha", "'evalsha'"),
+        ] {
+            server.cli(&["ACL", "SETUSER", "weir", revoke])?;
+            let a = l.check_verbose("k", 1).await?;
+            assert_ne!(a.source, Source::Store);
+            match &a.error {
+                Some(e @ StoreError::Refused(_)) => {
+                    assert!(e.to_string().contains(missing), "{revoke}: {e}")
+                }
+                other => panic!("{revoke}: not a refusal: {other:?}"),
+            }
+            server.cli(&["ACL", "SETUSER", "weir", restore])?;
+            let mut back = false;
+            for _ in 0..250 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if l.check_verbose("k", 1).await?.source == Source::Store {
+                    back = true;
+                    break;
+                }
+            }
+            assert!(back, "{restore}: Redis never decided again");
+        }
+        Ok(())
+    })
+}
+
 #[cfg(feature = "tls")]
 mod tls {
     use super::*;
