@@ -6,7 +6,7 @@
 use http::HeaderMap;
 use pin_project_lite::pin_project;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 /// What a watched body tells its guard, frame by frame.
 pub(crate) enum Seen<'a> {
@@ -21,6 +21,14 @@ pub(crate) enum Seen<'a> {
 
 /// How a guard hears of its body's frames.
 pub(crate) type Watch<G> = fn(&mut G, Seen<'_>);
+
+/// What a body dropped before its end does for a guard still owed its
+/// trailers ([`drain_ready`] for the body's type).
+type Drain<B, G> = fn(Pin<&mut B>, &mut G, Watch<G>);
+
+/// How many frames a body dropped before its end is read on, at most,
+/// for trailers its source already produced.
+const DRAIN_FRAMES: usize = 64;
 
 pin_project! {
     /// A response body that keeps its request counted in flight, by
@@ -58,6 +66,22 @@ pin_project! {
         // (hyper drops a body whose `is_end_stream` holds without polling
         // it again, which would otherwise look like a body cut short).
         watch: Option<Watch<G>>,
+        // Set for a guard owed the trailers (a count in them): a body
+        // dropped before its end is read on, without waiting, for trailers
+        // its source already produced, so a client that hangs up before
+        // them is still settled by the count.
+        drain: Option<Drain<B, G>>,
+    }
+
+    impl<B, G> PinnedDrop for CountedBody<B, G> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let (Some(guard), Some(watch), Some(drain)) = (this.guard.as_mut(), *this.watch, *this.drain)
+                && !std::thread::panicking()
+            {
+                drain(this.inner, guard, watch);
+            }
+        }
     }
 }
 
@@ -68,6 +92,7 @@ impl<B, G> CountedBody<B, G> {
             inner,
             guard,
             watch: None,
+            drain: None,
         }
     }
 
@@ -77,8 +102,10 @@ impl<B, G> CountedBody<B, G> {
     }
 
     /// `inner`, telling `guard` of every frame through `watch` and then
-    /// releasing it; a body already at its end releases it at once.
-    pub(crate) fn watched(inner: B, mut guard: G, watch: Watch<G>) -> Self
+    /// releasing it; a body already at its end releases it at once. With
+    /// `owed_trailers`, a body dropped before its end is read on for the
+    /// trailers its source already produced (never waiting for more).
+    pub(crate) fn watched(inner: B, mut guard: G, watch: Watch<G>, owed_trailers: bool) -> Self
     where
         B: http_body::Body,
     {
@@ -91,6 +118,7 @@ impl<B, G> CountedBody<B, G> {
             inner,
             guard: Some(guard),
             watch: Some(watch),
+            drain: owed_trailers.then_some(drain_ready::<B, G> as Drain<B, G>),
         }
     }
 }
@@ -155,5 +183,25 @@ impl<B: http_body::Body, G> http_body::Body for CountedBody<B, G> {
 fn end<G>(guard: &mut Option<G>, watch: Watch<G>) {
     if let Some(mut guard) = guard.take() {
         watch(&mut guard, Seen::End);
+    }
+}
+
+/// Read what `inner` already holds, without waiting, for trailers: its
+/// source may have produced them after the client stopped reading. Data
+/// frames found on the way were never sent and are not told; at most
+/// [`DRAIN_FRAMES`] frames are read.
+fn drain_ready<B: http_body::Body, G>(mut inner: Pin<&mut B>, guard: &mut G, watch: Watch<G>) {
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..DRAIN_FRAMES {
+        match inner.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    watch(guard, Seen::Trailers(trailers));
+                    return;
+                }
+            }
+            // Pending (nothing more yet), ended, or failed.
+            _ => return,
+        }
     }
 }

@@ -42,7 +42,7 @@ type CostFn = Arc<dyn Fn(&Sent<'_>) -> u32 + Send + Sync>;
 ///
 /// let bytes = Settle::body_bytes();
 /// let failures = Settle::server_errors();
-/// let tokens = Settle::count_in(HeaderName::from_static("x-tokens-used"));
+/// let tokens = Settle::count_in(HeaderName::from_static("x-tokens-used"), 4096);
 /// let streamed_tokens = Settle::usage();
 /// let kib = Settle::by(|sent| u32::try_from(sent.body_bytes().div_ceil(1024)).unwrap_or(u32::MAX));
 /// # let _ = (bytes, failures, tokens, streamed_tokens, kib);
@@ -51,6 +51,8 @@ type CostFn = Arc<dyn Fn(&Sent<'_>) -> u32 + Send + Sync>;
 pub struct Settle {
     cost: CostFn,
     keep: Option<HeaderName>,
+    /// The cost reads the trailers: a body cut short is read on for them.
+    owed_trailers: bool,
     settlements: Arc<Settlements>,
 }
 
@@ -92,6 +94,7 @@ impl Settle {
         Self {
             cost: Arc::new(cost),
             keep: None,
+            owed_trailers: false,
             settlements: Arc::default(),
         }
     }
@@ -159,17 +162,39 @@ impl Settle {
     }
 
     /// The count in the header `name` (a decimal integer, e.g. the tokens
-    /// an LLM call used), read from the trailers if the body sent them,
-    /// else from the response head. A response without a readable count
-    /// keeps what its check charged.
+    /// an LLM call used), read from the trailers if the body produced
+    /// them, else from the response head.
+    ///
+    /// A response cut short before its count (the client hung up, the
+    /// body failed) is read on for trailers its source had already
+    /// produced; if it has none, it is charged `if_cut_short`, the most
+    /// one request can count (an LLM call's token ceiling), so hanging up
+    /// before the count never costs less than reading it. A response that
+    /// ends without a readable count keeps what its check charged.
     ///
     /// The count is trusted as the upstream wrote it: a `0` refunds the
     /// whole admission. Use it for a header your own service or a backend
     /// you trust sets, never one a client can put through (strip it at
     /// the edge, or read it with [`by`](Self::by) and a floor).
-    pub fn count_in(name: HeaderName) -> Self {
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use weir_tower::Settle;
+    ///
+    /// // Tokens from the upstream's `x-tokens-used`; at most 4096 a call.
+    /// let tokens = Settle::count_in(HeaderName::from_static("x-tokens-used"), 4096);
+    /// # let _ = tokens;
+    /// ```
+    pub fn count_in(name: HeaderName, if_cut_short: u32) -> Self {
         let read = name.clone();
-        Self::by(move |sent| sent.count(&read).unwrap_or(sent.admitted())).keeping(name)
+        let mut rule = Self::by(move |sent| match sent.count(&read) {
+            Some(count) => count,
+            None if sent.completed() => sent.admitted(),
+            None => if_cut_short.max(sent.admitted()),
+        })
+        .keeping(name);
+        rule.owed_trailers = true;
+        rule
     }
 
     /// The count in the response's [`Usage`] extension, as it stands when
@@ -607,7 +632,8 @@ impl<B: http_body::Body, K> Finish<B> for SettleGuard<K> {
             usage: response.extensions().get::<Usage>().cloned(),
             refused: response.extensions().get::<Refused>().is_some(),
         });
-        response.map(|body| CountedBody::watched(body, guard, Self::seen))
+        let owed_trailers = guard.settler.rule().owed_trailers;
+        response.map(|body| CountedBody::watched(body, guard, Self::seen, owed_trailers))
     }
 }
 

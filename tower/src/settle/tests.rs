@@ -341,3 +341,75 @@ async fn an_inner_refusal_gives_back_what_the_outer_limit_spent() {
     }
     assert_eq!(left(&outer), 1);
 }
+
+/// A body of data frames, then trailers carrying `x-tokens-used`, all
+/// ready at once, or (no count) the trailers still to come.
+#[derive(Default)]
+struct Tokens {
+    frames: VecDeque<&'static str>,
+    count: Option<&'static str>,
+}
+
+impl Body for Tokens {
+    type Data = bytes::Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, Infallible>>> {
+        if let Some(data) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(bytes::Bytes::from(data)))));
+        }
+        match self.count.take() {
+            Some(count) => {
+                let mut trailers = HeaderMap::new();
+                trailers.insert("x-tokens-used", HeaderValue::from_static(count));
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+            // Still generating: nothing more yet.
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// What a response counted in its trailers costs when its client reads
+/// `read` frames of three and hangs up: the count if the origin produced
+/// it (read or not), else the ceiling; `ready` says whether it had.
+async fn charged_by_count(read: usize, ready: bool) -> u32 {
+    let limiter = limiter(10_000);
+    let tokens = HeaderName::from_static("x-tokens-used");
+    let service = RateLimitLayer::shared(Arc::clone(&limiter), GlobalKey)
+        .settle(Settle::count_in(tokens, 4096))
+        .layer(tower::service_fn(move |_: Request<()>| async move {
+            let body = Tokens {
+                frames: ["one ", "two ", "three"].into_iter().collect(),
+                count: ready.then_some("1000"),
+            };
+            Ok::<_, Infallible>(Response::new(body))
+        }));
+    let mut body = service.oneshot(Request::new(())).await.unwrap().into_body();
+    frames(&mut body, read).await;
+    drop(body);
+    10_000 - left(&limiter)
+}
+
+#[tokio::test]
+async fn hanging_up_before_the_count_never_costs_less_than_reading_it() {
+    // Read to the end, trailers included: the count.
+    assert_eq!(charged_by_count(4, true).await, 1000);
+    for read in 0..=3 {
+        // The origin had written its count: found though never read.
+        assert_eq!(
+            charged_by_count(read, true).await,
+            1000,
+            "{read} frames read"
+        );
+        // It had not: the ceiling, more than any count.
+        assert_eq!(
+            charged_by_count(read, false).await,
+            4096,
+            "{read} frames read"
+        );
+    }
+}

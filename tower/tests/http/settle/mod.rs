@@ -482,7 +482,7 @@ async fn tokens_from_header_trailer_or_usage<Ch: SettleKey<String>>(
                 streamed(2, 10, Some(trailers))
             }),
         )
-        .layer(RateLimitLayer::new(by_header, by_user()).settle(Settle::count_in(tokens)));
+        .layer(RateLimitLayer::new(by_header, by_user()).settle(Settle::count_in(tokens, 1000)));
     let addr = serve(app).await;
     let client = client();
     for path in ["/header", "/trailer"] {
@@ -537,6 +537,7 @@ fn in_process(limit: u32) -> KeyedLimiter<String, FixedWindow, ManualClock> {
 use crate::warnings;
 
 mod failures;
+mod hangups;
 mod local;
 mod on_redis;
 mod throttled;
