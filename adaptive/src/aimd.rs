@@ -89,6 +89,14 @@ impl Algorithm for Aimd {
         self.baseline.known()
     }
 
+    fn next_tick(&self) -> Option<u64> {
+        self.baseline.next_tick()
+    }
+
+    fn tick<C>(&mut self, now: Timestamp<C>) {
+        self.baseline.tick(&mut self.window, now.as_nanos());
+    }
+
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
         let dropped =
             sample.outcome == Outcome::Dropped || duration_to_nanos(sample.latency) > self.timeout;
@@ -157,7 +165,11 @@ impl sealed::Build for Aimd {
             tolerance,
             estimate: f64::from(common.initial),
             window: Window::new(0, settings.own.seed),
-            baseline: Baseline::new(interval, settings.own.seed),
+            baseline: Baseline::new(
+                interval,
+                super::nanos("probe_timeout", settings.own.probe_timeout)?,
+                settings.own.seed,
+            ),
         })
     }
 }

@@ -65,6 +65,24 @@ impl Algorithm for AnyAlgorithm {
             Self::Fixed(a) => a.no_load(),
         }
     }
+
+    fn next_tick(&self) -> Option<u64> {
+        match self {
+            Self::Aimd(a) => a.next_tick(),
+            Self::Vegas(a) => a.next_tick(),
+            Self::Gradient2(a) => a.next_tick(),
+            Self::Fixed(a) => a.next_tick(),
+        }
+    }
+
+    fn tick<C>(&mut self, now: Timestamp<C>) {
+        match self {
+            Self::Aimd(a) => a.tick(now),
+            Self::Vegas(a) => a.tick(now),
+            Self::Gradient2(a) => a.tick(now),
+            Self::Fixed(a) => a.tick(now),
+        }
+    }
 }
 
 impl FromStr for AnyAlgorithm {

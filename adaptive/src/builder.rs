@@ -38,6 +38,8 @@ pub(super) struct Own {
     pub(super) timeout: Option<Duration>,
     /// How often the no-load latency is measured again.
     pub(super) probe_interval: Option<Duration>,
+    /// The least time a probe may run before it ends unmeasured.
+    pub(super) probe_timeout: Duration,
     /// The probe jitter's and the windows' seed.
     pub(super) seed: u64,
     /// Vegas: the queue band.
@@ -54,6 +56,7 @@ impl Default for Own {
         Self {
             timeout: None,
             probe_interval: Some(Duration::from_secs(10)),
+            probe_timeout: Duration::from_millis(250),
             seed: 0,
             alpha: 3,
             beta: 6,
@@ -128,8 +131,21 @@ impl<A: sealed::Probes> Builder<A> {
         self
     }
 
+    /// How long a probe may run at least before it ends unmeasured
+    /// (default 250 ms): it runs until its window closes, or this long,
+    /// or four times as long as the last window took to close, whichever
+    /// is longest. Requests that never finish (streams, long polls) may
+    /// hold every place a probe pins; it then gathers no samples and ends
+    /// at this bound, leaving the no-load latency as it was.
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.own.probe_timeout = timeout;
+        self
+    }
+
     /// Seeds the probe jitter and the choice of latencies a window keeps
-    /// (deterministic for a given seed).
+    /// (deterministic for a given seed). The default is a constant of each
+    /// algorithm: a deployment that would rather its probe times not
+    /// follow from the source seeds it from a secret of its own.
     pub fn seed(mut self, seed: u64) -> Self {
         self.own.seed = seed;
         self
@@ -155,7 +171,8 @@ impl<A: sealed::Build> Builder<A> {
     /// [`ConfigError`] if the limits are not `min ≤ initial ≤ max`, a
     /// factor is out of its range (the backoff; Gradient2's tolerance and
     /// smoothing), Vegas's thresholds are not `0 < alpha < beta`, or a
-    /// duration is zero (Aimd's timeout, a probe interval) or over 2⁶⁴ ns.
+    /// duration is zero (Aimd's timeout, a probe interval or timeout) or
+    /// over 2⁶⁴ ns.
     pub fn build(self) -> Result<A, ConfigError> {
         A::build(self)
     }

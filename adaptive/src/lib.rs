@@ -77,6 +77,17 @@
 //! no-load latency takes more than three quarters of a probe's requests
 //! being cheap (or a quarter being slow).
 //!
+//! A probe ends in bounded time whatever the clients hold: when its window
+//! closes, or at the latest once it has run for `probe_timeout` (default
+//! 250 ms) or four times as long as the last window took to close,
+//! whichever is longer. Responses held open (downloads read slowly,
+//! server-sent events, long polls) can fill every place a probe pins, and
+//! then no sample arrives to close it; at the bound the probe ends
+//! unmeasured (the no-load latency stays as it was, the next probe is an
+//! interval away), released by the first request refused after it. So
+//! the limit is never pinned below what is already in flight for longer
+//! than that bound.
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir_adaptive::{Algorithm, Gradient2, Outcome, Sample};
@@ -239,6 +250,20 @@ pub trait Algorithm: Send + 'static {
     /// it estimates one (for metrics and logs; default `None`).
     fn no_load(&self) -> Option<Duration> {
         None
+    }
+
+    /// When the limit next changes with time alone, though no request
+    /// finishes (a probe that must end), in nanoseconds of the clock the
+    /// samples are timed on; default never. The limiters then call
+    /// [`tick`](Self::tick) at the first refusal from that time on.
+    fn next_tick(&self) -> Option<u64> {
+        None
+    }
+
+    /// Time has come to `now` with no sample (see
+    /// [`next_tick`](Self::next_tick)); default nothing.
+    fn tick<C>(&mut self, now: Timestamp<C>) {
+        let _ = now;
     }
 }
 

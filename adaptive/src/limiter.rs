@@ -24,6 +24,10 @@ pub(super) struct Entry<A> {
     /// The algorithm's no-load latency estimate in ns (0: none yet),
     /// stored with each limit, for readers that must not take the lock.
     no_load: AtomicU64,
+    /// From when (ns) the limit changes with time alone
+    /// ([`Algorithm::next_tick`]); `u64::MAX`: never, or claimed by the
+    /// caller ticking it.
+    tick_at: AtomicU64,
     algorithm: Mutex<A>,
 }
 
@@ -33,6 +37,7 @@ impl<A: Algorithm> Entry<A> {
         Self {
             word: AtomicU64::new(limit << 32),
             no_load: AtomicU64::new(0),
+            tick_at: AtomicU64::new(algorithm.next_tick().unwrap_or(u64::MAX)),
             algorithm: Mutex::new(algorithm),
         }
     }
@@ -43,11 +48,22 @@ impl<A: Algorithm> Entry<A> {
     /// Relaxed: the word guards no other memory, and read-modify-writes
     /// of one location are totally ordered whatever the ordering, so two
     /// racers can never both take the last place.
-    pub(super) fn enter(&self) -> Result<u32, Overloaded> {
+    ///
+    /// A refusal at or after the algorithm's next tick ticks it first (one
+    /// caller does, the others are refused meanwhile), so that a limit
+    /// pinned by a probe is released on time even when the requests in
+    /// flight never finish.
+    pub(super) fn enter<C>(&self, now: Timestamp<C>) -> Result<u32, Overloaded> {
         let mut word = self.word.load(Ordering::Relaxed);
+        let mut ticked = false;
         loop {
             let (limit, in_flight) = ((word >> 32) as u32, word as u32);
             if in_flight >= limit {
+                if !ticked && self.tick(now) {
+                    ticked = true;
+                    word = self.word.load(Ordering::Relaxed);
+                    continue;
+                }
                 return Err(Overloaded { in_flight, limit });
             }
             match self.word.compare_exchange_weak(
@@ -66,9 +82,35 @@ impl<A: Algorithm> Entry<A> {
         self.word.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Ticks the algorithm if its next tick has come by `now` and no one
+    /// else claimed it; whether this call did.
+    fn tick<C>(&self, now: Timestamp<C>) -> bool {
+        let at = self.tick_at.load(Ordering::Relaxed);
+        if now.as_nanos() < at
+            || self
+                .tick_at
+                .compare_exchange(at, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let mut algorithm = self.algorithm.lock();
+        algorithm.tick(now);
+        self.publish(&algorithm);
+        true
+    }
+
     fn record<C>(&self, now: Timestamp<C>, sample: Sample) {
         let mut algorithm = self.algorithm.lock();
         algorithm.update(now, sample);
+        self.publish(&algorithm);
+    }
+
+    /// Stores what the algorithm (locked by the caller) says now: its
+    /// no-load latency, next tick and limit.
+    fn publish(&self, algorithm: &A) {
+        let tick_at = algorithm.next_tick().unwrap_or(u64::MAX);
+        self.tick_at.store(tick_at, Ordering::Relaxed);
         if let Some(no_load) = algorithm.no_load() {
             let ns = u64::try_from(no_load.as_nanos()).unwrap_or(u64::MAX);
             self.no_load.store(ns.max(1), Ordering::Relaxed);
@@ -88,7 +130,6 @@ impl<A: Algorithm> Entry<A> {
                 Err(now) => word = now,
             }
         }
-        drop(algorithm);
     }
 }
 
@@ -173,7 +214,7 @@ pub struct AdaptiveGuard<A: Algorithm, C: Clock = MonotonicClock> {
 impl<A: Algorithm, C: Clock> AdaptiveGuard<A, C> {
     /// Admit a request to `entry` started at `start`, if under its limit.
     pub(super) fn admit(entry: Arc<Entry<A>>, clock: C, start: u64) -> Result<Self, Overloaded> {
-        let in_flight = entry.enter()?;
+        let in_flight = entry.enter(Timestamp::<C>::from_nanos(start))?;
         Ok(Self {
             entry,
             clock,

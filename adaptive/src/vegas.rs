@@ -111,6 +111,14 @@ impl Algorithm for Vegas {
         self.baseline.known()
     }
 
+    fn next_tick(&self) -> Option<u64> {
+        self.baseline.next_tick()
+    }
+
+    fn tick<C>(&mut self, now: Timestamp<C>) {
+        self.baseline.tick(&mut self.window, now.as_nanos());
+    }
+
     fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
         let now = now.as_nanos();
         let dropped = sample.outcome == Outcome::Dropped;
@@ -171,7 +179,11 @@ impl sealed::Build for Vegas {
             backoff,
             estimate: f64::from(common.initial),
             window: Window::new(0, settings.own.seed),
-            baseline: Baseline::new(interval, settings.own.seed),
+            baseline: Baseline::new(
+                interval,
+                super::nanos("probe_timeout", settings.own.probe_timeout)?,
+                settings.own.seed,
+            ),
         })
     }
 }

@@ -224,6 +224,13 @@ pub(crate) struct Baseline {
     probing: bool,
     /// The next probe starts with a sample at or after this (ns).
     next: u64,
+    /// The running probe ends by this (ns), measured or not.
+    deadline: u64,
+    /// The longest a probe may run at the least (ns); it may run four
+    /// times as long as the last window took to close, if that is longer.
+    timeout: u64,
+    /// How long the last window judged took to close (ns).
+    last_lasted: u64,
     /// Between probes (ns); `None`: never probe.
     interval: Option<u64>,
     /// splitmix64 state for the jitter.
@@ -247,7 +254,12 @@ pub(crate) fn feed(
     }
     if baseline.due(now) {
         baseline.probing = true;
+        let bound = baseline.timeout.max(baseline.last_lasted.saturating_mul(4));
+        baseline.deadline = now.saturating_add(bound);
         window.reopen(now);
+        return None;
+    }
+    if baseline.tick(window, now) {
         return None;
     }
     let summary = window.add(now, sample, dropped, common)?;
@@ -255,20 +267,48 @@ pub(crate) fn feed(
         baseline.measured(&summary, now);
         return None;
     }
+    baseline.last_lasted = summary.lasted;
     Some(summary)
 }
 
 impl Baseline {
     /// Probes every `interval` (jittered by ±25 %, seeded by `seed`),
-    /// starting with the first sample; none if `interval` is `None`.
-    pub(crate) fn new(interval: Option<u64>, seed: u64) -> Self {
+    /// starting with the first sample, each ending within `timeout` (or
+    /// four times the last window's length, if longer); none if
+    /// `interval` is `None`.
+    pub(crate) fn new(interval: Option<u64>, timeout: u64, seed: u64) -> Self {
         Self {
             latency: None,
             probing: false,
             next: if interval.is_some() { 0 } else { u64::MAX },
+            deadline: u64::MAX,
+            timeout,
+            last_lasted: 0,
             interval,
             rng: seed,
         }
+    }
+
+    /// When the running probe must end, though no request finishes (ns).
+    pub(crate) fn next_tick(&self) -> Option<u64> {
+        self.probing.then_some(self.deadline)
+    }
+
+    /// Ends a probe whose deadline has come by `now`, unmeasured: the
+    /// places it pinned are held by requests that do not finish (streams,
+    /// long polls), so it could gather no samples. The no-load latency
+    /// stays as it was and the next probe is one interval away. Whether
+    /// it ended one.
+    pub(crate) fn tick(&mut self, window: &mut Window, now: u64) -> bool {
+        if !self.probing || now < self.deadline {
+            return false;
+        }
+        self.probing = false;
+        self.deadline = u64::MAX;
+        let interval = self.interval.unwrap_or(u64::MAX);
+        self.next = now.saturating_add(self.jitter(interval));
+        window.reopen(now);
+        true
     }
 
     /// The limit to enforce instead of `limit` while a probe runs.
@@ -288,6 +328,7 @@ impl Baseline {
             self.latency = Some(probe.latency);
         }
         self.probing = false;
+        self.deadline = u64::MAX;
         let interval = self.interval.unwrap_or(u64::MAX);
         self.next = now.saturating_add(self.jitter(interval));
     }
@@ -445,7 +486,7 @@ mod tests {
     #[test]
     fn a_probe_measures_requests_admitted_under_the_pin() {
         let c = common(2, 0);
-        let mut b = Baseline::new(Some(1_000_000_000), 7);
+        let mut b = Baseline::new(Some(1_000_000_000), u64::MAX, 7);
         let mut w = Window::new(0, 7);
         let feed_at = |b: &mut Baseline, w: &mut Window, ms: u64, s: Sample| {
             feed(b, w, &c, ms * 1_000_000, &s, false)
@@ -477,7 +518,7 @@ mod tests {
 
     #[test]
     fn without_probes_the_lowest_window_is_the_no_load_latency() {
-        let mut b = Baseline::new(None, 1);
+        let mut b = Baseline::new(None, u64::MAX, 1);
         assert_eq!(b.no_load(30.0), 30.0);
         assert_eq!(b.no_load(50.0), 30.0);
         assert_eq!(b.no_load(20.0), 20.0);
@@ -486,7 +527,7 @@ mod tests {
     #[test]
     fn without_an_interval_nothing_is_probed() {
         let c = common(1, 0);
-        let mut b = Baseline::new(None, 1);
+        let mut b = Baseline::new(None, u64::MAX, 1);
         let mut w = Window::new(0, 1);
         assert!(!b.due(u64::MAX));
         assert!(feed(&mut b, &mut w, &c, 5, &ok(0, 1), false).is_some());

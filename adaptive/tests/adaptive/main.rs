@@ -10,6 +10,7 @@ use std::time::Duration;
 use weir_adaptive::clock::Timestamp;
 use weir_adaptive::{Aimd, Algorithm, AnyAlgorithm, Gradient2, Outcome, Sample, Vegas};
 
+mod held;
 mod mixes;
 
 const MS: u64 = 1_000_000;
