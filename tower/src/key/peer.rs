@@ -62,7 +62,11 @@ fn connect_info(_: &Extensions) -> Option<SocketAddr> {
 /// An IPv6 client is keyed by its network, a /64 unless set otherwise: one
 /// subscriber usually holds a whole /64 and can rotate through its
 /// addresses at will, so keying on the /128 would let it escape the limit
-/// and grow the limiter's map with every address. IPv4 clients are keyed by
+/// and grow the limiter's map with every address. Many providers delegate
+/// a /56 or a /48 to each subscriber instead (prefix delegation); where
+/// yours do, key by it with one call, [`ipv6_prefix`](Self::ipv6_prefix)
+/// (`PeerIp::new().ipv6_prefix(56)`), so that a subscriber cannot rotate
+/// through 256 or 65,536 networks of its own. IPv4 clients are keyed by
 /// their address, and an IPv4-mapped IPv6 peer (`::ffff:192.0.2.7`, what a
 /// dual-stack listener reports for IPv4 clients) counts as that IPv4
 /// address.
@@ -89,6 +93,9 @@ fn connect_info(_: &Extensions) -> Option<SocketAddr> {
 /// let mut req = Request::new(());
 /// req.extensions_mut().insert(PeerAddr("[2001:db8:7:1::99]:5555".parse::<SocketAddr>().unwrap()));
 /// assert_eq!(PeerIp::new().extract(&req), Some("2001:db8:7:1::".parse().unwrap()));
+/// // A subscriber holding a delegated /56:
+/// let per_subscriber = PeerIp::new().ipv6_prefix(56);
+/// assert_eq!(per_subscriber.extract(&req), Some("2001:db8:7::".parse().unwrap()));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIp {
