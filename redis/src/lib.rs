@@ -70,7 +70,7 @@
 //!   [`ConfigError::Rejected`] from `connect`, never a limiter that
 //!   quietly decides by its failure policy. A permission taken away while
 //!   the limiter serves (an ACL changed, a password rotated) is a
-//!   [`StoreError::Refused`](weir_store::StoreError::Refused): the failure
+//!   [`StoreError::Refused`]: the failure
 //!   policy answers, the log says the store refused the limiter with what
 //!   it lacks (an error, not an outage's warning), and Redis decides again
 //!   once the permission is back.
