@@ -87,10 +87,23 @@ impl Core {
             probes.push(format!("{probe_base}:refund:probe"));
             redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
         }
-        redis::Script::new(scripts::PROOF)
-            .key(probes)
-            .invoke_async::<()>(&mut conn)
-            .await
+        // A `SCRIPT FLUSH` between loading the proof and running it is
+        // answered by loading it again, as a decision's call is.
+        let proof = redis::Script::new(scripts::PROOF);
+        let invocation = proof.key(probes);
+        let mut loads = 0;
+        loop {
+            match invocation.invoke_async::<()>(&mut conn).await {
+                Err(e)
+                    if loads < 4
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    loads += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// How long a call may go unanswered before its connection is

@@ -64,7 +64,7 @@
 //!   Sentinel-named master. `connect` proves it: it loads the scripts and
 //!   runs one that calls each of these commands, reading and writing keys
 //!   of the limiter's own shapes (`…}:probe`, which no limiter key is,
-//!   kept for a second). A wrong password, a user without these commands
+//!   gone a millisecond later). A wrong password, a user without these commands
 //!   or without the prefix's keys (for reading and writing), or a
 //!   certificate either side does not trust is a
 //!   [`ConfigError::Rejected`] from `connect`, never a limiter that

@@ -62,14 +62,14 @@ use weir_store::Kind;
 /// What `connect` runs once to prove the user may do what the limiter's
 /// scripts will do, on keys of the limiter's own shapes (`KEYS`): every
 /// command the scripts call, reading and writing each key. Each key is
-/// written for a second only, and named so that no limiter key is (it
+/// written to expire a millisecond later, and named so that no limiter key is (it
 /// ends in `:probe`). A user the ACL refuses anything fails this call
 /// with the command or key it lacks, rather than every later decision.
 pub(crate) const PROOF: &str = r#"
 redis.call('TIME')
 redis.call('MGET', unpack(KEYS))
 for _, key in ipairs(KEYS) do
-  redis.call('SET', key, 'probe', 'PX', 1000)
+  redis.call('SET', key, 'probe', 'PX', 1)
   redis.call('SETRANGE', key, 0, 'probe')
 end
 return 1
