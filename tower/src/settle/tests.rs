@@ -342,11 +342,12 @@ async fn an_inner_refusal_gives_back_what_the_outer_limit_spent() {
     assert_eq!(left(&outer), 1);
 }
 
-/// A body of data frames, then trailers carrying `x-tokens-used`, all
-/// ready at once, or (no count) the trailers still to come.
+/// A body of data frames ([`Chunks`]), then trailers carrying
+/// `x-tokens-used`, all ready at once, or (no count) the trailers still to
+/// come.
 #[derive(Default)]
 struct Tokens {
-    frames: VecDeque<&'static str>,
+    frames: Chunks,
     count: Option<&'static str>,
 }
 
@@ -356,10 +357,10 @@ impl Body for Tokens {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<bytes::Bytes>, Infallible>>> {
-        if let Some(data) = self.frames.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(bytes::Bytes::from(data)))));
+        if let Poll::Ready(Some(data)) = Pin::new(&mut self.frames).poll_frame(cx) {
+            return Poll::Ready(Some(data));
         }
         match self.count.take() {
             Some(count) => {
@@ -383,7 +384,7 @@ async fn charged_by_count(read: usize, ready: bool) -> u32 {
         .settle(Settle::count_in(tokens, 4096))
         .layer(tower::service_fn(move |_: Request<()>| async move {
             let body = Tokens {
-                frames: ["one ", "two ", "three"].into_iter().collect(),
+                frames: chunks(&["one ", "two ", "three"]),
                 count: ready.then_some("1000"),
             };
             Ok::<_, Infallible>(Response::new(body))

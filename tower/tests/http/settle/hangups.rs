@@ -54,7 +54,8 @@ async fn read_then_hang_up(addr: SocketAddr, user: &str, frames: Option<usize>) 
         let head_read = text.contains("\r\n\r\n");
         let done = match frames {
             Some(n) => head_read && text.matches("token-").count() >= n,
-            None => text.contains("x-tokens-used") && text.ends_with("\r\n\r\n"),
+            // The last chunk, then the trailer (the head names it too).
+            None => text.contains("\r\n0\r\nx-tokens-used:") && text.ends_with("\r\n\r\n"),
         };
         if done {
             break;
