@@ -68,7 +68,12 @@
 //!
 //! Memcached keeps counts in memory only: a server restarted, or a counter
 //! evicted to make room, forgets what the key spent, and the key may spend
-//! its window again (a looser limit for that window). Size the servers so
+//! its window again (a looser limit for that window). An instance that
+//! saw the restart as an outage holds it back for a window (its fallback
+//! counted what it let through; see
+//! [`FailurePolicy::PerInstance`](weir_store::FailurePolicy::PerInstance)),
+//! but one that saw nothing does not, and an eviction is seen by none.
+//! Size the servers so
 //! nothing is evicted: every key that spends within a window holds, on its
 //! server, one item per counter (one for a fixed window, `N` for a sliding
 //! one of `N` counters, one for GCRA or a token bucket), each about

@@ -47,8 +47,16 @@ pub enum FailurePolicy {
     /// bound). Its windows fall on the Unix epoch's grid, on the
     /// [`WallClock`], as the stores' do: a daily window ends at UTC
     /// midnight on the store and in the fallback alike.
-    /// With `N` instances sharing the traffic, up to `N ×` the limit
-    /// passes while the store is down, never more; a colliding key in the
+    /// Every instance counts what the store allowed it against this
+    /// fallback too, and for one window of the limits after the store last
+    /// failed a request needs the fallback's room as well as the store's
+    /// (the store never saw what the fallback let through). So over any
+    /// window of the limit, one instance admits at most one limit through
+    /// the store and its fallback together, and `N` instances at most
+    /// `N ×` the limit, however often the store stalls, flaps or goes
+    /// down: the bound does not grow with the number of outages (a
+    /// request a store spent on and the fallback then refused stays spent:
+    /// tighter, never looser). A colliding key in the
     /// sketch can only be held tighter, never looser (for as long as a
     /// forced charge's debt lasts, when requests are charged by the
     /// response: see [`SketchLimiter::charge`]). Answers carry
@@ -73,6 +81,9 @@ pub enum FailurePolicy {
     /// Ask an in-process limiter, so each instance enforces the limit
     /// on its own share of the traffic (typically `limit / instances`). A
     /// cost it can never allow is denied as [`Closed`](Self::Closed) would.
+    /// It is charged with what the store allows this instance, and asked
+    /// too for one window after a failure, as
+    /// [`PerInstance`](Self::PerInstance)'s limiter is.
     ///
     /// ```
     /// use std::num::NonZeroU32;

@@ -30,6 +30,9 @@ pub(crate) struct Health {
     /// How many cells are in an outage: the log says when the first goes
     /// and when the last is back, once each, however many cells a store has.
     cells_out: AtomicU64,
+    /// When a call to any cell last failed (ns since `epoch`; 0 = never,
+    /// or the store absent at start-up, which counts as at 1).
+    last_failure: AtomicU64,
 }
 
 /// What a call's result did to the store's outage, for the log.
@@ -64,7 +67,14 @@ impl Health {
                 .map(|_| AtomicU64::new(u64::from(down)))
                 .collect(),
             cells_out: AtomicU64::new(if down { cells as u64 } else { 0 }),
+            last_failure: AtomicU64::new(u64::from(down)),
         }
+    }
+
+    /// Whether a call to the store failed within `window` of now.
+    pub(crate) fn failed_within(&self, window: Duration) -> bool {
+        let last = self.last_failure.load(Ordering::Relaxed);
+        last != 0 && self.now_nanos().saturating_sub(last) < duration_to_nanos(window)
     }
 
     /// Nanoseconds from `epoch` to `at` (saturating: ~584 years).
@@ -133,6 +143,7 @@ impl Health {
     /// A call to `cell` failed: skip the store there for a back-off.
     pub(crate) fn failed(&self, cell: usize) -> Change {
         let now = self.now_nanos();
+        self.last_failure.store(now.max(1), Ordering::Relaxed);
         let until = now.saturating_add(duration_to_nanos(self.backoff));
         self.down_until[cell].store(until.max(1), Ordering::Relaxed);
         if self.out[cell].swap(1, Ordering::Relaxed) != 0 {

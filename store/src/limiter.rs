@@ -125,12 +125,55 @@ impl<B: Backend> StoreLimiter<B> {
     /// at once (its max cost); a denial is an `Ok` decision.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Answer, NeverAllowed> {
         NeverAllowed::check(cost, self.inner.max_cost)?;
-        let answer = self.decide(key, cost).await;
+        let mut answer = self.decide(key, cost).await;
+        if matches!(answer.source, Source::Store | Source::Lease) {
+            answer = self.reconcile(key, cost, answer).await;
+        }
         self.inner
             .caller
             .metrics
             .decided(answer.source, answer.decision.is_allowed());
         Ok(answer)
+    }
+
+    /// What this instance's failure policy makes of an admission by the
+    /// store (or a lease): the store's answer, counted against the local
+    /// limiter too, so that a stall finds the fallback knowing what this
+    /// instance let through rather than offering a fresh burst. For one
+    /// window of the limits after the store last failed, the local limiter
+    /// must allow the request as well: the store never saw what the
+    /// fallback admitted meanwhile. So over any window an instance admits
+    /// no more through the store and its fallback together than one limit,
+    /// however often the store stalls.
+    async fn reconcile(&self, key: &str, cost: u32, answer: Answer) -> Answer {
+        let inner = &*self.inner;
+        let Some(local) = inner.policy.local() else {
+            return answer;
+        };
+        if cost == 0 || !answer.decision.is_allowed() {
+            return answer;
+        }
+        let settling = inner.limits.iter().map(|l| l.quota().window()).max();
+        let recent = settling.is_some_and(|window| inner.caller.health.failed_within(window));
+        if answer.source == Source::Store && recent {
+            match local.check_n(key, cost) {
+                Ok(d) if !d.is_allowed() => {
+                    // The store spent the units for a request refused here:
+                    // given back, so that the other instances keep them (if
+                    // the refund fails they stay spent: tighter, never
+                    // looser).
+                    let _ = self.refund(key, &answer.decision).await;
+                    return Answer {
+                        decision: d,
+                        source: Source::Local,
+                        error: None,
+                    };
+                }
+                _ => return answer,
+            }
+        }
+        let _ = local.charge(key, cost);
+        answer
     }
 
     /// [`check_verbose`](Self::check_verbose) for a cost within the max cost.
@@ -191,7 +234,14 @@ impl<B: Backend> StoreLimiter<B> {
     /// quota can never allow.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
         NeverAllowed::check(cost, self.inner.max_cost).map_err(StoreError::NeverAllowed)?;
-        self.ask(key, cost).await
+        let decision = self.ask(key, cost).await?;
+        if cost > 0
+            && decision.is_allowed()
+            && let Some(local) = self.inner.policy.local()
+        {
+            let _ = local.charge(key, cost);
+        }
+        Ok(decision)
     }
 
     /// One decision from the store, through the batcher if there is one,
@@ -288,7 +338,13 @@ impl<B: Backend> StoreLimiter<B> {
             })
             .await;
         match charged {
-            Ok(receipt) => Ok(receipt),
+            Ok(receipt) => {
+                // Counted locally too, as the store's admissions are.
+                if let Some(local) = self.inner.policy.local() {
+                    let _ = local.charge(key, cost);
+                }
+                Ok(receipt)
+            }
             Err(e) => {
                 let local = self.inner.policy.local();
                 local.and_then(|l| l.charge(key, cost)).ok_or(e)

@@ -8,6 +8,8 @@
 //!   skipping when a server is not installed).
 //! * [`fork`] (Unix): a forked child running a test's closure, waited for
 //!   with a time limit.
+//! * `stalls` (Unix, feature `store`): a server stopped for part of every
+//!   period, and load on any store-backed limiter meanwhile.
 
 // Not published: its callers are weir's own tests and tools, and a
 // failing fixture or harness step names itself in its error.
@@ -19,3 +21,5 @@ pub mod memcached_server;
 pub mod process;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+#[cfg(all(unix, feature = "store"))]
+pub mod stalls;

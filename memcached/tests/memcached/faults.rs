@@ -36,9 +36,13 @@ async fn until_the_store_answers(l: &MemcachedLimiter, key: &str) -> bool {
 }
 
 /// Killed, the server's counts are gone: the fallback answers during the
-/// outage, and after the restart a key that had spent its window may
-/// spend it again. The overshoot of one restart is one window's limit per
-/// key, which this measures.
+/// outage, and after the restart a key that had spent its window could
+/// spend it again. An instance that saw the outage does not let it: its
+/// fallback counted what the store allowed it and is asked too for a
+/// window after the failure. An instance that saw no failure (here one
+/// started after it) does: the overshoot of one restart is one window's
+/// limit per key, across the instances that saw nothing, which this
+/// measures.
 #[test]
 fn a_restart_forgets_the_window_and_the_fallback_covers_the_outage() -> TestResult {
     let Some(mut server) = MemcachedServer::start_or_skip("memcached restart")? else {
@@ -62,6 +66,15 @@ fn a_restart_forgets_the_window_and_the_fallback_covers_the_outage() -> TestResu
             "never answered again"
         );
         let after = allowed(&l, "k", 80).await;
+        assert_eq!(
+            after, 0,
+            "the instance that saw the outage remembers the window"
+        );
+        let unaware = MemcachedLimiter::builder(FixedWindow::new(Quota::per_hour(nz(50))))
+            .prefix(l.name())
+            .connect(Servers::new([server.addr()]))
+            .await?;
+        let after = allowed(&unaware, "k", 80).await;
         assert_eq!(after, 50, "a restart forgets the count: the window again");
         Ok(())
     })
@@ -263,6 +276,76 @@ fn the_fallback_windows_fall_on_the_stores_grid() -> TestResult {
             3,
             "the fallback's window did not end on the grid"
         );
+        Ok(())
+    })
+}
+
+/// A server that stalls past the timeout ten times a second never loosens
+/// the limit beyond its stated bound: one instance admits no more than one
+/// limit (burst + rate × time) through Memcached and its fallback
+/// together, two instances no more than two, however many stalls; and
+/// without stalls the store holds the limit exactly.
+#[test]
+fn a_server_stalling_ten_times_a_second_never_loosens_the_limit() -> TestResult {
+    use weir_test_support::stalls::{self, Stalling};
+    let Some(server) = MemcachedServer::start_or_skip("memcached stalling")? else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("no server process")?;
+    let quota = Quota::per_second(nz(20));
+    let run = Duration::from_secs(3);
+    let bound = 20 + 20 * 3 + 1;
+    rt()?.block_on(async {
+        for instances in [1u32, 2] {
+            let mut allowed = Vec::new();
+            for stalling in [false, true] {
+                let prefix = unique_prefix("stalls");
+                let mut limiters = Vec::new();
+                for _ in 0..instances {
+                    limiters.push(
+                        MemcachedLimiter::builder(FixedWindow::new(quota))
+                            .prefix(prefix.clone())
+                            .timeout(Duration::from_millis(30))
+                            .backoff(Duration::from_millis(20))
+                            .connect(Servers::new([server.addr()]))
+                            .await?,
+                    );
+                }
+                let stalls = stalling.then(|| {
+                    Stalling::start(pid, Duration::from_millis(60), Duration::from_millis(100))
+                });
+                allowed.push(stalls::allowed(&limiters, "k", 8, run).await);
+                drop(stalls);
+            }
+            let [(calm, calm_fallback), (store, fallback)] = allowed[..] else {
+                unreachable!("two runs")
+            };
+            eprintln!(
+                "{instances} instance(s): no stalls {calm} (+{calm_fallback}), stalls {} \
+                 ({store} by Memcached, {fallback} by the fallback), bound {}",
+                store + fallback,
+                bound * instances
+            );
+            // Without stalls the store holds the limit exactly, unless a
+            // loaded machine made calls miss the timeout too.
+            let calm_bound = if calm_fallback == 0 {
+                bound
+            } else {
+                bound * instances
+            };
+            assert!(
+                calm + calm_fallback <= calm_bound,
+                "{calm} + {calm_fallback}"
+            );
+            assert!(
+                fallback > 0,
+                "the fallback never answered: the server never stalled"
+            );
+            assert!(
+                store + fallback <= bound * instances,
+                "{instances} instance(s): {store} by Memcached + {fallback} by the fallback"
+            );
+        }
         Ok(())
     })
 }

@@ -1,6 +1,7 @@
 //! Stalled servers and calls, and callers dropped or shed: nothing waits past its deadline or fails open.
 
 use super::*;
+use weir_test_support::stalls::{self, Stalling};
 
 /// The one caller allowed to probe Redis after a back-off may be cancelled
 /// (a client gone, a layer's own timeout): the probe is then handed to the
@@ -470,6 +471,85 @@ fn local_overload_sheds_callers_and_never_fails_open() -> TestResult {
             assert_eq!(v.source, Source::Store, "{what}: {:?}", v.error);
             Ok::<_, Box<dyn std::error::Error>>(())
         })?;
+    }
+    Ok(())
+}
+
+/// What `instances` limiters (each its own instance: connection, fallback)
+/// allow one key, 8 callers each, over `run`, with Redis stopped for 60 ms
+/// of every 100 ms if `stalling`: by Redis, and by the fallback.
+fn allowed_under_stalls(
+    server: &RedisServer,
+    quota: Quota,
+    instances: usize,
+    run: Duration,
+    stalling: bool,
+) -> Result<(u32, u32), Box<dyn std::error::Error>> {
+    let pid = server.pid().ok_or("no server process")?;
+    let prefix = unique_prefix("stalls");
+    rt()?.block_on(async {
+        let mut limiters = Vec::new();
+        for _ in 0..instances {
+            limiters.push(
+                RedisLimiter::builder(Gcra::new(quota))
+                    .prefix(prefix.clone())
+                    .timeout(Duration::from_millis(30))
+                    .backoff(Duration::from_millis(20))
+                    .connect(Target::server(server.url()))
+                    .await?,
+            );
+        }
+        let stalls = stalling
+            .then(|| Stalling::start(pid, Duration::from_millis(60), Duration::from_millis(100)));
+        let allowed = stalls::allowed(&limiters, "k", 8, run).await;
+        drop(stalls);
+        Ok(allowed)
+    })
+}
+
+/// A store that stalls past the timeout ten times a second never loosens
+/// the limit beyond its stated bound: one instance admits no more than one
+/// limit (burst + rate × time) through Redis and its fallback together,
+/// and N instances no more than N limits, however many stalls.
+#[test]
+fn a_store_stalling_ten_times_a_second_never_loosens_the_limit() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("stalling ten times a second")? else {
+        return Ok(());
+    };
+    let quota = Quota::per_second(nz(20));
+    let run = Duration::from_secs(3);
+    // burst + rate × time, and one unit for the run's last instant.
+    let bound = 20 + 20 * 3 + 1;
+    for instances in [1, 2] {
+        let (calm_store, calm_local) = allowed_under_stalls(&server, quota, instances, run, false)?;
+        let (store, local) = allowed_under_stalls(&server, quota, instances, run, true)?;
+        eprintln!(
+            "{instances} instance(s): no stalls {} ({calm_store} by Redis), stalls {} \
+             ({store} by Redis, {local} by the fallback), bound {}",
+            calm_store + calm_local,
+            store + local,
+            bound * instances as u32
+        );
+        // Without stalls Redis holds the limit exactly, unless a loaded
+        // machine made calls miss the timeout too.
+        let calm_bound = if calm_local == 0 {
+            bound
+        } else {
+            bound * instances as u32
+        };
+        assert!(
+            calm_store + calm_local <= calm_bound,
+            "no stalls: {calm_store} + {calm_local}"
+        );
+        assert!(
+            local > 0,
+            "the fallback never answered: the store never stalled"
+        );
+        assert!(
+            store + local <= bound * instances as u32,
+            "{instances} instance(s): {store} by Redis + {local} by the fallback, bound {}",
+            bound * instances as u32
+        );
     }
     Ok(())
 }
