@@ -76,7 +76,8 @@
 //!   once the permission is back.
 //! * **When the store fails**: the [`FailurePolicy`] decides, and the
 //!   outage is logged (`tracing`): one warning naming the server and the
-//!   policy when it starts, one line when Redis decides again.
+//!   policy when it starts, one line (with the calls that failed) once Redis
+//!   has decided again for a second without failing.
 //!
 //! # What a restart forgets
 //!

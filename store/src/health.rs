@@ -33,7 +33,20 @@ pub(crate) struct Health {
     /// When a call to any cell last failed (ns since `epoch`; 0 = never,
     /// or the store absent at start-up, which counts as at 1).
     last_failure: AtomicU64,
+    /// Per cell: when a call there last failed (ns since `epoch`, as
+    /// `last_failure`): a cell is back only once it has answered for
+    /// [`QUIET`] since.
+    cell_failure: Box<[AtomicU64]>,
+    /// Calls that failed since the outage began, for the line that ends it.
+    failures: AtomicU64,
+    /// [`QUIET`] in ns.
+    quiet: u64,
 }
+
+/// How long a failed cell must go without failing before its outage is
+/// over for the log: a store that flaps (answering between stalls) is one
+/// outage, not a line per stall.
+pub(crate) const QUIET: Duration = Duration::from_secs(1);
 
 /// What a call's result did to the store's outage, for the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +81,11 @@ impl Health {
                 .collect(),
             cells_out: AtomicU64::new(if down { cells as u64 } else { 0 }),
             last_failure: AtomicU64::new(u64::from(down)),
+            cell_failure: (0..cells)
+                .map(|_| AtomicU64::new(u64::from(down)))
+                .collect(),
+            failures: AtomicU64::new(0),
+            quiet: duration_to_nanos(QUIET),
         }
     }
 
@@ -122,13 +140,18 @@ impl Health {
         }))
     }
 
-    /// A call to `cell` succeeded: healthy again.
+    /// A call to `cell` succeeded: healthy again, and back from its outage
+    /// (for the log) once it has gone [`QUIET`] without failing.
     pub(crate) fn succeeded(&self, cell: usize) -> Change {
         if self.down_until[cell].load(Ordering::Relaxed) != 0 {
             self.down_until[cell].store(0, Ordering::Relaxed);
         }
         // A plain load first: the common case, a healthy cell, writes nothing.
-        if self.out[cell].load(Ordering::Relaxed) == 0
+        if self.out[cell].load(Ordering::Relaxed) == 0 {
+            return Change::None;
+        }
+        let failed = self.cell_failure[cell].load(Ordering::Relaxed);
+        if self.now_nanos().saturating_sub(failed) < self.quiet
             || self.out[cell].swap(0, Ordering::Relaxed) == 0
         {
             return Change::None;
@@ -144,16 +167,25 @@ impl Health {
     pub(crate) fn failed(&self, cell: usize) -> Change {
         let now = self.now_nanos();
         self.last_failure.store(now.max(1), Ordering::Relaxed);
+        self.cell_failure[cell].store(now.max(1), Ordering::Relaxed);
         let until = now.saturating_add(duration_to_nanos(self.backoff));
         self.down_until[cell].store(until.max(1), Ordering::Relaxed);
         if self.out[cell].swap(1, Ordering::Relaxed) != 0 {
+            self.failures.fetch_add(1, Ordering::Relaxed);
             return Change::None;
         }
         if self.cells_out.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.failures.store(1, Ordering::Relaxed);
             Change::Down
         } else {
+            self.failures.fetch_add(1, Ordering::Relaxed);
             Change::None
         }
+    }
+
+    /// Calls that failed in the outage now ending (or going on).
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     /// Record that a call for `cell` failed (or was slow) at `at`, without
@@ -208,7 +240,8 @@ mod tests {
 
     #[test]
     fn one_caller_probes_after_a_back_off_and_a_dropped_probe_is_handed_on() {
-        let health = Health::new(1, Duration::from_millis(10), false);
+        let mut health = Health::new(1, Duration::from_millis(10), false);
+        health.quiet = 0;
         assert!(matches!(health.admit(0, 5), Ok(None)));
         assert_eq!(
             health.failed(0),
@@ -232,7 +265,8 @@ mod tests {
 
     #[test]
     fn an_outage_of_several_cells_is_one_outage() {
-        let health = Health::new(4, Duration::from_millis(10), false);
+        let mut health = Health::new(4, Duration::from_millis(10), false);
+        health.quiet = 0;
         assert_eq!(health.failed(1), Change::Down);
         assert_eq!(health.failed(2), Change::None);
         assert_eq!(health.succeeded(1), Change::None);
@@ -242,7 +276,8 @@ mod tests {
 
     #[test]
     fn absent_at_start_up_skips_the_store_for_one_back_off() {
-        let health = Health::new(2, Duration::from_secs(60), true);
+        let mut health = Health::new(2, Duration::from_secs(60), true);
+        health.quiet = 0;
         assert!(health.is_backing_off(0) && health.is_backing_off(1));
         assert_eq!(health.succeeded(0), Change::None);
         assert_eq!(
@@ -250,5 +285,25 @@ mod tests {
             Change::Back,
             "back once every cell answered"
         );
+    }
+
+    #[test]
+    fn a_flapping_store_is_one_outage_until_it_has_been_quiet() {
+        let mut health = Health::new(1, Duration::ZERO, false);
+        health.quiet = 50_000_000;
+        assert_eq!(health.failed(0), Change::Down);
+        for _ in 0..10 {
+            assert_eq!(
+                health.succeeded(0),
+                Change::None,
+                "answering between stalls"
+            );
+            assert_eq!(health.failed(0), Change::None, "the same outage");
+        }
+        assert_eq!(health.failures(), 11);
+        assert_eq!(health.succeeded(0), Change::None, "not quiet yet");
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(health.succeeded(0), Change::Back);
+        assert_eq!(health.succeeded(0), Change::None);
     }
 }

@@ -33,7 +33,9 @@
 //!   policy, and the store is not taken for down.
 //! * An outage is logged through `tracing`: once, as a warning, when the
 //!   store stops answering (with the server and the policy in force), and
-//!   once when it answers again. A store that answers but refuses the
+//!   once when it has answered again for a second without failing (with
+//!   the number of calls that failed in between): a store that flaps,
+//!   answering between stalls, is one outage, not a pair of lines a stall. A store that answers but refuses the
 //!   limiter's calls ([`StoreError::Refused`]: credentials or permissions)
 //!   is logged as an error saying so instead, since only a fix of its
 //!   configuration ends it.

@@ -422,6 +422,7 @@ impl<B: Backend> StoreLimiter<B> {
             limiter = %inner.name,
             store = B::NAME,
             server = %inner.caller.backend.describe(cell),
+            failed_calls = inner.caller.health.failures(),
             "store answering again: it decides again"
         );
     }

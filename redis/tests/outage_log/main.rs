@@ -104,6 +104,9 @@ fn an_outage_is_logged_once_when_it_starts_and_once_when_it_ends() -> TestResult
         for _ in 0..20 {
             assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
         }
+        // Back for the log once it has answered for a second unfailing.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     let log = lines.of("api");
@@ -173,5 +176,60 @@ fn a_refusal_is_logged_as_a_refusal_not_an_outage() -> TestResult {
         "{}",
         refused[0]
     );
+    Ok(())
+}
+
+/// A store that flaps (stopped for 60 ms of every 100 ms, answering in
+/// between) is one outage in the log: one warning when it starts, one
+/// line when it has answered for a second unfailing, with the count of
+/// calls that failed in between, not a pair of lines per stall.
+#[test]
+fn a_flapping_store_is_logged_as_one_outage() -> TestResult {
+    use weir_test_support::stalls::Stalling;
+    let Some(server) = RedisServer::start_or_skip("flapping log")? else {
+        return Ok(());
+    };
+    let lines = log();
+    let pid = server.pid().ok_or("no server process")?;
+    rt()?.block_on(async {
+        let limiter = RedisLimiter::builder(Gcra::new(Quota::per_second(nz(1000))))
+            .prefix(unique_prefix("flap"))
+            .name("flapping")
+            .timeout(Duration::from_millis(30))
+            .backoff(Duration::from_millis(10))
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(limiter.check_verbose("k", 1).await?.source, Source::Store);
+        let stalls = Stalling::start(pid, Duration::from_millis(60), Duration::from_millis(100));
+        let until = tokio::time::Instant::now() + Duration::from_secs(2);
+        while tokio::time::Instant::now() < until {
+            let _ = limiter.check_verbose("k", 1).await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(stalls);
+        let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+        while tokio::time::Instant::now() < until {
+            let _ = limiter.check_verbose("k", 1).await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    let log = lines.of("flapping");
+    let down = log
+        .iter()
+        .filter(|l| l.contains("store unreachable"))
+        .count();
+    let back: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("answering again"))
+        .collect();
+    assert_eq!((down, back.len()), (1, 1), "{log:#?}");
+    let failed: u64 = back[0]
+        .split("failed_calls=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .ok_or("no failed_calls field")?;
+    assert!(failed > 1, "{}", back[0]);
     Ok(())
 }
