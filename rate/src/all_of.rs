@@ -16,17 +16,42 @@ use crate::mode::Mode;
 /// A `Decision` passes through here by value twice per allowed check, so
 /// it is returned as it is, not wrapped in an `Option` for the empty set
 /// (its callers answer that case first): each wrapping layer was a copy.
+///
+/// A denial spends nothing, so the limits that would have allowed report
+/// what they have left, not what they would have left after the request:
+/// `check_each(mode, true)` checks those at no cost ([`part`]).
 #[inline]
 fn all_or_nothing(
     mode: Mode,
-    mut check_each: impl FnMut(Mode) -> Result<Decision, NeverAllowed>,
+    mut check_each: impl FnMut(Mode, bool) -> Result<Decision, NeverAllowed>,
 ) -> Result<Decision, NeverAllowed> {
-    let peeked = check_each(Mode::Peek)?;
-    if mode == Mode::Consume && peeked.is_allowed() {
-        drop(peeked);
-        check_each(Mode::Consume)
+    let peeked = check_each(Mode::Peek, false)?;
+    if peeked.is_allowed() {
+        if mode == Mode::Consume {
+            drop(peeked);
+            return check_each(Mode::Consume, false);
+        }
+        return Ok(peeked);
+    }
+    drop(peeked);
+    check_each(Mode::Peek, true)
+}
+
+/// One limit's part of an all-or-nothing check; with `unspent` (the set
+/// refuses), a limit that allows is peeked at no cost instead, for what
+/// it has left.
+#[inline]
+fn part<L: Limiter>(
+    limit: &L,
+    state: &mut L::State,
+    now_ns: u64,
+    (cost, mode, unspent): (u32, Mode, bool),
+) -> Result<Decision, NeverAllowed> {
+    let decision = limit.check(state, now_ns, cost, mode)?;
+    if unspent && decision.is_allowed() {
+        limit.check(state, now_ns, 0, Mode::Peek)
     } else {
-        Ok(peeked)
+        Ok(decision)
     }
 }
 
@@ -83,9 +108,9 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         mode: Mode,
     ) -> Result<Decision, NeverAllowed> {
         NeverAllowed::check(cost, self.max_cost())?;
-        all_or_nothing(mode, |each| {
-            let a = self.0.check(&mut state.0, now_ns, cost, each)?;
-            let b = self.1.check(&mut state.1, now_ns, cost, each)?;
+        all_or_nothing(mode, |each, unspent| {
+            let a = part(&self.0, &mut state.0, now_ns, (cost, each, unspent))?;
+            let b = part(&self.1, &mut state.1, now_ns, (cost, each, unspent))?;
             Ok(a.combine(b))
         })
     }
@@ -183,10 +208,11 @@ impl<L: Limiter> Limiter for AllOf<L> {
         else {
             return Ok(allow_everything());
         };
-        all_or_nothing(mode, |each| {
-            let mut combined = first.check(first_state, now_ns, cost, each)?;
+        all_or_nothing(mode, |each, unspent| {
+            let how = (cost, each, unspent);
+            let mut combined = part(first, first_state, now_ns, how)?;
             for (limit, s) in rest.iter().zip(rest_state.iter_mut()) {
-                combined = combined.combine(limit.check(s, now_ns, cost, each)?);
+                combined = combined.combine(part(limit, s, now_ns, how)?);
             }
             Ok(combined)
         })
@@ -230,5 +256,48 @@ impl<L: Limiter> Limiter for AllOf<L> {
             .iter()
             .map(|l| l.spent_until(idle_at, now_ns))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AllOf;
+    use crate::clock::ManualClock;
+    use crate::{Decision, FixedWindow, Quota, RateLimiter, nonzero};
+
+    /// The `r=` of the daily limit's `RateLimit` field.
+    fn day_left(decision: &Decision) -> String {
+        let fields = decision.headers("p");
+        let field = fields
+            .iter()
+            .find(|(name, _)| *name == "RateLimit")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        field.split(',').nth(1).unwrap_or_default().to_owned()
+    }
+
+    /// A refusal spends nothing: the limit that did not bind reports what
+    /// it has left, as its RateLimit field tells the client.
+    #[test]
+    fn a_refusal_reports_what_the_other_limits_have_left() {
+        let per_second = FixedWindow::new(Quota::per_second(nonzero!(1)));
+        let per_day = FixedWindow::new(Quota::per_day(nonzero!(1000)));
+        let pair =
+            RateLimiter::with_clock((per_second.clone(), per_day.clone()), ManualClock::new());
+        let all =
+            RateLimiter::with_clock(AllOf::new(vec![per_second, per_day]), ManualClock::new());
+        let checks: [&dyn Fn() -> Decision; 2] = [&|| pair.check(), &|| all.check()];
+        for check in checks {
+            let first = check();
+            assert!(first.is_allowed());
+            assert!(day_left(&first).contains("r=999"), "{}", day_left(&first));
+            let refused = check();
+            assert!(!refused.is_allowed());
+            assert!(
+                day_left(&refused).contains("r=999"),
+                "nothing spent, 999 left: {}",
+                day_left(&refused)
+            );
+        }
     }
 }

@@ -70,7 +70,6 @@ impl Unkeyed {
         // A load first: under a flood the flag is read-only and shared.
         if !self.logged.load(Ordering::Relaxed) && !self.logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                target: "weir_rate::http",
                 layer = self.layer,
                 status = self.status.as_u16(),
                 "a request had no key, so it was refused: the key extractor found nothing to \

@@ -131,6 +131,10 @@ while i <= m do
     {peek}
     if {all} then
       {commit}
+    else
+      -- Refused: nothing is spent, so a limit that would allow reports
+      -- what it has left, peeked at no cost.
+      {unspent}
     end
     out[i + 1] = pack('<{format}', {records})
     i = i + 1
@@ -153,6 +157,13 @@ return table.concat(out)
         all = each(&|k| format!("a{k} == 1"), " and "),
         commit = each(
             &|k| format!("{} = decide_{k}(cost, true)", answers(k)),
+            "\n      "
+        ),
+        unspent = each(
+            &|k| format!(
+                "if a{k} == 1 then {} = decide_{k}(0, false) end",
+                answers(k)
+            ),
             "\n      "
         ),
         format = "Bddd".repeat(l),

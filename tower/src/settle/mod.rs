@@ -413,7 +413,7 @@ impl Report {
             limiter = %self.policy,
             from = self.from,
             to = self.to,
-            "weir-rate: a settlement failed ({why}); the key keeps the {} units its check charged instead of {}",
+            "weir-tower: a settlement failed ({why}); the key keeps the {} units its check charged instead of {}",
             self.from,
             self.to,
         );
@@ -427,7 +427,7 @@ impl Report {
             limiter = %self.policy,
             from = self.from,
             to = self.to,
-            "weir-rate: a settlement failed to finish (its task was dropped before the backend answered, e.g. by a runtime shutting down); the key keeps the {} units its check charged or {}, as far as the backend got",
+            "weir-tower: a settlement failed to finish (its task was dropped before the backend answered, e.g. by a runtime shutting down); the key keeps the {} units its check charged or {}, as far as the backend got",
             self.from,
             self.to,
         );

@@ -84,6 +84,8 @@ fn the_inflight_layer_names_the_cause_and_logs_it_once() {
 #[test]
 fn without_the_axum_feature_the_warning_names_the_fix() {
     let fix = "weir-tower's `axum` feature";
+    let ours = "weir_tower::response: ";
+    let before_ours = warnings::on_this_thread(ours);
     let before = warnings::on_this_thread(fix);
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -99,4 +101,9 @@ fn without_the_axum_feature_the_warning_names_the_fix() {
             assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         });
     assert_eq!(warnings::on_this_thread(fix) - before, 1);
+    assert_eq!(
+        warnings::on_this_thread(ours) - before_ours,
+        1,
+        "under weir-tower's own target"
+    );
 }

@@ -45,15 +45,17 @@ impl Subscriber for Counter {
         if *event.metadata().level() == Level::WARN {
             let mut message = Message::default();
             event.record(&mut message);
-            SEEN.with(|seen| seen.borrow_mut().push(message.0));
+            // The target first, so a test can tell whose warning it is.
+            let line = format!("{}: {}", event.metadata().target(), message.0);
+            SEEN.with(|seen| seen.borrow_mut().push(line));
         }
     }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
 }
 
-/// Warnings emitted on this thread so far whose message contains
-/// `containing` (every warning for `""`).
+/// Warnings emitted on this thread so far whose `target: message`
+/// contains `containing` (every warning for `""`).
 pub fn on_this_thread(containing: &str) -> usize {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {

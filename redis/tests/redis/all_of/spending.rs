@@ -108,3 +108,40 @@ fn receipts_charges_and_refunds_on_redis() -> TestResult {
         Ok::<_, BoxError>(())
     })
 }
+
+/// A refusal spends nothing on Redis either: the limit that did not bind
+/// reports what it has left in its RateLimit field, as in process.
+#[test]
+fn a_refusal_reports_what_the_other_limits_have_left() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("all-of refusal parts")? else {
+        return Ok(());
+    };
+    rt()?.block_on(async {
+        let limiter = RedisLimiter::builder(FixedWindow::new(Quota::per_second(nz(1))))
+            .and(FixedWindow::new(per_day(1000)))
+            .prefix(unique_prefix("parts"))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url()))
+            .await?;
+        let day_left = |d: &Decision| {
+            let headers = d.headers("p");
+            let field = headers
+                .iter()
+                .find(|(name, _)| *name == "RateLimit")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            field.split(',').nth(1).unwrap_or_default().to_owned()
+        };
+        let first = limiter.check("k").await;
+        assert!(first.is_allowed());
+        assert!(day_left(&first).contains("r=999"), "{}", day_left(&first));
+        let refused = limiter.check("k").await;
+        assert!(!refused.is_allowed());
+        assert!(
+            day_left(&refused).contains("r=999"),
+            "nothing spent, 999 left: {}",
+            day_left(&refused)
+        );
+        Ok::<_, BoxError>(())
+    })
+}

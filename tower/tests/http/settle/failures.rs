@@ -27,9 +27,10 @@ impl SettleKey<String> for Unsettleable {
     }
 }
 
-/// Warnings of failed settlements emitted on this thread so far.
+/// Warnings of failed settlements emitted on this thread so far, under
+/// weir-tower's own target (so `RUST_LOG=weir_tower=warn` shows them).
 pub(super) fn reported() -> usize {
-    warnings::on_this_thread("a settlement failed")
+    warnings::on_this_thread("weir_tower::settle: weir-tower: a settlement failed")
 }
 
 /// A current-thread runtime: what a server on it does (and warns about)
