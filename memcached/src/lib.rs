@@ -71,7 +71,7 @@
 //! its window again (a looser limit for that window). An instance that
 //! saw the restart as an outage holds it back for a window (its fallback
 //! counted what it let through; see
-//! [`FailurePolicy::PerInstance`](weir_store::FailurePolicy::PerInstance)),
+//! [`FailurePolicy::PerInstance`]),
 //! but one that saw nothing does not, and an eviction is seen by none.
 //! Size the servers so
 //! nothing is evicted: every key that spends within a window holds, on its
