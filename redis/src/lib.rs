@@ -47,7 +47,10 @@
 //!   importing it, key by key, so resharding does not reach the failure
 //!   policy), or the master a set of Sentinels names
 //!   ([`Target::sentinel`]; found again after a failover, with the failure
-//!   policy deciding until the Sentinels promote a replica).
+//!   policy deciding until the Sentinels promote a replica; a master that
+//!   is down when the service starts is an outage too, followed once the
+//!   Sentinels name one, while a name no Sentinel knows is a
+//!   [`ConfigError::Target`]).
 //! * **One connection for several limiters**: limiters connected with
 //!   clones of one `Target` share its multiplexed connection.
 //! * **TLS** (feature `tls`): `rediss://` URLs, with a private certificate

@@ -187,6 +187,35 @@ impl Link {
         }
     }
 
+    /// For a Sentinel target whose master could not be had: whether the
+    /// Sentinels know its name, asked with `SENTINEL
+    /// GET-MASTER-ADDR-BY-NAME`, which names a known master's address even
+    /// while it is down. `Some(false)` only if a Sentinel answered and none
+    /// knows the name; `None` if none answered (or the target has none).
+    pub(crate) async fn sentinels_know_master(&self, within: Duration) -> Option<bool> {
+        let Nodes::Sentinel { sentinels, master } = &self.spec.nodes else {
+            return None;
+        };
+        let mut answered = false;
+        for url in sentinels {
+            let ask = async {
+                let client = server(url, &self.spec)?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(master)
+                    .query_async::<Option<Vec<String>>>(&mut conn)
+                    .await
+            };
+            match tokio::time::timeout(within, ask).await {
+                Ok(Ok(Some(_))) => return Some(true),
+                Ok(Ok(None)) => answered = true,
+                _ => {}
+            }
+        }
+        answered.then_some(false)
+    }
+
     /// Forget connection `generation` if `error` says it will never decide
     /// again; a newer connection is kept.
     pub(crate) fn discard_on(&self, generation: u64, error: &redis::RedisError) {
@@ -319,14 +348,13 @@ fn install_crypto_provider() {
 }
 
 /// What a failure to connect at start-up says about the settings, if it
-/// says anything: the store refused this client, or the Sentinels know no
-/// master of that name. Either stays so however often a probe connects
-/// again, so it is a configuration error rather than an outage.
+/// says anything: the store refused this client, which stays so however
+/// often a probe connects again, so it is a configuration error rather
+/// than an outage. (A master the Sentinels do not name is asked about
+/// separately: [`Link::sentinels_know_master`].)
 pub(crate) fn misconfigured(error: redis::RedisError) -> Result<ConfigError, redis::RedisError> {
     if refused(&error) {
         Ok(ConfigError::Rejected(Arc::new(error)))
-    } else if error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
-        Ok(ConfigError::Target(Arc::new(error)))
     } else {
         Err(error)
     }

@@ -9,6 +9,7 @@ use crate::scripts::{self, Settle};
 use crate::slot::cluster_slot;
 use crate::target::Target;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 use weir_rate::{Decision, Receipt};
 use weir_store::{Backend, ConfigError, Kind, Plan, StoreError};
@@ -117,7 +118,7 @@ impl Backend for Redis {
         let timeout = plan.timeout();
         let link = target.link(timeout)?;
         let core = Core::new(
-            link,
+            Arc::clone(&link),
             (&source, &scripts::settle(&kinds)),
             limits.iter().flat_map(params).collect(),
             keyed,
@@ -135,6 +136,15 @@ impl Backend for Redis {
         let connected = match tokio::time::timeout(connect_timeout, core.connect(&probe_base)).await
         {
             Ok(Ok(())) => true,
+            // The Sentinels name no master: a name they do not know is a
+            // configuration error, but a known master that is down (a
+            // failover under way, no replica to promote) is an outage.
+            Ok(Err(e)) if e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel => {
+                match link.sentinels_know_master(connect_timeout).await {
+                    Some(false) => return Err(ConfigError::Target(Arc::new(e))),
+                    _ => false,
+                }
+            }
             Ok(Err(e)) => match misconfigured(e) {
                 Ok(config) => return Err(config),
                 Err(_outage) => false,

@@ -124,3 +124,48 @@ fn an_unknown_master_name_is_a_config_error() -> TestResult {
         Ok(())
     })
 }
+
+/// A service started while its Sentinel-named master is down (the
+/// Sentinels know the name but have no master to give) starts on the
+/// failure policy and follows the master once the Sentinels name one
+/// again; only a name no Sentinel knows is a configuration error.
+#[test]
+fn a_master_down_at_start_up_is_an_outage_not_an_error() -> TestResult {
+    let Some(mut set) = RedisSentinels::start_or_skip("sentinel master down at start", 0, 1)?
+    else {
+        return Ok(());
+    };
+    let port = set.kill_master()?;
+    // Long enough for the Sentinel to call the master down.
+    std::thread::sleep(set.down_after() + Duration::from_millis(1500));
+    let target = Target::sentinel(set.urls(), RedisSentinels::MASTER);
+    let limiter = rt()?.block_on(async {
+        RedisLimiter::builder(Gcra::new(Quota::per_second(nz(10))))
+            .prefix(unique_prefix("sentineldown"))
+            .backoff(Duration::from_millis(50))
+            .connect(target)
+            .await
+    });
+    let limiter = match limiter {
+        Ok(limiter) => limiter,
+        Err(e) => panic!("a master down at start-up is not an error: {e:?}"),
+    };
+    rt()?.block_on(async {
+        let answer = limiter.check_verbose("k", 1).await?;
+        assert_ne!(answer.source, Source::Store, "{answer:?}");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    set.server(port).ok_or("the master")?.restart()?;
+    rt()?.block_on(async {
+        let mut back = false;
+        for _ in 0..300 {
+            if limiter.check_verbose("k", 1).await?.source == Source::Store {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(back, "the master never decided after it came back");
+        Ok(())
+    })
+}
