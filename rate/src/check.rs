@@ -25,7 +25,7 @@
 //! `RateLimitLayer::settle`).
 
 use crate::decision::{Decision, NeverAllowed, Receipt};
-#[allow(unused_imports)] // doc links
+#[cfg(doc)] // for the docs' links only: the module imports nothing above it
 use crate::{KeyedLimiter, Limiter, SketchLimiter};
 use std::future::Future;
 

@@ -2,7 +2,7 @@
 //! the failure policy answered if it did.
 
 use crate::StoreError;
-#[allow(unused_imports)] // doc links
+#[cfg(doc)] // for the docs' links only: the module imports nothing above it
 use crate::{FailurePolicy, PreAggregation};
 use weir_rate::Decision;
 
