@@ -89,3 +89,47 @@ pub async fn allowed<B: Backend>(
     }
     (store, fallback)
 }
+
+/// Checks the stated bound of a store limiter under stalls, and prints
+/// the figures: `calm` and `stalled` are [`allowed`]'s counts (by the
+/// store, by the fallback) of runs without and with stalls, `bound` what
+/// one instance may admit in the run (burst + rate × time). Without stalls
+/// the store holds the limit exactly, unless a loaded machine made calls
+/// miss the timeout too (then, as under stalls, each of the `instances`
+/// may admit `bound`); with them the fallback must have answered, and the
+/// instances together admit at most `instances × bound`.
+pub fn assert_bounded(
+    store: &str,
+    instances: u32,
+    bound: u32,
+    calm: (u32, u32),
+    stalled: (u32, u32),
+) {
+    let ((calm_store, calm_fallback), (by_store, by_fallback)) = (calm, stalled);
+    eprintln!(
+        "{store}, {instances} instance(s): no stalls {} ({calm_store} by the store), stalls {} \
+         ({by_store} by the store, {by_fallback} by the fallback), bound {}",
+        calm_store + calm_fallback,
+        by_store + by_fallback,
+        bound * instances
+    );
+    let calm_bound = if calm_fallback == 0 {
+        bound
+    } else {
+        bound * instances
+    };
+    assert!(
+        calm_store + calm_fallback <= calm_bound,
+        "{store}, no stalls: {calm_store} + {calm_fallback}, bound {calm_bound}"
+    );
+    assert!(
+        by_fallback > 0,
+        "{store}: the fallback never answered: the server never stalled"
+    );
+    assert!(
+        by_store + by_fallback <= bound * instances,
+        "{store}, {instances} instance(s): {by_store} by the store + {by_fallback} by the \
+         fallback, bound {}",
+        bound * instances
+    );
+}

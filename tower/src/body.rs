@@ -79,7 +79,13 @@ pin_project! {
             if let (Some(guard), Some(watch), Some(drain)) = (this.guard.as_mut(), *this.watch, *this.drain)
                 && !std::thread::panicking()
             {
-                drain(this.inner, guard, watch);
+                // A body that panics when polled once more must not take
+                // the connection's task down from a drop: it is then
+                // settled as it stands.
+                let inner = this.inner;
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drain(inner, guard, watch);
+                }));
             }
         }
     }

@@ -317,34 +317,7 @@ fn a_server_stalling_ten_times_a_second_never_loosens_the_limit() -> TestResult 
                 allowed.push(stalls::allowed(&limiters, "k", 8, run).await);
                 drop(stalls);
             }
-            let [(calm, calm_fallback), (store, fallback)] = allowed[..] else {
-                unreachable!("two runs")
-            };
-            eprintln!(
-                "{instances} instance(s): no stalls {calm} (+{calm_fallback}), stalls {} \
-                 ({store} by Memcached, {fallback} by the fallback), bound {}",
-                store + fallback,
-                bound * instances
-            );
-            // Without stalls the store holds the limit exactly, unless a
-            // loaded machine made calls miss the timeout too.
-            let calm_bound = if calm_fallback == 0 {
-                bound
-            } else {
-                bound * instances
-            };
-            assert!(
-                calm + calm_fallback <= calm_bound,
-                "{calm} + {calm_fallback}"
-            );
-            assert!(
-                fallback > 0,
-                "the fallback never answered: the server never stalled"
-            );
-            assert!(
-                store + fallback <= bound * instances,
-                "{instances} instance(s): {store} by Memcached + {fallback} by the fallback"
-            );
+            stalls::assert_bounded("Memcached", instances, bound, allowed[0], allowed[1]);
         }
         Ok(())
     })

@@ -174,12 +174,18 @@ fn users_the_scripts_would_be_refused_are_config_errors_at_connect() -> TestResu
                 "{user}, all-of: {both:?}"
             );
         }
-        // The probe leaves nothing a limiter reads: the key is fresh.
-        let ok = RedisLimiter::builder(Gcra::new(quota))
+        // A user that does not exist yet is refused too; once it exists
+        // with the documented rules it connects, and the probes run by
+        // every connect above left nothing a limiter reads: the key the
+        // probes are named after (`weir`) has its whole quota.
+        let missing = RedisLimiter::builder(Gcra::new(quota))
             .prefix(prefix.clone())
             .connect(Target::server(with_login(&server, "weir", "s3cret")))
             .await;
-        assert!(matches!(ok, Err(ConfigError::Rejected(_))), "no such user");
+        assert!(
+            matches!(missing, Err(ConfigError::Rejected(_))),
+            "no such user: {missing:?}"
+        );
         server.add_user("weir", "s3cret", &full)?;
         let l = RedisLimiter::builder(Gcra::new(quota))
             .prefix(prefix.clone())
