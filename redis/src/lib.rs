@@ -69,7 +69,8 @@
 //!   of the limiter's own shapes (`…}:probe`, which no limiter key is,
 //!   gone a millisecond later). A wrong password, a user without these commands
 //!   or without the prefix's keys (for reading and writing), or a
-//!   certificate either side does not trust is a
+//!   certificate either side does not trust, or a plain `redis://`
+//!   address whose server speaks only TLS, is a
 //!   [`ConfigError::Rejected`] from `connect`, never a limiter that
 //!   quietly decides by its failure policy. A permission taken away while
 //!   the limiter serves (an ACL changed, a password rotated) is a
@@ -132,6 +133,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod call;
+mod handshake;
 mod link;
 mod params;
 mod scripts;

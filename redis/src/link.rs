@@ -216,6 +216,23 @@ impl Link {
         answered.then_some(false)
     }
 
+    /// The first plain (`redis://`) address of the target whose server
+    /// answers only TLS, as `host:port`, asked within `within` each; for a
+    /// connection at start-up that the server hung up on.
+    pub(crate) async fn plain_address_speaking_tls(&self, within: Duration) -> Option<String> {
+        for url in self.spec.urls().filter(|u| u.starts_with("redis://")) {
+            let Ok(info) = url.into_connection_info() else {
+                continue;
+            };
+            if let redis::ConnectionAddr::Tcp(host, port) = info.addr() {
+                if crate::handshake::speaks_tls(host, *port, within).await {
+                    return Some(format!("{host}:{port}"));
+                }
+            }
+        }
+        None
+    }
+
     /// Forget connection `generation` if `error` says it will never decide
     /// again; a newer connection is kept.
     pub(crate) fn discard_on(&self, generation: u64, error: &redis::RedisError) {

@@ -147,6 +147,14 @@ impl Backend for Redis {
             }
             Ok(Err(e)) => match misconfigured(e) {
                 Ok(config) => return Err(config),
+                // A server that hangs up on a plain client may be one that
+                // speaks only TLS, which no probe would ever get past.
+                Err(outage) if outage.is_io_error() || outage.is_connection_dropped() => {
+                    match link.plain_address_speaking_tls(connect_timeout).await {
+                        Some(address) => return Err(needs_tls(&address)),
+                        None => false,
+                    }
+                }
                 Err(_outage) => false,
             },
             Err(_) => false,
@@ -218,4 +226,13 @@ impl Backend for Redis {
             .await
             .map(|_| ())
     }
+}
+
+/// The configuration error for a plain address whose server speaks only
+/// TLS.
+fn needs_tls(address: &str) -> ConfigError {
+    ConfigError::Rejected(Arc::new(std::io::Error::other(format!(
+        "the server at {address} speaks only TLS: give a `rediss://` address \
+         (weir-redis's `tls` feature)"
+    ))))
 }

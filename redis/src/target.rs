@@ -127,7 +127,9 @@ impl Target {
     ///
     /// A certificate the client does not trust, or a server that refuses
     /// the client's, is a [`ConfigError::Rejected`](weir_store::ConfigError::Rejected)
-    /// at connect, never a quiet fallback.
+    /// at connect, never a quiet fallback; so is a plain `redis://`
+    /// address whose server hangs up on plain text and answers a TLS
+    /// handshake (it needs `rediss://`).
     ///
     /// ```no_run
     /// use weir_redis::{Target, Tls};

@@ -241,6 +241,45 @@ fn a_permission_revoked_while_serving_is_a_refusal() -> TestResult {
     })
 }
 
+/// A plain `redis://` address pointed at a server that speaks only TLS is
+/// a configuration error saying TLS is needed, not a quiet outage: the
+/// server hangs up on plain text, which on its own looks like a store
+/// that is down.
+#[test]
+fn a_plain_address_at_a_tls_port_is_rejected_as_needing_tls() -> TestResult {
+    if !weir_test_support::redis_server::available_or_skip("plain to tls")? {
+        return Ok(());
+    }
+    let authority = weir_test_support::redis_server::CertificateAuthority::new()?;
+    let server = RedisServer::start_tls(
+        &authority,
+        weir_test_support::redis_server::ClientCertificates::Ignored,
+    )?;
+    let plain = server
+        .tls_url()
+        .ok_or("no TLS port")?
+        .replace("rediss://", "redis://");
+    rt()?.block_on(async {
+        let connected = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .prefix(unique_prefix("plain-tls"))
+            .connect(Target::server(plain))
+            .await;
+        match connected {
+            Err(ConfigError::Rejected(e)) => {
+                assert!(e.to_string().contains("rediss://"), "{e}");
+            }
+            other => panic!("expected Rejected, got {:?}", other.map(|_| "a limiter")),
+        }
+        // The server's plain port, by contrast, decides.
+        let l = RedisLimiter::builder(Gcra::new(Quota::per_hour(nz(5))))
+            .prefix(unique_prefix("plain-tls"))
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(allowed_on_redis(&l, "k", 8).await?, 5);
+        Ok(())
+    })
+}
+
 #[cfg(feature = "tls")]
 mod tls {
     use super::*;
