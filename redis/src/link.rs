@@ -224,10 +224,10 @@ impl Link {
             let Ok(info) = url.into_connection_info() else {
                 continue;
             };
-            if let redis::ConnectionAddr::Tcp(host, port) = info.addr() {
-                if crate::handshake::speaks_tls(host, *port, within).await {
-                    return Some(format!("{host}:{port}"));
-                }
+            if let redis::ConnectionAddr::Tcp(host, port) = info.addr()
+                && crate::handshake::speaks_tls(host, *port, within).await
+            {
+                return Some(format!("{host}:{port}"));
             }
         }
         None
