@@ -12,6 +12,7 @@ use crate::telemetry::AnswerMetrics;
 use crate::{Backend, ConfigError, FailurePolicy, Kind, Limit, Plan, StoreAlgorithm, StoreLimiter};
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 /// The most limits an all-of limiter decides together ([`Builder::and`]).
@@ -210,6 +211,7 @@ impl<B: Backend> Builder<B> {
                 policy,
                 batcher,
                 leases: self.leases.map(Leases::new),
+                waiting_refunds: AtomicUsize::new(0),
             }),
         })
     }

@@ -114,6 +114,12 @@ impl Health {
         down != 0 && self.now_nanos() < down
     }
 
+    /// How long `cell` skips the store from now on (zero if it does not).
+    pub(crate) fn skipped_for(&self, cell: usize) -> Duration {
+        let down = self.down_until[cell].load(Ordering::Relaxed);
+        Duration::from_nanos(down.saturating_sub(self.now_nanos()))
+    }
+
     /// May a call go to `cell` at `now` (ns)? `Ok(None)`: the cell is
     /// healthy; `Ok(Some(probe))`: its back-off is over and this caller
     /// probes; `Err(())`: skip the store (someone else probes, or the

@@ -15,7 +15,8 @@ use std::fmt;
 use std::future::{Future, ready};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use weir_rate::wait::{Jitter, until_allowed};
 use weir_rate::{
     CheckKeyAsync, Decision, NeverAllowed, Quota, Receipt, SettleKey, Settlement, Spending,
@@ -61,7 +62,18 @@ pub(crate) struct Inner<B: Backend> {
     pub(crate) policy: FailurePolicy,
     pub(crate) batcher: Option<Batcher<B::Key>>,
     pub(crate) leases: Option<Leases>,
+    /// Refunds waiting out a back-off ([`StoreLimiter::refund`]), at most
+    /// [`WAITING_REFUNDS`].
+    pub(crate) waiting_refunds: AtomicUsize,
 }
+
+/// The most refunds one limiter keeps waiting for the store after a
+/// failure; one more fails at once (its units stay spent: tighter, never
+/// looser). Each is a small future its caller holds.
+const WAITING_REFUNDS: usize = 4096;
+
+/// The longest a refund waits for the store to answer again.
+const REFUND_PATIENCE: Duration = Duration::from_secs(30);
 
 impl<B: Backend> fmt::Debug for StoreLimiter<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,7 +184,10 @@ impl<B: Backend> StoreLimiter<B> {
                 _ => return answer,
             }
         }
-        let _ = local.charge(key, cost);
+        let mut answer = answer;
+        if let Some(decision) = shadowed(&answer.decision, local.charge(key, cost)) {
+            answer.decision = decision;
+        }
         answer
     }
 
@@ -239,7 +254,7 @@ impl<B: Backend> StoreLimiter<B> {
             && decision.is_allowed()
             && let Some(local) = self.inner.policy.local()
         {
-            let _ = local.charge(key, cost);
+            return Ok(shadowed(&decision, local.charge(key, cost)).unwrap_or(decision));
         }
         Ok(decision)
     }
@@ -340,10 +355,9 @@ impl<B: Backend> StoreLimiter<B> {
         match charged {
             Ok(receipt) => {
                 // Counted locally too, as the store's admissions are.
-                if let Some(local) = self.inner.policy.local() {
-                    let _ = local.charge(key, cost);
-                }
-                Ok(receipt)
+                let local = self.inner.policy.local();
+                let shadow = local.and_then(|l| l.charge(key, cost));
+                Ok(shadow.map_or(receipt, |s| receipt.counted_locally(s)))
             }
             Err(e) => {
                 let local = self.inner.policy.local();
@@ -361,8 +375,10 @@ impl<B: Backend> StoreLimiter<B> {
     /// once.
     ///
     /// A refund goes where the spending was counted: a receipt from the
-    /// store to the store, one from the failure policy's local limiter (a
-    /// decision made while the store was down) to that limiter.
+    /// store to the store (and to the failure policy's local limiter,
+    /// which counts the store's admissions too, once the store has given
+    /// them back), one from the local limiter (a decision made while the
+    /// store was down) to that limiter.
     ///
     /// # Errors
     ///
@@ -386,10 +402,60 @@ impl<B: Backend> StoreLimiter<B> {
         let caller = &*self.inner.caller;
         let store_key = caller.backend.key(key);
         let cell = caller.backend.cell(&store_key);
-        self.on_store(cell, |deadline, _| {
-            caller.bounded(deadline, caller.backend.refund(&store_key, receipt))
-        })
-        .await
+        let refund = || {
+            self.on_store(cell, |deadline, _| {
+                caller.bounded(deadline, caller.backend.refund(&store_key, receipt))
+            })
+        };
+        match refund().await {
+            Ok(()) => {}
+            // Skipped, so certainly never sent: wait for the store and
+            // try again. (A call that timed out may have landed: trying it
+            // again could give the units back twice.)
+            Err(StoreError::BackingOff) => self.refund_when_back(cell, refund).await?,
+            Err(e) => return Err(e),
+        }
+        // The fallback counted these units too (it shadows the store):
+        // given back there as well, or a stall would find them spent.
+        if let (Some(shadow), Some(local)) = (receipt.fallback(), self.inner.policy.local()) {
+            local.refund(key, shadow);
+        }
+        Ok(())
+    }
+
+    /// A refund the back-off skipped, tried again each time the back-off
+    /// lets a call through, for up to the longest window of the limits
+    /// (after which there is nothing left to give back) or
+    /// [`REFUND_PATIENCE`]; one of at most [`WAITING_REFUNDS`].
+    async fn refund_when_back<F, Fut>(&self, cell: usize, refund: F) -> Result<(), StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), StoreError>>,
+    {
+        let inner = &*self.inner;
+        let waiting = &inner.waiting_refunds;
+        if waiting.fetch_add(1, Ordering::Relaxed) >= WAITING_REFUNDS {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(StoreError::BackingOff);
+        }
+        let _waiting = Waiting(waiting);
+        let window = inner.limits.iter().map(|l| l.quota().window()).max();
+        let patience = window.map_or(REFUND_PATIENCE, |w| w.min(REFUND_PATIENCE));
+        let give_up = Instant::now() + patience;
+        loop {
+            let skipped = inner.caller.health.skipped_for(cell);
+            // A little past the back-off's end, so another caller's probe
+            // has usually answered by then; never a busy loop.
+            let pause = skipped + inner.caller.health.backoff().min(Duration::from_millis(10));
+            if Instant::now() + pause >= give_up {
+                return Err(StoreError::BackingOff);
+            }
+            tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
+            match refund().await {
+                Err(StoreError::BackingOff) => {}
+                result => return result,
+            }
+        }
     }
 
     fn log_down(&self, cell: usize, error: &StoreError) {
@@ -479,5 +545,25 @@ impl<B: Backend, Q: fmt::Display + ?Sized> SettleKey<Q> for StoreLimiter<B> {
                 Settlement::Charge(more) => limiter.charge(&key, more).await.map(|_| ()),
             }
         })
+    }
+}
+
+/// `decision` (an admission by the store) with the receipt of the same
+/// units counted on the fallback, if it counted them.
+fn shadowed(decision: &Decision, local: Option<Receipt>) -> Option<Decision> {
+    let remote = decision.receipt()?;
+    Some(
+        decision
+            .clone()
+            .with_receipt(remote.counted_locally(local?)),
+    )
+}
+
+/// One refund counted in [`Inner::waiting_refunds`] while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -79,8 +79,11 @@
 //! per-header one caps what a client gains by inventing header values.
 //! When an inner weir layer refuses, an outer layer that settles (any
 //! [`Settle`] rule, [`Settle::admitted`] to keep the check's cost) gives
-//! back what it spent; a plain outer layer keeps it, because it holds
-//! neither key nor decision past its check.
+//! back what it spent, and so it does when the client hangs up before the
+//! request got past the layers inside (during a check's round trip to a
+//! store, its own included): its limit is spent by exactly the requests
+//! that reached the service. A plain outer layer keeps what it spent,
+//! because it holds neither key nor decision past its check.
 //!
 //! ```
 //! use std::net::IpAddr;

@@ -35,7 +35,14 @@ pub struct Receipt {
     /// process: a store's limiter refunds such a receipt on the store and
     /// any other on its local fallback, where that spending was counted.
     remote: bool,
+    /// Of a remote receipt: the instant the same spending was also counted
+    /// on the store limiter's local fallback ([`NOT_COUNTED`] if it was
+    /// not), so that a refund gives it back there too.
+    fallback_at_ns: u64,
 }
+
+/// [`Receipt::fallback_at_ns`] of a spending the fallback did not count.
+const NOT_COUNTED: u64 = u64::MAX;
 
 impl Receipt {
     /// A spending of `cost` charged at `at_ns`, in process.
@@ -45,6 +52,7 @@ impl Receipt {
             at_ns,
             cost,
             remote: false,
+            fallback_at_ns: NOT_COUNTED,
         }
     }
 
@@ -65,6 +73,7 @@ impl Receipt {
             at_ns,
             cost,
             remote: true,
+            fallback_at_ns: NOT_COUNTED,
         }
     }
 
@@ -86,6 +95,41 @@ impl Receipt {
     #[inline]
     pub fn cost(self) -> u32 {
         self.cost
+    }
+
+    /// This remote spending, also counted on a local limiter by `local`
+    /// (that limiter's receipt for the same units): what a store-backed
+    /// limiter hands out when its fallback shadows the store, so that a
+    /// refund gives the units back in both places. Of a receipt that is
+    /// not remote, itself.
+    ///
+    /// ```
+    /// use weir_rate::{nonzero, Gcra, Quota, RateLimiter, Receipt};
+    ///
+    /// let fallback = RateLimiter::new(Gcra::new(Quota::per_second(nonzero!(5))));
+    /// let local = fallback.charge(2);
+    /// let on_store = Receipt::remote(1_700_000_000_000_000_000, 2);
+    /// assert_eq!(on_store.fallback(), None);
+    /// assert_eq!(on_store.counted_locally(local).fallback(), Some(local));
+    /// ```
+    #[inline]
+    pub fn counted_locally(self, local: Receipt) -> Self {
+        if !self.remote || local.remote {
+            return self;
+        }
+        Self {
+            fallback_at_ns: local.at_ns,
+            ..self
+        }
+    }
+
+    /// The local limiter's receipt for this remote spending, if it was
+    /// also counted there ([`counted_locally`](Self::counted_locally)),
+    /// for the same units.
+    #[inline]
+    pub fn fallback(self) -> Option<Receipt> {
+        (self.remote && self.fallback_at_ns != NOT_COUNTED)
+            .then(|| Receipt::new(self.fallback_at_ns, self.cost))
     }
 
     /// `cost` units of this spending (at most all of it), charged at the

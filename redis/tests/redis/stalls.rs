@@ -527,3 +527,93 @@ fn a_store_stalling_ten_times_a_second_never_loosens_the_limit() -> TestResult {
     }
     Ok(())
 }
+
+/// What the store gives back, the fallback gives back too. A stacked
+/// layer refunds every request an inner limit refused; were the fallback
+/// to keep counting those units, a stall (and the window after it, while
+/// the store's admissions also need the fallback's room) would find the
+/// key spent when it has spent nothing.
+#[test]
+fn a_refund_on_the_store_is_given_back_on_the_fallback_too() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("refund reaches the fallback")? else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("no server process")?;
+    rt()?.block_on(async {
+        let backoff = Duration::from_millis(200);
+        let limiter = RedisLimiter::builder(FixedWindow::new(Quota::per_day(nz(5))))
+            .prefix(unique_prefix("refund-fallback"))
+            .timeout(Duration::from_millis(50))
+            .backoff(backoff)
+            .connect(Target::server(server.url()))
+            .await?;
+        for _ in 0..5 {
+            let spent = limiter.check_verbose("k", 1).await?;
+            assert_eq!(spent.source, Source::Store, "{:?}", spent.error);
+            assert!(spent.decision.is_allowed());
+            limiter.refund("k", &spent.decision).await?;
+        }
+        // Redis stalls: the fallback decides, and the key spent nothing.
+        let frozen = Frozen::freeze(pid)?;
+        let stalled = limiter.check_verbose("k", 1).await?;
+        drop(frozen);
+        assert_eq!(stalled.source, Source::Local, "{:?}", stalled.error);
+        assert!(
+            stalled.decision.is_allowed(),
+            "the fallback still counts the refunded units"
+        );
+        // Back on Redis, within the window after the stall: Redis and the
+        // fallback together admit the rest of the day's 5, no more.
+        tokio::time::sleep(backoff + Duration::from_millis(50)).await;
+        let mut allowed = 0;
+        for _ in 0..8 {
+            allowed += u32::from(limiter.check("k").await.is_allowed());
+        }
+        assert_eq!(allowed, 4, "one of the 5 went to the stall");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// A refund asked for while Redis is being skipped after a failure (the
+/// back-off, when no call goes out) is not lost: it waits for the store
+/// to answer again and lands then, so the key gets its units back.
+#[test]
+fn a_refund_during_the_back_off_lands_when_the_store_is_back() -> TestResult {
+    let Some(server) = RedisServer::start_or_skip("refund survives a back-off")? else {
+        return Ok(());
+    };
+    let pid = server.pid().ok_or("no server process")?;
+    rt()?.block_on(async {
+        let limiter = RedisLimiter::builder(FixedWindow::new(Quota::per_day(nz(3))))
+            .prefix(unique_prefix("refund-backoff"))
+            .timeout(Duration::from_millis(50))
+            .backoff(Duration::from_millis(300))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url()))
+            .await?;
+        let mut spent = Vec::new();
+        for _ in 0..3 {
+            let d = limiter.check_verbose("k", 1).await?;
+            assert_eq!(d.source, Source::Store, "{:?}", d.error);
+            spent.push(d.decision);
+        }
+        // A stall starts the back-off; the refunds are asked for during it.
+        let frozen = Frozen::freeze(pid)?;
+        let stalled = limiter.check_verbose("other", 1).await?;
+        drop(frozen);
+        assert_eq!(stalled.source, Source::FailClosed);
+        assert!(limiter.is_backing_off("k"));
+        for d in &spent {
+            tokio::time::timeout(Duration::from_secs(5), limiter.refund("k", d)).await??;
+        }
+        // Every unit is back on Redis.
+        let mut allowed = 0;
+        for _ in 0..5 {
+            let d = limiter.check_verbose("k", 1).await?;
+            assert_eq!(d.source, Source::Store, "{:?}", d.error);
+            allowed += u32::from(d.decision.is_allowed());
+        }
+        assert_eq!(allowed, 3);
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

@@ -31,7 +31,7 @@ mod cost;
 
 use super::key::KeyExtractor;
 use super::response::Unkeyed;
-use super::settle::{Finish, Settle, SettleBody, SettleGuard, Settler};
+use super::settle::{Finish, Passage, Settle, SettleBody, SettleGuard, Settler};
 use crate::telemetry::Outcome;
 use http::{Request, Response, StatusCode};
 use std::future::Future;
@@ -456,13 +456,14 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let settler: Arc<dyn Settler<X::Key>> = self.layer.clone();
+        let passage = Passage::of(request.extensions_mut());
         self.admit(request, move |key, decision, checked| {
             // Only a spending can be settled: a denial let through (shadow
             // mode) spent nothing and is owed nothing.
             (decision.is_allowed() && decision.is_conforming())
-                .then(|| SettleGuard::new(settler, key, decision.clone(), checked))
+                .then(|| SettleGuard::new(settler, key, decision.clone(), checked, passage))
         })
     }
 }
@@ -498,7 +499,7 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
     /// Decide for `request`, then answer it or call the inner service;
     /// `ticket` makes what an admitted request carries to its response
     /// from its key, its decision and the cost checked.
-    fn admit<B, ResBody, T: Send + 'static>(
+    fn admit<B, ResBody, T: Finish<ResBody> + Send + 'static>(
         &mut self,
         request: Request<B>,
         ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
@@ -532,13 +533,19 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         let decision = outcome.as_ref().ok().cloned();
         match self.layer.answering.next(outcome) {
             Next::Answer(response) => answered(response),
-            Next::Forward(headers) => RateLimitFuture {
-                state: RateLimitFutureState::Calling {
-                    future: self.inner.call(request),
-                    headers: Some(headers),
-                    ticket: decision.and_then(|decision| ticket(key, &decision, cost)),
-                },
-            },
+            Next::Forward(headers) => {
+                let mut ticket = decision.and_then(|decision| ticket(key, &decision, cost));
+                if let Some(t) = &mut ticket {
+                    t.handed_on();
+                }
+                RateLimitFuture {
+                    state: RateLimitFutureState::Calling {
+                        future: self.inner.call(request),
+                        headers: Some(headers),
+                        ticket,
+                    },
+                }
+            }
         }
     }
 
@@ -551,9 +558,9 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
     /// delay has passed: a request waiting on a round trip, which may yet
     /// be denied, or waiting its turn, must not hold capacity the origin's
     /// admitted requests need.
-    fn wait_for<B, ResBody, T: Send + 'static>(
+    fn wait_for<B, ResBody, T: Finish<ResBody> + Send + 'static>(
         &mut self,
-        check: impl Future<Output = Result<Decision, NeverAllowed>> + Send + 'static,
+        check: impl Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static,
         request: Request<B>,
         (key, cost): (X::Key, u32),
         ticket: impl FnOnce(X::Key, &Decision, u32) -> Option<T> + Send + 'static,
@@ -571,12 +578,24 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         let mut inner = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, inner.clone()));
         let answering = self.layer.answering.clone();
+        // Counted from now, synchronously: a settling layer outside may be
+        // dropped before this future is first polled.
+        let checking = Passage::checking(request.extensions());
         let future = Box::pin(async move {
-            let outcome = check.await;
+            let make_ticket = move |d: &Decision| ticket(key, d, cost);
+            let mut in_flight = InFlight::new(check, make_ticket, T::SETTLES);
+            let (outcome, make_ticket) = in_flight.answer().await;
             let decision = outcome.as_ref().ok().cloned();
             match answering.next(outcome) {
-                Next::Answer(response) => Ok((response, None)),
+                Next::Answer(response) => {
+                    checking.passed();
+                    Ok((response, None))
+                }
                 Next::Forward(headers) => {
+                    // Made at once: dropped while the request waits its
+                    // turn, a settling layer's ticket gives back what its
+                    // check spent.
+                    let mut ticket = decision.as_ref().and_then(make_ticket);
                     // A shaper admits now and tells the request when to
                     // leave; forwarding it at once would pass the burst on.
                     let delay = answering.delay(decision.as_ref());
@@ -584,10 +603,10 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
                         weir_timeout::sleep(delay).await;
                     }
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    // Made only once the request is admitted and the
-                    // service ready: a ticket dropped settles nothing,
-                    // but there is no point carrying it through waits.
-                    let ticket = decision.and_then(|decision| ticket(key, &decision, cost));
+                    if let Some(t) = &mut ticket {
+                        t.handed_on();
+                    }
+                    checking.passed();
                     let mut response = inner.call(request).await?;
                     headers.apply(&mut response);
                     Ok((response, ticket))
@@ -596,6 +615,80 @@ impl<S, Ch, X, F, P> RateLimitService<S, Ch, X, F, P> {
         });
         RateLimitFuture {
             state: RateLimitFutureState::Waiting { future },
+        }
+    }
+}
+
+/// A check on its way to its limiter, with what makes its request's
+/// ticket from the decision. Dropped before the check answers (the client
+/// hung up during a round trip to a store), a settling layer's check is
+/// finished on the runtime, since the store may charge it all the same,
+/// and an admission it makes becomes a ticket that is dropped unsent,
+/// which gives the units back. Any other layer's is simply dropped.
+struct InFlight<C, M, T>
+where
+    C: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static,
+    M: FnOnce(&Decision) -> Option<T> + Send + 'static,
+    T: Send + 'static,
+{
+    check: Option<C>,
+    make_ticket: Option<M>,
+    /// Whether the layer settles (only then is a dropped check finished).
+    settles: bool,
+}
+
+impl<C, M, T> InFlight<C, M, T>
+where
+    C: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static,
+    M: FnOnce(&Decision) -> Option<T> + Send + 'static,
+    T: Send + 'static,
+{
+    fn new(check: C, make_ticket: M, settles: bool) -> Self {
+        Self {
+            check: Some(check),
+            make_ticket: Some(make_ticket),
+            settles,
+        }
+    }
+
+    /// The check's outcome, and what makes the ticket.
+    async fn answer(&mut self) -> (Result<Decision, NeverAllowed>, M) {
+        let outcome = match &mut self.check {
+            Some(check) => check.await,
+            None => unreachable!("a check is answered once"),
+        };
+        self.check = None;
+        let make_ticket = self
+            .make_ticket
+            .take()
+            .unwrap_or_else(|| unreachable!("a check is answered once"));
+        (outcome, make_ticket)
+    }
+}
+
+impl<C, M, T> Drop for InFlight<C, M, T>
+where
+    C: Future<Output = Result<Decision, NeverAllowed>> + Send + Unpin + 'static,
+    M: FnOnce(&Decision) -> Option<T> + Send + 'static,
+    T: Send + 'static,
+{
+    fn drop(&mut self) {
+        let (Some(check), Some(make_ticket)) = (self.check.take(), self.make_ticket.take()) else {
+            return;
+        };
+        if !self.settles {
+            return;
+        }
+        // A limiter that waits runs on a runtime; without one the check
+        // cannot be finished, and its units stay spent (tighter, never
+        // looser).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Ok(decision) = check.await {
+                    // Never handed on: dropping it gives the units back.
+                    drop(make_ticket(&decision));
+                }
+            });
         }
     }
 }

@@ -20,6 +20,7 @@ use super::body::{CountedBody, Seen};
 use crate::response::Refused;
 use crate::telemetry::{Settled, Settlements};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+pub(crate) use passage::Passage;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -481,7 +482,11 @@ struct Head {
 /// future, then held by the response body ([`SettleBody`]) until it ends;
 /// the settlement runs when it is dropped, exactly once. A request that
 /// never got a response (its future dropped, the service failed) keeps
-/// what its check charged.
+/// what its check charged, unless it never reached the service inside:
+/// its client hung up while this layer's check was on its way to a store
+/// (the check is finished in the background and its units given back),
+/// while it waited its turn, or while a weir layer inside was still
+/// deciding. Nothing was done for it, and it costs nothing.
 ///
 /// ```
 /// use axum::body::Body;
@@ -514,6 +519,10 @@ pub struct SettleGuard<K> {
     body_bytes: u64,
     trailers: Option<HeaderMap>,
     completed: bool,
+    /// How far the request got through the weir layers inside.
+    passage: Passage,
+    /// The request went on to the service inside this layer.
+    handed_on: bool,
 }
 
 /// The response body of a settling [`RateLimitLayer`](super::RateLimitLayer):
@@ -538,6 +547,7 @@ impl<K> SettleGuard<K> {
         key: K,
         admitted: Decision,
         checked: u32,
+        passage: Passage,
     ) -> Self {
         Self {
             settler,
@@ -548,6 +558,8 @@ impl<K> SettleGuard<K> {
             body_bytes: 0,
             trailers: None,
             completed: false,
+            passage,
+            handed_on: false,
         }
     }
 
@@ -563,6 +575,13 @@ impl<K> SettleGuard<K> {
 impl<K> Drop for SettleGuard<K> {
     fn drop(&mut self) {
         let Some(head) = self.head.take() else {
+            // Never handed on (its client left while the check answered
+            // or the request waited its turn), or stopped at a weir check
+            // inside: nothing was done for it.
+            if !self.handed_on || self.passage.stopped_inside() {
+                self.settler
+                    .settle(&self.key, &self.admitted, self.checked, 0);
+            }
             return;
         };
         let rule = self.settler.rule();
@@ -599,6 +618,15 @@ pub trait Finish<B>: Sized {
     /// The body of the response handed on.
     type Body;
 
+    /// Whether a ticket settles: a check dropped before it answers is then
+    /// finished in the background, and what it spent given back.
+    #[doc(hidden)]
+    const SETTLES: bool = false;
+
+    /// The request goes on to the service inside, carrying this ticket.
+    #[doc(hidden)]
+    fn handed_on(&mut self) {}
+
     /// `response`, with `ticket` (if any) attached.
     fn finish(ticket: Option<Self>, response: Response<B>) -> Response<Self::Body>;
 }
@@ -614,6 +642,12 @@ impl<B> Finish<B> for () {
 
 impl<B: http_body::Body, K> Finish<B> for SettleGuard<K> {
     type Body = SettleBody<B, K>;
+
+    const SETTLES: bool = true;
+
+    fn handed_on(&mut self) {
+        self.handed_on = true;
+    }
 
     fn finish(ticket: Option<Self>, response: Response<B>) -> Response<Self::Body> {
         let Some(mut guard) = ticket else {
@@ -637,5 +671,6 @@ impl<B: http_body::Body, K> Finish<B> for SettleGuard<K> {
     }
 }
 
+mod passage;
 #[cfg(test)]
 mod tests;

@@ -540,4 +540,5 @@ mod failures;
 mod hangups;
 mod local;
 mod on_redis;
+mod stacked;
 mod throttled;
