@@ -24,6 +24,7 @@ pub mod limits;
 pub mod memcached;
 pub mod rate;
 pub mod redis;
+pub mod stalls;
 pub mod timeout;
 
 /// The README's quick-start snippets, compiled and run as doc tests so the

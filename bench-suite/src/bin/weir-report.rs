@@ -21,6 +21,7 @@ const SECTIONS: &[Section] = &[
     ("rate", weir_bench_suite::rate::run, [15, 120]),
     ("redis", weir_bench_suite::redis::run, [70, 300]),
     ("memcached", weir_bench_suite::memcached::run, [40, 150]),
+    ("stalls", weir_bench_suite::stalls::run, [20, 80]),
     ("http", weir_bench_suite::http::run, [15, 45]),
     ("adaptive", weir_bench_suite::adaptive::run, [80, 110]),
     ("hhh", weir_bench_suite::hhh::run, [3, 25]),
