@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use std::cell::Cell;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-use weir_hhh::clock::{ManualClock, MonotonicClock, Timestamp};
+use weir_hhh::clock::{Clock, ManualClock, Timestamp};
 use weir_hhh::random::{ConstantRandom, RandomSource, SeededRandom};
 use weir_hhh::{Attribution, Classifier, FourTuple, Generalisation, UNKNOWN_PORT};
 use weir_primitives::random::SplitMix64;
@@ -190,8 +190,8 @@ fn tuple(src: &str, dst: &str) -> FourTuple {
 
 /// `pps` packets a second of `t` for `secs` seconds from `start` (ns);
 /// returns how many were not passed.
-fn honest<R: RandomSource>(
-    rake: &Classifier<MonotonicClock, R>,
+fn honest<C: Clock, R: RandomSource>(
+    rake: &Classifier<C, R>,
     t: &FourTuple,
     start: u64,
     pps: u64,
@@ -207,15 +207,25 @@ fn honest<R: RandomSource>(
         .count()
 }
 
-/// Wild times a caller might pass: far beyond the clock, and the end of its
-/// range.
-fn wild_times(now: u64) -> [(&'static str, Timestamp<MonotonicClock>); 3] {
+/// Wild times a caller might pass: far beyond the clock (a [`standing`]
+/// one), and the end of its range.
+fn wild_times(now: u64) -> [(&'static str, Timestamp<ManualClock>); 3] {
     let now = Timestamp::from_nanos(now);
     [
         ("a day ahead", now + Duration::from_secs(86_400)),
         ("now + Duration::MAX", now + Duration::MAX),
         ("u64::MAX ns", Timestamp::from_nanos(u64::MAX)),
     ]
+}
+
+/// A clock standing at 2 s, the time these tests' packets start from: a
+/// time a day after it is far beyond it. (The default clock counts from
+/// the Unix epoch, so on it these tests' times would all lie decades in
+/// the past.)
+fn standing() -> ManualClock {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(2));
+    clock
 }
 
 /// One packet of another key stamped far in the future must not freeze the
@@ -227,6 +237,7 @@ fn a_far_future_time_does_not_freeze_another_keys_cells() {
     for (what, wild) in wild_times(2_000_000_000) {
         let rake = Classifier::builder(100)
             .seed(3)
+            .clock(standing())
             .random(ConstantRandom(u32::MAX))
             .build()
             .unwrap();
@@ -261,6 +272,7 @@ fn a_key_stamped_in_the_future_is_judged_normally_again() {
     for (what, wild) in wild_times(2_000_000_000) {
         let rake = Classifier::builder(100)
             .seed(3)
+            .clock(standing())
             .random(ConstantRandom(u32::MAX))
             .build()
             .unwrap();
@@ -293,6 +305,7 @@ fn a_held_flood_stays_held_around_wild_times() {
     for (what, wild) in wild_times(2_000_000_000) {
         let rake = Classifier::builder(100)
             .seed(3)
+            .clock(standing())
             .random(SeededRandom::new(1))
             .build()
             .unwrap();

@@ -16,9 +16,12 @@
 //! one instance means the same instant to every other instance of its type;
 //! [`ManualClock`]s share a time only with their clones. A [`RecentClock`]
 //! trades up to a millisecond of staleness for a cheaper read of the
-//! monotonic clock's time. A [`WallClock`] reads time since the Unix epoch,
-//! the one time line different hosts share: for limits kept on a store
-//! with no clock of its own, and windows on calendar boundaries.
+//! monotonic clock's time. The monotonic clocks count from the Unix epoch
+//! as the system clock read it when the process started using them, so
+//! windows on them fall on calendar boundaries (a daily window from UTC
+//! midnight), as the stores' do. A [`WallClock`] reads the system clock
+//! itself at every call, following its steps: the one time line different
+//! hosts share, for limits kept on a store with no clock of its own.
 
 mod manual;
 mod recent;
@@ -156,8 +159,19 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The default clock: monotonic time from the CPU's time-stamp counter,
-/// calibrated against the OS clock, with its epoch at the first
-/// `MonotonicClock` the process created (all instances read the same time).
+/// calibrated against the OS clock, counting from the Unix epoch as the
+/// system clock read it when the process created its first
+/// `MonotonicClock` (all instances read the same time).
+///
+/// So its readings are close to Unix time, and windows aligned to
+/// multiples of their length on it (weir-rate's fixed and sliding
+/// windows) fall on the grid the stores use: a daily window from UTC
+/// midnight, an hourly one on the hour, in every process alike. It stays
+/// monotonic: a later step of the system clock moves it not at all, and
+/// slewing moves the two apart by at most the slew since the process
+/// started (milliseconds a day). For windows on another grid, give the
+/// limiter a clock of your own (any [`Clock`]), whose epoch is the grid's
+/// origin.
 ///
 /// Reading it is a counter read and a multiply, cheaper than
 /// `Instant::now()`; on a limiter's hot path the clock read matters. Where
@@ -189,6 +203,16 @@ pub struct MonotonicClock {
     /// The counter's calibration; `None` when it could not be calibrated
     /// and `origin` is on the OS clock.
     scale: Option<Scale>,
+    /// Unix time at `origin` (ns).
+    unix_at_origin: u64,
+}
+
+/// The system clock's reading now, in nanoseconds since the Unix epoch (0
+/// before it).
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, duration_to_nanos)
 }
 
 impl MonotonicClock {
@@ -199,6 +223,7 @@ impl MonotonicClock {
             .get_or_init(|| {
                 let counter = Tsc::global();
                 let scale = counter.scale();
+                let unix_at_origin = unix_nanos();
                 let origin = match scale {
                     Some(_) => counter.read(),
                     None => counter.os_nanos(),
@@ -207,6 +232,7 @@ impl MonotonicClock {
                     counter,
                     origin,
                     scale,
+                    unix_at_origin,
                 }
             })
             .clone()
@@ -222,16 +248,18 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        match self.scale {
+        let elapsed = match self.scale {
             Some(scale) => scale.nanos(self.counter.read().saturating_sub(self.origin)),
             None => self.counter.os_nanos().saturating_sub(self.origin),
-        }
+        };
+        self.unix_at_origin.saturating_add(elapsed)
     }
 }
 
-/// The OS monotonic clock (`std::time::Instant`), with its epoch at the
-/// first `StdClock` the process created (all instances read the same
-/// time): for platforms or deployments where the time-stamp counter is not
+/// The OS monotonic clock (`std::time::Instant`), counting from the Unix
+/// epoch as the system clock read it when the process created its first
+/// `StdClock` (all instances read the same time), as [`MonotonicClock`]
+/// does: for platforms or deployments where the time-stamp counter is not
 /// wanted.
 ///
 /// ```
@@ -244,14 +272,18 @@ impl Clock for MonotonicClock {
 #[derive(Debug, Clone, Copy)]
 pub struct StdClock {
     origin: Instant,
+    /// Unix time at `origin` (ns).
+    unix_at_origin: u64,
 }
 
 impl StdClock {
     /// The process's OS monotonic clock.
     pub fn new() -> Self {
-        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
+        let (origin, unix_at_origin) = *ORIGIN.get_or_init(|| (Instant::now(), unix_nanos()));
         Self {
-            origin: *ORIGIN.get_or_init(Instant::now),
+            origin,
+            unix_at_origin,
         }
     }
 }
@@ -265,8 +297,9 @@ impl Default for StdClock {
 impl Clock for StdClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        // Saturates after 584 years of uptime rather than wrapping.
-        duration_to_nanos(self.origin.elapsed())
+        // Saturates in 2554 rather than wrapping.
+        self.unix_at_origin
+            .saturating_add(duration_to_nanos(self.origin.elapsed()))
     }
 }
 
@@ -299,9 +332,7 @@ impl WallClock {
 impl Clock for WallClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, duration_to_nanos)
+        unix_nanos()
     }
 }
 

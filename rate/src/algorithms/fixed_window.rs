@@ -4,7 +4,10 @@ use crate::mode::Mode;
 use crate::quota::Quota;
 
 /// `limit` units per calendar window (windows aligned to multiples of the
-/// window length on the limiter's clock). One counter per key and the
+/// window length on the limiter's clock: on the default clock, which
+/// counts from the Unix epoch, a daily window runs from UTC midnight and
+/// an hourly one from the hour, as on Redis and Memcached; a clock of your
+/// own puts them on its grid). One counter per key and the
 /// cheapest check, but it forgets everything at each boundary: a client can
 /// spend `limit` just before and `limit` just after it, up to `2·limit` in a
 /// window-long interval.

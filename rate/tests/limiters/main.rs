@@ -9,3 +9,4 @@ mod keyed;
 mod settle;
 mod sizing;
 mod wait;
+mod windows;
