@@ -62,7 +62,8 @@
 //! Keys are spread over several [`Servers`] by rendezvous hashing of all
 //! but the window, the same in every instance; a key's counters all live on
 //! one server, and one server down sends only its keys to the failure
-//! policy.
+//! policy. A configuration file names them in one address,
+//! `memcached://host:port,host:port` ([`Servers::parse`]).
 //!
 //! # What a restart or eviction forgets
 //!

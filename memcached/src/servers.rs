@@ -43,6 +43,46 @@ impl Servers {
         }
     }
 
+    /// The servers one address names: `memcached://host:port,host:port,…`
+    /// (the scheme may be left out), the one syntax a configuration file
+    /// holds for them.
+    ///
+    /// ```
+    /// use weir_memcached::Servers;
+    ///
+    /// let servers = Servers::parse("memcached://10.0.0.1:11211,10.0.0.2:11211")?;
+    /// assert_eq!(servers, Servers::new(["10.0.0.1:11211", "10.0.0.2:11211"]));
+    /// # Ok::<(), weir_store::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`](weir_store::ConfigError::Invalid) for
+    /// another scheme, an empty host, or a host without its port.
+    pub fn parse(address: &str) -> Result<Self, weir_store::ConfigError> {
+        let invalid = weir_store::ConfigError::Invalid;
+        let hosts = match address.split_once("://") {
+            Some(("memcached", hosts)) => hosts,
+            Some(_) => return Err(invalid("a Memcached address's scheme is `memcached://`")),
+            None => address,
+        };
+        let hosts: Vec<&str> = hosts
+            .trim_end_matches('/')
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let well_formed = |h: &&str| {
+            h.rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        };
+        if !hosts.iter().all(well_formed) {
+            return Err(invalid(
+                "a Memcached address lists `host:port`, comma-separated",
+            ));
+        }
+        Ok(Self::new(hosts))
+    }
+
     /// One server.
     pub fn one(address: impl Into<String>) -> Self {
         Self::new([address])
@@ -122,6 +162,31 @@ impl Router for Rendezvous {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_parse_to_their_servers_or_say_why_not() {
+        assert_eq!(
+            Servers::parse("memcached://a:11211, b:11212/").unwrap(),
+            Servers::new(["a:11211", "b:11212"])
+        );
+        assert_eq!(Servers::parse("a:1").unwrap(), Servers::one("a:1"));
+        for bad in [
+            "redis://a:1",
+            "memcached://",
+            "a",
+            "a:1,,b:2",
+            ":11211",
+            "a:port",
+        ] {
+            assert!(
+                matches!(
+                    Servers::parse(bad),
+                    Err(weir_store::ConfigError::Invalid(_))
+                ),
+                "{bad} was taken"
+            );
+        }
+    }
 
     fn servers(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("10.0.0.{i}:11211")).collect()

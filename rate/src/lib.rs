@@ -46,6 +46,9 @@
 //! a store, without knowing which: [`CheckKey`] (answers at once),
 //! [`CheckKeyAsync`] (answers with a future) and [`SettleKey`] (refund or
 //! charge once a request's real cost is known, by [`Settlement`]).
+//! [`AnyLimiter`] is any of them as one type (its futures [`AnyCheck`] and
+//! [`AnySettling`], its error [`SettleError`]), for a limiter chosen from
+//! configuration at run time.
 //!
 //! # Modules
 //!
@@ -89,6 +92,7 @@
 
 mod algorithms;
 mod all_of;
+mod any;
 mod cells;
 mod check;
 mod config;
@@ -136,6 +140,7 @@ pub mod clock {
 
 pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 pub use all_of::AllOf;
+pub use any::{AnyCheck, AnyLimiter, AnySettling, SettleError};
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use config::ConfigError;
 pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};

@@ -50,7 +50,11 @@
 //!   policy deciding until the Sentinels promote a replica; a master that
 //!   is down when the service starts is an outage too, followed once the
 //!   Sentinels name one, while a name no Sentinel knows is a
-//!   [`ConfigError::Target`]).
+//!   [`ConfigError::Target`]). Each has one address syntax
+//!   ([`Target::parse`]: `redis://`, `redis+cluster://`,
+//!   `redis+sentinel://…/master`), so a configuration file names any of
+//!   them, and [`AnyLimiter`](weir_rate::AnyLimiter) holds the limiter
+//!   whichever store the file picks.
 //! * **One connection for several limiters**: limiters connected with
 //!   clones of one `Target` share its multiplexed connection.
 //! * **TLS** (feature `tls`): `rediss://` URLs, with a private certificate

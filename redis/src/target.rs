@@ -71,6 +71,96 @@ impl Target {
         Self::from_spec(spec)
     }
 
+    /// The target one address names, in the one syntax a configuration
+    /// file can hold for every kind of target:
+    ///
+    /// | address | target |
+    /// |---|---|
+    /// | `redis://[user:password@]host:port[/db]` (`rediss://` for TLS) | [one server](Self::server) |
+    /// | `redis+cluster://[user:password@]host:port,host:port,…` (`rediss+cluster://`) | a [Cluster](Self::cluster) through those nodes, each with the credentials |
+    /// | `redis+sentinel://[user:password@]host:port,host:port,…/master` (`rediss+sentinel://`) | the master the [Sentinels](Self::sentinel) name, the credentials [the master's](Self::master_auth) |
+    ///
+    /// ```
+    /// use weir_redis::Target;
+    ///
+    /// let single = Target::parse("redis://127.0.0.1:6379/")?;
+    /// let cluster = Target::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?;
+    /// let sentinel = Target::parse("redis+sentinel://weir:s3cret@10.0.0.1:26379,10.0.0.2:26379/mymaster")?;
+    /// assert_eq!(
+    ///     sentinel,
+    ///     Target::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "mymaster")
+    ///         .master_auth("weir", "s3cret"),
+    /// );
+    /// # let _ = (single, cluster);
+    /// # Ok::<(), weir_store::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] for an address of no such form: another
+    /// scheme, no host, several hosts for one server, a Sentinel address
+    /// without its master's name, or credentials without a password.
+    pub fn parse(address: &str) -> Result<Self, ConfigError> {
+        let invalid = ConfigError::Invalid;
+        let (scheme, rest) = address.split_once("://").ok_or(invalid(
+            "a Redis address starts with `redis://` or a variant of it",
+        ))?;
+        let (base, kind) = match scheme {
+            "redis" | "rediss" => return Self::one_server(address, rest),
+            "redis+cluster" => ("redis", "cluster"),
+            "rediss+cluster" => ("rediss", "cluster"),
+            "redis+sentinel" => ("redis", "sentinel"),
+            "rediss+sentinel" => ("rediss", "sentinel"),
+            _ => {
+                return Err(invalid(
+                    "a Redis address's scheme is redis, rediss, redis+cluster, rediss+cluster,                      redis+sentinel or rediss+sentinel",
+                ));
+            }
+        };
+        let (login, rest) = match rest.rsplit_once('@') {
+            Some((login, hosts)) => (Some(login), hosts),
+            None => (None, rest),
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+        if hosts.iter().any(|h| h.is_empty()) {
+            return Err(invalid("a Redis address names an empty host"));
+        }
+        if kind == "cluster" {
+            let at = login.map_or(String::new(), |l| format!("{l}@"));
+            let nodes = hosts.iter().map(|h| format!("{base}://{at}{h}"));
+            return Ok(Self::cluster(nodes));
+        }
+        let master = path.trim_end_matches('/');
+        if master.is_empty() || master.contains('/') {
+            return Err(invalid(
+                "a Sentinel address ends with the master's name: `redis+sentinel://host:port/mymaster`",
+            ));
+        }
+        let target = Self::sentinel(hosts.iter().map(|h| format!("{base}://{h}")), master);
+        match login {
+            None => Ok(target),
+            Some(login) => {
+                let (user, password) = login.split_once(':').ok_or(invalid(
+                    "a Sentinel address's credentials are `user:password`",
+                ))?;
+                Ok(target.master_auth(user, password))
+            }
+        }
+    }
+
+    /// A single server's address: one host.
+    fn one_server(address: &str, rest: &str) -> Result<Self, ConfigError> {
+        let hosts = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+        let hosts = hosts.split_once('/').map_or(hosts, |(hosts, _)| hosts);
+        if hosts.is_empty() || hosts.contains(',') {
+            return Err(ConfigError::Invalid(
+                "a `redis://` address names one host; a Cluster's is `redis+cluster://`",
+            ));
+        }
+        Ok(Self::server(address))
+    }
+
     /// One Redis server (a `redis://` or `rediss://` URL), through a
     /// connection manager that reconnects in the background after a
     /// failure.
@@ -210,5 +300,44 @@ fn redact(url: &str) -> String {
         rest.to_owned()
     } else {
         format!("{scheme}://{rest}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    /// Each form parses to the target its constructor builds, and every
+    /// malformed address is a clear error, never a target that fails later.
+    #[test]
+    fn addresses_parse_to_their_targets_or_say_why_not() {
+        let parsed = |a: &str| Target::parse(a).expect(a);
+        assert_eq!(
+            parsed("redis://127.0.0.1:6379/2"),
+            Target::server("redis://127.0.0.1:6379/2")
+        );
+        assert_eq!(
+            parsed("rediss+cluster://u:p@a:7000, b:7001"),
+            Target::cluster(["rediss://u:p@a:7000", "rediss://u:p@b:7001"])
+        );
+        assert_eq!(
+            parsed("redis+sentinel://s1:26379,s2:26379/mymaster/"),
+            Target::sentinel(["redis://s1:26379", "redis://s2:26379"], "mymaster")
+        );
+        for bad in [
+            "127.0.0.1:6379",
+            "http://x:1",
+            "redis://a:1,b:2",
+            "redis://",
+            "redis+cluster://a:1,,b:2",
+            "redis+sentinel://s1:26379",
+            "redis+sentinel://s1:26379/a/b",
+            "redis+sentinel://user@s1:26379/m",
+        ] {
+            assert!(
+                matches!(Target::parse(bad), Err(weir_store::ConfigError::Invalid(_))),
+                "{bad} was taken"
+            );
+        }
     }
 }

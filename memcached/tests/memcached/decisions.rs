@@ -278,3 +278,33 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+/// The servers read from one address string, the limiter as the one type
+/// any store's is: exact on Memcached, shared by a second instance.
+#[test]
+fn a_limiter_chosen_by_its_address_decides_as_one_type() -> TestResult {
+    use weir_rate::{AnyLimiter, CheckKeyAsync};
+    let Some(server) = MemcachedServer::start_or_skip("memcached by address")? else {
+        return Ok(());
+    };
+    let address = format!("memcached://{}", server.addr());
+    let prefix = unique_prefix("any");
+    rt()?.block_on(async {
+        let mut counts = Vec::new();
+        for _instance in 0..2 {
+            let limiter: AnyLimiter<str> = AnyLimiter::new(
+                MemcachedLimiter::builder(FixedWindow::new(Quota::per_hour(nz(5))))
+                    .prefix(prefix.clone())
+                    .connect(Servers::parse(&address)?)
+                    .await?,
+            );
+            let mut allowed = 0;
+            for _ in 0..8 {
+                allowed += u32::from(limiter.check_n_async("k", 1).await?.is_allowed());
+            }
+            counts.push(allowed);
+        }
+        assert_eq!(counts, [5, 0]);
+        Ok(())
+    })
+}

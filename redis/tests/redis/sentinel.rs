@@ -169,3 +169,59 @@ fn a_master_down_at_start_up_is_an_outage_not_an_error() -> TestResult {
         Ok(())
     })
 }
+
+/// A service that reads its store from configuration: one address string
+/// (a server's, or the Sentinels'), one limiter type whatever it names,
+/// and the same exact decisions as the in-process limiter it replaces.
+#[test]
+fn a_limiter_chosen_by_its_address_decides_as_one_type() -> TestResult {
+    use weir_rate::{AnyLimiter, CheckKeyAsync};
+    let Some(set) = RedisSentinels::start_or_skip("limiter chosen by address", 0, 1)? else {
+        return Ok(());
+    };
+    let ports: Vec<String> = set
+        .urls()
+        .iter()
+        .map(|u| {
+            u.trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_owned()
+        })
+        .collect();
+    let master = format!("redis://127.0.0.1:{}/", set.master_port()?);
+    let sentinels = format!(
+        "redis+sentinel://{}/{}",
+        ports.join(","),
+        RedisSentinels::MASTER
+    );
+    let quota = Quota::per_hour(nz(5));
+    rt()?.block_on(async {
+        for address in ["memory", master.as_str(), sentinels.as_str()] {
+            let prefix = unique_prefix("any");
+            let connect = || async {
+                let limiter: AnyLimiter<str> = match address {
+                    "memory" => AnyLimiter::new(KeyedLimiter::<String, _>::new(Gcra::new(quota))),
+                    address => AnyLimiter::new(
+                        RedisLimiter::builder(Gcra::new(quota))
+                            .prefix(prefix.clone())
+                            .connect(Target::parse(address)?)
+                            .await?,
+                    ),
+                };
+                Ok::<_, Box<dyn std::error::Error>>(limiter)
+            };
+            let allowed = |limiter: AnyLimiter<str>| async move {
+                let mut allowed = 0;
+                for _ in 0..8 {
+                    allowed += u32::from(limiter.check_n_async("k", 1).await?.is_allowed());
+                }
+                Ok::<_, Box<dyn std::error::Error>>(allowed)
+            };
+            assert_eq!(allowed(connect().await?).await?, 5, "{address}");
+            // Another instance: on the store, it finds the key spent.
+            let again = allowed(connect().await?).await?;
+            assert_eq!(again, if address == "memory" { 5 } else { 0 }, "{address}");
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
