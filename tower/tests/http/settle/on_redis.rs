@@ -124,3 +124,21 @@ fn redis_down_at_settlement_is_reported() {
         });
     }
 }
+
+// The same limiters behind `AnyLimiter`, as a service that picks its
+// store from configuration holds them: charged by the bytes streamed and
+// partly refunded, in process and on Redis alike.
+on_redis!(
+    any_limiter_settles_in_process_and_on_redis,
+    |server| async {
+        use weir_rate::AnyLimiter;
+        let on_redis: AnyLimiter<String> =
+            AnyLimiter::new(limiter(&server, "any-bytes", 10_000).await);
+        charges_the_bytes_streamed(on_redis, 10_000).await;
+        let in_process: AnyLimiter<String> = AnyLimiter::new(in_process(10_000));
+        charges_the_bytes_streamed(in_process, 10_000).await;
+        let on_redis: AnyLimiter<String> =
+            AnyLimiter::new(limiter(&server, "any-partial", 1000).await);
+        a_generous_admission_is_partly_refunded(on_redis, 1000).await;
+    }
+);
