@@ -224,28 +224,41 @@ impl Bench<'_> {
     }
 }
 
-/// The section of the report.
-pub fn run(report: &mut Report) {
-    report.section("Memcached beside Redis: the two stores Criteo weighed");
+/// Private `memcached` and `redis-server` processes and a 2-worker
+/// runtime, or `None` with the reason written in the report.
+pub(crate) fn both_stores(report: &mut Report) -> Option<(MemcachedServer, RedisServer, Runtime)> {
     if !memcached_server::installed() || !redis_server::installed() {
-        return report.text(
+        report.text(
             "**Skipped**: `memcached` or `redis-server` is not installed \
              (Debian: `apt-get install memcached redis-server redis-tools`).",
         );
+        return None;
     }
     let (memcached, redis) = match (MemcachedServer::start(), RedisServer::start()) {
         (Ok(m), Ok(r)) => (m, r),
         (Err(e), _) | (_, Err(e)) => {
-            return report.text(&format!("**Skipped**: a private server did not start: {e}"));
+            report.text(&format!("**Skipped**: a private server did not start: {e}"));
+            return None;
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
-        Err(e) => return report.text(&format!("**Skipped**: no tokio runtime: {e}")),
+        Ok(rt) => Some((memcached, redis, rt)),
+        Err(e) => {
+            report.text(&format!("**Skipped**: no tokio runtime: {e}"));
+            None
+        }
+    }
+}
+
+/// The section of the report.
+pub fn run(report: &mut Report) {
+    report.section("Memcached beside Redis: the two stores Criteo weighed");
+    let Some((memcached, redis, rt)) = both_stores(report) else {
+        return;
     };
     let scale = report.scale();
     let bench = Bench {

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_memcached::{MemcachedLimiter, Servers};
 use weir_rate::{FixedWindow, Gcra, Quota};
 use weir_redis::{RedisLimiter, Target};
-use weir_test_support::memcached_server::{self, MemcachedServer};
-use weir_test_support::redis_server::{self, RedisServer};
+use weir_test_support::memcached_server::MemcachedServer;
+use weir_test_support::redis_server::RedisServer;
 use weir_test_support::stalls::{self, Stalling};
 
 /// Callers per instance, each checking one unit every 2 ms.
@@ -71,14 +71,7 @@ fn one_run(
                         .ok()?;
                     limiters.push(limiter);
                 }
-                let stalls = if stalling {
-                    Some(stall(servers.0.pid())?)
-                } else {
-                    None
-                };
-                let allowed = stalls::allowed(&limiters, "k", CALLERS, run).await;
-                drop(stalls);
-                Some(allowed)
+                measure(&limiters, servers.0.pid()?, stalling, run).await
             }
             Store::Memcached => {
                 let mut limiters = Vec::new();
@@ -92,50 +85,32 @@ fn one_run(
                         .ok()?;
                     limiters.push(limiter);
                 }
-                let stalls = if stalling {
-                    Some(stall(servers.1.pid())?)
-                } else {
-                    None
-                };
-                let allowed = stalls::allowed(&limiters, "k", CALLERS, run).await;
-                drop(stalls);
-                Some(allowed)
+                measure(&limiters, servers.1.pid()?, stalling, run).await
             }
         }
     })
 }
 
-/// Stalls `pid` 10 times a second for 60 ms; `None` without a process.
-fn stall(pid: Option<u32>) -> Option<Stalling> {
-    Some(Stalling::start(
-        pid?,
-        Duration::from_millis(60),
-        Duration::from_millis(100),
-    ))
+/// [`stalls::allowed`] of `limiters`, with the server `pid` stopped for
+/// 60 ms of every 100 ms meanwhile if `stalling`.
+async fn measure<B: weir_store::Backend>(
+    limiters: &[weir_store::StoreLimiter<B>],
+    pid: u32,
+    stalling: bool,
+    run: Duration,
+) -> Option<(u32, u32)> {
+    let stalls = stalling
+        .then(|| Stalling::start(pid, Duration::from_millis(60), Duration::from_millis(100)));
+    let allowed = stalls::allowed(limiters, "k", CALLERS, run).await;
+    drop(stalls);
+    Some(allowed)
 }
 
 /// The section of the report.
 pub fn run(report: &mut Report) {
     report.section("A store that stalls: allowed ÷ quota, both stores");
-    if !memcached_server::installed() || !redis_server::installed() {
-        return report.text(
-            "**Skipped**: `memcached` or `redis-server` is not installed \
-             (Debian: `apt-get install memcached redis-server redis-tools`).",
-        );
-    }
-    let (memcached, redis) = match (MemcachedServer::start(), RedisServer::start()) {
-        (Ok(m), Ok(r)) => (m, r),
-        (Err(e), _) | (_, Err(e)) => {
-            return report.text(&format!("**Skipped**: a private server did not start: {e}"));
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return report.text(&format!("**Skipped**: no tokio runtime: {e}")),
+    let Some((memcached, redis, rt)) = crate::memcached::both_stores(report) else {
+        return;
     };
     let scale = report.scale();
     let run = scale.pick(Duration::from_secs(2), Duration::from_secs(3));
