@@ -2,7 +2,7 @@
 //! its twelve nodes in level order, and the source prefixes that define
 //! "exact" and "subnet" addresses.
 
-use crate::ConfigError;
+use crate::error::ConfigError;
 use crate::tuple::{FourTuple, TupleV4, TupleV6};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -12,15 +12,13 @@
 //! [`Classifier::publish_metrics`]: crate::Classifier::publish_metrics
 //! [`KernelFilter::publish_metrics`]: crate::kernel::KernelFilter::publish_metrics
 
-#[cfg(feature = "bpf")]
-use crate::Stats;
 use crate::lattice::{GENERALISATIONS, LEVELS};
 
 /// `level` label values.
 const LEVEL: [&str; LEVELS] = ["0", "1", "2", "3", "4"];
 
 /// `generalisation` label values: each generalisation as it displays, in
-/// [`Generalisation::ALL`](crate::Generalisation::ALL) order (a unit test
+/// [`Generalisation::ALL`](crate::lattice::Generalisation::ALL) order (a unit test
 /// checks they agree).
 const GENERALISATION: [&str; GENERALISATIONS] = [
     "src:sport -> dst:dport",
@@ -60,7 +58,7 @@ pub(crate) fn publish_classifier(name: &str, counts: &ClassifierCounts) {
     metrics::counter!("weir_hhh_unlimited_packets_total", &[classifier()])
         .absolute(counts.unlimited);
     for (g, by_outcome) in counts.by_generalisation.iter().enumerate() {
-        let level = LEVEL[usize::from(crate::Generalisation::ALL[g].level())];
+        let level = LEVEL[usize::from(crate::lattice::Generalisation::ALL[g].level())];
         for (outcome, &n) in LIMITED.iter().zip(by_outcome) {
             metrics::counter!(
                 "weir_hhh_limited_packets_total",
@@ -82,15 +80,26 @@ pub(crate) fn publish_classifier(name: &str, counts: &ClassifierCounts) {
     }
 }
 
-/// Publish a kernel filter's counters as the metrics of the filter named
-/// `name`: `levels` and its classified packets whose ports were unknown,
-/// and the packets it passed unclassified.
+/// What a kernel filter publishes, read from its per-CPU map.
 #[cfg(feature = "bpf")]
-pub(crate) fn publish_kernel(name: &str, levels: &Stats, ports_unknown: u64, unparsed: u64) {
+#[derive(Debug, Default)]
+pub(crate) struct KernelCounts {
+    pub(crate) unlimited: u64,
+    /// Limited packets by level: passed, dropped.
+    pub(crate) by_level: [[u64; 2]; LEVELS],
+    /// Classified packets whose ports were unknown.
+    pub(crate) ports_unknown: u64,
+    /// Packets passed unclassified.
+    pub(crate) unparsed: u64,
+}
+
+/// Publish `counts` as the metrics of the kernel filter named `name`.
+#[cfg(feature = "bpf")]
+pub(crate) fn publish_kernel(name: &str, counts: &KernelCounts) {
     metrics::counter!("weir_hhh_kernel_unlimited_packets_total", "filter" => name.to_owned())
-        .absolute(levels.unlimited);
-    for (l, level) in levels.levels.iter().enumerate() {
-        for (outcome, n) in LIMITED.iter().zip([level.passed, level.dropped]) {
+        .absolute(counts.unlimited);
+    for (l, by_outcome) in counts.by_level.iter().enumerate() {
+        for (outcome, &n) in LIMITED.iter().zip(by_outcome) {
             metrics::counter!(
                 "weir_hhh_kernel_limited_packets_total",
                 "filter" => name.to_owned(),
@@ -100,10 +109,12 @@ pub(crate) fn publish_kernel(name: &str, levels: &Stats, ports_unknown: u64, unp
             .absolute(n);
         }
     }
+    let total = counts.unlimited + counts.by_level.iter().flatten().sum::<u64>();
     // `ports_unknown` is counted before the verdict: read mid-packet, the
     // difference can only be low for a moment, never high.
-    let attributed = levels.total().saturating_sub(ports_unknown);
-    for (outcome, n) in PARSED.iter().zip([attributed, ports_unknown, unparsed]) {
+    let attributed = total.saturating_sub(counts.ports_unknown);
+    let parsed = [attributed, counts.ports_unknown, counts.unparsed];
+    for (outcome, n) in PARSED.iter().zip(parsed) {
         metrics::counter!(
             "weir_hhh_kernel_parsed_packets_total",
             "filter" => name.to_owned(),
@@ -119,7 +130,10 @@ mod tests {
 
     #[test]
     fn generalisation_labels_are_their_display() {
-        for (g, label) in crate::Generalisation::ALL.iter().zip(GENERALISATION) {
+        for (g, label) in crate::lattice::Generalisation::ALL
+            .iter()
+            .zip(GENERALISATION)
+        {
             assert_eq!(g.to_string(), label);
         }
     }

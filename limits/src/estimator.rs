@@ -43,8 +43,8 @@
 //! takes 292 years); conservative updates saturate at `isize::MAX`. Nothing
 //! panics.
 
-use crate::Shape;
 use crate::counters::Counters;
+use crate::shape::Shape;
 use crate::sketch::{self, Location, Locator};
 use crate::sync::Ordering;
 use std::hash::Hash;
@@ -255,7 +255,7 @@ impl std::fmt::Debug for Estimator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Layout;
+    use crate::shape::Layout;
     use proptest::prelude::*;
     use std::collections::HashMap;
 

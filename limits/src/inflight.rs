@@ -28,8 +28,8 @@
 //! limit. The extra cost (a fence and one load per row) is paid here, not by
 //! [`Estimator::incr`].
 
-use crate::Shape;
 use crate::estimator::Estimator;
+use crate::shape::Shape;
 use crate::sketch::Location;
 use crate::sync::{Ordering, fence};
 use std::hash::Hash;

@@ -1,8 +1,13 @@
 //! A sketch's dimensions as one value: [`Shape`] (hashes, slots, layout and
 //! an optional seed), valid by construction, and its [`Layout`].
 
-use crate::ConfigError;
-use crate::sketch::{LANES, MAX_HASHES};
+use crate::error::ConfigError;
+
+/// Counters per 64-byte cache line (eight 64-bit counters).
+pub const LANES: usize = 8;
+
+/// The most hashes any layout supports.
+pub const MAX_HASHES: usize = 16;
 
 /// How a sketch arranges each key's counters in memory.
 ///

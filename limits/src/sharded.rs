@@ -57,9 +57,9 @@
 //! into the shared table (an atomic add per cell, announced like a flush),
 //! never into its old slot, so two threads never write one view.
 
-use crate::Shape;
 use crate::counters::Counters;
 use crate::estimator::Estimator;
+use crate::shape::Shape;
 use crate::sketch::{self, Location, Locator};
 use crate::sync::{AtomicU64, AtomicUsize, Backoff, Ordering, ThreadLocal, fence};
 use std::hash::Hash;
@@ -146,7 +146,7 @@ impl ShardedEstimator {
 
     fn from_locator(locator: Locator, flush_every: usize) -> Self {
         Self {
-            shared: Estimator::from_parts(locator, crate::Update::Plain),
+            shared: Estimator::from_parts(locator, crate::estimator::Update::Plain),
             counts: Counts {
                 changes: AtomicU64::new(0),
                 resets: AtomicU64::new(0),

@@ -25,7 +25,7 @@ macro_rules! nonzero {
     };
 }
 
-use crate::ConfigError;
+use crate::config::ConfigError;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -1,9 +1,10 @@
 //! What a store-backed limiter's decision carries: who decided, and why
 //! the failure policy answered if it did.
 
-use crate::StoreError;
-#[cfg(doc)] // for the docs' links only: the module imports nothing above it
-use crate::{FailurePolicy, PreAggregation};
+use crate::error::StoreError;
+// For the docs' links only: the module imports nothing above it.
+#[cfg(doc)]
+use crate::{failure::FailurePolicy, leases::PreAggregation};
 use weir_rate::Decision;
 
 /// Who decided.

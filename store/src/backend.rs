@@ -3,7 +3,8 @@
 //! and how to decide, charge and refund; [`StoreLimiter`](crate::StoreLimiter)
 //! adds the rest once for every store.
 
-use crate::{ConfigError, Limit, StoreError};
+use crate::error::{ConfigError, StoreError};
+use crate::limit::Limit;
 use std::future::Future;
 use std::time::Duration;
 use weir_rate::{Decision, Receipt};

@@ -39,8 +39,9 @@
 //! A call a caller gave up on may still run on the store and count its
 //! units, as with any timeout on a request already sent.
 
+use crate::backend::Backend;
 use crate::caller::Caller;
-use crate::{Backend, StoreError};
+use crate::error::StoreError;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,13 +3,17 @@
 //! [`connect`](Builder::connect), so that nothing on the check path has to
 //! validate or compute them.
 
+use crate::backend::{Backend, Plan};
 use crate::batch::{self, Batcher, Batching};
 use crate::caller::Caller;
+use crate::error::ConfigError;
+use crate::failure::FailurePolicy;
 use crate::health::Health;
 use crate::leases::{Leases, PreAggregation};
+use crate::limit::{Kind, Limit, StoreAlgorithm};
 use crate::limiter::Inner;
+use crate::limiter::StoreLimiter;
 use crate::telemetry::AnswerMetrics;
-use crate::{Backend, ConfigError, FailurePolicy, Kind, Limit, Plan, StoreAlgorithm, StoreLimiter};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;

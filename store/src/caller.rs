@@ -2,9 +2,10 @@
 //! shared with the batching task: the backend, the timeout, the health of
 //! each cell, and the call-time metrics.
 
+use crate::backend::Backend;
+use crate::error::StoreError;
 use crate::health::Health;
 use crate::telemetry::AnswerMetrics;
-use crate::{Backend, StoreError};
 use std::time::{Duration, Instant};
 use weir_rate::Decision;
 

@@ -4,8 +4,9 @@
 //! how the store is skipped during the back-off after a failure) is decided
 //! on the check path (`limiter.rs`); this file holds only the answers.
 
+use crate::answer::{Answer, Source};
+use crate::error::{ConfigError, StoreError};
 use crate::limit::{Limit, LocalLimit};
-use crate::{Answer, ConfigError, Source, StoreError};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! Local pre-aggregation of hot keys through leases.
 
-use crate::{Answer, Backend, ConfigError, Source, StoreLimiter};
+use crate::answer::{Answer, Source};
+use crate::backend::Backend;
+use crate::error::ConfigError;
+use crate::limiter::StoreLimiter;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

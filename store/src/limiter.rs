@@ -4,13 +4,16 @@
 //! there is one) unless its cell is backing off after a failure, and
 //! the failure policy when the store cannot answer.
 
+use crate::answer::{Answer, Source};
 use crate::backend::Backend;
 use crate::batch::Batcher;
 use crate::caller::Caller;
+use crate::error::StoreError;
+use crate::failure::FailurePolicy;
 use crate::failure::closed;
 use crate::health::{Change, Probe};
 use crate::leases::Leases;
-use crate::{Answer, FailurePolicy, Limit, Source, StoreError};
+use crate::limit::Limit;
 use std::fmt;
 use std::future::{Future, ready};
 use std::pin::Pin;

@@ -3,7 +3,7 @@
 //! function here is empty and inlined away. Handles are registered on first
 //! use, labelled with the limiter's name and the store's.
 
-use crate::Source;
+use crate::answer::Source;
 #[cfg(feature = "metrics")]
 use std::sync::OnceLock;
 

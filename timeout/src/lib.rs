@@ -77,9 +77,6 @@ mod manager;
 #[cfg(not(loom))]
 pub mod pingora;
 
-#[cfg(all(feature = "metrics", not(loom)))]
-mod telemetry;
-
 mod bucket;
 mod pause;
 mod planner;

@@ -4,7 +4,7 @@
 
 use super::hashing::Keys;
 use super::{BLOCK_CELLS, Block, Classifier};
-use crate::ConfigError;
+use crate::error::ConfigError;
 use crate::lattice::{AddrScope, GENERALISATIONS, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom, random_seed};
 use crate::sync::AtomicU64;

@@ -92,7 +92,7 @@ use verdict::Counters;
 #[cfg(feature = "metrics")]
 use verdict::bump;
 
-use crate::ConfigError;
+use crate::error::ConfigError;
 use crate::lattice::{Generalisation, LEVELS, Prefixes};
 use crate::random::{RandomSource, ThreadRandom};
 use crate::sync::{AtomicU64, Ordering};

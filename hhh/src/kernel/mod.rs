@@ -316,7 +316,13 @@ impl KernelFilter {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_metrics(&self, name: &str) -> Result<KernelStats, KernelError> {
         let stats = self.stats()?;
-        crate::telemetry::publish_kernel(name, &stats.levels, stats.ports_unknown, stats.unparsed);
+        let counts = crate::telemetry::KernelCounts {
+            unlimited: stats.levels.unlimited,
+            by_level: stats.levels.levels.map(|l| [l.passed, l.dropped]),
+            ports_unknown: stats.ports_unknown,
+            unparsed: stats.unparsed,
+        };
+        crate::telemetry::publish_kernel(name, &counts);
         Ok(stats)
     }
 }

@@ -75,8 +75,8 @@
 
 mod table;
 
-use crate::Shape;
 use crate::estimator::{Estimator, Update};
+use crate::shape::Shape;
 use crate::sketch::Location;
 use crate::sync::{AtomicUsize, Ordering, RwLock, fence};
 use std::hash::Hash;
@@ -409,7 +409,7 @@ mod tests {
             update in update(),
             seed: u64,
         ) {
-            let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
+            let shape = Shape::try_new(2, slots, crate::shape::Layout::Rows).unwrap().with_seed(seed);
             let heavy = HeavyHitters::with_sketch(
                 NonZeroU64::new(threshold).unwrap(),
                 shape,
@@ -459,7 +459,7 @@ mod tests {
             slots in 1usize..32,
             seed: u64,
         ) {
-            let shape = Shape::try_new(2, slots, crate::Layout::Rows).unwrap().with_seed(seed);
+            let shape = Shape::try_new(2, slots, crate::shape::Layout::Rows).unwrap().with_seed(seed);
             let heavy = HeavyHitters::with_sketch(
                 NonZeroU64::new(threshold).unwrap(), shape, Update::Conservative,
                 HeavyHitters::<u16>::DEFAULT_CAPACITY,

@@ -52,10 +52,10 @@
 //! interval between reading the window and counting can land its event in a
 //! later window; it is never dropped.
 
-use crate::ConfigError;
-use crate::Shape;
 use crate::clock::{Clock, MonotonicClock};
+use crate::error::ConfigError;
 use crate::estimator::Estimator;
+use crate::shape::Shape;
 use crate::sketch::Locator;
 use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use std::hash::Hash;
@@ -236,8 +236,9 @@ impl<C: Clock> Rate<C> {
         // One locator for all three windows: a key's cells are the same in
         // each, so rotating a window never moves a key.
         let locator = Locator::new(shape);
-        let windows =
-            std::array::from_fn(|_| Estimator::from_parts(locator.clone(), crate::Update::Plain));
+        let windows = std::array::from_fn(|_| {
+            Estimator::from_parts(locator.clone(), crate::estimator::Update::Plain)
+        });
         let first = window_number(clock.now_nanos(), interval_nanos);
         // Without the count (no memory for the handler), a child forked
         // mid-rotation waits for that rotation forever.

@@ -2,7 +2,7 @@
 //! those positions.
 
 use super::{LANES, ROW_MULTIPLIERS, reduce};
-use crate::{Layout, Shape};
+use crate::shape::{Layout, Shape};
 use std::hash::Hash;
 
 /// The positions of one key's counters: `hashes` distinct cell indices,

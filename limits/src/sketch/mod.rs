@@ -38,11 +38,8 @@ mod multipliers;
 pub use locator::{Location, Locator};
 pub use multipliers::ROW_MULTIPLIERS;
 
-/// Counters per 64-byte cache line (eight 64-bit counters).
-pub const LANES: usize = 8;
-
-/// The most hashes any layout supports.
-pub const MAX_HASHES: usize = 16;
+// What a shape may ask for, kept with the shapes that check it.
+pub use crate::shape::{LANES, MAX_HASHES};
 
 /// Map a 64-bit hash uniformly onto `0..n` with a multiply-shift (Lemire's
 /// fast range), which uses the hash's high bits and costs no division.

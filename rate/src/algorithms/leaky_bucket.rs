@@ -1,6 +1,6 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
-use crate::ConfigError;
+use crate::config::ConfigError;
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::Limiter;
 use crate::mode::Mode;

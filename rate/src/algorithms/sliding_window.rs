@@ -1,5 +1,5 @@
 use super::clamp_u32;
-use crate::ConfigError;
+use crate::config::ConfigError;
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::limiter::Limiter;
 use crate::mode::Mode;

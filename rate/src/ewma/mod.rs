@@ -58,7 +58,7 @@ pub use fixed::FixedRate;
 pub use one_event::OneEventUpdate;
 pub use window::EwmaWindow;
 
-use crate::ConfigError;
+use crate::config::ConfigError;
 use crate::sync::Mutex;
 use std::time::Duration;
 use weir_limits::clock::{Clock, MonotonicClock, Timestamp};

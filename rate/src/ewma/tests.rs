@@ -1,5 +1,5 @@
 use super::*;
-use crate::ConfigError;
+use crate::config::ConfigError;
 use proptest::prelude::*;
 use std::sync::Arc;
 use weir_limits::clock::ManualClock;

@@ -1,7 +1,7 @@
 //! [`EwmaWindow`]: the update rule, without state.
 
 use super::{FixedRate, OneEventUpdate};
-use crate::ConfigError;
+use crate::config::ConfigError;
 use std::time::Duration;
 
 pub(super) const NANOS_PER_SEC: u128 = 1_000_000_000;

@@ -11,7 +11,6 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Receipt, Spending};
 use crate::limiter::Limiter;
 use crate::sync::{AtomicU64, SpinLock};
-use crate::{Layout, Shape};
 use hashbrown::HashTable;
 use refusals::Refusals;
 use shard::{
@@ -24,6 +23,7 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use weir_limits::sketch::Locator;
+use weir_limits::{Layout, Shape};
 use weir_primitives::shards::Shards;
 
 const DEFAULT_SHARDS: usize = 64;

@@ -23,12 +23,12 @@
 //! commit's TAT; a failed attempt leaves its raises behind, which can only
 //! make colliding keys stricter. The loom models check both cases.
 //!
-use crate::ConfigError;
 use crate::algorithms::{Gcra, Step, gcra_step};
 use crate::cells::Cells;
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::MAX_AHEAD_NANOS;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
+use crate::config::ConfigError;
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
 use crate::mode::Mode;
 use crate::quota::Quota;

@@ -118,7 +118,7 @@ impl TimerManager {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn publish_metrics(&self, manager: &str) -> Metrics {
         let m = self.metrics();
-        crate::telemetry::publish(manager, &m);
+        publish(manager, &m);
         m
     }
 }
@@ -143,4 +143,26 @@ impl Inner {
         }
         m
     }
+}
+
+// Through the `metrics` facade: everything comes from the snapshot
+// `TimerManager::metrics` already takes, so arming, cancelling and firing
+// a timer do no extra work; the cost is paid by whoever publishes, once
+// per call. Handles are looked up on every call (a few map lookups in the
+// recorder), so the recorder in force at the call is the one that counts,
+// thread-local ones included.
+/// Publish `m` as the metrics of the manager named `manager`.
+#[cfg(feature = "metrics")]
+fn publish(manager: &str, m: &Metrics) {
+    let labels = [("manager", manager.to_owned())];
+    // Counters: the snapshot holds totals since the manager was made, so
+    // each is set (`absolute`), which recorders keep as a running maximum.
+    metrics::counter!("weir_timeout_timers_armed_total", &labels).absolute(m.armed());
+    metrics::counter!("weir_timeout_timers_fired_total", &labels).absolute(m.fired);
+    metrics::counter!("weir_timeout_timers_cancelled_total", &labels).absolute(m.cancelled);
+    metrics::counter!("weir_timeout_sweeper_wakeups_total", &labels).absolute(m.sweeper_wakeups);
+    metrics::counter!("weir_timeout_sweeper_starts_total", &labels)
+        .absolute(m.sweeper_threads_started);
+    metrics::gauge!("weir_timeout_timers_pending", &labels).set(m.waiters as f64);
+    metrics::gauge!("weir_timeout_ticks_live", &labels).set(m.live_ticks as f64);
 }
