@@ -57,7 +57,8 @@ pub enum FailurePolicy {
     /// `N ×` the limit, however often the store stalls, flaps or goes
     /// down: the bound does not grow with the number of outages (a
     /// request a store spent on and the fallback then refused stays spent:
-    /// tighter, never looser). A colliding key in the
+    /// tighter, never looser). What the store gives back (a refund), the
+    /// fallback gives back too. A colliding key in the
     /// sketch can only be held tighter, never looser (for as long as a
     /// forced charge's debt lasts, when requests are charged by the
     /// response: see [`SketchLimiter::charge`]). Answers carry

@@ -383,10 +383,18 @@ impl<B: Backend> StoreLimiter<B> {
     /// them back), one from the local limiter (a decision made while the
     /// store was down) to that limiter.
     ///
+    /// A refund the back-off after a failure kept from the store (so it
+    /// certainly never reached it) waits for the store to answer again and
+    /// lands then, for up to the longest window of the limits or 30 s,
+    /// with at most 4096 of one limiter's refunds waiting at once. One
+    /// whose call timed out is not tried again: it may have landed, and
+    /// trying again could give the units back twice.
+    ///
     /// # Errors
     ///
     /// The [`StoreError`] that kept the store from refunding a receipt of
-    /// its own; nothing is then given back (never to the local limiter,
+    /// its own ([`StoreError::BackingOff`] once a refund has waited as long
+    /// as it may); nothing is then given back (never to the local limiter,
     /// which did not count it).
     pub async fn refund(
         &self,
