@@ -205,16 +205,20 @@ impl<B: Backend> Builder<B> {
         let batcher = self
             .batching
             .map(|b| Batcher::start(Arc::clone(&caller), b));
+        let max_cost = limits.iter().map(Limit::max_cost).min().unwrap_or(0);
+        let leases = self
+            .leases
+            .map(|cfg| Arc::new(Leases::new(cfg, first.quota(), max_cost, caller.timeout)));
         Ok(StoreLimiter {
             inner: Arc::new(Inner {
                 caller,
                 quota: first.quota(),
-                max_cost: limits.iter().map(Limit::max_cost).min().unwrap_or(0),
+                max_cost,
                 limits: limits.into_boxed_slice(),
                 name,
                 policy,
                 batcher,
-                leases: self.leases.map(Leases::new),
+                leases,
                 waiting_refunds: AtomicUsize::new(0),
             }),
         })

@@ -1,17 +1,16 @@
 //! Local pre-aggregation of hot keys through leases.
 
 use crate::answer::{Answer, Source};
-use crate::backend::Backend;
 use crate::error::ConfigError;
-use crate::limiter::StoreLimiter;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
 use weir_primitives::time::duration_to_nanos;
-use weir_rate::Decision;
+use weir_rate::{Decision, Quota};
 
 /// Answer hot keys locally from leases taken from the store in blocks.
 ///
@@ -129,8 +128,24 @@ enum Step {
     Plain,
 }
 
+/// What the leases need of the limiter they serve: one decision from the
+/// store, asked for a lease's units (no lease, no failure policy). The
+/// store-backed limiter implements it in its own module; a fetch holds a
+/// clone, so that it finishes when its caller is gone.
+pub(crate) trait LeaseStore: Clone + Send + Sync + 'static {
+    /// The store's decision on `units` units of `key`; `None` if the store
+    /// could not answer.
+    fn take(&self, key: &str, units: u32) -> impl Future<Output = Option<Decision>> + Send;
+}
+
 pub(crate) struct Leases {
     cfg: PreAggregation,
+    /// What a lease's answer reports when the store has not said.
+    quota: Quota,
+    /// The largest cost every limit can allow at once: no lease is larger.
+    max_cost: u32,
+    /// How long a check waits for a lease being fetched.
+    timeout: Duration,
     map: Mutex<HashMap<String, Entry>>,
     epoch: Instant,
     /// The second (since `epoch`) of the last sweep of a full map.
@@ -140,9 +155,13 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    pub(crate) fn new(cfg: PreAggregation) -> Self {
+    /// Leases for a limiter of `quota`, `max_cost` and calls of `timeout`.
+    pub(crate) fn new(cfg: PreAggregation, quota: Quota, max_cost: u32, timeout: Duration) -> Self {
         Self {
             cfg,
+            quota,
+            max_cost,
+            timeout,
             map: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
             swept: AtomicU64::new(u64::MAX),
@@ -155,8 +174,8 @@ impl Leases {
         duration_to_nanos(self.epoch.elapsed())
     }
 
-    fn lease_decision<B: Backend>(lim: &StoreLimiter<B>, granted: Granted) -> Answer {
-        let q = lim.inner.quota;
+    fn lease_decision(&self, granted: Granted) -> Answer {
+        let q = self.quota;
         let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
         let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
             .unwrap_or(u32::MAX);
@@ -169,14 +188,14 @@ impl Leases {
 
     /// Answer from a lease, or take one; `None` sends the check down the
     /// plain path.
-    pub(crate) async fn check<B: Backend>(
-        &self,
-        lim: &StoreLimiter<B>,
+    pub(crate) async fn check<S: LeaseStore>(
+        self: &Arc<Self>,
+        store: &S,
         key: &str,
         cost: u32,
     ) -> Option<Answer> {
         let max_age = duration_to_nanos(self.cfg.max_age);
-        let lease = self.cfg.lease.min(lim.inner.max_cost).max(cost);
+        let lease = self.cfg.lease.min(self.max_cost).max(cost);
         // At most: find the lease empty with a fetch in flight, wait for
         // it, answer from the new lease.
         for round in 0..2 {
@@ -217,7 +236,7 @@ impl Leases {
                         reset_ns: e.reset_at.saturating_sub(now),
                         policy: e.policy,
                     };
-                    Step::Answer(Self::lease_decision(lim, granted), prefetch)
+                    Step::Answer(self.lease_decision(granted), prefetch)
                 } else if e.fetching && round == 0 && !near_limit && e.hits >= self.cfg.hot_after {
                     Step::Wait(e.notify.clone(), e.generation)
                 } else if e.hits < self.cfg.hot_after || e.fetching || near_limit {
@@ -232,23 +251,21 @@ impl Leases {
                 Step::Plain => return None,
                 Step::Answer(outcome, prefetch) => {
                     if prefetch {
-                        self.prefetch(lim, key, lease);
+                        self.prefetch(store, key, lease);
                     }
                     return Some(outcome);
                 }
                 Step::Fetch => {
-                    let fetch = Fetch::new(lim, key, lease);
+                    let fetch = Fetch::new(self, store, key, lease);
                     let granted = match tokio::runtime::Handle::try_current() {
                         // On a task of its own, so that it finishes even
                         // when this caller is dropped: the lease is kept,
                         // and the caller's units go back to it.
                         Ok(rt) => {
                             let (tx, rx) = oneshot::channel();
-                            let (lim, key) = (lim.clone(), key.to_owned());
+                            let (leases, key) = (Arc::clone(self), key.to_owned());
                             rt.spawn(async move {
-                                if let Err(Some(_)) = tx.send(fetch.run(cost).await)
-                                    && let Some(leases) = &lim.inner.leases
-                                {
+                                if let Err(Some(_)) = tx.send(fetch.run(cost).await) {
                                     leases.give_back(&key, cost);
                                 }
                             });
@@ -256,7 +273,7 @@ impl Leases {
                         }
                         Err(_) => fetch.run(cost).await,
                     };
-                    return granted.map(|granted| Self::lease_decision(lim, granted));
+                    return granted.map(|granted| self.lease_decision(granted));
                 }
                 Step::Wait(notify, generation) => {
                     let woken = notify.notified();
@@ -268,7 +285,7 @@ impl Leases {
                         .get(key)
                         .is_none_or(|e| e.generation != generation);
                     if !finished {
-                        let _ = tokio::time::timeout(lim.inner.caller.timeout, woken).await;
+                        let _ = tokio::time::timeout(self.timeout, woken).await;
                     }
                 }
             }
@@ -298,8 +315,8 @@ impl Leases {
     }
 
     /// Fetch the next lease for `key` on a background task.
-    fn prefetch<B: Backend>(&self, lim: &StoreLimiter<B>, key: &str, lease: u32) {
-        let fetch = Fetch::new(lim, key, lease);
+    fn prefetch<S: LeaseStore>(self: &Arc<Self>, store: &S, key: &str, lease: u32) {
+        let fetch = Fetch::new(self, store, key, lease);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(fetch.run(0));
         }
@@ -364,17 +381,19 @@ impl Leases {
 /// runtime shutting down) — it clears the key's `fetching` flag and wakes
 /// the checks waiting for it: a key is never left waiting for a fetch that
 /// nobody will finish, which would send it down the plain path for good.
-struct Fetch<B: Backend> {
-    lim: StoreLimiter<B>,
+struct Fetch<S: LeaseStore> {
+    leases: Arc<Leases>,
+    store: S,
     key: String,
     lease: u32,
     done: bool,
 }
 
-impl<B: Backend> Fetch<B> {
-    fn new(lim: &StoreLimiter<B>, key: &str, lease: u32) -> Self {
+impl<S: LeaseStore> Fetch<S> {
+    fn new(leases: &Arc<Leases>, store: &S, key: &str, lease: u32) -> Self {
         Self {
-            lim: lim.clone(),
+            leases: Arc::clone(leases),
+            store: store.clone(),
             key: key.to_owned(),
             lease,
             done: false,
@@ -384,19 +403,16 @@ impl<B: Backend> Fetch<B> {
     /// Take the lease from the store, `taken` of it for the caller; what
     /// was granted, if it was.
     async fn run(mut self, taken: u32) -> Option<Granted> {
-        let result = self.lim.ask(&self.key, self.lease).await.ok();
+        let result = self.store.take(&self.key, self.lease).await;
         self.done = true;
-        let leases = self.lim.inner.leases.as_ref()?;
-        leases.finish(&self.key, result, self.lease, taken)
+        self.leases.finish(&self.key, result, self.lease, taken)
     }
 }
 
-impl<B: Backend> Drop for Fetch<B> {
+impl<S: LeaseStore> Drop for Fetch<S> {
     fn drop(&mut self) {
-        if !self.done
-            && let Some(leases) = &self.lim.inner.leases
-        {
-            leases.finish(&self.key, None, self.lease, 0);
+        if !self.done {
+            self.leases.finish(&self.key, None, self.lease, 0);
         }
     }
 }
@@ -405,12 +421,17 @@ impl<B: Backend> Drop for Fetch<B> {
 mod tests {
     use super::*;
 
+    fn leases(cfg: PreAggregation) -> Leases {
+        let quota = Quota::per_second(std::num::NonZeroU32::new(1000).unwrap());
+        Leases::new(cfg, quota, 1000, Duration::from_millis(100))
+    }
+
     /// A spray of new keys against a full map of keys seen this second
     /// sweeps it once, not once per new key (each sweep visits every
     /// entry under the one lock all checks share).
     #[test]
     fn a_key_spray_sweeps_a_full_map_once_a_second() {
-        let hot = Leases::new(PreAggregation {
+        let hot = leases(PreAggregation {
             max_keys: 1000,
             ..PreAggregation::default()
         });
@@ -441,7 +462,7 @@ mod tests {
     /// were granted with the new 10.
     #[test]
     fn a_new_lease_drops_the_units_of_an_expired_one() {
-        let hot = Leases::new(PreAggregation::default());
+        let hot = leases(PreAggregation::default());
         hot.map.lock().insert(
             "k".to_owned(),
             Entry {
@@ -463,7 +484,7 @@ mod tests {
     /// long `max_age`.
     #[test]
     fn used_up_leases_are_swept_whatever_their_age() {
-        let hot = Leases::new(PreAggregation {
+        let hot = leases(PreAggregation {
             max_keys: 100,
             max_age: Duration::MAX,
             ..PreAggregation::default()

@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::failure::FailurePolicy;
 use crate::failure::closed;
 use crate::health::{Change, Probe};
-use crate::leases::Leases;
+use crate::leases::{LeaseStore, Leases};
 use crate::limit::Limit;
 use std::fmt;
 use std::future::{Future, ready};
@@ -64,7 +64,7 @@ pub(crate) struct Inner<B: Backend> {
     pub(crate) name: String,
     pub(crate) policy: FailurePolicy,
     pub(crate) batcher: Option<Batcher<B::Key>>,
-    pub(crate) leases: Option<Leases>,
+    pub(crate) leases: Option<Arc<Leases>>,
     /// Refunds waiting out a back-off ([`StoreLimiter::refund`]), at most
     /// [`WAITING_REFUNDS`].
     pub(crate) waiting_refunds: AtomicUsize,
@@ -576,5 +576,16 @@ struct Waiting<'a>(&'a AtomicUsize);
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Leases are taken from the store as one plain decision for their units.
+impl<B: Backend> LeaseStore for StoreLimiter<B> {
+    // Written out, not `async fn`: the future's `Send` is then stated here.
+    // Inferred instead, proving it for a spawned check (whose future holds
+    // a lease fetch, which holds this future) overflows the trait solver.
+    #[allow(clippy::manual_async_fn)]
+    fn take(&self, key: &str, units: u32) -> impl Future<Output = Option<Decision>> + Send {
+        async move { self.ask(key, units).await.ok() }
     }
 }
