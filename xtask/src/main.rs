@@ -26,6 +26,7 @@
 
 mod api_count;
 mod constructors;
+mod module_cycles;
 mod tidy;
 
 use std::env;

@@ -15,6 +15,9 @@
 //!   in another store).
 //! * **One MSRV, stated once.** Every crate takes the workspace's
 //!   `rust-version`, and the README names that version.
+//! * **Modules import downward.** No two modules of a published crate
+//!   import each other, directly or round a loop, and none imports a
+//!   sibling's item through a `lib.rs` re-export (`module_cycles.rs`).
 
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,6 +105,7 @@ pub fn tidy(root: &Path) -> Result<(), String> {
     let packages = workspace_packages(root)?;
     problems.extend(dependencies(&packages));
     problems.extend(one_msrv(root, &packages));
+    problems.extend(module_imports(root, &files, &packages));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -287,6 +291,33 @@ fn one_msrv(root: &Path, packages: &[serde_json::Value]) -> Vec<String> {
             "README.md does not state the MSRV as \"{stated}\" (the workspace's rust-version)"
         )]
     }
+}
+
+/// Each published crate's modules import only downward
+/// ([`crate::module_cycles`]).
+fn module_imports(root: &Path, files: &[PathBuf], packages: &[serde_json::Value]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or("");
+        if !ALLOWED.iter().any(|(published, _)| *published == name) {
+            continue;
+        }
+        let Some(dir) = package["manifest_path"]
+            .as_str()
+            .map(Path::new)
+            .and_then(Path::parent)
+        else {
+            continue;
+        };
+        let src = dir.join("src");
+        let sources: Vec<PathBuf> = files
+            .iter()
+            .map(|f| root.join(f))
+            .filter(|f| f.starts_with(&src) && f.extension().is_some_and(|e| e == "rs"))
+            .collect();
+        problems.extend(crate::module_cycles::check(name, &src, &sources));
+    }
+    problems
 }
 
 /// Each crate's normal dependencies against the tables above.

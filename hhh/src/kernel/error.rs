@@ -1,7 +1,7 @@
 //! Why the kernel filter could not be loaded, attached or read, from aya's
 //! errors.
 
-use crate::ConfigError;
+use crate::error::ConfigError;
 use aya::EbpfError;
 use aya::maps::MapError;
 use aya::programs::ProgramError;

@@ -82,9 +82,9 @@ pub use test_run::TestRunResult;
 #[cfg(doc)]
 use crate::Classifier;
 use crate::classifier::ClassifierBuilder;
+use crate::error::ConfigError;
 use crate::lattice::GENERALISATIONS;
 use crate::random::RandomSource;
-use crate::{ConfigError, FixedRate};
 use abi::{Config, OBJECT, RawStats, State};
 use aya::maps::{Array, MapData, MapError, PerCpuArray};
 use aya::programs::SocketFilter;
@@ -92,6 +92,7 @@ use aya::{Ebpf, EbpfLoader};
 use std::fmt;
 use std::os::fd::AsFd;
 use weir_limits::clock::Clock;
+use weir_rate::ewma::FixedRate;
 
 /// rakelimit's flood filter in the kernel: a BPF socket filter running the
 /// [`Classifier`]'s algorithm, attachable to UDP sockets (see [the module

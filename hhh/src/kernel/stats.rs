@@ -1,7 +1,8 @@
 //! The kernel filter's counters: kept per CPU by the program, summed here.
 
 use super::abi::RawStats;
-use crate::{LevelStats, Stats};
+use crate::classifier::LevelStats;
+use crate::classifier::Stats;
 
 /// The kernel filter's counters, summed over CPUs
 /// ([`KernelFilter::stats`](super::KernelFilter::stats)).

@@ -7,9 +7,10 @@ use super::KernelFilter;
 use super::abi::{FLAG_REPLAY_CLOCK, FLAG_REPLAY_COIN, State};
 use super::error::KernelError;
 use crate::lattice::{Generalisation, LEVELS};
-use crate::{FixedRate, FourTuple};
+use crate::tuple::FourTuple;
 use aya::programs::{TestRun, TestRunOptions};
 use std::time::Duration;
+use weir_rate::ewma::FixedRate;
 
 #[cfg(doc)]
 use crate::Classifier;

@@ -4,7 +4,7 @@
 use std::hash::Hash;
 
 /// A lock-free count-min sketch with pingora-limits' signatures, backed by
-/// weir's [`Estimator`](crate::Estimator) (rows layout, plain updates,
+/// weir's [`Estimator`](crate::estimator::Estimator) (rows layout, plain updates,
 /// random seed).
 ///
 /// ```
@@ -27,7 +27,7 @@ use std::hash::Hash;
 ///   hash (pingora hashes it once per row with separate seeds); estimates
 ///   have the same count-min guarantee.
 #[derive(Debug)]
-pub struct Estimator(crate::Estimator);
+pub struct Estimator(crate::estimator::Estimator);
 
 impl Estimator {
     /// A sketch of `hashes` rows of `slots` counters.
@@ -39,9 +39,9 @@ impl Estimator {
     /// pingora-limits accepts these: with zero slots its first `incr`,
     /// `decr` or `get` panics on a remainder by zero, and with zero hashes
     /// every estimate is `isize::MAX`. Build a
-    /// [`Shape`](crate::Shape) with [`Shape::try_new`](crate::Shape::try_new)
-    /// and a [`weir_limits::Estimator`](crate::Estimator) from it to get a
-    /// [`ConfigError`](crate::ConfigError) instead.
+    /// [`Shape`](crate::shape::Shape) with [`Shape::try_new`](crate::shape::Shape::try_new)
+    /// and a [`weir_limits::Estimator`](crate::estimator::Estimator) from it to get a
+    /// [`ConfigError`](crate::error::ConfigError) instead.
     ///
     /// ```should_panic
     /// use weir_limits::pingora::estimator::Estimator;
@@ -49,8 +49,8 @@ impl Estimator {
     /// let _ = Estimator::new(4, 0); // "invalid Estimator dimensions: ..."
     /// ```
     pub fn new(hashes: usize, slots: usize) -> Self {
-        match crate::Shape::try_new(hashes, slots, crate::Layout::Rows) {
-            Ok(shape) => Self(crate::Estimator::new(shape)),
+        match crate::shape::Shape::try_new(hashes, slots, crate::shape::Layout::Rows) {
+            Ok(shape) => Self(crate::estimator::Estimator::new(shape)),
             Err(e) => panic!("invalid Estimator dimensions: {e}"),
         }
     }

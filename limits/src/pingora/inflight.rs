@@ -4,7 +4,7 @@ use parking_lot::Mutex;
 use std::hash::Hash;
 
 /// Per-key counts of what is in progress right now, with pingora-limits'
-/// signatures, backed by weir's [`Inflight`](crate::Inflight) (4 × 8192
+/// signatures, backed by weir's [`Inflight`](crate::inflight::Inflight) (4 × 8192
 /// counters, as pingora).
 ///
 /// ```
@@ -18,12 +18,12 @@ use std::hash::Hash;
 /// assert_eq!(n, 1);
 /// ```
 #[derive(Debug, Default)]
-pub struct Inflight(crate::Inflight);
+pub struct Inflight(crate::inflight::Inflight);
 
 impl Inflight {
     /// Empty in-flight counts.
     pub fn new() -> Self {
-        Self(crate::Inflight::new())
+        Self(crate::inflight::Inflight::new())
     }
 
     /// Count `value` more in flight for `key`; returns the guard that
@@ -61,7 +61,7 @@ pub struct Guard {
     // `incr` takes `&self` in pingora's signature while weir's guard grows
     // through `&mut`; the lock is taken only by `incr` and `get`, never on
     // the create/drop path.
-    inner: Mutex<crate::InflightGuard>,
+    inner: Mutex<crate::inflight::InflightGuard>,
     step: isize,
 }
 

@@ -25,8 +25,8 @@
 //! Every public item of pingora-limits 0.9 is here under the same path,
 //! with the same name, generics and argument types (keys by value for the
 //! estimator, by reference for the rate). Underneath are weir's
-//! [`Estimator`](crate::Estimator), [`Inflight`](crate::Inflight) and
-//! [`Rate`](crate::Rate), so callers get their fixes. Where the behaviour
+//! [`Estimator`](crate::estimator::Estimator), [`Inflight`](crate::inflight::Inflight) and
+//! [`Rate`](crate::rate::Rate), so callers get their fixes. Where the behaviour
 //! differs from pingora's the item's docs say so under "Differences from
 //! pingora"; in short:
 //!

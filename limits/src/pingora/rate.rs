@@ -33,8 +33,8 @@ pub struct RateComponents {
     pub current_interval_fraction: f64,
 }
 
-impl From<crate::RateComponents> for RateComponents {
-    fn from(c: crate::RateComponents) -> Self {
+impl From<crate::rate::RateComponents> for RateComponents {
+    fn from(c: crate::rate::RateComponents) -> Self {
         Self {
             prev_samples: c.previous,
             curr_samples: c.current,
@@ -71,7 +71,7 @@ fn proportional(c: RateComponents) -> f64 {
 }
 
 /// Per-key events per interval with pingora-limits' signatures, backed by
-/// weir's [`Rate`](crate::Rate) (three 4 × 1024 sketches by default).
+/// weir's [`Rate`](crate::rate::Rate) (three 4 × 1024 sketches by default).
 ///
 /// ```
 /// use std::time::Duration;
@@ -99,7 +99,7 @@ fn proportional(c: RateComponents) -> f64 {
 /// * It is generic over a [`Clock`], defaulting to weir's monotonic clock,
 ///   so that tests can drive time by hand ([`try_with_clock`](Self::try_with_clock));
 ///   `Rate` alone names the default.
-pub struct Rate<C: Clock = MonotonicClock>(crate::Rate<SinceCreated<C>>);
+pub struct Rate<C: Clock = MonotonicClock>(crate::rate::Rate<SinceCreated<C>>);
 
 /// `clock` read from the moment the `Rate` was created, so that its
 /// intervals start then, as pingora's do, rather than on the clock's grid.
@@ -151,10 +151,10 @@ impl Rate<MonotonicClock> {
     /// On a bad `interval` as [`new`](Self::new), and on bad dimensions as
     /// [`Estimator::new`](super::estimator::Estimator::new).
     pub fn new_with_estimator_config(interval: Duration, hashes: usize, slots: usize) -> Self {
-        let built = crate::Shape::try_new(hashes, slots, crate::Layout::Rows)
+        let built = crate::shape::Shape::try_new(hashes, slots, crate::shape::Layout::Rows)
             .map_err(|e| format!("invalid Estimator dimensions: {e}"))
             .and_then(|shape| {
-                crate::Rate::try_with_shape(
+                crate::rate::Rate::try_with_shape(
                     interval,
                     shape,
                     SinceCreated::new(MonotonicClock::new()),
@@ -173,9 +173,9 @@ impl<C: Clock> Rate<C> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroInterval`](crate::ConfigError::ZeroInterval) for
+    /// [`ConfigError::ZeroInterval`](crate::error::ConfigError::ZeroInterval) for
     /// a zero `interval`,
-    /// [`ConfigError::IntervalTooLong`](crate::ConfigError::IntervalTooLong)
+    /// [`ConfigError::IntervalTooLong`](crate::error::ConfigError::IntervalTooLong)
     /// for one over 2⁶⁴ ns, where pingora's constructor panics.
     ///
     /// ```
@@ -189,8 +189,8 @@ impl<C: Clock> Rate<C> {
     /// clock.advance(Duration::from_secs(1));
     /// assert_eq!(rate.rate(&"k"), 5.0);
     /// ```
-    pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, crate::ConfigError> {
-        crate::Rate::try_with_clock(interval, SinceCreated::new(clock)).map(Self)
+    pub fn try_with_clock(interval: Duration, clock: C) -> Result<Self, crate::error::ConfigError> {
+        crate::rate::Rate::try_with_clock(interval, SinceCreated::new(clock)).map(Self)
     }
 
     /// Events per second of `key` in the latest complete interval; 0 when

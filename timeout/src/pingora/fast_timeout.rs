@@ -195,13 +195,13 @@ pub async fn fast_sleep(duration: Duration) {
 /// CPU, since forking then would not be safe). Timers started while paused
 /// fire when due after [`unpause`]; pingora fires them at once.
 pub fn pause_for_fork() {
-    while !crate::TimerManager::global().pause_for_fork() {}
+    while !crate::manager::TimerManager::global().pause_for_fork() {}
 }
 
 /// Call right after `fork()`, in parent and child. In the child the timers
 /// work again at once (pingora's child waits for a 2 s watchdog).
 pub fn unpause() {
-    crate::TimerManager::global().unpause()
+    crate::manager::TimerManager::global().unpause()
 }
 
 #[cfg(test)]

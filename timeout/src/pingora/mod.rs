@@ -22,7 +22,7 @@
 //! [`Timeout`], [`Elapsed`], [`ToTimeout`], [`TokioTimeout`], the
 //! [`fast_timeout`] module (with the threshold above which tokio's timer
 //! is used) and the [`timer`] module. The fast timers are weir's
-//! ([`crate::sleep`] on the global [`TimerManager`](crate::TimerManager)), so
+//! ([`crate::sleep`] on the global [`TimerManager`](crate::manager::TimerManager)), so
 //! callers get its fixes: no lost wake-ups, timers late by at most one tick
 //! plus wake-up latency, tokio's paused test clock honoured, no wake-ups
 //! while idle, cancelled timers freed at once, `Duration::MAX` saturating
@@ -80,7 +80,7 @@ pub trait ToTimeout {
 pub struct Delay(DelayKind);
 
 enum DelayKind {
-    Weir(crate::Sleep),
+    Weir(crate::future::Sleep),
     Boxed(Pin<Box<dyn Future<Output = ()> + Send + Sync>>),
 }
 
@@ -145,8 +145,8 @@ impl std::fmt::Display for Elapsed {
 
 impl std::error::Error for Elapsed {}
 
-impl From<crate::Elapsed> for Elapsed {
-    fn from(_: crate::Elapsed) -> Self {
+impl From<crate::future::Elapsed> for Elapsed {
+    fn from(_: crate::future::Elapsed) -> Self {
         Elapsed
     }
 }

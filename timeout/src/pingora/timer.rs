@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 /// A set of timers sharing 10 ms ticks, backed by its own weir
-/// [`TimerManager`](crate::TimerManager).
+/// [`TimerManager`](crate::manager::TimerManager).
 ///
 /// ```
 /// use std::time::Duration;
@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 /// never expire there. weir starts the manager's sweeper with its first
 /// timer, so they do.
 #[derive(Debug, Clone)]
-pub struct TimerManager(crate::TimerManager);
+pub struct TimerManager(crate::manager::TimerManager);
 
 impl Default for TimerManager {
     fn default() -> Self {
-        match crate::TimerManager::try_new(crate::DEFAULT_RESOLUTION) {
+        match crate::manager::TimerManager::try_new(crate::manager::DEFAULT_RESOLUTION) {
             Ok(manager) => Self(manager),
             Err(e) => unreachable!("the default resolution is valid: {e}"),
         }
@@ -78,7 +78,7 @@ impl TimerManager {
 /// ```
 #[derive(Debug)]
 pub struct TimerStub {
-    manager: crate::TimerManager,
+    manager: crate::manager::TimerManager,
     /// `None`: beyond what `Instant` can represent, so never.
     deadline: Option<Instant>,
 }
