@@ -2,7 +2,8 @@
 //! keyed limiter.
 //!
 //! There are two forms because there are two kinds of answerer. An
-//! in-process limiter ([`KeyedLimiter`], [`SketchLimiter`]) answers at
+//! in-process limiter ([`KeyedLimiter`](struct.KeyedLimiter.html),
+//! [`SketchLimiter`](struct.SketchLimiter.html)) answers at
 //! once: [`CheckKey`]. A distributed one (a limit kept on a shared store,
 //! such as weir-redis's) answers after a round trip: [`CheckKeyAsync`],
 //! whose future is `'static` so a tower service can hold it across polls. Every keyed limiter implements the
@@ -25,8 +26,11 @@
 //! `RateLimitLayer::settle`).
 
 use crate::decision::{Decision, NeverAllowed, Receipt};
-#[cfg(doc)] // for the docs' links only: the module imports nothing above it
-use crate::{KeyedLimiter, Limiter, SketchLimiter};
+// For the docs' links only. The containers sit above this module (they
+// implement its traits), so their links are plain relative ones rather
+// than imports, which would make a loop through the crate root.
+#[cfg(doc)]
+use crate::limiter::Limiter;
 use std::future::Future;
 
 /// A keyed limiter that decides at once, in process.

@@ -1,10 +1,10 @@
 //! What a store-backed limiter's decision carries: who decided, and why
 //! the failure policy answered if it did.
 
+// The failure policy and the leases sit above this module (they make its
+// answers): the docs below link to them by relative path, not through an
+// import, which would make a loop of modules.
 use crate::error::StoreError;
-// For the docs' links only: the module imports nothing above it.
-#[cfg(doc)]
-use crate::{failure::FailurePolicy, leases::PreAggregation};
 use weir_rate::Decision;
 
 /// Who decided.
@@ -21,13 +21,13 @@ use weir_rate::Decision;
 pub enum Source {
     /// The store (a script on Redis, a counter on Memcached).
     Store,
-    /// A lease held locally ([`PreAggregation`]).
+    /// A lease held locally ([`PreAggregation`](struct.PreAggregation.html)).
     Lease,
-    /// [`FailurePolicy::Open`].
+    /// [`FailurePolicy::Open`](enum.FailurePolicy.html#variant.Open).
     FailOpen,
-    /// [`FailurePolicy::Closed`] (also a local limiter that can never allow the cost).
+    /// [`FailurePolicy::Closed`](enum.FailurePolicy.html#variant.Closed) (also a local limiter that can never allow the cost).
     FailClosed,
-    /// [`FailurePolicy::Local`] or [`FailurePolicy::PerInstance`].
+    /// [`FailurePolicy::Local`](enum.FailurePolicy.html#variant.Local) or [`FailurePolicy::PerInstance`](enum.FailurePolicy.html#variant.PerInstance).
     Local,
     /// Shed: this instance had more decisions to send to the store than it
     /// could ([`StoreError::Overloaded`]), or lost too many compare-and-swap

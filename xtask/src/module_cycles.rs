@@ -4,8 +4,9 @@
 //! re-export (`use crate::Name`), which hides such a loop from the eye.
 //!
 //! Read as text, from each module's code (comments, `#[cfg(test)]`
-//! sections, test files and `#[cfg(doc)]` imports left out): every
-//! `crate::module` path, in `use` items and inline alike.
+//! sections and test files left out; `#[cfg(doc)]` imports count, since a
+//! doc link's import is an import): every `crate::module` path, in `use`
+//! items and inline alike.
 
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,27 +84,28 @@ fn top_module(relative: &Path) -> Option<String> {
     Some(first.to_owned())
 }
 
-/// The lines of code of `text`: comments stripped, everything from a
-/// `#[cfg(test)]` item on left out, and an item right after `#[cfg(doc)]`
-/// (a doc-link import) left out.
+/// The lines of code of `text`: comments stripped, a `#[cfg(test)] mod
+/// tests;` declaration left out, and an inline `#[cfg(test)]` module (the
+/// end of a file) left out.
 fn code(text: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut skip_next_item = false;
+    let mut test_item = false;
     for raw in text.lines() {
         let line = raw.split("//").next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        if line.starts_with("#[cfg(test)]") || line.starts_with("#[cfg(all(test") {
+        if test_item {
+            // `mod tests;` is one line; an inline test module runs to
+            // the end of the file, as weir's do.
+            if line.ends_with(';') {
+                test_item = false;
+                continue;
+            }
             break;
         }
-        if line.starts_with("#[cfg(doc)]") {
-            skip_next_item = true;
-            continue;
-        }
-        if skip_next_item {
-            // The item ends with its line's `;` (a one-line import).
-            skip_next_item = !line.ends_with(';');
+        if line.starts_with("#[cfg(test)]") || line.starts_with("#[cfg(all(test") {
+            test_item = true;
             continue;
         }
         lines.push(line.to_owned());
@@ -174,11 +176,16 @@ mod tests {
     }
 
     #[test]
-    fn comments_tests_and_doc_imports_are_not_code() {
-        let text = "use crate::a::X; // crate::b\n#[cfg(doc)]\nuse crate::c::Y;\nfn f() { crate::d::g(); }\n#[cfg(test)]\nmod tests { use crate::e; }\n";
+    fn comments_and_tests_are_not_code_and_doc_imports_are() {
+        let text = "use crate::a::X; // crate::b\n#[cfg(test)]\nmod tests;\n#[cfg(doc)]\nuse crate::c::Y;\nfn f() { crate::d::g(); }\n#[cfg(test)]\nmod tests { use crate::e; }\n";
         assert_eq!(
             code(text),
-            ["use crate::a::X;", "fn f() { crate::d::g(); }"]
+            [
+                "use crate::a::X;",
+                "#[cfg(doc)]",
+                "use crate::c::Y;",
+                "fn f() { crate::d::g(); }"
+            ]
         );
     }
 }

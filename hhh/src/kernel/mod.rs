@@ -80,7 +80,7 @@ pub use stats::KernelStats;
 pub use test_run::TestRunResult;
 
 #[cfg(doc)]
-use crate::Classifier;
+use crate::classifier::Classifier;
 use crate::classifier::ClassifierBuilder;
 use crate::error::ConfigError;
 use crate::lattice::GENERALISATIONS;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use weir_rate::ewma::FixedRate;
 
 #[cfg(doc)]
-use crate::Classifier;
+use crate::classifier::Classifier;
 
 /// One `BPF_PROG_TEST_RUN` of the filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
