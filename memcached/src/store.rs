@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use weir_rate::{Decision, Gcra, Receipt, SlidingWindow, TokenBucket};
-use weir_store::{Backend, ConfigError, Kind, Limit, Plan, StoreError};
+use weir_store::{Backend, ConfigError, Kind, Limit, Placement, Plan, StoreError};
 
 /// The most counters a sliding window may have here: a check reads all of
 /// them.
@@ -83,7 +83,7 @@ impl Memcached {
     /// # }
     /// ```
     pub fn server_of(&self, key: &str) -> &str {
-        &self.servers[server_of(self.key(key).as_bytes(), &self.servers)]
+        &self.servers[server_of(self.store_key(key).as_bytes(), &self.servers)]
     }
 
     /// Compare-and-swap writes tried since the limiter was built, and how
@@ -94,6 +94,17 @@ impl Memcached {
             self.connection.stats.writes.load(Ordering::Relaxed),
             self.connection.stats.lost.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Memcached {
+    /// `key` as Memcached names it: the head, then the key encoded.
+    fn store_key(&self, key: &str) -> String {
+        let encoded = encode(key);
+        let mut s = String::with_capacity(self.head.len() + encoded.len());
+        s.push_str(&self.head);
+        s.push_str(&encoded);
+        s
     }
 }
 
@@ -146,26 +157,20 @@ impl Backend for Memcached {
         Ok((store, connected))
     }
 
-    fn key(&self, key: &str) -> String {
-        let encoded = encode(key);
-        let mut s = String::with_capacity(self.head.len() + encoded.len());
-        s.push_str(&self.head);
-        s.push_str(&encoded);
-        s
+    /// One back-off cell per server, and one group per server (a pipeline
+    /// goes to one server).
+    fn place(&self, key: &str) -> Placement<String> {
+        let key = self.store_key(key);
+        let server = server_of(key.as_bytes(), &self.servers);
+        Placement {
+            key,
+            cell: server,
+            group: server as u64,
+        }
     }
 
-    /// One cell per server.
     fn cells(&self) -> usize {
         self.servers.len()
-    }
-
-    fn cell(&self, key: &String) -> usize {
-        server_of(key.as_bytes(), &self.servers)
-    }
-
-    /// A pipeline goes to one server.
-    fn group(&self, key: &String) -> u64 {
-        self.cell(key) as u64
     }
 
     fn describe(&self, cell: usize) -> String {

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_rate::{Decision, Receipt};
-use weir_store::{Backend, ConfigError, Kind, Plan, StoreError};
+use weir_store::{Backend, ConfigError, Kind, Placement, Plan, StoreError};
 
 /// Back-off cells: one for a single server; for a cluster one per 64
 /// consecutive slots, so a dead master only sends its own slots' keys to
@@ -59,7 +59,7 @@ impl Redis {
     /// limit `{prefix}:{alg}:{<key>}`, for an all-of limiter
     /// `<prefix>:all:{<prefix>:<key>}:<i>:<alg>`.
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        let base = self.key(key);
+        let base = self.store_key(key);
         if self.tags.len() == 1 {
             return vec![base];
         }
@@ -68,6 +68,18 @@ impl Redis {
             .enumerate()
             .map(|(i, tag)| format!("{base}:{i}:{tag}"))
             .collect()
+    }
+}
+
+impl Redis {
+    /// `key` as Redis names it: the head, the key, then `}`.
+    fn store_key(&self, key: &str) -> String {
+        let head = &self.key_head;
+        let mut s = String::with_capacity(head.len() + key.len() + 1);
+        s.push_str(head);
+        s.push_str(key);
+        s.push('}');
+        s
     }
 }
 
@@ -168,35 +180,23 @@ impl Backend for Redis {
         Ok((redis, connected))
     }
 
-    fn key(&self, key: &str) -> String {
-        let head = &self.key_head;
-        let mut s = String::with_capacity(head.len() + key.len() + 1);
-        s.push_str(head);
-        s.push_str(key);
-        s.push('}');
-        s
+    /// In Cluster mode, one back-off cell per 64 slots, and one group per
+    /// slot (a script may only touch keys of one slot).
+    fn place(&self, key: &str) -> Placement<String> {
+        let key = self.store_key(key);
+        if !self.core.cluster {
+            return Placement::alone(key);
+        }
+        let slot = cluster_slot(&key);
+        Placement {
+            cell: usize::from(slot) * CLUSTER_CELLS / 16384,
+            group: u64::from(slot),
+            key,
+        }
     }
 
     fn cells(&self) -> usize {
         if self.core.cluster { CLUSTER_CELLS } else { 1 }
-    }
-
-    /// One cell per 64 Cluster slots.
-    fn cell(&self, key: &String) -> usize {
-        if self.core.cluster {
-            usize::from(cluster_slot(key)) * CLUSTER_CELLS / 16384
-        } else {
-            0
-        }
-    }
-
-    /// A script may only touch keys of one Cluster slot.
-    fn group(&self, key: &String) -> u64 {
-        if self.core.cluster {
-            u64::from(cluster_slot(key))
-        } else {
-            0
-        }
     }
 
     fn describe(&self, cell: usize) -> String {

@@ -1,6 +1,7 @@
 //! [`Backend`]: the seam between a store crate and everything here. A
-//! store says how to connect, how it names a key, which keys fail together
-//! and how to decide, charge and refund; [`StoreLimiter`](crate::StoreLimiter)
+//! store says how to connect, where a key goes (its name, which keys fail
+//! together, which are decided together) and how to decide, charge and
+//! refund; [`StoreLimiter`](crate::StoreLimiter)
 //! adds the rest once for every store.
 
 use crate::error::{ConfigError, StoreError};
@@ -21,7 +22,7 @@ use weir_rate::{Decision, Receipt};
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
 /// use weir_rate::{Decision, Gcra, Quota, Receipt};
-/// use weir_store::{Backend, ConfigError, Plan, StoreError, StoreLimiter};
+/// use weir_store::{Backend, ConfigError, Placement, Plan, StoreError, StoreLimiter};
 ///
 /// /// A store that allows everything: a toy.
 /// struct Yes;
@@ -33,8 +34,8 @@ use weir_rate::{Decision, Receipt};
 ///     async fn connect(_: (), _: &Plan) -> Result<(Self, bool), ConfigError> {
 ///         Ok((Yes, true))
 ///     }
-///     fn key(&self, key: &str) -> String {
-///         key.to_owned()
+///     fn place(&self, key: &str) -> Placement<String> {
+///         Placement::alone(key.to_owned())
 ///     }
 ///     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send {
 ///         let yes = Decision::allow(1, Duration::from_secs(1), 0, Duration::ZERO);
@@ -63,9 +64,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Where the store is and how to reach it (servers, credentials, TLS).
     type Target: Send;
 
-    /// A key as the store names it (with the limiter's prefix), made once
-    /// per decision. Keys of a batch are sorted by it, so equal keys sit
-    /// together.
+    /// A key as the store names it ([`Placement::key`]).
     type Key: Clone + Ord + Send + Sync + 'static;
 
     /// Connect to `target` for the limits of `plan`. Returns the backend
@@ -83,28 +82,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
         plan: &Plan,
     ) -> impl Future<Output = Result<(Self, bool), ConfigError>> + Send;
 
-    /// `key` as the store names it.
-    fn key(&self, key: &str) -> Self::Key;
+    /// Where `key` goes: its name on the store, its back-off cell and its
+    /// batching group, worked out once per decision.
+    fn place(&self, key: &str) -> Placement<Self::Key>;
 
-    /// How many back-off cells the store's keys fall in (default 1).
+    /// How many back-off cells the store's keys fall in (default 1): every
+    /// [`Placement::cell`] is below it.
     fn cells(&self) -> usize {
         1
-    }
-
-    /// The back-off cell of `key` (below [`cells`](Self::cells)): the keys
-    /// of one cell fail together, one server's or one range of a cluster's
-    /// slots, so one dead server sends only its own keys to the failure
-    /// policy.
-    fn cell(&self, key: &Self::Key) -> usize {
-        let _ = key;
-        0
-    }
-
-    /// Which keys one call may decide together (one server, one Cluster
-    /// slot): the batcher groups a batch by this.
-    fn group(&self, key: &Self::Key) -> u64 {
-        let _ = key;
-        0
     }
 
     /// Where the keys of `cell` live, for the outage log.
@@ -115,7 +100,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Decide `costs[i]` units of `keys[i]` for every `i`, in order, in as
     /// few round trips as the store allows: keys of one
-    /// [`group`](Self::group), equal keys adjacent, a repeated key decided
+    /// [`Placement::group`], equal keys adjacent, a repeated key decided
     /// after its earlier requests. Each limit of the plan is checked; an
     /// allowed decision of a non-zero cost carries a
     /// [`Receipt::remote`].
@@ -146,6 +131,42 @@ pub trait Backend: Send + Sync + Sized + 'static {
         key: &Self::Key,
         receipt: Receipt,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Where a key goes on a store, as [`Backend::place`] works it out once
+/// per decision.
+///
+/// ```
+/// use weir_store::Placement;
+///
+/// // A store of one server: every key in cell 0, decided in group 0.
+/// let placed = Placement::alone("weir:gcra:{alice}".to_owned());
+/// assert_eq!((placed.cell, placed.group), (0, 0));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement<K> {
+    /// The key as the store names it (with the limiter's prefix). Keys of
+    /// a batch are sorted by it, so equal keys sit together.
+    pub key: K,
+    /// Its back-off cell (below [`Backend::cells`]): the keys of one cell
+    /// fail together, one server's or one range of a Cluster's slots, so
+    /// one dead server sends only its own keys to the failure policy.
+    pub cell: usize,
+    /// Which keys one call may decide together (one server, one Cluster
+    /// slot): the batcher groups a batch by this.
+    pub group: u64,
+}
+
+impl<K> Placement<K> {
+    /// `key` on a store with one cell and one group, where every key fails
+    /// together and any keys may be decided in one call.
+    pub fn alone(key: K) -> Self {
+        Self {
+            key,
+            cell: 0,
+            group: 0,
+        }
+    }
 }
 
 /// What a store-backed limiter will ask of its store, as its builder

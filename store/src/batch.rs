@@ -2,8 +2,8 @@
 //!
 //! Callers put `(key, cost, deadline, reply)` on a bounded queue (the key
 //! as the store names it). One task waits for a free in-flight slot, then
-//! drains whatever is queued (up to `max_batch`), groups it by the
-//! backend's [`group`](crate::Backend::group) (a Redis script may only
+//! drains whatever is queued (up to `max_batch`), groups it by each key's
+//! [`group`](crate::Placement::group) (a Redis script may only
 //! touch keys of one Cluster slot; a Memcached pipeline goes to one
 //! server), and spawns one call per group. While all slots are busy the
 //! queue fills, so batches grow exactly when the store is the bottleneck,
@@ -39,13 +39,13 @@
 //! A call a caller gave up on may still run on the store and count its
 //! units, as with any timeout on a request already sent.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Placement};
 use crate::caller::Caller;
 use crate::error::StoreError;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 use weir_rate::Decision;
 
 /// Settings for the batching path ([`Builder::batching`](crate::Builder::batching)).
@@ -91,8 +91,10 @@ struct Job<K> {
     key: K,
     cost: u32,
     deadline: Instant,
-    /// Its back-off cell, and when it was asked (ns since the health's epoch).
+    /// Its back-off cell and batching group, and when it was asked (ns
+    /// since the health's epoch).
     cell: usize,
+    group: u64,
     asked: u64,
     reply: Reply,
 }
@@ -111,24 +113,24 @@ impl<K: Clone + Ord + Send + Sync + 'static> Batcher<K> {
         Self { tx }
     }
 
-    /// Queue one decision (for back-off `cell`, asked at `asked` ns) and
+    /// Queue one decision of the key `placed` (asked at `asked` ns) and
     /// wait for it; answered by `deadline` (see the module documentation).
     /// A full queue sheds the caller at once.
     pub(crate) async fn submit(
         &self,
-        key: K,
+        placed: Placement<K>,
         cost: u32,
         deadline: Instant,
-        cell: usize,
         asked: u64,
     ) -> Result<Decision, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Job {
-                key,
+                key: placed.key,
                 cost,
                 deadline,
-                cell,
+                cell: placed.cell,
+                group: placed.group,
                 asked,
                 reply,
             })
@@ -153,16 +155,15 @@ async fn run<B: Backend>(
         if rx.recv_many(&mut jobs, cfg.max_batch).await == 0 {
             return; // every sender is gone
         }
-        let backend = &caller.backend;
-        let first = backend.group(&jobs[0].key);
-        if jobs.iter().all(|job| backend.group(&job.key) == first) {
+        let first = jobs[0].group;
+        if jobs.iter().all(|job| job.group == first) {
             let batch = std::mem::replace(&mut jobs, Vec::with_capacity(cfg.max_batch.min(1024)));
             spawn_call(&caller, batch, permit);
             continue;
         }
         let mut groups: HashMap<u64, Vec<Job<B::Key>>> = HashMap::new();
         for job in jobs.drain(..) {
-            groups.entry(backend.group(&job.key)).or_default().push(job);
+            groups.entry(job.group).or_default().push(job);
         }
         let mut groups: Vec<Vec<Job<B::Key>>> = groups.into_values().collect();
         groups.sort_by_key(|g| earliest(g));
@@ -226,7 +227,7 @@ async fn slot_for<B: Backend>(
     caller: &Caller<B>,
 ) -> Option<OwnedSemaphorePermit> {
     while !batch.is_empty() {
-        let until = tokio::time::Instant::from_std(earliest(batch));
+        let until = earliest(batch);
         match tokio::time::timeout_at(until, slots.clone().acquire_owned()).await {
             Ok(permit) => return permit.ok(),
             Err(_) => answer_late(batch, Instant::now(), caller),
@@ -269,7 +270,7 @@ async fn decide<B: Backend>(caller: &Caller<B>, mut batch: Vec<Job<B::Key>>) {
     // Index into `by_deadline` of the first caller still waiting.
     let mut next = 0;
     loop {
-        let until = tokio::time::Instant::from_std(deadlines[by_deadline[next]]);
+        let until = deadlines[by_deadline[next]];
         tokio::select! {
             biased;
             result = &mut call => {

@@ -33,14 +33,14 @@ impl<B: Backend> StoreLimiter<B> {
     /// use weir_store::{FailurePolicy, StoreLimiter};
     /// # use std::future::{Future, ready};
     /// # use weir_rate::{Decision, Receipt};
-    /// # use weir_store::{Backend, ConfigError, Plan, StoreError};
+    /// # use weir_store::{Backend, ConfigError, Placement, Plan, StoreError};
     /// # struct Yes;
     /// # impl Backend for Yes {
     /// #     const NAME: &'static str = "yes";
     /// #     type Target = ();
     /// #     type Key = String;
     /// #     async fn connect(_: (), _: &Plan) -> Result<(Self, bool), ConfigError> { Ok((Yes, true)) }
-    /// #     fn key(&self, key: &str) -> String { key.to_owned() }
+    /// #     fn place(&self, key: &str) -> Placement<String> { Placement::alone(key.to_owned()) }
     /// #     fn decide(&self, keys: &[String], _: &[u32]) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send {
     /// #         ready(Ok(vec![Ok(Decision::allow(1, Duration::from_secs(1), 0, Duration::ZERO)); keys.len()]))
     /// #     }

@@ -6,7 +6,8 @@ use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::health::Health;
 use crate::telemetry::AnswerMetrics;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use weir_rate::Decision;
 
 pub(crate) struct Caller<B: Backend> {
@@ -61,7 +62,7 @@ impl<B: Backend> Caller<B> {
         deadline: Instant,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call)
+        tokio::time::timeout_at(deadline, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
     }

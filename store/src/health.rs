@@ -8,7 +8,8 @@
 //! keys to the failure policy.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use weir_primitives::time::duration_to_nanos;
 
 /// The per-cell state of one limiter's store.

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 use weir_primitives::time::duration_to_nanos;
 use weir_rate::{Decision, Quota};
 

@@ -49,7 +49,8 @@
 //!
 //! # For store crates
 //!
-//! * [`Backend`]: connect, name keys, group them, decide, charge, refund.
+//! * [`Backend`]: connect, place keys ([`Placement`]: name, back-off cell,
+//!   batching group), decide, charge, refund.
 //! * [`Plan`]: what the builder settled for the store: limits, prefix,
 //!   timeout.
 //! * [`StoreAlgorithm`], [`Limit`], [`Kind`]: the algorithms a store can
@@ -86,7 +87,7 @@ mod limiter;
 mod telemetry;
 
 pub use answer::{Answer, Source};
-pub use backend::{Backend, Plan};
+pub use backend::{Backend, Placement, Plan};
 pub use batch::Batching;
 pub use builder::{Builder, MAX_LIMITS};
 pub use error::{ConfigError, StoreError};

@@ -19,7 +19,8 @@ use std::future::{Future, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use weir_rate::wait::{Jitter, until_allowed};
 use weir_rate::{
     CheckKeyAsync, Decision, NeverAllowed, Quota, Receipt, SettleKey, Settlement, Spending,
@@ -266,13 +267,12 @@ impl<B: Backend> StoreLimiter<B> {
     /// honouring the back-off.
     pub(crate) async fn ask(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
         let caller = &*self.inner.caller;
-        let key = caller.backend.key(key);
-        let cell = caller.backend.cell(&key);
-        self.on_store(cell, |deadline, asked| async move {
+        let placed = caller.backend.place(key);
+        self.on_store(placed.cell, |deadline, asked| async move {
             match &self.inner.batcher {
-                Some(b) => b.submit(key, cost, deadline, cell, asked).await,
+                Some(b) => b.submit(placed, cost, deadline, asked).await,
                 None => caller
-                    .decide(std::slice::from_ref(&key), &[cost], deadline)
+                    .decide(std::slice::from_ref(&placed.key), &[cost], deadline)
                     .await
                     .and_then(|mut d| {
                         d.pop()
@@ -331,8 +331,7 @@ impl<B: Backend> StoreLimiter<B> {
     /// Whether the store is being skipped for `key` after a recent failure.
     pub fn is_backing_off(&self, key: &str) -> bool {
         let caller = &*self.inner.caller;
-        let cell = caller.backend.cell(&caller.backend.key(key));
-        caller.health.is_backing_off(cell)
+        caller.health.is_backing_off(caller.backend.place(key).cell)
     }
 
     /// Spend `cost` units for `key` unconditionally, for work already done
@@ -348,11 +347,10 @@ impl<B: Backend> StoreLimiter<B> {
     /// failure policy has no local limiter to charge instead.
     pub async fn charge(&self, key: &str, cost: u32) -> Result<Receipt, StoreError> {
         let caller = &*self.inner.caller;
-        let store_key = caller.backend.key(key);
-        let cell = caller.backend.cell(&store_key);
+        let placed = caller.backend.place(key);
         let charged = self
-            .on_store(cell, |deadline, _| {
-                caller.bounded(deadline, caller.backend.charge(&store_key, cost))
+            .on_store(placed.cell, |deadline, _| {
+                caller.bounded(deadline, caller.backend.charge(&placed.key, cost))
             })
             .await;
         match charged {
@@ -411,11 +409,10 @@ impl<B: Backend> StoreLimiter<B> {
             return Ok(());
         }
         let caller = &*self.inner.caller;
-        let store_key = caller.backend.key(key);
-        let cell = caller.backend.cell(&store_key);
+        let placed = caller.backend.place(key);
         let refund = || {
-            self.on_store(cell, |deadline, _| {
-                caller.bounded(deadline, caller.backend.refund(&store_key, receipt))
+            self.on_store(placed.cell, |deadline, _| {
+                caller.bounded(deadline, caller.backend.refund(&placed.key, receipt))
             })
         };
         match refund().await {
@@ -423,7 +420,7 @@ impl<B: Backend> StoreLimiter<B> {
             // Skipped, so certainly never sent: wait for the store and
             // try again. (A call that timed out may have landed: trying it
             // again could give the units back twice.)
-            Err(StoreError::BackingOff) => self.refund_when_back(cell, refund).await?,
+            Err(StoreError::BackingOff) => self.refund_when_back(placed.cell, refund).await?,
             Err(e) => return Err(e),
         }
         // The fallback counted these units too (it shadows the store):
