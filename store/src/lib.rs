@@ -57,6 +57,13 @@
 //!   keep (GCRA, token bucket, fixed window, sliding window), taken from
 //!   weir-rate's own values.
 //!
+//! # Testing
+//!
+//! * [`memory`] (feature `test-util`): a store in this process's memory
+//!   that a test can fail, refuse, stall or slow down, one cell or all,
+//!   on tokio's clock, so that code built on [`StoreLimiter`] is tested
+//!   without a server.
+//!
 //! # Metrics
 //!
 //! With the `metrics` feature, through the
@@ -84,6 +91,9 @@ mod health;
 mod leases;
 mod limit;
 mod limiter;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod memory;
 mod telemetry;
 
 pub use answer::{Answer, Source};
