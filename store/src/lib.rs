@@ -105,3 +105,8 @@ pub use failure::FailurePolicy;
 pub use leases::PreAggregation;
 pub use limit::{Kind, Limit, StoreAlgorithm};
 pub use limiter::StoreLimiter;
+
+/// The README's examples, run as doc tests so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

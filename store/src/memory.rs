@@ -417,7 +417,10 @@ impl Backend for MemoryBackend {
         let cell = self.store.cell_of_name(first);
         self.store.enter(cell, keys.len()).await?;
         // As a cluster answers CROSSSLOT: one call reaches one cell.
-        if keys.iter().any(|name| self.store.cell_of_name(name) != cell) {
+        if keys
+            .iter()
+            .any(|name| self.store.cell_of_name(name) != cell)
+        {
             return Err(StoreError::BadReply(
                 "one call asked for keys of several cells".to_owned(),
             ));

@@ -43,11 +43,18 @@ async fn concurrent_callers_share_calls_of_one_cell_each() {
         let answers = all_at_once(&limiter, &keys).await;
         // A call mixing cells would be refused by the store, and answered
         // by the (open) policy.
-        assert!(answers.iter().all(|a| a.source == Source::Store), "round {round}");
+        assert!(
+            answers.iter().all(|a| a.source == Source::Store),
+            "round {round}"
+        );
         assert!(answers.iter().all(|a| a.decision.is_allowed()));
     }
     assert_eq!(store.decisions(), 300);
-    assert!(store.calls() < 150, "{} calls for 300 decisions", store.calls());
+    assert!(
+        store.calls() < 150,
+        "{} calls for 300 decisions",
+        store.calls()
+    );
     assert!(store.largest_call() > 1);
 }
 

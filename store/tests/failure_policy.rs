@@ -78,7 +78,10 @@ async fn after_an_outage_the_store_and_the_fallback_must_both_allow() {
     // The store has its full burst, but within the window after the outage
     // the fallback's room is needed too: little or nothing more.
     let after = futures_allowed(&limiter, 10).await;
-    assert!(during + after <= 6, "{during} + {after} in about one second of a 5/s limit");
+    assert!(
+        during + after <= 6,
+        "{during} + {after} in about one second of a 5/s limit"
+    );
 }
 
 /// Checks of `alice`, one after another; how many were allowed.
@@ -128,17 +131,18 @@ async fn a_refusing_store_is_a_refusal_not_an_outage() {
 #[tokio::test(start_paused = true)]
 async fn a_slow_store_does_not_loosen_the_limit() {
     let store = MemoryStore::new();
-    let limiter = StoreLimiter::<MemoryBackend>::builder(Gcra::new(Quota::per_minute(nonzero!(120))))
-        .timeout(Duration::from_millis(100))
-        .connect(store.clone())
-        .await
-        .unwrap();
+    let limiter =
+        StoreLimiter::<MemoryBackend>::builder(Gcra::new(Quota::per_minute(nonzero!(120))))
+            .timeout(Duration::from_millis(100))
+            .connect(store.clone())
+            .await
+            .unwrap();
     let started = Instant::now();
     let mut allowed = 0;
     let mut checks = 0u32;
     while started.elapsed() < Duration::from_secs(60) {
         // Every third second the store's answers come back too late.
-        let slow = (started.elapsed().as_secs() % 3) == 0;
+        let slow = started.elapsed().as_secs().is_multiple_of(3);
         store.set_latency(if slow {
             Duration::from_millis(150)
         } else {
@@ -147,7 +151,9 @@ async fn a_slow_store_does_not_loosen_the_limit() {
         let mut tasks = Vec::new();
         for _ in 0..4 {
             let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move { limiter.check("alice").await.is_allowed() }));
+            tasks.push(tokio::spawn(async move {
+                limiter.check("alice").await.is_allowed()
+            }));
         }
         for task in tasks {
             allowed += u32::from(task.await.unwrap());
@@ -158,6 +164,12 @@ async fn a_slow_store_does_not_loosen_the_limit() {
     assert!(checks > 1_000);
     // One minute of 120 a minute with a burst of 120: at most 240 (the
     // burst, then the minute's refill), however the stalls fall.
-    assert!(allowed <= 240, "{allowed} allowed of a 120/min limit over a minute");
-    assert!(allowed >= 120, "{allowed}: the limit should still admit its quota");
+    assert!(
+        allowed <= 240,
+        "{allowed} allowed of a 120/min limit over a minute"
+    );
+    assert!(
+        allowed >= 120,
+        "{allowed}: the limit should still admit its quota"
+    );
 }

@@ -33,7 +33,11 @@ async fn a_hot_key_is_answered_from_leases_in_few_calls() {
         from_leases += u32::from(answer.source == Source::Lease);
     }
     assert!(from_leases > 400, "{from_leases} of 500 from leases");
-    assert!(store.calls() < 100, "{} calls for 500 checks", store.calls());
+    assert!(
+        store.calls() < 100,
+        "{} calls for 500 checks",
+        store.calls()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -48,7 +52,10 @@ async fn no_unit_is_admitted_that_the_store_did_not_count() {
     }
     assert!(allowed <= 100, "{allowed} admitted of a burst of 100");
     // Units taken in leases and unused may be lost, fewer than 1.5 leases.
-    assert!(allowed + LEASE * 3 / 2 > 100, "{allowed} admitted of a burst of 100");
+    assert!(
+        allowed + LEASE * 3 / 2 > 100,
+        "{allowed} admitted of a burst of 100"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -79,5 +86,8 @@ async fn a_check_dropped_while_a_lease_is_fetched_loses_no_units() {
     // the burst, and nothing lost beyond the unused rest of the leases.
     let total = allowed + admitted_meanwhile;
     assert!(total <= 100, "{total} admitted of a burst of 100");
-    assert!(total + LEASE * 3 / 2 > 100, "{total}: units lost with the dropped checks");
+    assert!(
+        total + LEASE * 3 / 2 > 100,
+        "{total}: units lost with the dropped checks"
+    );
 }

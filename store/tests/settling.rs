@@ -33,7 +33,10 @@ async fn a_charge_spends_past_the_limit_and_later_checks_wait_it_out() {
     let denied = limiter.check("k").await;
     assert!(!denied.is_allowed());
     let wait = denied.retry_after().unwrap();
-    assert!(wait >= Duration::from_millis(1500), "{wait:?} for a debt of 4 units at 2/s");
+    assert!(
+        wait >= Duration::from_millis(1500),
+        "{wait:?} for a debt of 4 units at 2/s"
+    );
     tokio::time::sleep(wait).await;
     assert!(limiter.check("k").await.is_allowed());
 }
@@ -41,11 +44,12 @@ async fn a_charge_spends_past_the_limit_and_later_checks_wait_it_out() {
 #[tokio::test(start_paused = true)]
 async fn an_all_of_set_spends_nothing_on_a_refused_request() {
     let store = MemoryStore::new();
-    let limiter = StoreLimiter::<MemoryBackend>::builder(FixedWindow::new(Quota::per_second(nonzero!(5))))
-        .and(FixedWindow::new(Quota::per_minute(nonzero!(7))))
-        .connect(store.clone())
-        .await
-        .unwrap();
+    let limiter =
+        StoreLimiter::<MemoryBackend>::builder(FixedWindow::new(Quota::per_second(nonzero!(5))))
+            .and(FixedWindow::new(Quota::per_minute(nonzero!(7))))
+            .connect(store.clone())
+            .await
+            .unwrap();
     let mut allowed = 0;
     for _ in 0..30 {
         allowed += u32::from(limiter.check("k").await.is_allowed());

@@ -139,6 +139,13 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "metrics",
     ],
+    &[
+        "--package",
+        "weir-store",
+        "--no-default-features",
+        "--features",
+        "test-util",
+    ],
     &["--package", "weir-redis", "--no-default-features"],
     &[
         "--package",
@@ -182,7 +189,7 @@ const FEATURE_SETS: &[&[&str]] = &[
 
 /// Every feature but weir-hhh's `bpf` (and bench-suite's, which turns it
 /// on): what `--all-features` becomes on a machine that cannot build BPF.
-const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-redis/metrics,weir-redis/tls,weir-memcached/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
+const ALL_BUT_BPF: &str = "weir-rate/wait,weir-tower/axum,weir-tower/metrics,weir-store/metrics,weir-store/test-util,weir-redis/metrics,weir-redis/tls,weir-memcached/metrics,weir-hhh/tokio,weir-hhh/metrics,weir-timeout/metrics";
 
 /// What the `bpf` features need to build: clang with the BPF target and
 /// the libbpf and kernel headers. `Err` says what is missing and how to get it.
