@@ -358,7 +358,7 @@ v6_unknown:
 	return ATTRIBUTED;
 }
 
-// weir-rate's `within_window` update: the old rate kept for `keep` of the
+// weir-limits' `within_window` update: the old rate kept for `keep` of the
 // window (a 32-bit fraction of it, from the reciprocal), plus one event,
 // saturating.
 static __always_inline __u64 decay_add(__u64 old, __u64 keep, __u64 recip, __u64 inc)
@@ -412,7 +412,7 @@ static __always_inline __u64 touch(__u64 window, __u64 recip, __u64 inc, __u64 o
 			cell->stamp = now;
 	} else {
 		// Idle for a window or more: the rate restarts at one event per
-		// elapsed time (weir-rate's exact update).
+		// elapsed time (weir-limits' exact update).
 		rate = add_sat(one_per_ns / elapsed, more);
 		cell->stamp = now;
 	}

@@ -26,23 +26,16 @@ pub enum ConfigError {
         /// The prefix length used for source subnets.
         subnet: u8,
     },
-    /// The sketch shape was rejected by weir-limits (zero hashes or slots,
-    /// too many cells, ...); its error is re-exported as
+    /// The sketch shape or an EWMA window was rejected by weir-limits
+    /// (zero hashes or slots, too many cells, a zero or too long window,
+    /// ...); its error is re-exported as
     /// [`sketch::ConfigError`](crate::sketch::ConfigError).
     Limits(weir_limits::ConfigError),
-    /// An EWMA window was rejected by weir-rate (zero, or too long).
-    Window(weir_rate::ConfigError),
 }
 
 impl From<weir_limits::ConfigError> for ConfigError {
     fn from(e: weir_limits::ConfigError) -> Self {
         Self::Limits(e)
-    }
-}
-
-impl From<weir_rate::ConfigError> for ConfigError {
-    fn from(e: weir_rate::ConfigError) -> Self {
-        Self::Window(e)
     }
 }
 
@@ -60,7 +53,6 @@ impl fmt::Display for ConfigError {
                 "{family} source prefixes /{exact} (exact) and /{subnet} (subnet) must satisfy subnet <= exact <= address length"
             ),
             Self::Limits(e) => write!(f, "{e}"),
-            Self::Window(e) => write!(f, "{e}"),
         }
     }
 }
@@ -69,7 +61,6 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Limits(e) => Some(e),
-            Self::Window(e) => Some(e),
             _ => None,
         }
     }

@@ -102,7 +102,7 @@ pub use error::ConfigError;
 pub use lattice::{AddrScope, Generalisation, PortScope, Prefixes};
 pub use tuple::{Attribution, FourTuple, Layer, ParseError, TupleV4, TupleV6, UNKNOWN_PORT};
 /// A packet rate in fixed point: the [`Limited::rate`] and limit of a verdict.
-pub use weir_rate::ewma::FixedRate;
+pub use weir_limits::ewma::FixedRate;
 
 // The README's examples run as doc tests too (its kernel example needs `bpf`).
 #[cfg(all(doctest, feature = "bpf"))]

@@ -29,10 +29,10 @@ pub enum ConfigError {
         /// Counters requested.
         requested: u128,
     },
-    /// A time interval of zero length.
-    ZeroInterval,
-    /// A time interval longer than 2⁶⁴ nanoseconds (584 years).
-    IntervalTooLong,
+    /// A window (or interval) of zero length.
+    ZeroWindow,
+    /// A window (or interval) longer than 2⁶⁴ nanoseconds (584 years).
+    WindowTooLong,
     /// A value that must lie strictly between 0 and 1 (an error target ε,
     /// a failure probability δ, a wrong-denial rate) does not: the value
     /// given (NaN included).
@@ -56,9 +56,9 @@ impl fmt::Display for ConfigError {
                     "{requested} counters requested, at most 2^32 are addressable"
                 )
             }
-            Self::ZeroInterval => f.write_str("the interval must be longer than zero"),
-            Self::IntervalTooLong => {
-                f.write_str("the interval must be shorter than 2^64 ns (584 years)")
+            Self::ZeroWindow => f.write_str("the window must be longer than zero"),
+            Self::WindowTooLong => {
+                f.write_str("the window must be shorter than 2^64 ns (584 years)")
             }
             Self::InvalidFraction(x) => write!(
                 f,

@@ -16,6 +16,8 @@
 //! * [`Shape`] — a sketch's dimensions, [`Layout`] and seed, valid by
 //!   construction (checked at compile time with [`Shape::rows`]); every
 //!   sketch in weir is built from one.
+//! * [`ewma`] — rakelimit's exponentially weighted moving-average rate, in
+//!   fixed point so that one fits an atomic word.
 //! * [`clock`] — the injectable clock every time-dependent structure reads,
 //!   and its typed [`Timestamp`](clock::Timestamp).
 //! * [`sketch`] — where a key's cells are, for sketches of cells of your
@@ -37,6 +39,7 @@ pub mod clock;
 mod counters;
 mod error;
 mod estimator;
+pub mod ewma;
 mod heavy;
 mod inflight;
 pub mod pingora;

@@ -9,6 +9,7 @@ use loom::thread;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
+use weir_limits::ewma::{Ewma, FixedRate};
 use weir_limits::sketch::Locator;
 use weir_limits::{
     Estimator, HeavyHitters, Inflight, Observation, Rate, Shape, ShardedEstimator, Update,
@@ -487,4 +488,19 @@ fn heavy_hitters_eviction_racing_an_exact_count_loses_no_event() {
             assert!(heavy.admitted() <= 1);
         });
     }
+}
+
+#[test]
+fn ewma_records_from_two_threads_are_both_counted() {
+    loom::model(|| {
+        let ewma =
+            Arc::new(Ewma::try_with_clock(Duration::from_secs(1), ManualClock::new()).unwrap());
+        let other = Arc::clone(&ewma);
+        let t = thread::spawn(move || {
+            other.record(3);
+        });
+        ewma.record(4);
+        t.join().unwrap();
+        assert_eq!(ewma.rate(), FixedRate::from_per_second(7));
+    });
 }

@@ -52,7 +52,6 @@
 //!
 //! # Modules
 //!
-//! * [`ewma`]: rakelimit's exponentially weighted moving-average rate.
 //! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready`, which
 //!   sleep until a limit allows, with jitter, on weir-timeout.
 //! * [`clock`]: the clocks, shared with weir-limits.
@@ -97,7 +96,6 @@ mod cells;
 mod check;
 mod config;
 mod decision;
-pub mod ewma;
 mod keyed;
 mod limiter;
 mod mode;

@@ -8,7 +8,6 @@ use loom::thread;
 use std::num::NonZeroU32;
 use std::time::Duration;
 use weir_limits::clock::ManualClock;
-use weir_rate::ewma::{Ewma, FixedRate};
 use weir_rate::{Gcra, KeyedLimiter, Quota, SketchLimiter};
 use weir_rate::{Layout, Shape};
 
@@ -149,21 +148,6 @@ fn a_colliding_key_never_loosens_another() {
         let passed = [ta.join().unwrap(), tb.join().unwrap(), c];
         // Every cell is shared, so the three together fit a burst of 2.
         assert_eq!(passed.iter().filter(|&&p| p).count(), 2);
-    });
-}
-
-#[test]
-fn ewma_records_from_two_threads_are_both_counted() {
-    loom::model(|| {
-        let ewma =
-            Arc::new(Ewma::try_with_clock(Duration::from_secs(1), ManualClock::new()).unwrap());
-        let other = Arc::clone(&ewma);
-        let t = thread::spawn(move || {
-            other.record(3);
-        });
-        ewma.record(4);
-        t.join().unwrap();
-        assert_eq!(ewma.rate(), FixedRate::from_per_second(7));
     });
 }
 

@@ -54,7 +54,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "weir-primitives",
         ],
     ),
-    ("weir-hhh", &["weir-rate", "weir-limits", "weir-primitives"]),
+    ("weir-hhh", &["weir-limits", "weir-primitives"]),
 ];
 
 /// Outside crates a weir crate must not depend on, whatever the feature:

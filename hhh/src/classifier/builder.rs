@@ -12,8 +12,8 @@ use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::Shape;
 use weir_limits::clock::{Clock, MonotonicClock};
+use weir_limits::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 use weir_limits::sketch::Locator;
-use weir_rate::ewma::{EwmaWindow, FixedRate, OneEventUpdate};
 
 /// Default EWMA window: 100 ms, rakelimit's final choice (the paper started
 /// with one second and noted that a shorter window shortens the initial
@@ -198,7 +198,7 @@ impl<C: Clock, R: RandomSource> ClassifierBuilder<C, R> {
         for w in windows.iter_mut().skip(1) {
             window = window
                 .checked_mul(self.settings.window_growth)
-                .ok_or(weir_rate::ConfigError::WindowTooLong)?;
+                .ok_or(weir_limits::ConfigError::WindowTooLong)?;
             *w = EwmaWindow::try_new(window)?.one_event();
         }
         // One seed for the generalisations' hash keys and the cells'

@@ -52,7 +52,7 @@ use crate::random::RandomSource;
 use crate::sync::{AtomicU64, Ordering};
 use crate::tuple::FourTuple;
 use weir_limits::clock::Clock;
-use weir_rate::ewma::{FixedRate, OneEventUpdate};
+use weir_limits::ewma::{FixedRate, OneEventUpdate};
 
 /// Cells per block (one block = the cells a blocked key can use).
 pub(super) const BLOCK_CELLS: usize = weir_limits::sketch::LANES;

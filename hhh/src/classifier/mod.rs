@@ -8,8 +8,8 @@
 //! the levels from the most specific (0, the exact 4-tuple) to the most
 //! general (4, everything sent to the destination address). At each level it
 //! updates the packet's cells in every generalisation of the level with
-//! weir-rate's EWMA ([`EwmaWindow::update_fixed`] for one event now, with
-//! its divisions precomputed: weir-rate's `OneEventUpdate`), takes the minimum over a
+//! weir-limits' EWMA ([`EwmaWindow::update_fixed`] for one event now, with
+//! its divisions precomputed: weir-limits' `OneEventUpdate`), takes the minimum over a
 //! generalisation's cells as its estimate (count-min of rates), and the
 //! maximum estimate over the level. If that maximum exceeds the limit, the
 //! packet is *limited at this level*: it passes with probability
@@ -33,7 +33,7 @@
 //! rakelimit hides this by initialising a rate from the first inter-arrival
 //! gap (the flood's second packet already shows its full rate), which in
 //! turn lets two unrelated packets that happen to hash together look like a
-//! flood. weir keeps the EWMA of weir-rate unchanged and instead gives level
+//! flood. weir keeps the EWMA of weir-limits unchanged and instead gives level
 //! `l` the window `window · growth^l` (default growth 2: 100 ms, 200 ms,
 //! ... 1.6 s). The more specific estimate reacts faster, so the culprit is
 //! singled out at its own level before any aggregate containing it crosses
@@ -101,8 +101,8 @@ use std::time::Duration;
 use thread_local::ThreadLocal;
 use weir_limits::Shape;
 use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
+use weir_limits::ewma::{FixedRate, OneEventUpdate};
 use weir_limits::sketch::Locator;
-use weir_rate::ewma::{FixedRate, OneEventUpdate};
 
 /// rakelimit's fair-share flood limiter over 4-tuples: one sketch of packet
 /// rates per [`Generalisation`], a packet limited at the most specific one

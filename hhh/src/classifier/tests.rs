@@ -89,7 +89,7 @@ fn bad_configurations_are_typed_errors() {
             .window(Duration::ZERO)
             .build()
             .unwrap_err(),
-        ConfigError::Window(weir_rate::ConfigError::ZeroWindow)
+        ConfigError::Limits(weir_limits::ConfigError::ZeroWindow)
     );
     assert_eq!(
         Classifier::builder(1).window_growth(0).build().unwrap_err(),
@@ -101,7 +101,7 @@ fn bad_configurations_are_typed_errors() {
             .window_growth(1 << 20)
             .build()
             .unwrap_err(),
-        ConfigError::Window(weir_rate::ConfigError::WindowTooLong)
+        ConfigError::Limits(weir_limits::ConfigError::WindowTooLong)
     );
     // One sketch of 2³⁰ cells is valid; twelve are more than the
     // classifier's table addresses: an error, not an allocation abort.

@@ -5,7 +5,7 @@
 use crate::lattice::GENERALISATIONS;
 use crate::lattice::{Generalisation, LEVELS};
 use std::fmt;
-use weir_rate::ewma::FixedRate;
+use weir_limits::ewma::FixedRate;
 
 /// Why a packet was limited: the level and generalisation whose estimated
 /// rate exceeded the limit ([`Verdict::limited`]).

@@ -20,8 +20,8 @@ use super::KernelError;
 use crate::classifier::Params;
 use crate::lattice::{GENERALISATIONS, LEVELS};
 use weir_limits::Layout;
+use weir_limits::ewma::FixedRate;
 use weir_limits::sketch::{LANES, ROW_MULTIPLIERS};
-use weir_rate::ewma::FixedRate;
 
 /// The compiled filter (`bpf/filter.c`, built by `build.rs`).
 pub(super) static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/filter.o"));

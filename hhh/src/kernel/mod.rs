@@ -92,7 +92,7 @@ use aya::{Ebpf, EbpfLoader};
 use std::fmt;
 use std::os::fd::AsFd;
 use weir_limits::clock::Clock;
-use weir_rate::ewma::FixedRate;
+use weir_limits::ewma::FixedRate;
 
 /// rakelimit's flood filter in the kernel: a BPF socket filter running the
 /// [`Classifier`]'s algorithm, attachable to UDP sockets (see [the module

@@ -10,7 +10,7 @@ use crate::lattice::{Generalisation, LEVELS};
 use crate::tuple::FourTuple;
 use aya::programs::{TestRun, TestRunOptions};
 use std::time::Duration;
-use weir_rate::ewma::FixedRate;
+use weir_limits::ewma::FixedRate;
 
 #[cfg(doc)]
 use crate::classifier::Classifier;

@@ -173,9 +173,9 @@ impl<C: Clock> Rate<C> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroInterval`](crate::error::ConfigError::ZeroInterval) for
+    /// [`ConfigError::ZeroWindow`](crate::error::ConfigError::ZeroWindow) for
     /// a zero `interval`,
-    /// [`ConfigError::IntervalTooLong`](crate::error::ConfigError::IntervalTooLong)
+    /// [`ConfigError::WindowTooLong`](crate::error::ConfigError::WindowTooLong)
     /// for one over 2⁶⁴ ns, where pingora's constructor panics.
     ///
     /// ```

@@ -172,14 +172,14 @@ impl Rate<MonotonicClock> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
-    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
+    /// [`ConfigError::ZeroWindow`] for a zero `interval`,
+    /// [`ConfigError::WindowTooLong`] for one over 2⁶⁴ ns (584 years).
     ///
     /// ```
     /// use std::time::Duration;
     /// use weir_limits::{ConfigError, Rate};
     ///
-    /// assert_eq!(Rate::try_new(Duration::ZERO).unwrap_err(), ConfigError::ZeroInterval);
+    /// assert_eq!(Rate::try_new(Duration::ZERO).unwrap_err(), ConfigError::ZeroWindow);
     /// assert!(Rate::try_new(Duration::from_micros(100)).is_ok());
     /// ```
     pub fn try_new(interval: Duration) -> Result<Self, ConfigError> {
@@ -192,8 +192,8 @@ impl<C: Clock> Rate<C> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
-    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
+    /// [`ConfigError::ZeroWindow`] for a zero `interval`,
+    /// [`ConfigError::WindowTooLong`] for one over 2⁶⁴ ns (584 years).
     ///
     /// ```
     /// use std::time::Duration;
@@ -215,8 +215,8 @@ impl<C: Clock> Rate<C> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroInterval`] for a zero `interval`,
-    /// [`ConfigError::IntervalTooLong`] for one over 2⁶⁴ ns (584 years).
+    /// [`ConfigError::ZeroWindow`] for a zero `interval`,
+    /// [`ConfigError::WindowTooLong`] for one over 2⁶⁴ ns (584 years).
     ///
     /// ```
     /// use std::time::Duration;
@@ -229,10 +229,10 @@ impl<C: Clock> Rate<C> {
     /// ```
     pub fn try_with_shape(interval: Duration, shape: Shape, clock: C) -> Result<Self, ConfigError> {
         if interval.is_zero() {
-            return Err(ConfigError::ZeroInterval);
+            return Err(ConfigError::ZeroWindow);
         }
         let interval_nanos =
-            u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::IntervalTooLong)?;
+            u64::try_from(interval.as_nanos()).map_err(|_| ConfigError::WindowTooLong)?;
         // One locator for all three windows: a key's cells are the same in
         // each, so rotating a window never moves a key.
         let locator = Locator::new(shape);

@@ -154,7 +154,7 @@ fn inflight_guards_undo_extreme_costs_exactly() {
 fn rates_reject_impossible_intervals_and_survive_any_clock() {
     assert_eq!(
         Rate::try_new(Duration::ZERO).unwrap_err(),
-        ConfigError::ZeroInterval
+        ConfigError::ZeroWindow
     );
     for too_long in [
         Duration::from_nanos(u64::MAX) + Duration::from_nanos(1),
@@ -163,7 +163,7 @@ fn rates_reject_impossible_intervals_and_survive_any_clock() {
     ] {
         assert_eq!(
             Rate::try_new(too_long).unwrap_err(),
-            ConfigError::IntervalTooLong
+            ConfigError::WindowTooLong
         );
         assert!(
             weir_limits::pingora::rate::Rate::try_with_clock(too_long, ManualClock::new()).is_err()

@@ -5,7 +5,7 @@ use std::fmt;
 /// A rate in events per second, unsigned, with 16 fractional bits.
 ///
 /// ```
-/// use weir_rate::ewma::FixedRate;
+/// use weir_limits::ewma::FixedRate;
 ///
 /// let r = FixedRate::from_per_second(3);
 /// assert_eq!(r.as_f64(), 3.0);
@@ -30,7 +30,7 @@ impl FixedRate {
     /// BPF filter keeps them.
     ///
     /// ```
-    /// use weir_rate::ewma::FixedRate;
+    /// use weir_limits::ewma::FixedRate;
     ///
     /// let rate = FixedRate::from_per_second(3);
     /// assert_eq!(rate.to_bits(), 3 << FixedRate::FRAC_BITS);
@@ -75,7 +75,7 @@ impl FixedRate {
     /// Whole events per second, rounded down.
     ///
     /// ```
-    /// use weir_rate::ewma::FixedRate;
+    /// use weir_limits::ewma::FixedRate;
     ///
     /// assert_eq!(FixedRate::from_f64(2.75).whole_per_second(), 2);
     /// ```

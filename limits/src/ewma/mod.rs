@@ -40,7 +40,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_rate::ewma::{EwmaWindow, FixedRate};
+//! use weir_limits::ewma::{EwmaWindow, FixedRate};
 //!
 //! let ewma = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 //! // 10 events, 100 ms after the last update, starting from 50 events/s:
@@ -58,10 +58,10 @@ pub use fixed::FixedRate;
 pub use one_event::OneEventUpdate;
 pub use window::EwmaWindow;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
+use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::sync::Mutex;
 use std::time::Duration;
-use weir_limits::clock::{Clock, MonotonicClock, Timestamp};
 
 #[derive(Debug, Clone, Copy)]
 struct EwmaState {
@@ -89,8 +89,8 @@ struct EwmaState {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_rate::clock::ManualClock;
-/// use weir_rate::ewma::Ewma;
+/// use weir_limits::clock::ManualClock;
+/// use weir_limits::ewma::Ewma;
 ///
 /// let clock = ManualClock::new();
 /// let ewma = Ewma::try_with_clock(Duration::from_secs(1), clock.clone()).unwrap();

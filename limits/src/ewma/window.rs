@@ -1,7 +1,7 @@
 //! [`EwmaWindow`]: the update rule, without state.
 
 use super::{FixedRate, OneEventUpdate};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use std::time::Duration;
 
 pub(super) const NANOS_PER_SEC: u128 = 1_000_000_000;
@@ -11,7 +11,7 @@ pub(super) const NANOS_PER_SEC: u128 = 1_000_000_000;
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_rate::ewma::EwmaWindow;
+/// use weir_limits::ewma::EwmaWindow;
 ///
 /// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 /// // Half a window of silence halves the rate.
@@ -65,7 +65,7 @@ impl EwmaWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::EwmaWindow;
+    /// use weir_limits::ewma::EwmaWindow;
     ///
     /// let w = EwmaWindow::try_new(Duration::from_millis(100)).unwrap();
     /// // One event every 10 ms, forever, converges to 100 events/s.
@@ -96,7 +96,7 @@ impl EwmaWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::{EwmaWindow, FixedRate};
+    /// use weir_limits::ewma::{EwmaWindow, FixedRate};
     ///
     /// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
     /// let r = w.update_fixed(FixedRate::ZERO, 250_000_000, 5);
@@ -123,7 +123,7 @@ impl EwmaWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::{EwmaWindow, FixedRate};
+    /// use weir_limits::ewma::{EwmaWindow, FixedRate};
     ///
     /// let w = EwmaWindow::try_new(Duration::from_secs(2)).unwrap();
     /// let r = FixedRate::from_per_second(8);
@@ -140,7 +140,7 @@ impl EwmaWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::EwmaWindow;
+    /// use weir_limits::ewma::EwmaWindow;
     ///
     /// let w = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
     /// assert_eq!(w.decay(10.0, 250_000_000), 7.5);

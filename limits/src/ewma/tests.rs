@@ -1,8 +1,8 @@
 use super::*;
-use crate::config::ConfigError;
+use crate::error::ConfigError;
+use crate::clock::ManualClock;
 use proptest::prelude::*;
 use std::sync::Arc;
-use weir_limits::clock::ManualClock;
 
 const ULP: f64 = 1.0 / 65536.0;
 

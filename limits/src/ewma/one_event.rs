@@ -18,7 +18,7 @@ use super::{EwmaWindow, FixedRate};
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_rate::ewma::{EwmaWindow, FixedRate};
+/// use weir_limits::ewma::{EwmaWindow, FixedRate};
 ///
 /// let window = EwmaWindow::try_new(Duration::from_secs(1)).unwrap();
 /// let fast = window.one_event();
@@ -54,7 +54,7 @@ impl OneEventUpdate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::EwmaWindow;
+    /// use weir_limits::ewma::EwmaWindow;
     ///
     /// let w = EwmaWindow::try_new(Duration::from_nanos(1000)).unwrap().one_event();
     /// assert_eq!(w.reciprocal(), u64::MAX / 1000);
@@ -67,7 +67,7 @@ impl OneEventUpdate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_rate::ewma::{EwmaWindow, FixedRate};
+    /// use weir_limits::ewma::{EwmaWindow, FixedRate};
     ///
     /// let w = EwmaWindow::try_new(Duration::from_millis(100)).unwrap().one_event();
     /// assert_eq!(w.increment(), FixedRate::from_per_second(10).to_bits());
