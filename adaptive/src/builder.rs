@@ -183,12 +183,15 @@ pub(super) mod sealed {
 
     /// The algorithms that probe for the no-load latency, whose builders
     /// take a probe interval and a seed.
+    #[allow(unnameable_types)] // sealed: bounds of the builder's methods only
     pub trait Probes {}
 
     /// The algorithms with a latency tolerance (AIMD, Gradient2).
+    #[allow(unnameable_types)] // sealed: bounds of the builder's methods only
     pub trait Tolerates {}
 
     /// The algorithms a [`Builder`] builds, each checking its own settings.
+    #[allow(unnameable_types)] // sealed: only weir-adaptive's algorithms build
     pub trait Build: Sized {
         fn build(settings: Builder<Self>) -> Result<Self, ConfigError>;
     }

@@ -18,11 +18,15 @@
 //!   Cloudflare's), [`SlidingLog`] (exact).
 //! * [`AllOf`] and pairs of limiters: several limits, all-or-nothing.
 //!
+//! Their per-key states ([`FixedWindowState`], [`SlidingWindowState`],
+//! [`SlidingLogState`], [`TokenBucketState`], [`LeakyBucketState`]; GCRA's
+//! is one `u64`) are named for code that holds state itself.
+//!
 //! # Containers
 //!
 //! * [`RateLimiter`]: one limit shared by every caller.
 //! * [`KeyedLimiter`]: any algorithm per key, exact up to a bound on keys
-//!   ([`KeyedLimiter::builder`]) and never looser beyond it.
+//!   ([`KeyedLimiterBuilder`]) and never looser beyond it.
 //! * [`SketchLimiter`]: GCRA per key in fixed memory, never looser than
 //!   exact.
 //!
@@ -136,13 +140,16 @@ pub mod clock {
     pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
-pub use algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+pub use algorithms::{
+    FixedWindow, FixedWindowState, Gcra, LeakyBucket, LeakyBucketState, SlidingLog,
+    SlidingLogState, SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState,
+};
 pub use all_of::AllOf;
 pub use any::{AnyCheck, AnyLimiter, AnySettling, SettleError};
 pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use config::ConfigError;
 pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};
-pub use keyed::KeyedLimiter;
+pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
 pub use limiter::Limiter;
 pub use mode::Mode;
 pub use quota::Quota;

@@ -33,6 +33,7 @@ mod sealed {
     /// What a store needs from an algorithm value; sealed so that only
     /// the algorithms stores know implement
     /// [`StoreAlgorithm`](super::StoreAlgorithm).
+    #[allow(unnameable_types)] // sealed: a store keeps only these algorithms
     pub trait Sealed {
         fn limit(&self) -> super::Limit;
     }

@@ -23,8 +23,9 @@
 //!   ([`AdaptiveBody`]; responses classified by [`classify_status`]).
 //!
 //! Each layer's service and future ([`RateLimitService`],
-//! [`RateLimitFuture`], ...) are named for use in type signatures; the
-//! response body of every layer is a [`CountedBody`].
+//! [`RateLimitFuture`], ...) are named for use in type signatures, with
+//! what a request costs ([`Cost`]; [`UnitCost`] without a cost function);
+//! the response body of every layer is a [`CountedBody`].
 //!
 //! # Keys
 //!
@@ -144,7 +145,7 @@ pub use key::{
     ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpNet, IpNetParseError,
     KeyExtractor, KeyFn, Or, OrKey, PeerAddr, PeerIp,
 };
-pub use ratelimit::{RateLimitFuture, RateLimitLayer, RateLimitService};
+pub use ratelimit::{Cost, RateLimitFuture, RateLimitLayer, RateLimitService, UnitCost};
 pub use settle::{Sent, Settle, SettleBody, SettleGuard, Usage};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.

@@ -68,7 +68,7 @@ pub struct LeakyBucket {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeakyState {
+pub struct LeakyBucketState {
     meter: TokenBucketState,
     drains_at: u64,
 }
@@ -103,7 +103,7 @@ impl LeakyBucket {
 }
 
 impl Limiter for LeakyBucket {
-    type State = LeakyState;
+    type State = LeakyBucketState;
 
     fn max_cost(&self) -> u32 {
         match self.max_delay {
@@ -113,7 +113,7 @@ impl Limiter for LeakyBucket {
     }
 
     fn new_state(&self, now_ns: u64) -> Self::State {
-        LeakyState {
+        LeakyBucketState {
             meter: TokenBucketState::default(),
             drains_at: now_ns,
         }
@@ -212,7 +212,7 @@ impl Limiter for LeakyBucket {
     }
 }
 
-impl LeakyState {
+impl LeakyBucketState {
     fn with_meter_time(mut self, now_ns: u64) -> Self {
         self.meter = TokenBucketState::starting_at(now_ns);
         self
@@ -232,7 +232,7 @@ mod tests {
         let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
         let shaper = LeakyBucket::try_shaper(quota, Duration::from_millis(250)).unwrap();
         let mut s = shaper.new_state(0);
-        let admit = |s: &mut LeakyState| shaper.check(s, 0, 1, Mode::Consume).unwrap();
+        let admit = |s: &mut LeakyBucketState| shaper.check(s, 0, 1, Mode::Consume).unwrap();
         let a = admit(&mut s);
         assert_eq!(a.delay(), Duration::ZERO);
         let b = admit(&mut s);

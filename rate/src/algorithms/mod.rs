@@ -25,12 +25,12 @@ mod token_bucket;
 // The algorithms' state types are public (each is its `Limiter::State`)
 // but reached through the trait, `<FixedWindow as Limiter>::State`, so
 // they add nothing to the crate's paths.
-pub use fixed_window::FixedWindow;
+pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
-pub use leaky_bucket::LeakyBucket;
-pub use sliding_log::SlidingLog;
-pub use sliding_window::SlidingWindow;
-pub use token_bucket::TokenBucket;
+pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
 
 pub(crate) use gcra::{Step, gcra_step};
 

@@ -3,7 +3,7 @@
 use http::Request;
 
 /// What a request costs: one unit by default, or what the layer's
-/// [`cost_fn`](RateLimitLayer::cost_fn) says. Implemented for every
+/// [`cost_fn`](super::RateLimitLayer::cost_fn) says. Implemented for every
 /// `Fn(&Request<B>) -> u32`; the layer is generic over it rather than over
 /// the request body, so building a layer never names a body type.
 pub trait Cost<B>: Send + Sync + 'static {

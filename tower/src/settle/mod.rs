@@ -614,6 +614,7 @@ impl<K> Drop for SettleGuard<K> {
 
 /// How a response future hands its response on: as it is, or wrapped to
 /// settle when its body ends. Not nameable outside the crate.
+#[allow(unnameable_types)] // sealed: the crate's two ways of handing on a response
 pub trait Finish<B>: Sized {
     /// The body of the response handed on.
     type Body;
