@@ -11,16 +11,16 @@
 //! admissions.
 //!
 //! The state kept is one time per key: when the key turns idle
-//! ([`Limiter::idle_at`]). For GCRA that is its theoretical arrival time,
+//! ([`Forgettable::idle_at`]). For GCRA that is its theoretical arrival time,
 //! for a token bucket the time it would be full again, and both are
-//! rebuilt from it exactly ([`Limiter::spent_until`]), so the decision is
+//! rebuilt from it exactly ([`Forgettable::spent_until`]), so the decision is
 //! weir-rate's own. A batch of keys takes two round trips per attempt: one
 //! pipeline of reads, one of writes.
 
 use crate::connection::{Connection, LAST_KEPT_NS, store_error, ttl};
 use memcache::exp::{Get, Meta, MutationStatus, Op, OpResult, Set};
 use std::sync::atomic::Ordering;
-use weir_rate::{Decision, Gcra, Limiter, Mode, Receipt, TokenBucket};
+use weir_rate::{Decision, Forgettable, Gcra, Mode, Receipt, TokenBucket};
 use weir_store::StoreError;
 
 /// An algorithm kept as one time per key.
@@ -99,7 +99,7 @@ async fn swap(connection: &Connection, writes: Vec<Op>) -> Result<Vec<bool>, Sto
 }
 
 /// The state a read stands for at `now`.
-fn state_of<L: Limiter>(limiter: &L, read: Read, now: u64) -> L::State {
+fn state_of<L: Forgettable>(limiter: &L, read: Read, now: u64) -> L::State {
     match read {
         Some((idle_at, _)) => limiter.spent_until(idle_at, now),
         None => limiter.new_state(now),
@@ -118,7 +118,7 @@ pub(crate) async fn decide(
     }
 }
 
-async fn decide_with<L: Limiter>(
+async fn decide_with<L: Forgettable>(
     connection: &Connection,
     limiter: &L,
     keys: &[String],
@@ -185,7 +185,7 @@ async fn decide_with<L: Limiter>(
 
 /// A read-change-swap loop on one key: `change` returns what to answer
 /// and whether the state must be written.
-async fn update<L: Limiter, T>(
+async fn update<L: Forgettable, T>(
     connection: &Connection,
     limiter: &L,
     key: &str,
@@ -215,7 +215,7 @@ pub(crate) async fn charge(
     key: &str,
     cost: u32,
 ) -> Result<Receipt, StoreError> {
-    async fn with<L: Limiter>(
+    async fn with<L: Forgettable>(
         connection: &Connection,
         limiter: &L,
         key: &str,
@@ -241,7 +241,7 @@ pub(crate) async fn refund(
     key: &str,
     receipt: Receipt,
 ) -> Result<(), StoreError> {
-    async fn with<L: Limiter>(
+    async fn with<L: Forgettable>(
         connection: &Connection,
         limiter: &L,
         key: &str,

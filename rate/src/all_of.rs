@@ -2,8 +2,8 @@
 //! A check spends from every limit only if all of them allow, so a
 //! refusal by one spends nothing of the others.
 
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 
 /// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
@@ -21,23 +21,21 @@ use crate::mode::Mode;
 /// what they have left, not what they would have left after the request:
 /// `check_each(mode, true)` checks those at no cost ([`part`]).
 #[inline]
-fn all_or_nothing(
-    mode: Mode,
-    mut check_each: impl FnMut(Mode, bool) -> Result<Decision, NeverAllowed>,
-) -> Result<Decision, NeverAllowed> {
-    let peeked = check_each(Mode::Peek, false)?;
+fn all_or_nothing(mode: Mode, mut check_each: impl FnMut(Mode, bool) -> Decision) -> Decision {
+    let peeked = check_each(Mode::Peek, false);
     if peeked.is_allowed() {
         if mode == Mode::Consume {
             drop(peeked);
             return check_each(Mode::Consume, false);
         }
-        return Ok(peeked);
+        return peeked;
     }
     drop(peeked);
     check_each(Mode::Peek, true)
 }
 
-/// One limit's part of an all-or-nothing check; with `unspent` (the set
+/// One limit's part of an all-or-nothing check, for a cost within the
+/// set's max cost (so within each limit's); with `unspent` (the set
 /// refuses), a limit that allows is peeked at no cost instead, for what
 /// it has left.
 #[inline]
@@ -46,12 +44,12 @@ fn part<L: Limiter>(
     state: &mut L::State,
     now_ns: u64,
     (cost, mode, unspent): (u32, Mode, bool),
-) -> Result<Decision, NeverAllowed> {
-    let decision = limit.check(state, now_ns, cost, mode)?;
+) -> Decision {
+    let decision = limit.decide(state, now_ns, cost, mode);
     if unspent && decision.is_allowed() {
-        limit.check(state, now_ns, 0, Mode::Peek)
+        limit.decide(state, now_ns, 0, Mode::Peek)
     } else {
-        Ok(decision)
+        decision
     }
 }
 
@@ -100,18 +98,11 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         (self.0.new_state(now_ns), self.1.new_state(now_ns))
     }
 
-    fn check(
-        &self,
-        state: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
-        NeverAllowed::check(cost, self.max_cost())?;
+    fn decide(&self, state: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         all_or_nothing(mode, |each, unspent| {
-            let a = part(&self.0, &mut state.0, now_ns, (cost, each, unspent))?;
-            let b = part(&self.1, &mut state.1, now_ns, (cost, each, unspent))?;
-            Ok(a.combine(b))
+            let a = part(&self.0, &mut state.0, now_ns, (cost, each, unspent));
+            let b = part(&self.1, &mut state.1, now_ns, (cost, each, unspent));
+            a.combine(b)
         })
     }
 
@@ -128,7 +119,9 @@ impl<A: Limiter, B: Limiter> Limiter for (A, B) {
         let b = self.1.charge(&mut state.1, now_ns, cost);
         earlier(a, b)
     }
+}
 
+impl<A: Forgettable, B: Forgettable> Forgettable for (A, B) {
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
         self.0.is_idle(&state.0, now_ns) && self.1.is_idle(&state.1, now_ns)
     }
@@ -193,28 +186,21 @@ impl<L: Limiter> Limiter for AllOf<L> {
         self.limits.iter().map(|l| l.new_state(now_ns)).collect()
     }
 
-    fn check(
-        &self,
-        state: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
-        NeverAllowed::check(cost, self.max_cost())?;
+    fn decide(&self, state: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         fit(&self.limits, state, now_ns);
         // `fit` made the states as many as the limits.
         let (Some((first, rest)), Some((first_state, rest_state))) =
             (self.limits.split_first(), state.split_first_mut())
         else {
-            return Ok(allow_everything());
+            return allow_everything();
         };
         all_or_nothing(mode, |each, unspent| {
             let how = (cost, each, unspent);
-            let mut combined = part(first, first_state, now_ns, how)?;
+            let mut combined = part(first, first_state, now_ns, how);
             for (limit, s) in rest.iter().zip(rest_state.iter_mut()) {
-                combined = combined.combine(part(limit, s, now_ns, how)?);
+                combined = combined.combine(part(limit, s, now_ns, how));
             }
-            Ok(combined)
+            combined
         })
     }
 
@@ -235,7 +221,9 @@ impl<L: Limiter> Limiter for AllOf<L> {
             .reduce(earlier)
             .unwrap_or_else(|| Receipt::new(now_ns, cost))
     }
+}
 
+impl<L: Forgettable> Forgettable for AllOf<L> {
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool {
         self.limits
             .iter()

@@ -65,12 +65,16 @@
 //! | algorithm | state per key | bound on units allowed in any interval of length `t` |
 //! |---|---|---|
 //! | [`FixedWindow`] | start + count | `≤ 2·limit` in any window-long interval (`limit` on each side of a boundary) |
-//! | [`SlidingLog`] | one entry per allowed request (≤ limit) | `≤ limit` per window: exact |
-//! | [`SlidingWindow`] (N counters) | N counters | `≤ 2·limit` per window in the worst case; under steady traffic error shrinks with N |
+//! | [`SlidingLog`] | one entry per allowed request (≤ limit), and per forced charge | `≤ limit` per window: exact |
+//! | [`SlidingWindow`] (N counters) | N counters | `≤ 2·limit` per window in the worst case; under steady traffic error shrinks with N (Cloudflare measured 0.003 % wrong decisions with N = 2) |
 //! | [`TokenBucket`] | spent tokens + time | `≤ burst + limit·t/window` |
 //! | [`LeakyBucket`] meter | water level + time | `≤ burst + limit·t/window` (the token bucket seen from the other side) |
-//! | [`LeakyBucket`] shaper | time the queue drains | admitted `≤ (max_delay + t)/T + 1`, released `≤ t/T + 1` with `T = window/limit` |
+//! | [`LeakyBucket`] shaper | time the queue drains | admitted `≤ (max_delay + t)/T + 1`, released `≤ t/T + 1` with `T = window/limit`; no caller delayed more than `max_delay` |
 //! | [`Gcra`] | one timestamp | `≤ burst + t/T` (`T` = window/limit rounded up to 1 ns) |
+//!
+//! Rates never round in the caller's favour (refills round down, emission
+//! intervals round up), time going backwards counts as no time passing,
+//! and each bound is a property test (`rate/tests/limiters/bounds/`).
 //!
 //! These bounds hold with refunds too, counting refunded units as never
 //! served: a refund names its spending by the [`Receipt`]
@@ -150,7 +154,7 @@ pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use config::ConfigError;
 pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};
 pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
-pub use limiter::Limiter;
+pub use limiter::{Forgettable, Limiter};
 pub use mode::Mode;
 pub use quota::Quota;
 pub use single::RateLimiter;

@@ -1,4 +1,5 @@
-//! The one interface every algorithm implements.
+//! The one interface every algorithm implements, and what a keyed
+//! container needs besides to forget keys.
 
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::mode::Mode;
@@ -38,30 +39,49 @@ pub trait Limiter: Send + Sync {
     fn new_state(&self, now_ns: u64) -> Self::State;
 
     /// Decide whether `cost` units may be spent at `now_ns`, spending them
-    /// when allowed and `mode` is [`Mode::Consume`].
+    /// when allowed and `mode` is [`Mode::Consume`]: the cost is checked
+    /// against [`max_cost`](Self::max_cost), then the algorithm
+    /// [`decide`](Self::decide)s.
     ///
     /// # Errors
     ///
     /// [`NeverAllowed`] when `cost` exceeds [`max_cost`](Self::max_cost);
     /// a denial is an `Ok` decision.
     #[must_use = "a decision not looked at lets a denied request through"]
+    #[inline]
     fn check(
         &self,
         state: &mut Self::State,
         now_ns: u64,
         cost: u32,
         mode: Mode,
-    ) -> Result<Decision, NeverAllowed>;
+    ) -> Result<Decision, NeverAllowed> {
+        NeverAllowed::check(cost, self.max_cost())?;
+        Ok(self.decide(state, now_ns, cost, mode))
+    }
+
+    /// The algorithm's step: [`check`](Self::check) for a `cost` already
+    /// known to be at most [`max_cost`](Self::max_cost), which is what
+    /// each algorithm implements. Given a larger cost it stays total (no
+    /// panic, no overflow) but its answer is unspecified: call `check`.
+    #[must_use = "a decision not looked at lets a denied request through"]
+    fn decide(&self, state: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision;
 
     /// Whether `cost` units may be spent at `now_ns`, spending them if so:
     /// [`check`](Self::check) in [`Mode::Consume`] answering only the
     /// yes or no, for callers that send no headers. A cost above
     /// [`max_cost`](Self::max_cost) is never allowed (`false`).
-    /// Algorithms override it to skip building the [`Decision`].
     #[inline]
     fn allows(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> bool {
-        self.check(state, now_ns, cost, Mode::Consume)
-            .is_ok_and(|decision| decision.is_allowed())
+        cost <= self.max_cost() && self.allows_within(state, now_ns, cost)
+    }
+
+    /// [`allows`](Self::allows) for a cost within
+    /// [`max_cost`](Self::max_cost), as [`decide`](Self::decide) is for
+    /// `check`. Algorithms override it to skip building the [`Decision`].
+    #[inline]
+    fn allows_within(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> bool {
+        self.decide(state, now_ns, cost, Mode::Consume).is_allowed()
     }
 
     /// Give back the spending `receipt` names (e.g. the request was not
@@ -125,7 +145,28 @@ pub trait Limiter: Send + Sync {
     /// assert!(gcra.check(&mut tat, 2_000_000_000, 1, Mode::Consume).unwrap().is_allowed());
     /// ```
     fn charge(&self, state: &mut Self::State, now_ns: u64, cost: u32) -> Receipt;
+}
 
+/// What a keyed container needs of an algorithm to forget a key's state
+/// and restore it without loosening the limit, and to answer a refused
+/// key from memory: when a state turns idle, a state spent until a given
+/// time, and how long a refusal lasts. [`KeyedLimiter`](crate::KeyedLimiter)
+/// asks it of its algorithm (and a store may keep a key's state as the
+/// time it turns idle); a single limit does not. Every algorithm of
+/// weir-rate implements it beside [`Limiter`].
+///
+/// ```
+/// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota, nonzero};
+///
+/// let gcra = Gcra::new(Quota::per_second(nonzero!(2)));
+/// let mut tat = gcra.new_state(0);
+/// gcra.check(&mut tat, 0, 1, Mode::Consume).unwrap();
+/// // Forgotten now, restored from its idle time: as spent as before.
+/// let mut restored = gcra.spent_until(gcra.idle_at(&tat, 0), 0);
+/// assert!(gcra.is_idle(&restored, 500_000_000));
+/// assert!(!gcra.check(&mut restored, 0, 2, Mode::Consume).unwrap().is_allowed());
+/// ```
+pub trait Forgettable: Limiter {
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key): [`idle_at`](Self::idle_at)
     /// has come. The default asks `idle_at`; an algorithm overrides it
@@ -134,7 +175,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    /// use weir_rate::{FixedWindow, Forgettable, Limiter, Mode, Quota};
     ///
     /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = window.new_state(0);
@@ -155,7 +196,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    /// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota};
     ///
     /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = gcra.new_state(0);
@@ -176,7 +217,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    /// use weir_rate::{FixedWindow, Forgettable, Limiter, Mode, Quota};
     ///
     /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = window.new_state(0);
@@ -200,7 +241,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    /// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota};
     ///
     /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::MIN));
     /// let mut tat = gcra.new_state(0);

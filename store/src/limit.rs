@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 use weir_rate::{
-    Decision, FixedWindow, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt, SlidingWindow,
+    Decision, FixedWindow, Forgettable, Gcra, Limiter, Mode, Quota, Receipt, SlidingWindow,
     TokenBucket,
 };
 
@@ -203,19 +203,13 @@ impl Limiter for LocalLimit {
         }
     }
 
-    fn check(
-        &self,
-        state: &mut LocalState,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    fn decide(&self, state: &mut LocalState, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         on_state!(
             self,
             state,
             now_ns,
-            |l, s| l.check(s, now_ns, cost, mode),
-            self.check(state, now_ns, cost, mode)
+            |l, s| l.decide(s, now_ns, cost, mode),
+            self.decide(state, now_ns, cost, mode)
         )
     }
 
@@ -238,7 +232,9 @@ impl Limiter for LocalLimit {
             self.charge(state, now_ns, cost)
         )
     }
+}
 
+impl Forgettable for LocalLimit {
     fn is_idle(&self, state: &LocalState, now_ns: u64) -> bool {
         // A state of another kind would be replaced with a fresh one.
         read_state!(self, state, |l, s| l.is_idle(s, now_ns), true)

@@ -1,5 +1,5 @@
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 
@@ -112,15 +112,8 @@ impl Limiter for FixedWindow {
         }
     }
 
-    fn check(
-        &self,
-        s: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    fn decide(&self, s: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         let limit = self.quota.limit();
-        NeverAllowed::check(cost, limit)?;
         let now = self.roll(s, now_ns);
         let end_in = s.start.saturating_add(self.quota.window_nanos()) - now;
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
@@ -132,13 +125,11 @@ impl Limiter for FixedWindow {
                 s.count = after;
             }
             let reset = if after > 0 { end_in } else { 0 };
-            Ok(
-                Decision::allow_ns(limit, window, (limit64 - after) as u32, reset)
-                    .charged(mode, now, cost),
-            )
+            Decision::allow_ns(limit, window, (limit64 - after) as u32, reset)
+                .charged(mode, now, cost)
         } else {
             let remaining = limit64.saturating_sub(s.count) as u32;
-            Ok(Decision::deny_ns(limit, window, remaining, end_in, end_in))
+            Decision::deny_ns(limit, window, remaining, end_in, end_in)
         }
     }
 
@@ -157,7 +148,9 @@ impl Limiter for FixedWindow {
         s.count = s.count.saturating_add(u64::from(cost));
         Receipt::new(now, cost)
     }
+}
 
+impl Forgettable for FixedWindow {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         s.start <= now_ns && (s.count == 0 || now_ns - s.start >= self.quota.window_nanos())
     }

@@ -1,6 +1,6 @@
 use super::clamp_ns;
-use crate::decision::{Decision, NeverAllowed, Receipt, Remaining};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt, Remaining};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -145,7 +145,7 @@ impl Gcra {
 
     /// The decision for a step. Divisions are on `u64` (the hot path).
     #[inline]
-    pub(crate) fn decide(&self, now: u64, cost: u32, step: &Step) -> Decision {
+    pub(crate) fn decision(&self, now: u64, cost: u32, step: &Step) -> Decision {
         let (limit, window) = (self.quota.limit(), self.quota.window_nanos());
         let horizon = u128::from(now) + u128::from(self.tolerance);
         let t = self.interval;
@@ -182,26 +182,17 @@ impl Limiter for Gcra {
         0
     }
 
-    fn check(
-        &self,
-        tat: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
-        NeverAllowed::check(cost, self.max_cost())?;
+    fn decide(&self, tat: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         let step = gcra_step(*tat, now_ns, cost, self.interval, self.tolerance);
         if let (Step::Allow(new), Mode::Consume) = (&step, mode) {
             *tat = *new;
         }
-        Ok(self.decide(now_ns, cost, &step).charged(mode, now_ns, cost))
+        self.decision(now_ns, cost, &step)
+            .charged(mode, now_ns, cost)
     }
 
     #[inline]
-    fn allows(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> bool {
-        if NeverAllowed::check(cost, self.max_cost()).is_err() {
-            return false;
-        }
+    fn allows_within(&self, tat: &mut Self::State, now_ns: u64, cost: u32) -> bool {
         match gcra_step(*tat, now_ns, cost, self.interval, self.tolerance) {
             Step::Allow(new) => {
                 *tat = new;
@@ -223,7 +214,9 @@ impl Limiter for Gcra {
         *tat = clamp_ns(u128::from((*tat).max(now_ns)) + debt);
         Receipt::new(now_ns, cost)
     }
+}
 
+impl Forgettable for Gcra {
     fn is_idle(&self, tat: &Self::State, now_ns: u64) -> bool {
         *tat <= now_ns
     }

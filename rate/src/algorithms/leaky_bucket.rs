@@ -1,8 +1,8 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
 use crate::config::ConfigError;
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -120,17 +120,10 @@ impl Limiter for LeakyBucket {
         .with_meter_time(now_ns)
     }
 
-    fn check(
-        &self,
-        s: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    fn decide(&self, s: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         let Some(max_delay) = self.max_delay else {
-            return self.bucket.check(&mut s.meter, now_ns, cost, mode);
+            return self.bucket.decide(&mut s.meter, now_ns, cost, mode);
         };
-        NeverAllowed::check(cost, self.max_cost())?;
         let t = u128::from(self.interval);
         let start = s.drains_at.max(now_ns);
         let wait = u128::from(start - now_ns);
@@ -155,16 +148,10 @@ impl Limiter for LeakyBucket {
             let backlog = end - u128::from(now_ns);
             let mut d = Decision::allow_ns(limit, window, room(backlog), clamp_ns(backlog));
             d.delay_ns = clamp_ns(wait);
-            Ok(d.charged(mode, now_ns, cost))
+            d.charged(mode, now_ns, cost)
         } else {
             let retry = clamp_ns(last_wait.saturating_sub(u128::from(max_delay)));
-            Ok(Decision::deny_ns(
-                limit,
-                window,
-                room(wait),
-                clamp_ns(wait),
-                retry,
-            ))
+            Decision::deny_ns(limit, window, room(wait), clamp_ns(wait), retry)
         }
     }
 
@@ -186,7 +173,9 @@ impl Limiter for LeakyBucket {
         s.drains_at = clamp_ns(u128::from(s.drains_at.max(now_ns)) + debt);
         Receipt::new(now_ns, cost)
     }
+}
 
+impl Forgettable for LeakyBucket {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         match self.max_delay {
             None => self.bucket.is_idle(&s.meter, now_ns),

@@ -1,19 +1,6 @@
-//! The algorithms, each a [`Limiter`](crate::Limiter).
-//!
-//! | algorithm | state per key | bound on units allowed in any interval of length `t` |
-//! |---|---|---|
-//! | [`FixedWindow`] | start + count | `≤ 2·limit` in any window-long interval (`limit` on each side of a boundary) |
-//! | [`SlidingLog`] | one entry per allowed request (≤ limit), and per forced charge | `≤ limit` per window: exact |
-//! | [`SlidingWindow`] (N counters) | N counters | `≤ 2·limit` per window in the worst case; under steady traffic error shrinks with N |
-//! | [`TokenBucket`] | spent tokens + time | `≤ burst + limit·t/window` |
-//! | [`LeakyBucket`] meter | water level + time | `≤ burst + limit·t/window` (the token bucket seen from the other side) |
-//! | [`LeakyBucket`] shaper | time the queue drains | admitted `≤ (max_delay + t)/T + 1`, released `≤ t/T + 1` with `T = window/limit` |
-//! | [`Gcra`] | one timestamp | `≤ burst + t/T` (`T` = window/limit rounded up to 1 ns) |
-//!
-//! These bounds hold with refunds too, counting refunded units as never
-//! served: a refund names its spending by the [`Receipt`](crate::Receipt)
-//! of its check and gives back only what that spending still counts for
-//! (see [`Limiter::refund`](crate::Limiter::refund)).
+//! The algorithms, each a [`Limiter`](crate::Limiter). Each one's state
+//! per key and bound on the units it allows are tabulated once, in the
+//! crate documentation's [bounds table](crate#the-algorithms-bounds).
 
 mod fixed_window;
 mod gcra;

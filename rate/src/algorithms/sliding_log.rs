@@ -1,5 +1,5 @@
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::collections::VecDeque;
@@ -113,15 +113,8 @@ impl Limiter for SlidingLog {
         SlidingLogState::default()
     }
 
-    fn check(
-        &self,
-        s: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    fn decide(&self, s: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         let limit = self.quota.limit();
-        NeverAllowed::check(cost, limit)?;
         let now = self.expire(s, now_ns);
         let (limit64, cost64) = (u64::from(limit), u64::from(cost));
         let window = self.quota.window_nanos();
@@ -136,7 +129,7 @@ impl Limiter for SlidingLog {
                 s.entries.push_back((now, cost));
                 s.total += cost64;
             }
-            Ok(Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost))
+            Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost)
         } else {
             // The earliest time enough old entries have expired.
             let w = self.quota.window_nanos();
@@ -150,13 +143,7 @@ impl Limiter for SlidingLog {
                 }
             }
             let remaining = limit64.saturating_sub(s.total) as u32;
-            Ok(Decision::deny_ns(
-                limit,
-                window,
-                remaining,
-                self.reset_in(s, now),
-                retry,
-            ))
+            Decision::deny_ns(limit, window, remaining, self.reset_in(s, now), retry)
         }
     }
 
@@ -197,7 +184,9 @@ impl Limiter for SlidingLog {
         }
         Receipt::new(now, cost)
     }
+}
 
+impl Forgettable for SlidingLog {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         s.at <= now_ns && self.reset_in(s, now_ns) == 0
     }

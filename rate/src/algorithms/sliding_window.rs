@@ -1,7 +1,7 @@
 use super::clamp_u32;
 use crate::config::ConfigError;
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -244,15 +244,8 @@ impl Limiter for SlidingWindow {
         }
     }
 
-    fn check(
-        &self,
-        s: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    fn decide(&self, s: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
         let limit = self.quota.limit();
-        NeverAllowed::check(cost, limit)?;
         let now = self.roll(s, now_ns);
         let pos = now - s.start;
         let sub = u128::from(self.sub);
@@ -267,17 +260,17 @@ impl Limiter for SlidingWindow {
             }
             let remaining = clamp_u32((budget - need) / sub);
             let reset = self.reset_in(s, pos, cost > 0 && mode == Mode::Consume);
-            Ok(Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost))
+            Decision::allow_ns(limit, window, remaining, reset).charged(mode, now, cost)
         } else {
             let remaining = clamp_u32(budget.saturating_sub(used) / sub);
             let retry = self.retry_in(s, pos, cost);
-            Ok(Decision::deny_ns(
+            Decision::deny_ns(
                 limit,
                 window,
                 remaining,
                 self.reset_in(s, pos, false),
                 retry,
-            ))
+            )
         }
     }
 
@@ -308,7 +301,9 @@ impl Limiter for SlidingWindow {
         s.counts[s.head] = s.counts[s.head].saturating_add(u64::from(cost));
         Receipt::new(now, cost)
     }
+}
 
+impl Forgettable for SlidingWindow {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         let Some(ahead) = now_ns.checked_sub(s.start) else {
             return false;

@@ -1,6 +1,6 @@
 use super::{ceil_div, clamp_ns, clamp_u32};
-use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::decision::{Decision, Receipt};
+use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 
@@ -85,15 +85,14 @@ impl Bucket {
         clamp_ns(ceil_div(num, u128::from(self.quota.limit()) * ONE))
     }
 
-    pub(crate) fn check(
+    pub(crate) fn decide(
         &self,
         s: &mut TokenBucketState,
         now_ns: u64,
         cost: u32,
         mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
+    ) -> Decision {
         let burst = self.quota.burst();
-        NeverAllowed::check(cost, burst)?;
         let mut drained = *s;
         let now = self.drain(&mut drained, now_ns);
         let cap = u128::from(burst) * ONE;
@@ -106,10 +105,8 @@ impl Bucket {
                 s.level = need;
             }
             let remaining = clamp_u32((cap - need) / ONE);
-            Ok(
-                Decision::allow_ns(limit, window, remaining, self.time_for(need))
-                    .charged(mode, now, cost),
-            )
+            Decision::allow_ns(limit, window, remaining, self.time_for(need))
+                .charged(mode, now, cost)
         } else {
             if mode == Mode::Consume {
                 *s = drained;
@@ -117,13 +114,13 @@ impl Bucket {
             // A quota shrunk at run time can leave more spent than the new
             // burst holds: nothing remains, and that must not underflow.
             let remaining = clamp_u32(cap.saturating_sub(drained.level) / ONE);
-            Ok(Decision::deny_ns(
+            Decision::deny_ns(
                 limit,
                 window,
                 remaining,
                 self.time_for(drained.level),
                 self.time_for(need - cap),
-            ))
+            )
         }
     }
 
@@ -240,14 +237,8 @@ impl Limiter for TokenBucket {
         }
     }
 
-    fn check(
-        &self,
-        s: &mut Self::State,
-        now_ns: u64,
-        cost: u32,
-        mode: Mode,
-    ) -> Result<Decision, NeverAllowed> {
-        self.bucket.check(s, now_ns, cost, mode)
+    fn decide(&self, s: &mut Self::State, now_ns: u64, cost: u32, mode: Mode) -> Decision {
+        self.bucket.decide(s, now_ns, cost, mode)
     }
 
     fn refund(&self, s: &mut Self::State, now_ns: u64, receipt: Receipt) {
@@ -257,7 +248,9 @@ impl Limiter for TokenBucket {
     fn charge(&self, s: &mut Self::State, now_ns: u64, cost: u32) -> Receipt {
         self.bucket.charge(s, now_ns, cost)
     }
+}
 
+impl Forgettable for TokenBucket {
     fn is_idle(&self, s: &Self::State, now_ns: u64) -> bool {
         self.bucket.is_idle(s, now_ns)
     }

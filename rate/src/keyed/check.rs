@@ -8,7 +8,7 @@ use super::shard::{LockedShard, at_reading};
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::limiter::Forgettable;
 use crate::mode::Mode;
 use std::borrow::Borrow;
 use std::convert::Infallible;
@@ -16,7 +16,7 @@ use std::future::{Ready, ready};
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
 
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter<K, L, C> {
     /// Check one unit for `key`.
     #[inline]
     #[must_use = "a decision not looked at lets a denied request through"]
@@ -244,7 +244,7 @@ impl<K, Q, L, C> CheckKey<Q> for KeyedLimiter<K, L, C>
 where
     K: Hash + Eq + Clone + Send + Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    L: Limiter + Clone,
+    L: Forgettable + Clone,
     C: Clock,
     Self: Send + Sync,
 {
@@ -266,7 +266,7 @@ impl<K, Q, L, C> CheckKeyAsync<Q> for KeyedLimiter<K, L, C>
 where
     K: Send,
     Q: ?Sized,
-    L: Limiter,
+    L: Forgettable,
     Self: CheckKey<Q> + 'static,
 {
     type Future = Ready<Result<Decision, NeverAllowed>>;
@@ -280,7 +280,7 @@ impl<K, Q, L, C> SettleKey<Q> for KeyedLimiter<K, L, C>
 where
     K: Hash + Eq + Clone + Send + Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    L: Limiter + Clone,
+    L: Forgettable + Clone,
     C: Clock,
     Self: CheckKeyAsync<Q>,
 {
@@ -304,7 +304,7 @@ where
 impl<K, L, C> KeyedLimiter<K, L, C>
 where
     K: Hash + Eq + Clone + Send,
-    L: Limiter + Clone,
+    L: Forgettable + Clone,
     C: Clock,
 {
     /// Wait until `key` may spend `cost` units, then spend them (see the

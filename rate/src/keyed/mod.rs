@@ -9,6 +9,8 @@ mod tests;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Receipt, Spending};
+use crate::limiter::Forgettable;
+#[cfg(doc)]
 use crate::limiter::Limiter;
 use crate::sync::{AtomicU64, SpinLock};
 use hashbrown::HashTable;
@@ -86,13 +88,13 @@ const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// [builder](Self::builder) says otherwise), `max_keys / shards` (rounded
 /// up) per shard. A key spray cannot grow it past that: a full shard first
 /// forgets its idle keys, and if they are fewer than an eighth of it, the
-/// keys that turn idle soonest ([`Limiter::idle_at`]; for GCRA the smallest
+/// keys that turn idle soonest ([`Forgettable::idle_at`]; for GCRA the smallest
 /// arrival times), found from a sample of 64 and always including the
 /// soonest. Each of those leaves behind only when it turns idle, stored
 /// under its hash in the shard's spill sketch: two rows of cells, each the
 /// latest time stored in it (the cell logic of the sketch limiter). A key
 /// not remembered is restored from the earliest of its cells, as having
-/// spent all it could until then ([`Limiter::spent_until`]); no cell is
+/// spent all it could until then ([`Forgettable::spent_until`]); no cell is
 /// earlier than the key's own time, so a key that comes back is judged **no
 /// looser than if it had stayed**: for unit costs it is never allowed more,
 /// in any prefix of its requests, than the exact limiter would allow it
@@ -152,7 +154,7 @@ const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 /// more than [`MAX_AHEAD`](crate::clock::MAX_AHEAD) past the clock is
 /// refused ([`CheckAtError::AheadOfClock`](crate::CheckAtError::AheadOfClock)): judged at, it would leave its
 /// key judged there until the clock caught up.
-pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
+pub struct KeyedLimiter<K: Send, L: Forgettable, C = MonotonicClock> {
     shards: Shards<LockedShard<K, L>>,
     /// Each thread's memory of keys refused while their shard was busy.
     refusals: Refusals<K>,
@@ -165,7 +167,7 @@ pub struct KeyedLimiter<K: Send, L: Limiter, C = MonotonicClock> {
     shard_capacity: usize,
 }
 
-impl<K: Send, L: Limiter, C> KeyedLimiter<K, L, C> {
+impl<K: Send, L: Forgettable, C> KeyedLimiter<K, L, C> {
     /// The most keys a [`KeyedLimiter`] remembers unless its builder says
     /// otherwise: 917 504, which is 64 shards of 14 336 keys, the most a hash
     /// table of 16 384 slots holds (tables grow at 7/8 full), so full tables
@@ -199,7 +201,7 @@ impl<K: Send, L: Limiter, C> KeyedLimiter<K, L, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, MonotonicClock> {
+impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone> KeyedLimiter<K, L, MonotonicClock> {
     /// A keyed limiter on the monotonic clock, with 64 shards and room for
     /// [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) keys.
     pub fn new(limiter: L) -> Self {
@@ -236,7 +238,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone> KeyedLimiter<K, L, Monoton
     }
 }
 
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter<K, L, C> {
     /// A keyed limiter reading time from `clock`, with 64 shards and room
     /// for [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) keys.
     pub fn with_clock(limiter: L, clock: C) -> Self {
@@ -408,7 +410,7 @@ pub struct KeyedLimiterBuilder<K, L, C> {
     keys: PhantomData<fn() -> K>,
 }
 
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiterBuilder<K, L, C> {
+impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiterBuilder<K, L, C> {
     /// Read time from `clock` (default: the monotonic clock).
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedLimiterBuilder<K, L, C2> {
         KeyedLimiterBuilder {
@@ -468,7 +470,7 @@ impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiterBuil
     }
 }
 
-impl<K: Send, L: Limiter, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
+impl<K: Send, L: Forgettable, C> std::fmt::Debug for KeyedLimiter<K, L, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("shards", &self.shards.len())

@@ -9,7 +9,7 @@
 //!
 //! A refusal spends nothing, and spending never loosens a limit, so a key
 //! refused at `now` stays refused by every unit check until the time its
-//! algorithm names ([`Limiter::refused_until`](crate::Limiter::refused_until)).
+//! algorithm names ([`Forgettable::refused_until`](crate::limiter::Forgettable::refused_until)).
 //! Five things change that answer or its decision: a refund, a new limit
 //! and a caller's time ahead of the clock (the key is then judged at that
 //! time) can let it through sooner; a charge of a refused key moves its
@@ -104,7 +104,7 @@ pub(super) struct Refused {
 
 impl Refused {
     /// The refusing decision at `now`, before `until`: nothing remaining,
-    /// its times counted down (see `Limiter::refused_until`).
+    /// its times counted down (see `Forgettable::refused_until`).
     #[inline]
     pub(super) fn decision(&self, now: u64) -> Decision {
         let reset_after = self.reset_at.saturating_sub(now);

@@ -8,7 +8,7 @@ use super::refusals::{BUSY_FOR, Refused};
 use crate::cells::Cells;
 use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Limiter;
+use crate::limiter::Forgettable;
 use crate::mode::Mode;
 use crate::sync::Ordering;
 use crate::sync::{AtomicU64, SpinLock};
@@ -34,7 +34,7 @@ pub(super) const KEYS_PER_SPILL_SLOT: usize = 8;
 pub(super) const MAX_SPILL_SLOTS: usize = 1 << 20;
 
 /// A shard behind its lock (on cache lines of its own: see `Shards`).
-pub(super) struct LockedShard<K, L: Limiter> {
+pub(super) struct LockedShard<K, L: Forgettable> {
     pub(super) lock: SpinLock<Shard<K, L>>,
     /// Until when (clock nanoseconds) checks of this shard ask their
     /// thread's memory of refused keys first: set when the lock is found
@@ -42,7 +42,7 @@ pub(super) struct LockedShard<K, L: Limiter> {
     pub(super) busy_until: AtomicU64,
 }
 
-pub(super) struct Shard<K, L: Limiter> {
+pub(super) struct Shard<K, L: Forgettable> {
     pub(super) limiter: L,
     /// Keys and states, found by the hash that also picked the shard (so a
     /// check hashes its key once).
@@ -113,7 +113,7 @@ impl Outcome for Receipt {
 /// name until when it lasts.
 #[cold]
 #[inline(never)]
-fn refusal<L: Limiter>(limiter: &L, state: &mut L::State, now: u64) -> Option<Refused> {
+fn refusal<L: Forgettable>(limiter: &L, state: &mut L::State, now: u64) -> Option<Refused> {
     let until = limiter.refused_until(state, now)?;
     let decision = limiter.check(state, now, 1, Mode::Peek).ok()?;
     Some(Refused {
@@ -134,7 +134,7 @@ pub(super) fn at_reading(now: u64) -> impl FnOnce(&mut u64) -> Result<u64, Infal
     }
 }
 
-impl<K: Hash, L: Limiter> Shard<K, L> {
+impl<K: Hash, L: Forgettable> Shard<K, L> {
     /// The state of a key not remembered, at `now`: restored from its
     /// spilled time while that may say something, else fresh.
     #[inline]
@@ -352,7 +352,7 @@ where
 }
 
 /// Deciding for a key in its shard.
-impl<K: Hash + Eq + Clone + Send, L: Limiter + Clone, C: Clock> KeyedLimiter<K, L, C> {
+impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter<K, L, C> {
     /// Run `decide` on the state of `key` (found by `shard`, its hash and
     /// shard) at the time `when` picks from the shard's time (which it may
     /// raise), or later if the key has been judged later. A key not

@@ -464,7 +464,7 @@ impl<C: Clock> SketchLimiter<C> {
         let gcra = self.params.read();
         NeverAllowed::check(cost, gcra.quota().burst())?;
         let step = self.step(&gcra, location, cost, mode, now);
-        let decision = gcra.decide(now, cost, &step);
+        let decision = gcra.decision(now, cost, &step);
         Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
             decision.shadowed()
         } else {

@@ -26,8 +26,8 @@ mod extremes {
     use weir_limits::Shape;
     use weir_rate::clock::{ManualClock, Timestamp};
     use weir_rate::{
-        FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SketchLimiter, SlidingLog,
-        SlidingWindow, TokenBucket,
+        FixedWindow, Forgettable, Gcra, KeyedLimiter, Quota, RateLimiter, SketchLimiter,
+        SlidingLog, SlidingWindow, TokenBucket,
     };
 
     /// Times from the edges of the range as well as ordinary ones.
@@ -56,7 +56,7 @@ mod extremes {
 
     /// Every request against every container: no panic whatever the time,
     /// cost or quota (a quota the constructor rejects is a typed error).
-    fn hammer<L: Limiter + Clone>(l: L, requests: &[(u64, u32)]) {
+    fn hammer<L: Forgettable + Clone>(l: L, requests: &[(u64, u32)]) {
         let single = RateLimiter::with_clock(l.clone(), ManualClock::new());
         let keyed = KeyedLimiter::<u64, L, ManualClock>::with_clock(l.clone(), ManualClock::new());
         // One key at a time: every new key forgets the last into the

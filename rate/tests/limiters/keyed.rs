@@ -8,8 +8,8 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
 use weir_rate::{
-    AllOf, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, RateLimiter,
-    SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
+    AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota,
+    RateLimiter, SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 use weir_rate::{Layout, Shape};
 
@@ -326,8 +326,8 @@ mod bounded {
     use std::time::Duration;
     use weir_limits::clock::ManualClock;
     use weir_rate::{
-        FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Quota, SlidingLog, SlidingWindow,
-        TokenBucket,
+        FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Quota, SlidingLog,
+        SlidingWindow, TokenBucket,
     };
 
     const MS: u64 = 1_000_000;
@@ -352,7 +352,7 @@ mod bounded {
     /// one of `capacity` keys in `shards` shards. For every key, the bounded
     /// one never has allowed more (net of refunds) in any prefix; and as
     /// long as it has never been full, it decides exactly as the exact one.
-    fn compare<L: Limiter + Clone>(
+    fn compare<L: Forgettable + Clone>(
         limiter: L,
         steps: &[Step],
         capacity: usize,
@@ -541,7 +541,7 @@ fn sweeps_forget_idle_keys_and_keep_live_ones() {
 /// let 100 through where 4 were due.)
 #[test]
 fn a_key_judged_ahead_and_forgotten_gets_no_fresh_quota() {
-    fn admitted<L: Limiter + Clone>(limiter: L, crowded: bool) -> u32 {
+    fn admitted<L: Forgettable + Clone>(limiter: L, crowded: bool) -> u32 {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(10));
         let capacity = std::num::NonZeroUsize::new(64).unwrap();
@@ -573,7 +573,7 @@ fn a_key_judged_ahead_and_forgotten_gets_no_fresh_quota() {
         }
         admitted
     }
-    fn judge<L: Limiter + Clone>(name: &str, limiter: L) {
+    fn judge<L: Forgettable + Clone>(name: &str, limiter: L) {
         let (alone, crowded) = (admitted(limiter.clone(), false), admitted(limiter, true));
         assert!(
             crowded <= alone,

@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use weir_rate::clock::ManualClock;
 use weir_rate::{
-    FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Quota, SettleKey, Settlement,
+    FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Quota, SettleKey, Settlement,
     SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 
@@ -21,7 +21,7 @@ fn settled<F: Future<Output = Result<(), Infallible>> + Unpin>(mut f: F) {
 }
 
 /// Units the key can still take one at a time (at most 100).
-fn left<L: Limiter + Clone>(limiter: &KeyedLimiter<u8, L, ManualClock>) -> u32 {
+fn left<L: Forgettable + Clone>(limiter: &KeyedLimiter<u8, L, ManualClock>) -> u32 {
     (0..100)
         .take_while(|_| limiter.check_n(&1, 1).is_ok_and(|d| d.is_allowed()))
         .count() as u32
@@ -30,7 +30,7 @@ fn left<L: Limiter + Clone>(limiter: &KeyedLimiter<u8, L, ManualClock>) -> u32 {
 /// Admitting at `a` then settling at `f` after `elapsed` leaves the key
 /// exactly as a check of `f` would have at the same instant, and never
 /// looser than one at the admission's instant when time has passed.
-fn settles_as_if_checked_at_the_final_cost<L: Limiter + Clone + std::fmt::Debug + 'static>(
+fn settles_as_if_checked_at_the_final_cost<L: Forgettable + Clone + std::fmt::Debug + 'static>(
     algorithm: L,
 ) {
     for (a, f) in [(6, 2), (6, 0), (2, 6), (3, 3), (0, 4), (7, 1)] {

@@ -318,7 +318,7 @@ proptest! {
     ) {
         let q = Quota::try_new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
         let tiny = Quota::try_new(3, Duration::from_nanos(1)).unwrap();
-        fn feed<L: Limiter>(l: &L, times: &[u64], costs: &[u32]) {
+        fn feed<L: Forgettable>(l: &L, times: &[u64], costs: &[u32]) {
             let mut s = l.new_state(times[0]);
             let mut last = None;
             for (i, &t) in times.iter().enumerate() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
 use weir_rate::{
-    AllOf, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota, Receipt,
-    SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
+    AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota,
+    Receipt, SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 use weir_rate::{Layout, Shape};
 
@@ -190,7 +190,7 @@ proptest! {
     ) {
         let q = Quota::try_new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
         let tiny = Quota::try_new(3, Duration::from_nanos(1)).unwrap();
-        fn feed<L: Limiter>(l: &L, times: &[u64], cost: u32) {
+        fn feed<L: Forgettable>(l: &L, times: &[u64], cost: u32) {
             let mut s = l.new_state(times[0]);
             let mut last = None;
             for &t in times {
