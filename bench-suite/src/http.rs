@@ -375,7 +375,7 @@ pub fn run(report: &mut Report) {
         "cost of counting (paired difference) | {}",
         ns(|p| p.1 - p.0, "+")
     ));
-    report.text("weir-rate's `metrics` feature: each decision increments one pre-registered counter. Without the feature the \
+    report.text("weir-tower's `metrics` feature: each decision increments one pre-registered counter. Without the feature the \
                  counting code is compiled out; with it and no recorder installed, the counters are no-ops:");
     report.table(&table);
 }

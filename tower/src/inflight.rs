@@ -43,7 +43,7 @@ use weir_primitives::sync::SpinLock;
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(InflightLayer::new(PeerIp::new(), 100));
 /// // PeerIp finds the client in the ConnectInfo this inserts (with
-/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// // weir-tower's `axum` feature): `axum::serve(listener, service)`.
 /// let service = app.into_make_service_with_connect_info::<SocketAddr>();
 /// # let _ = service;
 /// ```

@@ -18,7 +18,8 @@
 //!   ARCHITECTURE.md on each listing and its crate's sources. `--count`
 //!   prints how many named items each listing shows.
 //! * `tidy`  — what no compiler checks: every path a doc names exists,
-//!   no tracker numbers, dependencies point downward (`tidy.rs`). `test`
+//!   no tracker numbers, dependencies point downward (`tidy.rs`), and the
+//!   docs agree with the code they describe (`doc_drift.rs`). `test`
 //!   runs it first.
 //! * `fmt`   — format the workspace.
 //!
@@ -26,6 +27,7 @@
 
 mod api_count;
 mod constructors;
+mod doc_drift;
 mod module_cycles;
 mod tidy;
 

@@ -18,6 +18,11 @@
 //! * **Modules import downward.** No two modules of a published crate
 //!   import each other, directly or round a loop, and none imports a
 //!   sibling's item through a `lib.rs` re-export (`module_cycles.rs`).
+//! * **Docs cannot drift.** Features named in prose exist, the README's
+//!   crate table lists each crate's features, every published crate has a
+//!   README, every Rust file belongs to a crate, `ALLOWED` and
+//!   ARCHITECTURE.md's diagram agree with the real dependencies, and the
+//!   algorithms' bounds are tabulated once (`doc_drift.rs`).
 
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,6 +111,7 @@ pub fn tidy(root: &Path) -> Result<(), String> {
     problems.extend(dependencies(&packages));
     problems.extend(one_msrv(root, &packages));
     problems.extend(module_imports(root, &files, &packages));
+    problems.extend(crate::doc_drift::check(root, &files, &packages, ALLOWED));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -320,6 +326,23 @@ fn module_imports(root: &Path, files: &[PathBuf], packages: &[serde_json::Value]
     problems
 }
 
+/// Whether `package` is published (its `Cargo.toml` lacks `publish = false`).
+pub fn is_published(package: &serde_json::Value) -> bool {
+    !package["publish"].as_array().is_some_and(Vec::is_empty)
+}
+
+/// `package`'s normal dependencies, optional ones included: those without
+/// a `kind` (dev and build dependencies have one).
+pub fn normal_dependencies(
+    package: &serde_json::Value,
+) -> impl Iterator<Item = &serde_json::Value> {
+    package["dependencies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|dep| dep["kind"].is_null())
+}
+
 /// Each crate's normal dependencies against the tables above.
 fn dependencies(packages: &[serde_json::Value]) -> Vec<String> {
     let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
@@ -327,12 +350,8 @@ fn dependencies(packages: &[serde_json::Value]) -> Vec<String> {
     let mut problems = Vec::new();
     for package in packages {
         let name = package["name"].as_str().unwrap_or("");
-        let publish = !package["publish"].as_array().is_some_and(Vec::is_empty);
-        for dep in package["dependencies"].as_array().into_iter().flatten() {
-            // Normal dependencies: no `kind` (dev and build have one).
-            if !dep["kind"].is_null() {
-                continue;
-            }
+        let publish = is_published(package);
+        for dep in normal_dependencies(package) {
             let dep_name = dep["name"].as_str().unwrap_or("");
             // `[target.'cfg(loom)'.dependencies]` is the loom shim's.
             let for_loom = dep["target"].as_str().is_some_and(|t| t.contains("loom"));

@@ -58,8 +58,8 @@ pub use fixed::FixedRate;
 pub use one_event::OneEventUpdate;
 pub use window::EwmaWindow;
 
-use crate::error::ConfigError;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
+use crate::error::ConfigError;
 use crate::sync::Mutex;
 use std::time::Duration;
 

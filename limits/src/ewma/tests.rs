@@ -1,6 +1,6 @@
 use super::*;
-use crate::error::ConfigError;
 use crate::clock::ManualClock;
+use crate::error::ConfigError;
 use proptest::prelude::*;
 use std::sync::Arc;
 

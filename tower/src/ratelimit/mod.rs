@@ -66,7 +66,7 @@ pub use cost::{Cost, UnitCost};
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(RateLimitLayer::new(per_ip, PeerIp::new()).policy_name("per-ip"));
 /// // PeerIp finds the client in the ConnectInfo this inserts (with
-/// // weir-rate's `axum` feature): `axum::serve(listener, service)`.
+/// // weir-tower's `axum` feature): `axum::serve(listener, service)`.
 /// let service = app.into_make_service_with_connect_info::<SocketAddr>();
 /// # let _ = service;
 /// ```
