@@ -2,9 +2,9 @@
 //! latency.
 
 use super::builder::{Builder, Own, sealed};
-use super::window::{Baseline, SPAN, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, ConfigError, Outcome, Sample, factor};
-use crate::clock::Timestamp;
+use super::window::{SPAN, Summary, grow};
+use super::windowed::{Rule, Windowed, windowed_algorithm};
+use super::{ConfigError, Outcome, Sample, factor};
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
 
@@ -41,13 +41,17 @@ use weir_primitives::time::duration_to_nanos;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aimd {
-    common: Common,
+    core: Windowed,
+    rule: AimdRule,
+}
+
+/// AIMD's own settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AimdRule {
     backoff: f64,
+    /// A request slower than this (ns) counts as a drop.
     timeout: u64,
     tolerance: f64,
-    estimate: f64,
-    window: Window,
-    baseline: Baseline,
 }
 
 impl Default for Aimd {
@@ -79,57 +83,35 @@ impl Aimd {
     }
 }
 
-impl Algorithm for Aimd {
-    fn limit(&self) -> u32 {
-        let limit = self.common.limit_of(self.estimate);
-        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
+impl Rule for AimdRule {
+    fn backoff(&self) -> f64 {
+        self.backoff
     }
 
-    fn no_load(&self) -> Option<Duration> {
-        self.baseline.known()
+    fn is_drop(&self, sample: &Sample) -> bool {
+        sample.outcome == Outcome::Dropped || duration_to_nanos(sample.latency) > self.timeout
     }
 
-    fn next_tick(&self) -> Option<u64> {
-        self.baseline.next_tick()
-    }
-
-    fn tick<C>(&mut self, now: Timestamp<C>) {
-        self.baseline.tick(&mut self.window, now.as_nanos());
-    }
-
-    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        let dropped =
-            sample.outcome == Outcome::Dropped || duration_to_nanos(sample.latency) > self.timeout;
-        let Some(window) = feed(
-            &mut self.baseline,
-            &mut self.window,
-            &self.common,
-            now.as_nanos(),
-            &sample,
-            dropped,
-        ) else {
-            return;
-        };
+    fn next_estimate(&self, window: &Summary, estimate: f64, no_load: f64) -> f64 {
         // How far the window is within the tolerance: below 1, too slow.
         let within = if window.latency.is_finite() {
-            self.tolerance * self.baseline.no_load(window.latency) / window.latency
+            self.tolerance * no_load / window.latency
         } else {
             f64::INFINITY
         };
         // One more per latency the window lasted (TCP's one per round
         // trip): a window lasts several latencies (see the module docs).
         let latencies = (window.lasted as f64 / window.latency).floor().max(1.0);
-        let next = if window.drops > 0 {
-            self.estimate * self.backoff
-        } else if within < 1.0 {
+        if within < 1.0 {
             // Far beyond the tolerance, as far down (but at most halved).
-            self.estimate * self.backoff.min(within).max(0.5)
+            estimate * self.backoff.min(within).max(0.5)
         } else {
-            grow(self.estimate, latencies.min(SPAN), window.max_in_flight)
-        };
-        self.estimate = self.common.clamp(next);
+            grow(estimate, latencies.min(SPAN), window.max_in_flight)
+        }
     }
 }
+
+windowed_algorithm!(Aimd);
 
 impl sealed::Probes for Aimd {}
 impl sealed::Tolerates for Aimd {}
@@ -144,32 +126,19 @@ impl Builder<Aimd> {
 
 impl sealed::Build for Aimd {
     fn build(settings: Builder<Self>) -> Result<Aimd, ConfigError> {
-        let mut common = settings.common;
-        common.check()?;
-        common.window_ns = window_nanos(settings.window)?;
-        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
+        let (core, backoff) = Windowed::build(&settings)?;
         let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
         let timeout = match settings.own.timeout {
             Some(t) => super::nanos("timeout", t)?,
             None => u64::MAX,
         };
-        let interval = settings
-            .own
-            .probe_interval
-            .map(|i| super::nanos("probe_interval", i))
-            .transpose()?;
         Ok(Aimd {
-            common,
-            backoff,
-            timeout,
-            tolerance,
-            estimate: f64::from(common.initial),
-            window: Window::new(0, settings.own.seed),
-            baseline: Baseline::new(
-                interval,
-                super::nanos("probe_timeout", settings.own.probe_timeout)?,
-                settings.own.seed,
-            ),
+            core,
+            rule: AimdRule {
+                backoff,
+                timeout,
+                tolerance,
+            },
         })
     }
 }
@@ -177,6 +146,7 @@ impl sealed::Build for Aimd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Algorithm;
     use crate::test_samples::at;
 
     /// The defaults without probes: every sample goes to the windows.

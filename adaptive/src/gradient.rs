@@ -2,9 +2,9 @@
 //! origin answers, plus a queue allowance.
 
 use super::builder::{Builder, Own, sealed};
-use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, ConfigError, Outcome, Sample, factor};
-use crate::clock::Timestamp;
+use super::window::{Summary, grow};
+use super::windowed::{Rule, Windowed, windowed_algorithm};
+use super::{ConfigError, factor};
 
 /// The default choice, for an origin that queues when overloaded: Netflix's
 /// Gradient2, with the no-load latency measured by probes.
@@ -48,13 +48,16 @@ use crate::clock::Timestamp;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradient2 {
-    common: Common,
+    core: Windowed,
+    rule: Gradient2Rule,
+}
+
+/// Gradient2's own settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Gradient2Rule {
     tolerance: f64,
     smoothing: f64,
     backoff: f64,
-    estimate: f64,
-    window: Window,
-    baseline: Baseline,
 }
 
 impl Default for Gradient2 {
@@ -80,75 +83,42 @@ impl Gradient2 {
             ..Own::default()
         })
     }
-
-    fn judge(&mut self, window: &Summary) {
-        let estimate = self.estimate;
-        let next = if window.drops > 0 {
-            estimate * self.backoff
-        } else {
-            let no_load = self.baseline.no_load(window.latency);
-            let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
-            let allowance = (estimate.sqrt() / 2.0).max(1.0);
-            if window.latency <= (1.0 + self.tolerance) / 2.0 * no_load {
-                // Within half the tolerance of no load: capacity is unused
-                // (a start, or an origin that grew), so grow by a quarter,
-                // which finds it in a few windows; the queue that forms
-                // past it stops the growth.
-                grow(
-                    estimate,
-                    allowance.max(estimate / 4.0),
-                    window.max_in_flight,
-                )
-            } else if gradient >= 1.0 {
-                grow(estimate, allowance, window.max_in_flight)
-            } else if gradient > 0.5 {
-                let target = (estimate * gradient + allowance).min(estimate);
-                estimate + self.smoothing * (target - estimate)
-            } else {
-                // At least twice the tolerated latency: a queue, not
-                // noise (the origin lost capacity), so go to the target
-                // at once; smoothing here would keep the queue for windows
-                // that each last several of these latencies.
-                (estimate * gradient + allowance).min(estimate)
-            }
-        };
-        self.estimate = self.common.clamp(next);
-    }
 }
 
-impl Algorithm for Gradient2 {
-    fn limit(&self) -> u32 {
-        let limit = self.common.limit_of(self.estimate);
-        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
+impl Rule for Gradient2Rule {
+    fn backoff(&self) -> f64 {
+        self.backoff
     }
 
-    fn no_load(&self) -> Option<std::time::Duration> {
-        self.baseline.known()
-    }
-
-    fn next_tick(&self) -> Option<u64> {
-        self.baseline.next_tick()
-    }
-
-    fn tick<C>(&mut self, now: Timestamp<C>) {
-        self.baseline.tick(&mut self.window, now.as_nanos());
-    }
-
-    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        let now = now.as_nanos();
-        let dropped = sample.outcome == Outcome::Dropped;
-        if let Some(window) = feed(
-            &mut self.baseline,
-            &mut self.window,
-            &self.common,
-            now,
-            &sample,
-            dropped,
-        ) {
-            self.judge(&window);
+    fn next_estimate(&self, window: &Summary, estimate: f64, no_load: f64) -> f64 {
+        let gradient = (self.tolerance * no_load / window.latency).clamp(0.5, 1.0);
+        let allowance = (estimate.sqrt() / 2.0).max(1.0);
+        if window.latency <= (1.0 + self.tolerance) / 2.0 * no_load {
+            // Within half the tolerance of no load: capacity is unused
+            // (a start, or an origin that grew), so grow by a quarter,
+            // which finds it in a few windows; the queue that forms
+            // past it stops the growth.
+            grow(
+                estimate,
+                allowance.max(estimate / 4.0),
+                window.max_in_flight,
+            )
+        } else if gradient >= 1.0 {
+            grow(estimate, allowance, window.max_in_flight)
+        } else if gradient > 0.5 {
+            let target = (estimate * gradient + allowance).min(estimate);
+            estimate + self.smoothing * (target - estimate)
+        } else {
+            // At least twice the tolerated latency: a queue, not
+            // noise (the origin lost capacity), so go to the target
+            // at once; smoothing here would keep the queue for windows
+            // that each last several of these latencies.
+            (estimate * gradient + allowance).min(estimate)
         }
     }
 }
+
+windowed_algorithm!(Gradient2);
 
 impl sealed::Probes for Gradient2 {}
 impl sealed::Tolerates for Gradient2 {}
@@ -172,29 +142,16 @@ impl Builder<Gradient2> {
 
 impl sealed::Build for Gradient2 {
     fn build(settings: Builder<Self>) -> Result<Gradient2, ConfigError> {
-        let mut common = settings.common;
-        common.check()?;
-        common.window_ns = window_nanos(settings.window)?;
+        let (core, backoff) = Windowed::build(&settings)?;
         let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
         let smoothing = factor("smoothing", settings.own.smoothing, |s| s > 0.0 && s <= 1.0)?;
-        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
-        let interval = settings
-            .own
-            .probe_interval
-            .map(|i| super::nanos("probe_interval", i))
-            .transpose()?;
         Ok(Gradient2 {
-            common,
-            tolerance,
-            smoothing,
-            backoff,
-            estimate: f64::from(common.initial),
-            window: Window::new(0, settings.own.seed),
-            baseline: Baseline::new(
-                interval,
-                super::nanos("probe_timeout", settings.own.probe_timeout)?,
-                settings.own.seed,
-            ),
+            core,
+            rule: Gradient2Rule {
+                tolerance,
+                smoothing,
+                backoff,
+            },
         })
     }
 }
@@ -202,8 +159,8 @@ impl sealed::Build for Gradient2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Outcome;
     use crate::test_samples::{at, ok, ok_us};
+    use crate::{Algorithm, Outcome, Sample};
     use std::time::Duration;
 
     /// Without probes: the first window sets the no-load latency.

@@ -115,6 +115,7 @@ mod limiter;
 mod sync;
 mod vegas;
 mod window;
+mod windowed;
 
 /// What the algorithms' unit tests feed them: instants and samples in
 /// milliseconds (or microseconds, for latencies between two).

@@ -1,9 +1,9 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
 use super::builder::{Builder, Own, sealed};
-use super::window::{Baseline, Summary, Window, feed, grow, window_nanos};
-use super::{Algorithm, Common, ConfigError, Outcome, Problem, Sample, factor};
-use crate::clock::Timestamp;
+use super::window::{Summary, grow};
+use super::windowed::{Rule, Windowed, windowed_algorithm};
+use super::{ConfigError, Problem};
 
 /// Choose Vegas to keep an origin's own queue to a few requests: TCP
 /// Vegas' rule, as Netflix's concurrency-limits applies it to requests,
@@ -38,13 +38,16 @@ use crate::clock::Timestamp;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vegas {
-    common: Common,
+    core: Windowed,
+    rule: VegasRule,
+}
+
+/// Vegas' own settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct VegasRule {
     alpha: f64,
     beta: f64,
     backoff: f64,
-    estimate: f64,
-    window: Window,
-    baseline: Baseline,
 }
 
 impl Default for Vegas {
@@ -72,27 +75,6 @@ impl Vegas {
             ..Own::default()
         })
     }
-
-    fn judge(&mut self, window: &Summary) {
-        let estimate = self.estimate;
-        let next = if window.drops > 0 {
-            estimate * self.backoff
-        } else {
-            let no_load = self.baseline.no_load(window.latency);
-            let queue = window.in_flight * (1.0 - no_load / window.latency).max(0.0);
-            let digits = digits(estimate);
-            if queue <= digits {
-                grow(estimate, self.beta * digits, window.max_in_flight)
-            } else if queue < self.alpha * digits {
-                grow(estimate, digits, window.max_in_flight)
-            } else if queue > self.beta * digits {
-                (estimate - (queue - self.beta * digits)).max(estimate / 2.0)
-            } else {
-                estimate
-            }
-        };
-        self.estimate = self.common.clamp(next);
-    }
 }
 
 /// Decimal digits of the limit, at least 1 (Netflix's `log10` with a
@@ -101,39 +83,27 @@ fn digits(estimate: f64) -> f64 {
     estimate.max(1.0).log10().floor().max(1.0)
 }
 
-impl Algorithm for Vegas {
-    fn limit(&self) -> u32 {
-        let limit = self.common.limit_of(self.estimate);
-        self.baseline.pinned(limit, &self.common).unwrap_or(limit)
+impl Rule for VegasRule {
+    fn backoff(&self) -> f64 {
+        self.backoff
     }
 
-    fn no_load(&self) -> Option<std::time::Duration> {
-        self.baseline.known()
-    }
-
-    fn next_tick(&self) -> Option<u64> {
-        self.baseline.next_tick()
-    }
-
-    fn tick<C>(&mut self, now: Timestamp<C>) {
-        self.baseline.tick(&mut self.window, now.as_nanos());
-    }
-
-    fn update<C>(&mut self, now: Timestamp<C>, sample: Sample) {
-        let now = now.as_nanos();
-        let dropped = sample.outcome == Outcome::Dropped;
-        if let Some(window) = feed(
-            &mut self.baseline,
-            &mut self.window,
-            &self.common,
-            now,
-            &sample,
-            dropped,
-        ) {
-            self.judge(&window);
+    fn next_estimate(&self, window: &Summary, estimate: f64, no_load: f64) -> f64 {
+        let queue = window.in_flight * (1.0 - no_load / window.latency).max(0.0);
+        let digits = digits(estimate);
+        if queue <= digits {
+            grow(estimate, self.beta * digits, window.max_in_flight)
+        } else if queue < self.alpha * digits {
+            grow(estimate, digits, window.max_in_flight)
+        } else if queue > self.beta * digits {
+            (estimate - (queue - self.beta * digits)).max(estimate / 2.0)
+        } else {
+            estimate
         }
     }
 }
+
+windowed_algorithm!(Vegas);
 
 impl sealed::Probes for Vegas {}
 
@@ -154,9 +124,7 @@ impl Builder<Vegas> {
 
 impl sealed::Build for Vegas {
     fn build(settings: Builder<Self>) -> Result<Vegas, ConfigError> {
-        let mut common = settings.common;
-        common.check()?;
-        common.window_ns = window_nanos(settings.window)?;
+        let (core, backoff) = Windowed::build(&settings)?;
         if !(0 < settings.own.alpha && settings.own.alpha < settings.own.beta) {
             return Err(ConfigError::new(
                 "alpha, beta",
@@ -166,24 +134,13 @@ impl sealed::Build for Vegas {
                 },
             ));
         }
-        let backoff = factor("backoff", settings.backoff, |b| (0.5..1.0).contains(&b))?;
-        let interval = settings
-            .own
-            .probe_interval
-            .map(|i| super::nanos("probe_interval", i))
-            .transpose()?;
         Ok(Vegas {
-            common,
-            alpha: f64::from(settings.own.alpha),
-            beta: f64::from(settings.own.beta),
-            backoff,
-            estimate: f64::from(common.initial),
-            window: Window::new(0, settings.own.seed),
-            baseline: Baseline::new(
-                interval,
-                super::nanos("probe_timeout", settings.own.probe_timeout)?,
-                settings.own.seed,
-            ),
+            core,
+            rule: VegasRule {
+                alpha: f64::from(settings.own.alpha),
+                beta: f64::from(settings.own.beta),
+                backoff,
+            },
         })
     }
 }
@@ -191,6 +148,7 @@ impl sealed::Build for Vegas {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Algorithm;
 
     use crate::test_samples::{at, ok};
 
