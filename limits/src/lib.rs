@@ -7,7 +7,9 @@
 //!   threads stop bouncing cache lines; its estimates lag other threads by a
 //!   bounded number of events.
 //! * [`Inflight`] and its RAII [`InflightGuard`] — pingora's connection-limit
-//!   pattern: count on entry, uncount on drop.
+//!   pattern: count on entry, uncount on drop; [`ExactInflight`] and its
+//!   [`ExactInflightGuard`] count exactly, in memory bounded by the
+//!   requests in flight, so a key spray cannot make it refuse anyone.
 //! * [`Rate`] — per-key events per interval on a fixed time grid, with the
 //!   previous and current window and the proportional sliding estimate.
 //! * [`HeavyHitters`] — the sketch as a first-stage filter in front of a
@@ -40,6 +42,7 @@ mod counters;
 mod error;
 mod estimator;
 pub mod ewma;
+mod exact_inflight;
 mod heavy;
 mod inflight;
 pub mod pingora;
@@ -51,6 +54,7 @@ mod sync;
 
 pub use error::ConfigError;
 pub use estimator::{Estimator, Update};
+pub use exact_inflight::{ExactInflight, ExactInflightGuard};
 pub use heavy::{HeavyCount, HeavyHitters, Observation};
 pub use inflight::{Inflight, InflightGuard};
 pub use rate::{Rate, RateComponents};

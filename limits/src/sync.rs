@@ -11,7 +11,7 @@ pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Orderin
 pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering, fence};
 
 pub(crate) use weir_primitives::local::ThreadLocal;
-pub(crate) use weir_primitives::sync::{Backoff, Mutex};
+pub(crate) use weir_primitives::sync::{Backoff, Mutex, SpinLock};
 
 #[cfg(not(loom))]
 pub(crate) use parking_lot::RwLock;

@@ -12,7 +12,8 @@ use weir_limits::clock::ManualClock;
 use weir_limits::ewma::{Ewma, FixedRate};
 use weir_limits::sketch::Locator;
 use weir_limits::{
-    Estimator, HeavyHitters, Inflight, Observation, Rate, Shape, ShardedEstimator, Update,
+    Estimator, ExactInflight, HeavyHitters, Inflight, Observation, Rate, Shape, ShardedEstimator,
+    Update,
 };
 
 fn every(updates: usize) -> NonZeroUsize {
@@ -502,5 +503,22 @@ fn ewma_records_from_two_threads_are_both_counted() {
         ewma.record(4);
         t.join().unwrap();
         assert_eq!(ewma.rate(), FixedRate::from_per_second(7));
+    });
+}
+
+#[test]
+fn exact_inflight_admits_one_of_two_racers_at_a_limit_of_one() {
+    loom::model(|| {
+        let inflight = ExactInflight::new();
+        let other = inflight.clone();
+        let t = thread::spawn(move || other.try_enter("origin", 1));
+        let mine = inflight.try_enter("origin", 1);
+        let theirs = t.join().unwrap();
+        assert_eq!(
+            usize::from(mine.is_some()) + usize::from(theirs.is_some()),
+            1
+        );
+        drop((mine, theirs));
+        assert_eq!((inflight.get("origin"), inflight.keys()), (0, 0));
     });
 }

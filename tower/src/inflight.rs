@@ -7,19 +7,15 @@
 //! until its last byte, and a cancelled request or an abandoned body is
 //! uncounted too.
 //!
-//! Counts are exact, in a sharded map from key to count that drops a key
-//! when its count returns to zero. A count-min sketch (`weir_limits::Inflight`,
-//! which pingora's API keeps) would bound memory by its shape instead, but
-//! it overestimates: keys sprayed across its cells (the /64s of one /48)
-//! make it refuse honest clients that have nothing in flight. An exact map
-//! needs no such bound: it holds one entry per key with a request in
-//! flight, so its size is bounded by the server's concurrency, and a key
-//! is refused only for its own requests.
+//! Counts are exact ([`weir_limits::ExactInflight`]): one entry per key
+//! with a request in flight, so memory is bounded by the server's
+//! concurrency and a key is refused only for its own requests, never for
+//! a spray of others' (which a count-min sketch would let through to
+//! honest clients as refusals).
 
 use super::body::CountedBody;
 use super::key::KeyExtractor;
 use super::response::{Unkeyed, overloaded};
-use hashbrown::HashTable;
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -28,8 +24,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
-use weir_primitives::shards::Shards;
-use weir_primitives::sync::SpinLock;
+use weir_limits::{ExactInflight, ExactInflightGuard};
 
 /// A tower layer limiting in-flight requests per key.
 ///
@@ -49,7 +44,7 @@ use weir_primitives::sync::SpinLock;
 /// ```
 #[derive(Clone, Debug)]
 pub struct InflightLayer<X> {
-    table: Arc<Table>,
+    table: ExactInflight,
     limit: usize,
     extractor: X,
     shadow: bool,
@@ -61,7 +56,7 @@ impl<X> InflightLayer<X> {
     /// request). Clones of the layer share the counts.
     pub fn new(extractor: X, limit: u32) -> Self {
         Self {
-            table: Arc::new(Table::new()),
+            table: ExactInflight::new(),
             limit: limit as usize,
             extractor,
             shadow: false,
@@ -102,7 +97,7 @@ impl<X> InflightLayer<X> {
     /// assert_eq!(layer.in_flight(&()), 0);
     /// ```
     pub fn in_flight<K: Hash + ?Sized>(&self, key: &K) -> usize {
-        self.table.get(self.table.hash(key))
+        self.table.get(key)
     }
 
     /// How many keys have requests in flight: the entries the layer holds,
@@ -114,7 +109,7 @@ impl<X> InflightLayer<X> {
     /// assert_eq!(InflightLayer::new(GlobalKey, 10).keys_in_flight(), 0);
     /// ```
     pub fn keys_in_flight(&self) -> usize {
-        self.table.len()
+        self.table.keys()
     }
 }
 
@@ -184,19 +179,19 @@ where
         let Some(key) = self.layer.extractor.extract(&request) else {
             return InflightFuture::rejected(self.layer.unkeyed.respond());
         };
-        let table = &self.layer.table;
-        let hash = table.hash(&key);
-        let (admitted, exceeded) = table.enter(hash, self.layer.limit, self.layer.shadow);
-        if !admitted {
-            return InflightFuture::rejected(overloaded());
-        }
+        let (table, limit) = (&self.layer.table, self.layer.limit);
+        let (guard, exceeded) = if self.layer.shadow {
+            table.enter_anyway(&key, limit)
+        } else {
+            match table.try_enter(&key, limit) {
+                Some(guard) => (guard, false),
+                None => return InflightFuture::rejected(overloaded()),
+            }
+        };
         InflightFuture {
             state: InflightFutureState::Running {
                 future: self.inner.call(request),
-                guard: Some(InflightPermit {
-                    table: Arc::clone(table),
-                    hash,
-                }),
+                guard: Some(InflightPermit(guard)),
                 shadow_exceeded: exceeded,
             },
         }
@@ -289,104 +284,10 @@ pub type InflightBody<B> = CountedBody<B, InflightPermit>;
 /// assert_eq!(layer.in_flight(&()), 0);
 /// ```
 #[derive(Debug)]
-pub struct InflightPermit {
-    table: Arc<Table>,
-    hash: u64,
-}
-
-impl Drop for InflightPermit {
-    fn drop(&mut self) {
-        self.table.leave(self.hash);
-    }
-}
-
-/// Shards of the map: enough that two cores rarely meet on one lock.
-const SHARDS: usize = 64;
-
-/// Requests in flight per key: a map from the key's 64-bit hash to its
-/// count, in shards each behind its own lock.
-///
-/// Keys are told apart by a 64-bit hash under a per-process random seed
-/// rather than stored, so the layer needs no type for them (its extractor
-/// may key any request body type). Two keys share a count only if their
-/// hashes collide: for a fresh key, with probability (keys in flight) /
-/// 2^64, and the seed is unknown to clients, who therefore cannot aim for
-/// a busy key's hash.
-struct Table(Shards<Shard>);
-
-/// One shard: the counts of its keys, by hash. The lock is held for a
-/// lookup and an increment, so it spins rather than parks.
-type Shard = SpinLock<HashTable<(u64, usize)>>;
-
-/// A shard this much larger than its entries gives memory back: a spray
-/// that has drained leaves no table behind.
-const SHRINK_BELOW: usize = 4;
-
-impl Table {
-    fn new() -> Self {
-        Self(Shards::new(SHARDS, |_| SpinLock::new(HashTable::new())))
-    }
-
-    fn hash<K: Hash + ?Sized>(&self, key: &K) -> u64 {
-        self.0.hash_of(key)
-    }
-
-    fn shard(&self, hash: u64) -> &Shard {
-        self.0.shard(hash)
-    }
-
-    /// Count a request of `hash` if it is under `limit` (or always, in
-    /// `shadow` mode): whether it was counted, and whether it is over.
-    fn enter(&self, hash: u64, limit: usize, shadow: bool) -> (bool, bool) {
-        let mut map = self.shard(hash).lock();
-        let entry = map.entry(hash, |e| e.0 == hash, |e| e.0);
-        let count = match &entry {
-            hashbrown::hash_table::Entry::Occupied(e) => e.get().1,
-            hashbrown::hash_table::Entry::Vacant(_) => 0,
-        };
-        let exceeded = count >= limit;
-        if exceeded && !shadow {
-            return (false, true);
-        }
-        entry.or_insert((hash, 0)).into_mut().1 += 1;
-        (true, exceeded)
-    }
-
-    fn leave(&self, hash: u64) {
-        let mut map = self.shard(hash).lock();
-        let map = &mut *map;
-        let Ok(mut entry) = map.find_entry(hash, |e| e.0 == hash) else {
-            return;
-        };
-        entry.get_mut().1 -= 1;
-        if entry.get().1 > 0 {
-            return;
-        }
-        let _ = entry.remove();
-        if map.capacity() > 64 && map.len() * SHRINK_BELOW < map.capacity() {
-            map.shrink_to(map.len() * 2, |e| e.0);
-        }
-    }
-
-    fn get(&self, hash: u64) -> usize {
-        self.shard(hash)
-            .lock()
-            .find(hash, |e| e.0 == hash)
-            .map_or(0, |e| e.1)
-    }
-
-    fn len(&self) -> usize {
-        self.0.iter().map(|s| s.lock().len()).sum()
-    }
-}
-
-impl std::fmt::Debug for Table {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Table")
-            .field("keys_in_flight", &self.len())
-            .finish_non_exhaustive()
-    }
-}
+pub struct InflightPermit(
+    // Dropping it uncounts the request.
+    #[allow(dead_code)] ExactInflightGuard,
+);
 
 #[cfg(test)]
 mod tests {
@@ -523,42 +424,6 @@ mod tests {
             service.oneshot(Request::new(())).await.unwrap().status(),
             StatusCode::OK
         );
-    }
-
-    #[test]
-    fn racing_threads_never_hold_more_than_the_limit() {
-        use std::sync::atomic::Ordering::SeqCst;
-        const LIMIT: usize = 3;
-        let table = Arc::new(Table::new());
-        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let hash = table.hash(&"one key");
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                let (table, held) = (Arc::clone(&table), Arc::clone(&held));
-                std::thread::spawn(move || {
-                    // Each thread asks for the whole limit at once, so the
-                    // two contend for it.
-                    for _ in 0..10_000 {
-                        let mut mine = 0;
-                        for _ in 0..LIMIT {
-                            if table.enter(hash, LIMIT, false).0 {
-                                mine += 1;
-                                let now = held.fetch_add(1, SeqCst) + 1;
-                                assert!(now <= LIMIT, "{now} in flight over a limit of {LIMIT}");
-                            }
-                        }
-                        for _ in 0..mine {
-                            held.fetch_sub(1, SeqCst);
-                            table.leave(hash);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
-        assert_eq!(table.len(), 0);
     }
 
     #[tokio::test]

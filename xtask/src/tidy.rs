@@ -52,12 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "weir-tower",
-        &[
-            "weir-rate",
-            "weir-adaptive",
-            "weir-timeout",
-            "weir-primitives",
-        ],
+        &["weir-rate", "weir-adaptive", "weir-timeout", "weir-limits"],
     ),
     ("weir-hhh", &["weir-limits", "weir-primitives"]),
 ];
