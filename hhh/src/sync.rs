@@ -1,8 +1,4 @@
-//! The concurrency primitives weir-hhh uses, in one place so that the loom
-//! models (built with `--cfg loom`) can swap in loom's checked versions.
+//! The concurrency primitives weir-hhh uses: weir-primitives', which are
+//! loom's under `--cfg loom`, so the models check the classifier with them.
 
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
-
-#[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use weir_primitives::sync::atomic::{AtomicU64, Ordering};

@@ -1,10 +1,13 @@
 //! Waiting for another thread: a spin lock for critical sections of a few
-//! instructions, the backoff every weir crate waits with, and a parking
-//! [`Mutex`] for longer ones.
+//! instructions, the backoff every weir crate waits with, a parking
+//! [`Mutex`] for longer ones and an [`RwLock`] for tables mostly read.
 //!
-//! All three are written against loom's types under `--cfg loom` (`cargo xtask
-//! loom` builds every crate with it), so the loom models of the crates
-//! above check the lock itself, and a wait yields to the model checker.
+//! All of them are written against loom's types under `--cfg loom` (`cargo
+//! xtask loom` builds every crate with it), so the loom models of the
+//! crates above check the lock itself, and a wait yields to the model
+//! checker. [`atomic`] and [`Arc`] are the one switch between std's and
+//! loom's: each crate's own `sync` module re-exports what it uses from
+//! here, so no crate writes `cfg(loom)` for them.
 
 #[cfg(loom)]
 use loom::{
@@ -19,6 +22,86 @@ use std::{
 
 use std::fmt;
 use std::marker::PhantomData;
+
+/// std's atomics, or loom's under `--cfg loom`.
+pub mod atomic {
+    #[cfg(loom)]
+    pub use loom::sync::atomic::{
+        AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize,
+        Ordering, fence,
+    };
+    #[cfg(not(loom))]
+    pub use std::sync::atomic::{
+        AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize,
+        Ordering, fence,
+    };
+}
+
+/// std's `Arc`, or loom's under `--cfg loom`, which counts clones in the
+/// model so a clone racing a check of `strong_count` is explored too.
+#[cfg(loom)]
+pub use loom::sync::Arc;
+#[cfg(not(loom))]
+pub use std::sync::Arc;
+
+/// parking_lot's reader-writer lock (no poisoning), or loom's behind the
+/// same surface under `--cfg loom`, so the models schedule threads around
+/// the lock instead of blocking the one OS thread loom runs them on.
+///
+/// ```
+/// use weir_primitives::sync::RwLock;
+///
+/// let table = RwLock::new(vec![1]);
+/// table.write().push(2);
+/// assert_eq!(table.read().len(), 2);
+/// ```
+#[derive(Debug, Default)]
+pub struct RwLock<T>(
+    #[cfg(not(loom))] parking_lot::RwLock<T>,
+    #[cfg(loom)] loom::sync::RwLock<T>,
+);
+
+#[cfg(not(loom))]
+impl<T> RwLock<T> {
+    /// A lock holding `value`.
+    pub fn new(value: T) -> Self {
+        Self(parking_lot::RwLock::new(value))
+    }
+
+    /// Shared access: waits while a writer holds the lock.
+    #[inline]
+    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, T> {
+        self.0.read()
+    }
+
+    /// Exclusive access: waits for every reader and writer.
+    #[inline]
+    pub fn write(&self) -> parking_lot::RwLockWriteGuard<'_, T> {
+        self.0.write()
+    }
+}
+
+#[cfg(loom)]
+impl<T> RwLock<T> {
+    /// A lock holding `value`.
+    pub fn new(value: T) -> Self {
+        Self(loom::sync::RwLock::new(value))
+    }
+
+    /// Shared access: waits while a writer holds the lock.
+    pub fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Exclusive access: waits for every reader and writer.
+    pub fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+        self.0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
 
 /// A parking mutex with parking_lot's guard-returning `lock` (no
 /// poisoning), backed by loom's checked mutex under `--cfg loom`: for
