@@ -1,7 +1,7 @@
 //! [`Aimd`]: additive increase, multiplicative decrease, on drops and on
 //! latency.
 
-use super::builder::{Builder, Own, sealed};
+use super::builder::{AlgorithmBuilder, Own, sealed};
 use super::window::{SPAN, Summary, grow};
 use super::windowed::{Rule, Windowed, windowed_algorithm};
 use super::{ConfigError, Outcome, Sample, factor};
@@ -74,8 +74,8 @@ impl Aimd {
     ///
     /// assert!(Aimd::builder().backoff(0.3).build().is_err(), "below 0.5");
     /// ```
-    pub fn builder() -> Builder<Aimd> {
-        Builder::with(Own {
+    pub fn builder() -> AlgorithmBuilder<Aimd> {
+        AlgorithmBuilder::with(Own {
             seed: 0x6169_6d64,
             tolerance: 1.5,
             ..Own::default()
@@ -116,7 +116,7 @@ windowed_algorithm!(Aimd);
 impl sealed::Probes for Aimd {}
 impl sealed::Tolerates for Aimd {}
 
-impl Builder<Aimd> {
+impl AlgorithmBuilder<Aimd> {
     /// A request slower than this counts as a drop (default: none).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.own.timeout = Some(timeout);
@@ -125,7 +125,7 @@ impl Builder<Aimd> {
 }
 
 impl sealed::Build for Aimd {
-    fn build(settings: Builder<Self>) -> Result<Aimd, ConfigError> {
+    fn build(settings: AlgorithmBuilder<Self>) -> Result<Aimd, ConfigError> {
         let (core, backoff) = Windowed::build(&settings)?;
         let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
         let timeout = match settings.own.timeout {

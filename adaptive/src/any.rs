@@ -1,6 +1,6 @@
 //! [`AnyAlgorithm`]: an algorithm chosen at run time, from configuration.
 
-use super::{Aimd, Algorithm, ConfigError, Fixed, Gradient2, Problem, Sample, Vegas};
+use super::{Aimd, Algorithm, ConfigError, Constant, Gradient2, Problem, Sample, Vegas};
 use crate::clock::Timestamp;
 use std::num::NonZeroU32;
 use std::str::FromStr;
@@ -34,8 +34,8 @@ pub enum AnyAlgorithm {
     Vegas(Vegas),
     /// [`Gradient2`].
     Gradient2(Gradient2),
-    /// [`Fixed`].
-    Fixed(Fixed),
+    /// [`Constant`].
+    Constant(Constant),
 }
 
 impl Algorithm for AnyAlgorithm {
@@ -44,7 +44,7 @@ impl Algorithm for AnyAlgorithm {
             Self::Aimd(a) => a.limit(),
             Self::Vegas(a) => a.limit(),
             Self::Gradient2(a) => a.limit(),
-            Self::Fixed(a) => a.limit(),
+            Self::Constant(a) => a.limit(),
         }
     }
 
@@ -53,7 +53,7 @@ impl Algorithm for AnyAlgorithm {
             Self::Aimd(a) => a.update(now, sample),
             Self::Vegas(a) => a.update(now, sample),
             Self::Gradient2(a) => a.update(now, sample),
-            Self::Fixed(a) => a.update(now, sample),
+            Self::Constant(a) => a.update(now, sample),
         }
     }
 
@@ -62,7 +62,7 @@ impl Algorithm for AnyAlgorithm {
             Self::Aimd(a) => a.no_load(),
             Self::Vegas(a) => a.no_load(),
             Self::Gradient2(a) => a.no_load(),
-            Self::Fixed(a) => a.no_load(),
+            Self::Constant(a) => a.no_load(),
         }
     }
 
@@ -71,7 +71,7 @@ impl Algorithm for AnyAlgorithm {
             Self::Aimd(a) => a.next_tick(),
             Self::Vegas(a) => a.next_tick(),
             Self::Gradient2(a) => a.next_tick(),
-            Self::Fixed(a) => a.next_tick(),
+            Self::Constant(a) => a.next_tick(),
         }
     }
 
@@ -80,7 +80,7 @@ impl Algorithm for AnyAlgorithm {
             Self::Aimd(a) => a.tick(now),
             Self::Vegas(a) => a.tick(now),
             Self::Gradient2(a) => a.tick(now),
-            Self::Fixed(a) => a.tick(now),
+            Self::Constant(a) => a.tick(now),
         }
     }
 }
@@ -102,7 +102,7 @@ impl FromStr for AnyAlgorithm {
             other => {
                 let limit = other.strip_prefix("fixed:").ok_or_else(unknown)?;
                 let limit: NonZeroU32 = limit.trim().parse().map_err(|_| unknown())?;
-                Self::Fixed(Fixed::new(limit))
+                Self::Constant(Constant::new(limit))
             }
         })
     }

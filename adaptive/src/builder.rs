@@ -1,4 +1,4 @@
-//! [`Builder`]: one settings type for every adaptive algorithm, so the
+//! [`AlgorithmBuilder`]: one settings type for every adaptive algorithm, so the
 //! settings they share are written (and documented) once.
 
 use super::{Common, ConfigError};
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// # Ok::<(), weir_adaptive::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Builder<A> {
+pub struct AlgorithmBuilder<A> {
     pub(super) common: Common,
     pub(super) window: Duration,
     pub(super) backoff: f64,
@@ -66,7 +66,7 @@ impl Default for Own {
     }
 }
 
-impl<A> Builder<A> {
+impl<A> AlgorithmBuilder<A> {
     /// The defaults every algorithm shares (limits 1 to 1000 starting at
     /// 20, backoff 0.9, windows of at least 10 ms and 16 samples) with
     /// `own` for the rest.
@@ -120,7 +120,7 @@ impl<A> Builder<A> {
     }
 }
 
-impl<A: sealed::Probes> Builder<A> {
+impl<A: sealed::Probes> AlgorithmBuilder<A> {
     /// How often the no-load latency is measured again (default 10 s,
     /// jittered by ±25 %). `None` never probes: the no-load latency is
     /// then the lowest window seen, which can never learn that the origin
@@ -152,7 +152,7 @@ impl<A: sealed::Probes> Builder<A> {
     }
 }
 
-impl<A: sealed::Tolerates> Builder<A> {
+impl<A: sealed::Tolerates> AlgorithmBuilder<A> {
     /// How much slower than at no load the origin may answer (a window's
     /// third-quartile latency over the no-load one, at least 1) before the
     /// limit stops growing (Gradient2, default 1.2) or backs off (AIMD,
@@ -163,7 +163,7 @@ impl<A: sealed::Tolerates> Builder<A> {
     }
 }
 
-impl<A: sealed::Build> Builder<A> {
+impl<A: sealed::Build> AlgorithmBuilder<A> {
     /// The algorithm.
     ///
     /// # Errors
@@ -179,7 +179,7 @@ impl<A: sealed::Build> Builder<A> {
 }
 
 pub(super) mod sealed {
-    use super::{Builder, ConfigError};
+    use super::{AlgorithmBuilder, ConfigError};
 
     /// The algorithms that probe for the no-load latency, whose builders
     /// take a probe interval and a seed.
@@ -190,9 +190,9 @@ pub(super) mod sealed {
     #[allow(unnameable_types)] // sealed: bounds of the builder's methods only
     pub trait Tolerates {}
 
-    /// The algorithms a [`Builder`] builds, each checking its own settings.
+    /// The algorithms a [`AlgorithmBuilder`] builds, each checking its own settings.
     #[allow(unnameable_types)] // sealed: only weir-adaptive's algorithms build
     pub trait Build: Sized {
-        fn build(settings: Builder<Self>) -> Result<Self, ConfigError>;
+        fn build(settings: AlgorithmBuilder<Self>) -> Result<Self, ConfigError>;
     }
 }

@@ -1,7 +1,7 @@
 //! [`Gradient2`]: the limit scaled by how much slower than at no load the
 //! origin answers, plus a queue allowance.
 
-use super::builder::{Builder, Own, sealed};
+use super::builder::{AlgorithmBuilder, Own, sealed};
 use super::window::{Summary, grow};
 use super::windowed::{Rule, Windowed, windowed_algorithm};
 use super::{ConfigError, factor};
@@ -77,8 +77,8 @@ impl Gradient2 {
     ///
     /// assert!(Gradient2::builder().tolerance(0.9).build().is_err(), "below 1");
     /// ```
-    pub fn builder() -> Builder<Gradient2> {
-        Builder::with(Own {
+    pub fn builder() -> AlgorithmBuilder<Gradient2> {
+        AlgorithmBuilder::with(Own {
             seed: 0x6772_6164,
             ..Own::default()
         })
@@ -123,7 +123,7 @@ windowed_algorithm!(Gradient2);
 impl sealed::Probes for Gradient2 {}
 impl sealed::Tolerates for Gradient2 {}
 
-impl Builder<Gradient2> {
+impl AlgorithmBuilder<Gradient2> {
     fn checked(self) -> Gradient2 {
         match self.build() {
             Ok(gradient) => gradient,
@@ -141,7 +141,7 @@ impl Builder<Gradient2> {
 }
 
 impl sealed::Build for Gradient2 {
-    fn build(settings: Builder<Self>) -> Result<Gradient2, ConfigError> {
+    fn build(settings: AlgorithmBuilder<Self>) -> Result<Gradient2, ConfigError> {
         let (core, backoff) = Windowed::build(&settings)?;
         let tolerance = factor("tolerance", settings.own.tolerance, |t| t >= 1.0)?;
         let smoothing = factor("smoothing", settings.own.smoothing, |s| s > 0.0 && s <= 1.0)?;

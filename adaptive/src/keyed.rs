@@ -90,10 +90,10 @@ impl<A: Algorithm + Clone, C: Clock + Clone> KeyedAdaptiveLimiter<A, C> {
     ///
     /// ```
     /// use std::num::{NonZeroU32, NonZeroUsize};
-    /// use weir_adaptive::{Fixed, KeyedAdaptiveLimiter};
+    /// use weir_adaptive::{Constant, KeyedAdaptiveLimiter};
     /// use weir_adaptive::clock::ManualClock;
     ///
-    /// let one = Fixed::new(NonZeroU32::new(1).unwrap());
+    /// let one = Constant::new(NonZeroU32::new(1).unwrap());
     /// let keys = KeyedAdaptiveLimiter::with_clock(one, NonZeroUsize::new(8).unwrap(), ManualClock::new());
     /// let _a = keys.try_acquire(&1).unwrap();
     /// assert!(keys.try_acquire(&1).is_err());

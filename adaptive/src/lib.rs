@@ -17,7 +17,7 @@
 //!   * [`Aimd`] — the simplest rule, for an origin that signals overload
 //!     itself: grow by one each window, multiply down after a drop or a
 //!     window too far beyond the no-load latency.
-//!   * [`Fixed`] — a static limit, for comparison and for keys whose limit
+//!   * [`Constant`] — a static limit, for comparison and for keys whose limit
 //!     is known; [`AnyAlgorithm`] — any of them, chosen at run time.
 //! * [`AdaptiveLimiter`] (one origin) and [`KeyedAdaptiveLimiter`] (one
 //!   learned limit per key, in bounded memory) admit a request if fewer
@@ -148,7 +148,7 @@ pub mod clock {
 
 pub use aimd::Aimd;
 pub use any::AnyAlgorithm;
-pub use builder::Builder;
+pub use builder::AlgorithmBuilder;
 pub use gradient::Gradient2;
 pub use keyed::KeyedAdaptiveLimiter;
 pub use limiter::{AdaptiveGuard, AdaptiveLimiter, Overloaded};
@@ -273,21 +273,21 @@ pub trait Algorithm: Send + 'static {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_adaptive::{Algorithm, Fixed};
+/// use weir_adaptive::{Algorithm, Constant};
 ///
-/// assert_eq!(Fixed::new(NonZeroU32::new(32).unwrap()).limit(), 32);
+/// assert_eq!(Constant::new(NonZeroU32::new(32).unwrap()).limit(), 32);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fixed(NonZeroU32);
+pub struct Constant(NonZeroU32);
 
-impl Fixed {
+impl Constant {
     /// Always `limit`.
     pub const fn new(limit: NonZeroU32) -> Self {
         Self(limit)
     }
 }
 
-impl Algorithm for Fixed {
+impl Algorithm for Constant {
     fn limit(&self) -> u32 {
         self.0.get()
     }
@@ -440,7 +440,7 @@ mod tests {
 
     #[test]
     fn fixed_ignores_samples() {
-        let mut fixed = Fixed::new(NonZeroU32::new(3).unwrap());
+        let mut fixed = Constant::new(NonZeroU32::new(3).unwrap());
         let drop = Sample::new(Duration::from_secs(9), Outcome::Dropped, 3);
         fixed.update(Timestamp::<()>::from_nanos(1), drop);
         assert_eq!(fixed.limit(), 3);

@@ -154,9 +154,9 @@ impl<A> Entry<A> {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_adaptive::{AdaptiveLimiter, Fixed};
+/// use weir_adaptive::{AdaptiveLimiter, Constant};
 ///
-/// let limiter = AdaptiveLimiter::new(Fixed::new(NonZeroU32::new(1).unwrap()));
+/// let limiter = AdaptiveLimiter::new(Constant::new(NonZeroU32::new(1).unwrap()));
 /// let _held = limiter.try_acquire().unwrap();
 /// let refused = limiter.try_acquire().unwrap_err();
 /// assert_eq!((refused.in_flight, refused.limit), (1, 1));
@@ -415,12 +415,12 @@ mod tests {
     use super::*;
     use crate::KeyedAdaptiveLimiter;
     use crate::clock::ManualClock;
-    use crate::{Aimd, Fixed};
+    use crate::{Aimd, Constant};
     use std::num::NonZeroU32;
     use std::num::NonZeroUsize;
 
-    fn fixed(n: u32) -> Fixed {
-        Fixed::new(NonZeroU32::new(n).unwrap())
+    fn fixed(n: u32) -> Constant {
+        Constant::new(NonZeroU32::new(n).unwrap())
     }
 
     fn cap(n: usize) -> NonZeroUsize {

@@ -1,6 +1,6 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
-use super::builder::{Builder, Own, sealed};
+use super::builder::{AlgorithmBuilder, Own, sealed};
 use super::window::{Summary, grow};
 use super::windowed::{Rule, Windowed, windowed_algorithm};
 use super::{ConfigError, Problem};
@@ -69,8 +69,8 @@ impl Vegas {
     ///
     /// assert!(Vegas::builder().alpha(6).beta(3).build().is_err());
     /// ```
-    pub fn builder() -> Builder<Vegas> {
-        Builder::with(Own {
+    pub fn builder() -> AlgorithmBuilder<Vegas> {
+        AlgorithmBuilder::with(Own {
             seed: 0x7665_6761,
             ..Own::default()
         })
@@ -107,7 +107,7 @@ windowed_algorithm!(Vegas);
 
 impl sealed::Probes for Vegas {}
 
-impl Builder<Vegas> {
+impl AlgorithmBuilder<Vegas> {
     /// Grow while fewer requests than this (per decimal digit of the
     /// limit) are queued (default 3).
     pub fn alpha(mut self, alpha: u32) -> Self {
@@ -123,7 +123,7 @@ impl Builder<Vegas> {
 }
 
 impl sealed::Build for Vegas {
-    fn build(settings: Builder<Self>) -> Result<Vegas, ConfigError> {
+    fn build(settings: AlgorithmBuilder<Self>) -> Result<Vegas, ConfigError> {
         let (core, backoff) = Windowed::build(&settings)?;
         if !(0 < settings.own.alpha && settings.own.alpha < settings.own.beta) {
             return Err(ConfigError::new(

@@ -9,7 +9,7 @@
 //! impl from the two.
 
 use super::{Common, ConfigError, Outcome, Sample, factor, nanos};
-use crate::builder::Builder;
+use crate::builder::AlgorithmBuilder;
 use crate::window::{Baseline, Summary, Window, feed, window_nanos};
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub(crate) trait Rule {
 
 impl Windowed {
     /// The core `settings` describe, and their back-off factor, checked.
-    pub(crate) fn build<A>(settings: &Builder<A>) -> Result<(Self, f64), ConfigError> {
+    pub(crate) fn build<A>(settings: &AlgorithmBuilder<A>) -> Result<(Self, f64), ConfigError> {
         let mut common = settings.common;
         common.check()?;
         common.window_ns = window_nanos(settings.window)?;

@@ -7,11 +7,11 @@
 use loom::thread;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
-use weir_adaptive::{AdaptiveLimiter, Aimd, Fixed, KeyedAdaptiveLimiter};
+use weir_adaptive::{AdaptiveLimiter, Aimd, Constant, KeyedAdaptiveLimiter};
 use weir_limits::clock::ManualClock;
 
-fn one() -> Fixed {
-    Fixed::new(NonZeroU32::new(1).unwrap())
+fn one() -> Constant {
+    Constant::new(NonZeroU32::new(1).unwrap())
 }
 
 /// AIMD at `limit` that backs off after every single drop (no probe

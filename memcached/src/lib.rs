@@ -27,7 +27,7 @@
 //! request is refused (answered as [`Source::Shed`] with
 //! [`StoreError::Contended`]), never let through. Several limits
 //! all-or-nothing need a transaction across keys, which Memcached does not
-//! have: [`Builder::and`](weir_store::Builder::and) with a second limit is
+//! have: [`StoreLimiterBuilder::and`](weir_store::StoreLimiterBuilder::and) with a second limit is
 //! refused at `connect` ([`ConfigError::Unsupported`]).
 //!
 //! # Time
@@ -123,8 +123,8 @@ pub use weir_store::{
 pub type MemcachedLimiter = weir_store::StoreLimiter<Memcached>;
 
 /// Configures and connects a [`MemcachedLimiter`]: from
-/// [`MemcachedLimiter::builder`]; see [`Builder`](weir_store::Builder).
-pub type MemcachedLimiterBuilder = weir_store::Builder<Memcached>;
+/// [`MemcachedLimiter::builder`]; see [`StoreLimiterBuilder`](weir_store::StoreLimiterBuilder).
+pub type MemcachedLimiterBuilder = weir_store::StoreLimiterBuilder<Memcached>;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

@@ -16,7 +16,7 @@
 
 use crate::connection::{Connection, store_error, ttl};
 use memcache::exp::{Arithmetic, Get, Op, OpResult};
-use weir_rate::{Decision, FixedWindow, Limiter, Mode, Quota, Receipt, SlidingWindow};
+use weir_rate::{Algorithm, Decision, FixedWindow, Mode, Quota, Receipt, SlidingWindow};
 use weir_store::StoreError;
 
 /// A window algorithm and the counters it keeps.
@@ -234,7 +234,7 @@ mod tests {
 
     /// The decision rebuilt from counts is the in-process limiter's on the
     /// same requests at the same times.
-    fn agrees<L: Limiter>(window: Window, algorithm: L) {
+    fn agrees<L: Algorithm>(window: Window, algorithm: L) {
         let second = 1_000_000_000u64;
         let start = 1_800_000_000 * second;
         let clock = ManualClock::new();

@@ -2,8 +2,8 @@
 //! A check spends from every limit only if all of them allow, so a
 //! refusal by one spends nothing of the others.
 
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 
 /// The all-or-nothing rule shared by [`AllOf`] and pairs: `check_each`
@@ -39,7 +39,7 @@ fn all_or_nothing(mode: Mode, mut check_each: impl FnMut(Mode, bool) -> Decision
 /// refuses), a limit that allows is peeked at no cost instead, for what
 /// it has left.
 #[inline]
-fn part<L: Limiter>(
+fn part<L: Algorithm>(
     limit: &L,
     state: &mut L::State,
     now_ns: u64,
@@ -55,7 +55,7 @@ fn part<L: Limiter>(
 
 /// A state built for a different list of limits (after a run-time
 /// change) extended with fresh states or cut to length.
-fn fit<L: Limiter>(limits: &[L], state: &mut Vec<L::State>, now_ns: u64) {
+fn fit<L: Algorithm>(limits: &[L], state: &mut Vec<L::State>, now_ns: u64) {
     state.truncate(limits.len());
     while state.len() < limits.len() {
         let fresh = limits[state.len()].new_state(now_ns);
@@ -87,7 +87,7 @@ fn allow_everything() -> Decision {
 /// let limiter = RateLimiter::with_clock((per_second, per_hour), ManualClock::new());
 /// assert_eq!((0..5).filter(|_| limiter.check().is_allowed()).count(), 3);
 /// ```
-impl<A: Limiter, B: Limiter> Limiter for (A, B) {
+impl<A: Algorithm, B: Algorithm> Algorithm for (A, B) {
     type State = (A::State, B::State);
 
     fn max_cost(&self) -> u32 {
@@ -146,7 +146,7 @@ impl<A: Forgettable, B: Forgettable> Forgettable for (A, B) {
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use weir_rate::{AllOf, Gcra, Limiter, Mode, Quota};
+/// use weir_rate::{AllOf, Gcra, Algorithm, Mode, Quota};
 ///
 /// let limits = AllOf::new(vec![
 ///     Gcra::new(Quota::per_second(NonZeroU32::new(5).unwrap())),
@@ -164,20 +164,20 @@ pub struct AllOf<L> {
     limits: Vec<L>,
 }
 
-impl<L: Limiter> AllOf<L> {
+impl<L: Algorithm> AllOf<L> {
     /// All of `limits` (an empty list allows everything).
     pub fn new(limits: Vec<L>) -> Self {
         Self { limits }
     }
 }
 
-impl<L: Limiter> Limiter for AllOf<L> {
+impl<L: Algorithm> Algorithm for AllOf<L> {
     type State = Vec<L::State>;
 
     fn max_cost(&self) -> u32 {
         self.limits
             .iter()
-            .map(Limiter::max_cost)
+            .map(Algorithm::max_cost)
             .min()
             .unwrap_or(u32::MAX)
     }

@@ -30,7 +30,7 @@ use crate::decision::{Decision, NeverAllowed, Receipt};
 // implement its traits), so their links are plain relative ones rather
 // than imports, which would make a loop through the crate root.
 #[cfg(doc)]
-use crate::limiter::Limiter;
+use crate::algorithm::Algorithm;
 use std::future::Future;
 
 /// A keyed limiter that decides at once, in process.
@@ -58,7 +58,7 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>;
 
     /// Spend `cost` units for `key` unconditionally (see
-    /// [`Limiter::charge`]), returning the receipt; `None` from a limiter
+    /// [`Algorithm::charge`]), returning the receipt; `None` from a limiter
     /// that cannot charge (the default: a function of the key and cost
     /// only decides). A store's failure policy charges its local limiter
     /// through this while the store is down.
@@ -68,7 +68,7 @@ pub trait CheckKey<Q: ?Sized>: Send + Sync {
     }
 
     /// Give back what `receipt` (of a check or charge of `key` by this
-    /// limiter) still counts for (see [`Limiter::refund`]); by default
+    /// limiter) still counts for (see [`Algorithm::refund`]); by default
     /// nothing (a limiter without refunds).
     fn refund(&self, key: &Q, receipt: Receipt) {
         let _ = (key, receipt);
@@ -116,7 +116,7 @@ pub trait CheckKeyAsync<Q: ?Sized>: Send + Sync + 'static {
 ///   never loosens the limit: the admission is read as two spendings at
 ///   that instant, `to` kept and `from − to` given back, and a refund
 ///   gives back only what its spending still counts for
-///   ([`Limiter::refund`](crate::Limiter::refund)), so the state is never
+///   ([`Algorithm::refund`](crate::Algorithm::refund)), so the state is never
 ///   looser than if the check had asked for `to` in the first place. (A
 ///   full refund followed by a charge of `to` would, in two steps, let a
 ///   concurrent check see the whole refund, and would charge `to` at a

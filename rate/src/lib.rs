@@ -8,7 +8,7 @@
 //!
 //! # Algorithms
 //!
-//! Each takes a [`Quota`] and implements [`Limiter`], a step function over
+//! Each takes a [`Quota`] and implements [`Algorithm`], a step function over
 //! state the caller holds (time passed in), so the same value serves every
 //! container and a replay.
 //!
@@ -79,7 +79,7 @@
 //! These bounds hold with refunds too, counting refunded units as never
 //! served: a refund names its spending by the [`Receipt`]
 //! of its check and gives back only what that spending still counts for
-//! (see [`Limiter::refund`]).
+//! (see [`Algorithm::refund`]).
 //!
 //! # Example
 //!
@@ -97,6 +97,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod algorithm;
 mod algorithms;
 mod all_of;
 mod any;
@@ -105,7 +106,6 @@ mod check;
 mod config;
 mod decision;
 mod keyed;
-mod limiter;
 mod mode;
 mod quota;
 mod single;
@@ -144,6 +144,7 @@ pub mod clock {
     pub(crate) const MAX_AHEAD_NANOS: u64 = MAX_AHEAD.as_secs() * 1_000_000_000;
 }
 
+pub use algorithm::{Algorithm, Forgettable};
 pub use algorithms::{
     FixedWindow, FixedWindowState, Gcra, LeakyBucket, LeakyBucketState, SlidingLog,
     SlidingLogState, SlidingWindow, SlidingWindowState, TokenBucket, TokenBucketState,
@@ -154,7 +155,6 @@ pub use check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 pub use config::ConfigError;
 pub use decision::{CheckAtError, Decision, NeverAllowed, PolicyName, Receipt, Spending};
 pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
-pub use limiter::{Forgettable, Limiter};
 pub use mode::Mode;
 pub use quota::Quota;
 pub use single::RateLimiter;

@@ -5,7 +5,7 @@
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Gcra, Limiter, Mode, Quota};
+/// use weir_rate::{Gcra, Algorithm, Mode, Quota};
 ///
 /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::MIN));
 /// let mut state = gcra.new_state(0);

@@ -1,13 +1,13 @@
 //! One limit shared by every caller (a whole service, one upstream, ...).
 
+use crate::algorithm::Algorithm;
 use crate::clock::{Clock, MonotonicClock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt, Spending};
-use crate::limiter::Limiter;
 use crate::mode::Mode;
 use crate::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// A single rate limit over any [`Limiter`], safe to share between threads
+/// A single rate limit over any [`Algorithm`], safe to share between threads
 /// (the state sits behind a short lock), with peek, refunds, run-time
 /// reconfiguration and a shadow (dry-run) mode.
 ///
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// assert!(limiter.check().is_allowed());
 /// ```
 #[derive(Debug)]
-pub struct RateLimiter<L: Limiter, C = MonotonicClock> {
+pub struct RateLimiter<L: Algorithm, C = MonotonicClock> {
     clock: C,
     /// The algorithm, its state, and the latest time it has judged at:
     /// nothing is judged earlier (a thread that read the clock before
@@ -48,14 +48,14 @@ pub struct RateLimiter<L: Limiter, C = MonotonicClock> {
     shadow: AtomicBool,
 }
 
-impl<L: Limiter> RateLimiter<L, MonotonicClock> {
+impl<L: Algorithm> RateLimiter<L, MonotonicClock> {
     /// A limiter on the monotonic clock.
     pub fn new(limiter: L) -> Self {
         Self::with_clock(limiter, MonotonicClock::new())
     }
 }
 
-impl<L: Limiter, C: Clock> RateLimiter<L, C> {
+impl<L: Algorithm, C: Clock> RateLimiter<L, C> {
     /// A limiter reading time from `clock`.
     pub fn with_clock(limiter: L, clock: C) -> Self {
         let now = clock.now_nanos();
@@ -164,7 +164,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 
     /// Give back what `decision` (a check of this limiter, or the
     /// [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
-    /// still counts: see [`Limiter::refund`]. Nothing for a decision that
+    /// still counts: see [`Algorithm::refund`]. Nothing for a decision that
     /// spent nothing. Refund each spending at most once.
     pub fn refund(&self, decision: &(impl Spending + ?Sized)) {
         let Some(receipt) = decision.receipt() else {
@@ -179,7 +179,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 
     /// Spend `cost` units now, unconditionally: work already done (response
     /// bytes, tokens) is counted even past the limit, as a debt that later
-    /// checks wait out (see [`Limiter::charge`]). Also in shadow mode. The
+    /// checks wait out (see [`Algorithm::charge`]). Also in shadow mode. The
     /// receipt refunds it ([`refund`](Self::refund)).
     ///
     /// ```
@@ -256,7 +256,7 @@ impl<L: Limiter, C: Clock> RateLimiter<L, C> {
 
 #[cfg(feature = "wait")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
-impl<L: Limiter, C: Clock> RateLimiter<L, C> {
+impl<L: Algorithm, C: Clock> RateLimiter<L, C> {
     /// Wait until `cost` units may be spent, then spend them (see the
     /// [`wait`](crate::wait) module). The decision is always an admission:
     /// there is nothing to look at, and no warning if it is dropped.

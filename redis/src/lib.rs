@@ -28,7 +28,7 @@
 //!   state equals a fresh one (at most two seconds later), so idle keys
 //!   vanish on their own. A fixed or sliding window's state is laid out
 //!   by its window: give a new window length a new prefix.
-//! * **All-or-nothing** ([`Builder::and`](weir_store::Builder::and)):
+//! * **All-or-nothing** ([`StoreLimiterBuilder::and`](weir_store::StoreLimiterBuilder::and)):
 //!   several limits of one key decided in one script, spent only if all
 //!   allow (`<prefix>:all:{<prefix>:<key>}:<i>:<alg>`).
 //! * **Refunds and charges** ([`StoreLimiter::refund`](weir_store::StoreLimiter::refund),
@@ -160,8 +160,8 @@ pub use weir_store::{
 pub type RedisLimiter = weir_store::StoreLimiter<Redis>;
 
 /// Configures and connects a [`RedisLimiter`]: from
-/// [`RedisLimiter::builder`]; see [`Builder`](weir_store::Builder).
-pub type RedisLimiterBuilder = weir_store::Builder<Redis>;
+/// [`RedisLimiter::builder`]; see [`StoreLimiterBuilder`](weir_store::StoreLimiterBuilder).
+pub type RedisLimiterBuilder = weir_store::StoreLimiterBuilder<Redis>;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

@@ -22,7 +22,7 @@ use weir_store::ConfigError;
 /// per node of a Cluster), made when the first of them connects and made
 /// again, for all of them, after a fault. Targets built separately, even
 /// from the same URL, connect separately. The connection waits on the wire
-/// as long as the longest [timeout](weir_store::Builder::timeout) of the
+/// as long as the longest [timeout](weir_store::StoreLimiterBuilder::timeout) of the
 /// limiters sharing it; each limiter still gives up at its own.
 ///
 /// ```

@@ -117,7 +117,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Vec<Result<Decision, StoreError>>, StoreError>> + Send;
 
     /// Spend `cost` units of `key` unconditionally (see
-    /// [`Limiter::charge`](weir_rate::Limiter::charge)) on every limit.
+    /// [`Algorithm::charge`](weir_rate::Algorithm::charge)) on every limit.
     fn charge(
         &self,
         key: &Self::Key,
@@ -125,7 +125,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Receipt, StoreError>> + Send;
 
     /// Give back what `receipt` (of this store) still counts for on every
-    /// limit (see [`Limiter::refund`](weir_rate::Limiter::refund)).
+    /// limit (see [`Algorithm::refund`](weir_rate::Algorithm::refund)).
     fn refund(
         &self,
         key: &Self::Key,

@@ -48,7 +48,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use weir_rate::Decision;
 
-/// Settings for the batching path ([`Builder::batching`](crate::Builder::batching)).
+/// Settings for the batching path ([`StoreLimiterBuilder::batching`](crate::StoreLimiterBuilder::batching)).
 ///
 /// ```
 /// use weir_store::Batching;

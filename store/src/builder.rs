@@ -1,6 +1,6 @@
-//! [`Builder`]: a store-backed limiter's settings with their defaults,
+//! [`StoreLimiterBuilder`]: a store-backed limiter's settings with their defaults,
 //! checked and turned into a [`StoreLimiter`] once, at
-//! [`connect`](Builder::connect), so that nothing on the check path has to
+//! [`connect`](StoreLimiterBuilder::connect), so that nothing on the check path has to
 //! validate or compute them.
 
 use crate::backend::{Backend, Plan};
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-/// The most limits an all-of limiter decides together ([`Builder::and`]).
+/// The most limits an all-of limiter decides together ([`StoreLimiterBuilder::and`]).
 pub const MAX_LIMITS: usize = 16;
 
 impl<B: Backend> StoreLimiter<B> {
@@ -56,8 +56,8 @@ impl<B: Backend> StoreLimiter<B> {
     /// // `builder.connect(target).await` makes the limiter.
     /// # let _ = builder;
     /// ```
-    pub fn builder(algorithm: impl StoreAlgorithm) -> Builder<B> {
-        Builder {
+    pub fn builder(algorithm: impl StoreAlgorithm) -> StoreLimiterBuilder<B> {
+        StoreLimiterBuilder {
             plan: Plan::new(vec![Limit::of(&algorithm)]),
             name: None,
             backoff: Duration::from_millis(100),
@@ -72,7 +72,7 @@ impl<B: Backend> StoreLimiter<B> {
 /// Configures and connects a [`StoreLimiter`]; from
 /// [`StoreLimiter::builder`].
 #[must_use = "a builder does nothing until `connect` is awaited"]
-pub struct Builder<B: Backend> {
+pub struct StoreLimiterBuilder<B: Backend> {
     plan: Plan,
     name: Option<String>,
     backoff: Duration,
@@ -82,9 +82,9 @@ pub struct Builder<B: Backend> {
     store: PhantomData<fn() -> B>,
 }
 
-impl<B: Backend> std::fmt::Debug for Builder<B> {
+impl<B: Backend> std::fmt::Debug for StoreLimiterBuilder<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("StoreLimiterBuilder")
             .field("store", &B::NAME)
             .field("plan", &self.plan)
             .field("name", &self.name)
@@ -96,7 +96,7 @@ impl<B: Backend> std::fmt::Debug for Builder<B> {
     }
 }
 
-impl<B: Backend> Builder<B> {
+impl<B: Backend> StoreLimiterBuilder<B> {
     /// Add a limit that every key must also meet: the limiter then decides
     /// all of its limits of a key **all-or-nothing**, in one store call —
     /// a request is allowed only if every limit allows it, and only then

@@ -41,7 +41,7 @@ pub enum FailurePolicy {
     /// [`Local`](Self::Local) a limiter sized for the load.
     ///
     /// A window (fixed or sliding), or several limits all-or-nothing
-    /// ([`Builder::and`](crate::Builder::and)), is kept by an exact
+    /// ([`StoreLimiterBuilder::and`](crate::StoreLimiterBuilder::and)), is kept by an exact
     /// [`KeyedLimiter`] of the same algorithms and quotas (an [`AllOf`] of
     /// them), remembering up to 65 536 keys (beyond that it forgets the
     /// keys closest to idle, never loosening a limit; see its memory

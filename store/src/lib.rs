@@ -15,7 +15,7 @@
 //!   through weir-rate's seam traits too
 //!   ([`CheckKeyAsync`](weir_rate::CheckKeyAsync),
 //!   [`SettleKey`](weir_rate::SettleKey)), so tower layers work over it.
-//! * [`Builder`] (from [`StoreLimiter::builder`]): limits, prefix, name,
+//! * [`StoreLimiterBuilder`] (from [`StoreLimiter::builder`]): limits, prefix, name,
 //!   timeout, back-off, failure policy, batching, leases.
 //! * [`Answer`] and [`Source`]: a decision and who made it.
 //! * [`StoreError`]: why the store could not decide; [`ConfigError`]: why
@@ -72,7 +72,7 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `weir_store_decisions_total` | counter | `limiter` (the limiter's [name](Builder::name)), `store` (`redis`, `memcached`), `source` ([`Source::label`]: `store`, `lease`, `fail_open`, `fail_closed`, `local`, `shed`), `allowed` (`true`, `false`) |
+//! | `weir_store_decisions_total` | counter | `limiter` (the limiter's [name](StoreLimiterBuilder::name)), `store` (`redis`, `memcached`), `source` ([`Source::label`]: `store`, `lease`, `fail_open`, `fail_closed`, `local`, `shed`), `allowed` (`true`, `false`) |
 //! | `weir_store_call_seconds` | histogram | `limiter`, `store`: the time of each call to the store, answered or not |
 //!
 //! envoy's rate-limit service counts `failure_mode_allowed`: here, the
@@ -99,7 +99,7 @@ mod telemetry;
 pub use answer::{Answer, Source};
 pub use backend::{Backend, Placement, Plan};
 pub use batch::Batching;
-pub use builder::{Builder, MAX_LIMITS};
+pub use builder::{MAX_LIMITS, StoreLimiterBuilder};
 pub use error::{ConfigError, StoreError};
 pub use failure::FailurePolicy;
 pub use leases::PreAggregation;

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 use weir_rate::{
-    Decision, FixedWindow, Forgettable, Gcra, Limiter, Mode, Quota, Receipt, SlidingWindow,
+    Algorithm, Decision, FixedWindow, Forgettable, Gcra, Mode, Quota, Receipt, SlidingWindow,
     TokenBucket,
 };
 
@@ -47,7 +47,7 @@ macro_rules! kept_on_stores {
                 Limit {
                     kind: $kind,
                     quota: $value.quota(),
-                    max_cost: Limiter::max_cost($value),
+                    max_cost: Algorithm::max_cost($value),
                 }
             }
         }
@@ -130,7 +130,7 @@ impl Limit {
     }
 }
 
-/// Any algorithm a store keeps, as one in-process [`Limiter`] type: an
+/// Any algorithm a store keeps, as one in-process [`Algorithm`] type: an
 /// all-of set's local fallback is an [`AllOf`](weir_rate::AllOf) of these,
 /// so that it decides all-or-nothing as the store does.
 #[derive(Debug, Clone)]
@@ -144,10 +144,10 @@ pub(crate) enum LocalLimit {
 /// [`LocalLimit`]'s state.
 #[derive(Debug, Clone)]
 pub(crate) enum LocalState {
-    Gcra(<Gcra as Limiter>::State),
-    TokenBucket(<TokenBucket as Limiter>::State),
-    FixedWindow(<FixedWindow as Limiter>::State),
-    SlidingWindow(<SlidingWindow as Limiter>::State),
+    Gcra(<Gcra as Algorithm>::State),
+    TokenBucket(<TokenBucket as Algorithm>::State),
+    FixedWindow(<FixedWindow as Algorithm>::State),
+    SlidingWindow(<SlidingWindow as Algorithm>::State),
 }
 
 /// `$body` with `$l` the algorithm and `$s` its state; a state of
@@ -182,7 +182,7 @@ macro_rules! read_state {
     };
 }
 
-impl Limiter for LocalLimit {
+impl Algorithm for LocalLimit {
     type State = LocalState;
 
     fn max_cost(&self) -> u32 {

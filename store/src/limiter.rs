@@ -336,7 +336,7 @@ impl<B: Backend> StoreLimiter<B> {
 
     /// Spend `cost` units for `key` unconditionally, for work already done
     /// (response bytes, tokens used), on every limit, as
-    /// [`Limiter::charge`](weir_rate::Limiter::charge) does in process: a
+    /// [`Algorithm::charge`](weir_rate::Algorithm::charge) does in process: a
     /// cost beyond the limit is a debt later checks wait out. While the
     /// store cannot answer, the charge goes to the failure policy's local
     /// limiter if it has one.
@@ -369,7 +369,7 @@ impl<B: Backend> StoreLimiter<B> {
 
     /// Give back what `spent` (a [`Decision`] of `key` by this limiter, or
     /// the [`Receipt`] of a [`charge`](Self::charge)) still counts for, by
-    /// the rules of [`Limiter::refund`](weir_rate::Limiter::refund) for
+    /// the rules of [`Algorithm::refund`](weir_rate::Algorithm::refund) for
     /// each limit, against the store's clock. Nothing for a decision that
     /// spent nothing or carries no receipt (a denial, a peek, an answer
     /// from a lease, fail-open or shedding). Refund each spending at most

@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use weir_primitives::time::duration_to_nanos;
-use weir_rate::{AllOf, Decision, Limiter, Mode, Receipt};
+use weir_rate::{Algorithm, AllOf, Decision, Mode, Receipt};
 
 /// A store in this process's memory that tests can break, shared by every
 /// limiter connected to it (clones share it too).
@@ -81,7 +81,7 @@ struct Shared {
 }
 
 /// The state of one key: one per limit of the plan that made it.
-type KeyState = <AllOf<LocalLimit> as Limiter>::State;
+type KeyState = <AllOf<LocalLimit> as Algorithm>::State;
 
 /// What a cell does with the calls it gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 use weir_rate::{Gcra, Quota, nonzero};
 use weir_store::memory::{MemoryBackend, MemoryStore};
-use weir_store::{Answer, Batching, Builder, FailurePolicy, Source, StoreLimiter};
+use weir_store::{Answer, Batching, FailurePolicy, Source, StoreLimiter, StoreLimiterBuilder};
 
-fn builder() -> Builder<MemoryBackend> {
+fn builder() -> StoreLimiterBuilder<MemoryBackend> {
     StoreLimiter::builder(Gcra::new(Quota::per_second(nonzero!(10))))
         .on_failure(FailurePolicy::Open)
 }

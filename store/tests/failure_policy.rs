@@ -5,10 +5,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use weir_rate::{Gcra, Quota, nonzero};
 use weir_store::memory::{MemoryBackend, MemoryStore};
-use weir_store::{Builder, FailurePolicy, Source, StoreError, StoreLimiter};
+use weir_store::{FailurePolicy, Source, StoreError, StoreLimiter, StoreLimiterBuilder};
 
 /// Five a second, burst five.
-fn five_a_second() -> Builder<MemoryBackend> {
+fn five_a_second() -> StoreLimiterBuilder<MemoryBackend> {
     StoreLimiter::builder(Gcra::new(Quota::per_second(nonzero!(5))))
 }
 

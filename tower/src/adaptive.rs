@@ -439,12 +439,12 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::Semaphore;
     use tower::ServiceExt;
-    use weir_adaptive::{Aimd, Fixed};
+    use weir_adaptive::{Aimd, Constant};
     use weir_rate::clock::ManualClock;
 
-    fn fixed(n: u32) -> KeyedAdaptiveLimiter<Fixed, ManualClock> {
+    fn fixed(n: u32) -> KeyedAdaptiveLimiter<Constant, ManualClock> {
         KeyedAdaptiveLimiter::with_clock(
-            Fixed::new(NonZeroU32::new(n).unwrap()),
+            Constant::new(NonZeroU32::new(n).unwrap()),
             NonZeroUsize::new(8).unwrap(),
             ManualClock::new(),
         )

@@ -2,7 +2,7 @@
 //! shows its users, read from the `api/` listings: modules, types, uses,
 //! constants, fields, variants, free functions and inherent methods. The
 //! methods and associated types of trait impls (`Debug::fmt`, `From::from`,
-//! `Limiter::check` on each algorithm) are not counted: they come with the
+//! `Algorithm::check` on each algorithm) are not counted: they come with the
 //! impl, which the type's line already counts.
 
 /// The named items of one listing.

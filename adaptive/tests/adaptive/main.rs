@@ -556,7 +556,7 @@ fn aimd_with_a_timeout_holds_a_simulated_origin_through_a_halving() {
 fn without_a_limit_the_simulated_origin_misses_its_slo() {
     // The simulation is strict enough to fail: a limit of 1000 queues
     // everything.
-    let mut loose = weir_adaptive::Fixed::new(nz(1000));
+    let mut loose = weir_adaptive::Constant::new(nz(1000));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         judge("fixed 1000", &mut loose);
     }));

@@ -8,7 +8,9 @@ use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::Duration;
-use weir_rate::{FixedWindow, Gcra, Limiter, Mode, Quota, SlidingLog, SlidingWindow, TokenBucket};
+use weir_rate::{
+    Algorithm, FixedWindow, Gcra, Mode, Quota, SlidingLog, SlidingWindow, TokenBucket,
+};
 
 /// The Criteo post's limit: 100 calls per minute.
 const LIMIT: u32 = 100;
@@ -61,7 +63,7 @@ impl Exact {
 /// `Some(n)` the sliding-window counter of `n` counters.
 fn estimator(counters: Option<u32>) -> Box<dyn FnMut(u64) -> f64> {
     let unlimited = Quota::try_new(u32::MAX, WINDOW).expect("valid");
-    fn counting<L: Limiter + 'static>(
+    fn counting<L: Algorithm + 'static>(
         l: L,
         estimate: fn(&L, &L::State, u64) -> f64,
     ) -> Box<dyn FnMut(u64) -> f64> {
@@ -116,7 +118,7 @@ fn counting(times: &[u64], mut estimate: Box<dyn FnMut(u64) -> f64>) -> (f64, f6
 /// at a request, mean |(limit − remaining) − exact count| before each
 /// request as a fraction of the limit: how far the limiter's own view of
 /// what it spent is from the truth).
-fn enforcement<L: Limiter>(limiter: &L, times: &[u64]) -> (u64, u64, u64, u64, f64) {
+fn enforcement<L: Algorithm>(limiter: &L, times: &[u64]) -> (u64, u64, u64, u64, f64) {
     let (mut state, mut exact, mut error) = (limiter.new_state(0), Exact::default(), 0.0);
     let (mut allowed, mut wrongly_allowed, mut wrongly_denied, mut most) = (0, 0, 0, 0);
     for &t in times {

@@ -10,7 +10,7 @@ use std::error::Error;
 use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_memcached::{ConfigError, FailurePolicy, MemcachedLimiter, Servers, Source};
-use weir_rate::{FixedWindow, Gcra, Limiter, Quota, SlidingWindow, TokenBucket};
+use weir_rate::{Algorithm, FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::memcached_server::MemcachedServer;
 
 mod decisions;
@@ -69,7 +69,7 @@ async fn allowed(limiter: &MemcachedLimiter, key: &str, n: usize) -> usize {
 }
 
 /// The in-process twin's answers to `n` checks made at one instant.
-fn in_process<L: Limiter>(algorithm: L, n: usize) -> Vec<(bool, u32)> {
+fn in_process<L: Algorithm>(algorithm: L, n: usize) -> Vec<(bool, u32)> {
     let limiter =
         weir_rate::RateLimiter::with_clock(algorithm, weir_rate::clock::ManualClock::new());
     (0..n)

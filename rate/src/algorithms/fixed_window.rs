@@ -1,5 +1,5 @@
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 
@@ -14,12 +14,12 @@ use crate::quota::Quota;
 ///
 /// A refund returns its spending only while the window it was charged to
 /// is the current one; no window ever serves more than `limit` units
-/// through checks. A forced charge ([`Limiter::charge`]) counts in the
+/// through checks. A forced charge ([`Algorithm::charge`]) counts in the
 /// current window however far past the limit.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+/// use weir_rate::{FixedWindow, Algorithm, Mode, Quota};
 ///
 /// let fw = FixedWindow::new(Quota::per_second(NonZeroU32::new(3).unwrap()));
 /// let mut s = fw.new_state(0);
@@ -36,11 +36,11 @@ pub struct FixedWindow {
 /// [`FixedWindow`]'s state: the current window's start and count.
 ///
 /// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
-/// hand through [`Limiter`](crate::Limiter), times in ns:
+/// hand through [`Algorithm`](crate::Algorithm), times in ns:
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+/// use weir_rate::{FixedWindow, Algorithm, Mode, Quota};
 /// let limiter = FixedWindow::new(Quota::per_second(NonZeroU32::MIN));
 /// let mut state = limiter.new_state(0);
 /// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
@@ -69,7 +69,7 @@ impl FixedWindow {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{FixedWindow, Limiter, Mode, Quota};
+    /// use weir_rate::{FixedWindow, Algorithm, Mode, Quota};
     ///
     /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(10).unwrap()));
     /// let mut state = window.new_state(0);
@@ -98,7 +98,7 @@ impl FixedWindow {
     }
 }
 
-impl Limiter for FixedWindow {
+impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
     fn max_cost(&self) -> u32 {

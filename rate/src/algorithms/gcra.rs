@@ -1,6 +1,6 @@
 use super::clamp_ns;
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::decision::{Decision, Receipt, Remaining};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -19,11 +19,11 @@ use std::time::Duration;
 /// A refund moves TAT back by the part of the spending's `cost·T` that has
 /// not elapsed since it was charged, so never by more than that spending
 /// still holds of the schedule. A forced charge moves TAT forward by
-/// `cost·T` past the tolerance if need be ([`Limiter::charge`]).
+/// `cost·T` past the tolerance if need be ([`Algorithm::charge`]).
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Gcra, Limiter, Mode, Quota};
+/// use weir_rate::{Gcra, Algorithm, Mode, Quota};
 ///
 /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
 /// let mut tat = gcra.new_state(0);
@@ -171,7 +171,7 @@ impl Gcra {
     }
 }
 
-impl Limiter for Gcra {
+impl Algorithm for Gcra {
     type State = GcraState;
 
     fn max_cost(&self) -> u32 {

@@ -1,8 +1,8 @@
 use super::token_bucket::{Bucket, TokenBucketState};
 use super::{clamp_ns, clamp_u32};
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::config::ConfigError;
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -26,13 +26,13 @@ use std::time::Duration;
 /// Refunds follow [`TokenBucket`](crate::TokenBucket) for a meter. A
 /// shaper's refunds return nothing: every admitted request has been told
 /// when to leave, and giving its departure to a later one would send two
-/// at once. Forced charges ([`Limiter::charge`]) take their units from a
+/// at once. Forced charges ([`Algorithm::charge`]) take their units from a
 /// meter as from a token bucket, and from a shaper's queue (see there).
 ///
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use weir_rate::{LeakyBucket, Limiter, Mode, Quota};
+/// use weir_rate::{LeakyBucket, Algorithm, Mode, Quota};
 ///
 /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap());
 /// let shaper = LeakyBucket::try_shaper(quota, Duration::from_millis(250)).unwrap();
@@ -56,11 +56,11 @@ pub struct LeakyBucket {
 /// queue drains.
 ///
 /// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
-/// hand through [`Limiter`](crate::Limiter), times in ns:
+/// hand through [`Algorithm`](crate::Algorithm), times in ns:
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{LeakyBucket, Limiter, Mode, Quota};
+/// use weir_rate::{LeakyBucket, Algorithm, Mode, Quota};
 /// let limiter = LeakyBucket::meter(Quota::per_second(NonZeroU32::MIN));
 /// let mut state = limiter.new_state(0);
 /// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
@@ -102,7 +102,7 @@ impl LeakyBucket {
     }
 }
 
-impl Limiter for LeakyBucket {
+impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
     fn max_cost(&self) -> u32 {

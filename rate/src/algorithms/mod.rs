@@ -1,4 +1,4 @@
-//! The algorithms, each a [`Limiter`](crate::Limiter). Each one's state
+//! The algorithms, each a [`Algorithm`](crate::Algorithm). Each one's state
 //! per key and bound on the units it allows are tabulated once, in the
 //! crate documentation's [bounds table](crate#the-algorithms-bounds).
 
@@ -9,8 +9,8 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
-// The algorithms' state types are public (each is its `Limiter::State`)
-// but reached through the trait, `<FixedWindow as Limiter>::State`, so
+// The algorithms' state types are public (each is its `Algorithm::State`)
+// but reached through the trait, `<FixedWindow as Algorithm>::State`, so
 // they add nothing to the crate's paths.
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;

@@ -1,5 +1,5 @@
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::collections::VecDeque;
@@ -13,14 +13,14 @@ use std::collections::VecDeque;
 /// A refund removes the refunded spending's own entry while it is in the
 /// log (less than a window old), and nothing after: the window around any
 /// instant then holds at most `limit` units that were served. A forced
-/// charge ([`Limiter::charge`]) is logged like a check, past the limit if
+/// charge ([`Algorithm::charge`]) is logged like a check, past the limit if
 /// need be: charges at distinct instants add an entry each, so a key
 /// charged often holds an entry per charge of the last window, beyond the
 /// limit's worth. Charge a sliding log sparingly, or use GCRA.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Limiter, Mode, Quota, SlidingLog};
+/// use weir_rate::{Algorithm, Mode, Quota, SlidingLog};
 ///
 /// let log = SlidingLog::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
 /// let mut s = log.new_state(0);
@@ -37,11 +37,11 @@ pub struct SlidingLog {
 /// [`SlidingLog`]'s state: the allowed requests still in the window.
 ///
 /// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
-/// hand through [`Limiter`](crate::Limiter), times in ns:
+/// hand through [`Algorithm`](crate::Algorithm), times in ns:
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{SlidingLog, Limiter, Mode, Quota};
+/// use weir_rate::{SlidingLog, Algorithm, Mode, Quota};
 /// let limiter = SlidingLog::new(Quota::per_second(NonZeroU32::MIN));
 /// let mut state = limiter.new_state(0);
 /// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
@@ -102,7 +102,7 @@ impl SlidingLog {
     }
 }
 
-impl Limiter for SlidingLog {
+impl Algorithm for SlidingLog {
     type State = SlidingLogState;
 
     fn max_cost(&self) -> u32 {

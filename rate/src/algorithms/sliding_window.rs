@@ -1,7 +1,7 @@
 use super::clamp_u32;
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::config::ConfigError;
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 use std::time::Duration;
@@ -28,12 +28,12 @@ use std::time::Duration;
 /// while that sub-window still counts (one of the `N` newest), and returns
 /// nothing after. So right after every allowed check the estimate, taken
 /// over the units served and not refunded, is at most `limit`. A forced
-/// charge ([`Limiter::charge`]) counts in the current sub-window however
+/// charge ([`Algorithm::charge`]) counts in the current sub-window however
 /// far past the limit, and those units count in that estimate too.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Limiter, Mode, Quota, SlidingWindow};
+/// use weir_rate::{Algorithm, Mode, Quota, SlidingWindow};
 ///
 /// let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
 /// let sw = SlidingWindow::try_new(quota, 2).unwrap(); // Cloudflare's approximation
@@ -55,11 +55,11 @@ pub struct SlidingWindow {
 /// [`SlidingWindow`]'s state: a ring of sub-window counters.
 ///
 /// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
-/// hand through [`Limiter`](crate::Limiter), times in ns:
+/// hand through [`Algorithm`](crate::Algorithm), times in ns:
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{SlidingWindow, Limiter, Mode, Quota};
+/// use weir_rate::{SlidingWindow, Algorithm, Mode, Quota};
 /// let limiter = SlidingWindow::try_new(Quota::per_second(NonZeroU32::MIN), 2)?;
 /// let mut state = limiter.new_state(0);
 /// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
@@ -135,7 +135,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Limiter, Mode, Quota, SlidingWindow};
+    /// use weir_rate::{Algorithm, Mode, Quota, SlidingWindow};
     ///
     /// let sliding = SlidingWindow::try_new(Quota::per_second(NonZeroU32::new(10).unwrap()), 2)?;
     /// let mut state = sliding.new_state(0);
@@ -229,7 +229,7 @@ impl SlidingWindow {
     }
 }
 
-impl Limiter for SlidingWindow {
+impl Algorithm for SlidingWindow {
     type State = SlidingWindowState;
 
     fn max_cost(&self) -> u32 {

@@ -1,6 +1,6 @@
 use super::{ceil_div, clamp_ns, clamp_u32};
+use crate::algorithm::{Algorithm, Forgettable};
 use crate::decision::{Decision, Receipt};
-use crate::limiter::{Forgettable, Limiter};
 use crate::mode::Mode;
 use crate::quota::Quota;
 
@@ -21,11 +21,11 @@ pub(crate) struct Bucket {
 /// A bucket's state: level (2⁻³² units) and when it was last drained.
 ///
 /// What a [`KeyedLimiter`](crate::KeyedLimiter) keeps per key; driven by
-/// hand through [`Limiter`](crate::Limiter), times in ns:
+/// hand through [`Algorithm`](crate::Algorithm), times in ns:
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{TokenBucket, Limiter, Mode, Quota};
+/// use weir_rate::{TokenBucket, Algorithm, Mode, Quota};
 /// let limiter = TokenBucket::new(Quota::per_second(NonZeroU32::MIN));
 /// let mut state = limiter.new_state(0);
 /// assert!(limiter.check(&mut state, 0, 1, Mode::Consume)?.is_allowed());
@@ -188,13 +188,13 @@ impl Bucket {
 ///
 /// A refund returns what of its spending the bucket cannot have refilled
 /// yet: `cost − limit·elapsed/window` tokens, nothing once that is zero.
-/// A forced charge ([`Limiter::charge`]) takes its tokens even from an
+/// A forced charge ([`Algorithm::charge`]) takes its tokens even from an
 /// empty bucket: the bucket then holds a debt, refilled before any check
 /// passes.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Limiter, Mode, Quota, TokenBucket};
+/// use weir_rate::{Algorithm, Mode, Quota, TokenBucket};
 ///
 /// // 60 per minute with bursts of 10.
 /// let quota = Quota::per_minute(NonZeroU32::new(60).unwrap()).allow_burst(NonZeroU32::new(10).unwrap());
@@ -223,7 +223,7 @@ impl TokenBucket {
     }
 }
 
-impl Limiter for TokenBucket {
+impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
     fn max_cost(&self) -> u32 {

@@ -21,7 +21,7 @@ pub struct NeverAllowed {
     /// The cost asked for.
     pub cost: u32,
     /// The most the limiter can ever allow at once (its
-    /// [`max_cost`](crate::Limiter::max_cost)).
+    /// [`max_cost`](crate::Algorithm::max_cost)).
     pub max_cost: u32,
 }
 

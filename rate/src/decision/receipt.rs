@@ -6,10 +6,10 @@ use super::Decision;
 /// clock, after the limiter's own clamping of time that went backwards) it
 /// was charged to. A refund names the spending it gives back by its
 /// receipt, so it can only return capacity where that spending was
-/// counted; see [`Limiter::refund`](crate::Limiter::refund).
+/// counted; see [`Algorithm::refund`](crate::Algorithm::refund).
 ///
 /// Allowed checks hand receipts out ([`Decision::receipt`]), and so do
-/// forced charges ([`Limiter::charge`](crate::Limiter::charge) and the
+/// forced charges ([`Algorithm::charge`](crate::Algorithm::charge) and the
 /// containers' `charge`). Refund each one at most once, and only to the
 /// limiter and key that issued it: another spending charged at the same
 /// instant would be given back in its place.

@@ -5,10 +5,10 @@
 use super::KeyedLimiter;
 use super::refusals;
 use super::shard::{LockedShard, at_reading};
+use crate::algorithm::Forgettable;
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::{CheckAtError, Decision, NeverAllowed, Receipt};
-use crate::limiter::Forgettable;
 use crate::mode::Mode;
 use std::borrow::Borrow;
 use std::convert::Infallible;

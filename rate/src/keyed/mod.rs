@@ -7,11 +7,11 @@ mod shard;
 #[cfg(test)]
 mod tests;
 
+#[cfg(doc)]
+use crate::algorithm::Algorithm;
+use crate::algorithm::Forgettable;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Receipt, Spending};
-use crate::limiter::Forgettable;
-#[cfg(doc)]
-use crate::limiter::Limiter;
 use crate::sync::{AtomicU64, SpinLock};
 use hashbrown::HashTable;
 use refusals::Refusals;
@@ -32,7 +32,7 @@ const DEFAULT_SHARDS: usize = 64;
 
 const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(917_504).unwrap();
 
-/// A per-key limiter over any [`Limiter`]: exact for the keys it
+/// A per-key limiter over any [`Algorithm`]: exact for the keys it
 /// remembers, at most `max_keys` of them, and never looser for the keys
 /// it had to forget (see [Memory](Self#memory)).
 ///
@@ -254,7 +254,7 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
 
     /// Give back what `decision` (a check of `key` on this limiter, or
     /// the [`Receipt`] of a [`charge`](Self::charge)) spent, as far as it
-    /// still counts: see [`Limiter::refund`]. Nothing for a decision that
+    /// still counts: see [`Algorithm::refund`]. Nothing for a decision that
     /// spent nothing, a key forgotten as idle (whose spendings no longer
     /// count), or a key forgotten to make room (whose spending stays
     /// spent, which is never looser). Refund each spending at most once.
@@ -280,7 +280,7 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
 
     /// Spend `cost` units for `key` now, unconditionally: work already done
     /// (response bytes, tokens) is counted even past the limit, as a debt
-    /// that the key's later checks wait out (see [`Limiter::charge`]).
+    /// that the key's later checks wait out (see [`Algorithm::charge`]).
     /// Also in shadow mode. The key is remembered as a check's would be
     /// (so it takes the same bounds as [`check_n`](Self::check_n): a
     /// borrowed key is owned on its first spending). The receipt refunds

@@ -9,7 +9,7 @@
 //!
 //! A refusal spends nothing, and spending never loosens a limit, so a key
 //! refused at `now` stays refused by every unit check until the time its
-//! algorithm names ([`Forgettable::refused_until`](crate::limiter::Forgettable::refused_until)).
+//! algorithm names ([`Forgettable::refused_until`](crate::algorithm::Forgettable::refused_until)).
 //! Five things change that answer or its decision: a refund, a new limit
 //! and a caller's time ahead of the clock (the key is then judged at that
 //! time) can let it through sooner; a charge of a refused key moves its

@@ -5,10 +5,10 @@
 
 use super::KeyedLimiter;
 use super::refusals::{BUSY_FOR, Refused};
+use crate::algorithm::Forgettable;
 use crate::cells::Cells;
 use crate::clock::Clock;
 use crate::decision::{Decision, NeverAllowed, Receipt};
-use crate::limiter::Forgettable;
 use crate::mode::Mode;
 use crate::sync::Ordering;
 use crate::sync::{AtomicU64, SpinLock};

@@ -379,7 +379,7 @@ impl<C: Clock> SketchLimiter<C> {
     /// Spend `cost` units for `key` now, unconditionally: work already done
     /// (response bytes, tokens) is counted even past the limit. The key's
     /// arrival time becomes `max(TAT, now) + cost·T` as
-    /// [`Limiter::charge`](crate::Limiter::charge) sets it, raising every
+    /// [`Algorithm::charge`](crate::Algorithm::charge) sets it, raising every
     /// cell of the key to at least that (saturating at the end of the
     /// clock's range), so colliding keys can only be held tighter, as with
     /// a check. Also in shadow mode.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
 use weir_rate::{
-    AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota,
+    Algorithm, AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Mode, Quota,
     RateLimiter, SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 use weir_rate::{Layout, Shape};

@@ -172,8 +172,8 @@ return table.concat(out)
 /// `DECIDE` changes the state only when `commit` is true (the all-of
 /// script peeks every limit before it commits any). `CHARGE` and `REFUND`
 /// are the forced charge and the refund by receipt of
-/// [`Limiter::charge`](weir_rate::Limiter::charge) and
-/// [`Limiter::refund`](weir_rate::Limiter::refund): given `cost` (and for a
+/// [`Algorithm::charge`](weir_rate::Algorithm::charge) and
+/// [`Algorithm::refund`](weir_rate::Algorithm::refund): given `cost` (and for a
 /// refund `at`, the receipt's server time in µs), they update the state
 /// locals and set `dirty` when they changed them.
 struct Body {

@@ -343,7 +343,7 @@ fn summary(d: &weir_rate::Decision) -> Summary {
 }
 
 /// The in-process decisions of `l` for `costs`, all at one instant.
-fn local_costs<L: Limiter>(
+fn local_costs<L: weir_rate::Algorithm>(
     l: L,
     costs: &[u32],
 ) -> Result<Vec<Summary>, Box<dyn std::error::Error>> {

@@ -11,9 +11,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-use weir_rate::{
-    FixedWindow, Gcra, KeyedLimiter, Limiter, Quota, RateLimiter, SlidingWindow, TokenBucket,
-};
+use weir_rate::{FixedWindow, Gcra, KeyedLimiter, Quota, RateLimiter, SlidingWindow, TokenBucket};
 use weir_redis::{
     Batching, ConfigError, FailurePolicy, PreAggregation, RedisLimiter, Source, StoreError, Target,
 };
@@ -27,7 +25,7 @@ fn worker_process_entry() -> TestResult {
 }
 
 /// The in-process limiter equivalent to `alg` over `quota`, time frozen.
-fn local_pattern<L: Limiter>(l: L, n: usize) -> Vec<(bool, u32)> {
+fn local_pattern<L: weir_rate::Algorithm>(l: L, n: usize) -> Vec<(bool, u32)> {
     let clock = weir_rate::clock::ManualClock::new();
     let limiter = RateLimiter::with_clock(l, clock);
     (0..n)

@@ -44,7 +44,7 @@ struct Spent {
 /// Plays `steps` (kind 0: refund, 1: charge, else a check; charges of
 /// `charge · capacity / 10` units, so up to three times the capacity) and
 /// returns every spending.
-fn play_charges<L: Limiter>(
+fn play_charges<L: Algorithm>(
     limiter: &L,
     start: u64,
     steps: &[ChargeStep],
@@ -283,7 +283,7 @@ proptest! {
         limit in 1u32..10, window in 1u64..200, burst in 1u32..6, start in 0u64..10_000 * MS,
         reqs in proptest::collection::vec((0u64..40 * MS, 1u32..4, proptest::option::of(0u32..40)), 1..120),
     ) {
-        fn same<L: Limiter>(l: &L, start: u64, reqs: &[(u64, u32, Option<u32>)]) -> Result<(), TestCaseError> {
+        fn same<L: Algorithm>(l: &L, start: u64, reqs: &[(u64, u32, Option<u32>)]) -> Result<(), TestCaseError> {
             let (mut plain, mut charged) = (l.new_state(start), l.new_state(start));
             let mut now = start;
             for (i, &(gap, cost, charge)) in reqs.iter().enumerate() {

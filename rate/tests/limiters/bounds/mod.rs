@@ -8,7 +8,7 @@ use std::time::Duration;
 use weir_limits::clock::ManualClock;
 use weir_rate::clock::Timestamp;
 use weir_rate::{
-    AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Limiter, Mode, Quota,
+    Algorithm, AllOf, FixedWindow, Forgettable, Gcra, KeyedLimiter, LeakyBucket, Mode, Quota,
     Receipt, SketchLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 use weir_rate::{Layout, Shape};
@@ -23,7 +23,7 @@ fn quota(limit: u32, window_ms: u64, burst: u32) -> Quota {
 }
 
 /// Feed `(gap, cost)` requests; returns the allowed `(time, cost)`.
-fn run<L: Limiter>(limiter: &L, start: u64, requests: &[(u64, u32)]) -> Vec<(u64, u64)> {
+fn run<L: Algorithm>(limiter: &L, start: u64, requests: &[(u64, u32)]) -> Vec<(u64, u64)> {
     let mut state = limiter.new_state(start);
     let mut now = start;
     let mut allowed = Vec::new();
@@ -162,7 +162,7 @@ proptest! {
     #[test]
     fn peeking_changes_nothing(limit in 1u32..10, burst in 1u32..10, reqs in requests()) {
         let q = quota(limit, 1000, burst);
-        fn both<L: Limiter>(l: &L, reqs: &[(u64, u32)]) -> Result<(), TestCaseError> {
+        fn both<L: Algorithm>(l: &L, reqs: &[(u64, u32)]) -> Result<(), TestCaseError> {
             let (mut a, mut b) = (l.new_state(0), l.new_state(0));
             let mut now = 0;
             for &(gap, cost) in reqs {
@@ -323,7 +323,7 @@ fn keyed_limiter_forgets_idle_keys_by_itself() {
 #[test]
 fn decisions_carry_retry_and_reset_for_every_algorithm() {
     let q = quota(4, 1000, 4);
-    fn exhaust<L: Limiter>(l: &L) -> weir_rate::Decision {
+    fn exhaust<L: Algorithm>(l: &L) -> weir_rate::Decision {
         let mut s = l.new_state(0);
         loop {
             let d = l.check(&mut s, 0, 1, Mode::Consume).unwrap();
@@ -359,7 +359,7 @@ fn decisions_carry_retry_and_reset_for_every_algorithm() {
 #[test]
 fn the_end_of_time_never_disables_a_limit() {
     let q = quota(4, 1000, 4);
-    fn allowed_at_once<L: Limiter>(l: &L, now: u64) -> u32 {
+    fn allowed_at_once<L: Algorithm>(l: &L, now: u64) -> u32 {
         let mut s = l.new_state(now);
         (0..100)
             .filter(|_| l.check(&mut s, now, 1, Mode::Consume).unwrap().is_allowed())

@@ -44,7 +44,7 @@ pub(super) struct Spending {
 
 /// Plays `steps` from `start` and returns every allowed spending (each
 /// with a receipt for what it spent, charged at its own time).
-fn play<L: Limiter>(
+fn play<L: Algorithm>(
     limiter: &L,
     start: u64,
     steps: &[Step],

@@ -29,8 +29,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashSet;
 use std::time::Duration;
 use weir_rate::{
-    AllOf, Decision, FixedWindow, Gcra, Limiter, Mode, NeverAllowed, Quota, Receipt, SlidingWindow,
-    TokenBucket,
+    Algorithm, AllOf, Decision, FixedWindow, Gcra, Mode, NeverAllowed, Quota, Receipt,
+    SlidingWindow, TokenBucket,
 };
 use weir_redis::{
     Batching, ConfigError, FailurePolicy, RedisLimiter, RedisLimiterBuilder, Source, StoreError,
@@ -191,7 +191,7 @@ struct Run<S> {
 /// two in-process runs of `local` bracketing its instants (see the module
 /// docs); returns how many steps the runs agreed on, where Redis had to
 /// match them exactly, and how many steps there were.
-async fn same_decisions<L: Limiter>(
+async fn same_decisions<L: Algorithm>(
     name: &str,
     redis: &RedisLimiter,
     local: L,

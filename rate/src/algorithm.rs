@@ -5,7 +5,7 @@ use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::mode::Mode;
 
 /// A rate-limiting algorithm: the configuration lives in `self`, the
-/// per-key state in [`Limiter::State`], and time is passed in (nanoseconds
+/// per-key state in [`Algorithm::State`], and time is passed in (nanoseconds
 /// on the caller's [`Clock`](crate::clock::Clock)), so the same algorithm
 /// serves a single limiter, an exact keyed map, several limits checked
 /// together, and a simulation.
@@ -19,7 +19,7 @@ use crate::mode::Mode;
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_rate::{Limiter, Mode, Quota, TokenBucket};
+/// use weir_rate::{Algorithm, Mode, Quota, TokenBucket};
 ///
 /// let bucket = TokenBucket::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
 /// let mut state = bucket.new_state(0);
@@ -28,7 +28,7 @@ use crate::mode::Mode;
 /// // Half a second refills one token.
 /// assert!(bucket.check(&mut state, 500_000_000, 1, Mode::Consume).unwrap().is_allowed());
 /// ```
-pub trait Limiter: Send + Sync {
+pub trait Algorithm: Send + Sync {
     /// What the algorithm remembers per key.
     type State: Send;
 
@@ -135,7 +135,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Gcra, Limiter, Mode, Quota};
+    /// use weir_rate::{Gcra, Algorithm, Mode, Quota};
     ///
     /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(2).unwrap()));
     /// let mut tat = gcra.new_state(0);
@@ -153,10 +153,10 @@ pub trait Limiter: Send + Sync {
 /// time, and how long a refusal lasts. [`KeyedLimiter`](crate::KeyedLimiter)
 /// asks it of its algorithm (and a store may keep a key's state as the
 /// time it turns idle); a single limit does not. Every algorithm of
-/// weir-rate implements it beside [`Limiter`].
+/// weir-rate implements it beside [`Algorithm`].
 ///
 /// ```
-/// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota, nonzero};
+/// use weir_rate::{Forgettable, Gcra, Algorithm, Mode, Quota, nonzero};
 ///
 /// let gcra = Gcra::new(Quota::per_second(nonzero!(2)));
 /// let mut tat = gcra.new_state(0);
@@ -166,7 +166,7 @@ pub trait Limiter: Send + Sync {
 /// assert!(gcra.is_idle(&restored, 500_000_000));
 /// assert!(!gcra.check(&mut restored, 0, 2, Mode::Consume).unwrap().is_allowed());
 /// ```
-pub trait Forgettable: Limiter {
+pub trait Forgettable: Algorithm {
     /// Whether the state is indistinguishable from a fresh one at `now_ns`
     /// (so a keyed limiter may forget the key): [`idle_at`](Self::idle_at)
     /// has come. The default asks `idle_at`; an algorithm overrides it
@@ -175,7 +175,7 @@ pub trait Forgettable: Limiter {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{FixedWindow, Forgettable, Limiter, Mode, Quota};
+    /// use weir_rate::{FixedWindow, Forgettable, Algorithm, Mode, Quota};
     ///
     /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = window.new_state(0);
@@ -196,7 +196,7 @@ pub trait Forgettable: Limiter {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota};
+    /// use weir_rate::{Forgettable, Gcra, Algorithm, Mode, Quota};
     ///
     /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = gcra.new_state(0);
@@ -217,7 +217,7 @@ pub trait Forgettable: Limiter {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{FixedWindow, Forgettable, Limiter, Mode, Quota};
+    /// use weir_rate::{FixedWindow, Forgettable, Algorithm, Mode, Quota};
     ///
     /// let window = FixedWindow::new(Quota::per_second(NonZeroU32::new(4).unwrap()));
     /// let mut state = window.new_state(0);
@@ -241,7 +241,7 @@ pub trait Forgettable: Limiter {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use weir_rate::{Forgettable, Gcra, Limiter, Mode, Quota};
+    /// use weir_rate::{Forgettable, Gcra, Algorithm, Mode, Quota};
     ///
     /// let gcra = Gcra::new(Quota::per_second(NonZeroU32::MIN));
     /// let mut tat = gcra.new_state(0);
