@@ -1,6 +1,6 @@
 //! [`AnyAlgorithm`]: an algorithm chosen at run time, from configuration.
 
-use super::{Aimd, Algorithm, ConfigError, Constant, Gradient2, Problem, Sample, Vegas};
+use super::{Aimd, Algorithm, ConfigError, Constant, Gradient2, Sample, Vegas};
 use crate::clock::Timestamp;
 use std::num::NonZeroU32;
 use std::str::FromStr;
@@ -10,8 +10,8 @@ use std::time::Duration;
 /// same whichever a configuration file names.
 ///
 /// Parsed from `aimd`, `vegas`, `gradient2` (each with its defaults) or
-/// `fixed:<limit>`, case-insensitively; build one with settings of its own
-/// by wrapping it.
+/// `constant:<limit>` (`fixed:<limit>` reads the same), case-insensitively;
+/// build one with settings of its own by wrapping it.
 ///
 /// ```
 /// use std::num::NonZeroUsize;
@@ -19,8 +19,8 @@ use std::time::Duration;
 ///
 /// let from_config: AnyAlgorithm = "gradient2".parse()?;
 /// let tuned = AnyAlgorithm::Vegas(Vegas::builder().alpha(2).beta(4).build()?);
-/// let fixed: AnyAlgorithm = "fixed:64".parse()?;
-/// assert_eq!(fixed.limit(), 64);
+/// let constant: AnyAlgorithm = "constant:64".parse()?;
+/// assert_eq!(constant.limit(), 64);
 /// let per_origin = KeyedAdaptiveLimiter::new(from_config, NonZeroUsize::new(64).unwrap());
 /// # let _ = (tuned, per_origin);
 /// # Ok::<(), weir_adaptive::ConfigError>(())
@@ -90,17 +90,21 @@ impl FromStr for AnyAlgorithm {
 
     /// # Errors
     ///
-    /// [`ConfigError`] for a name other than `aimd`, `vegas`, `gradient2`
-    /// or `fixed:<limit>` with a limit of at least 1.
+    /// [`ConfigError::UnknownAlgorithm`] for a name other than `aimd`,
+    /// `vegas`, `gradient2` or `constant:<limit>` (also read as
+    /// `fixed:<limit>`) with a limit of at least 1.
     fn from_str(name: &str) -> Result<Self, ConfigError> {
-        let unknown = || ConfigError::new("algorithm", Problem::Name(name.to_owned()));
+        let unknown = || ConfigError::UnknownAlgorithm(name.to_owned());
         let lower = name.trim().to_ascii_lowercase();
         Ok(match lower.as_str() {
             "aimd" => Self::Aimd(Aimd::default()),
             "vegas" => Self::Vegas(Vegas::default()),
             "gradient2" => Self::Gradient2(Gradient2::default()),
             other => {
-                let limit = other.strip_prefix("fixed:").ok_or_else(unknown)?;
+                let limit = other
+                    .strip_prefix("constant:")
+                    .or_else(|| other.strip_prefix("fixed:"))
+                    .ok_or_else(unknown)?;
                 let limit: NonZeroU32 = limit.trim().parse().map_err(|_| unknown())?;
                 Self::Constant(Constant::new(limit))
             }
@@ -120,10 +124,13 @@ mod tests {
             "gradient2".parse(),
             Ok(AnyAlgorithm::Gradient2(Gradient2::default()))
         );
+        let constant: AnyAlgorithm = "constant: 12".parse().unwrap();
+        assert_eq!(constant.limit(), 12);
         let fixed: AnyAlgorithm = "fixed: 12".parse().unwrap();
-        assert_eq!(fixed.limit(), 12);
-        for bad in ["", "gradient", "fixed:0", "fixed:", "fixed:-3"] {
+        assert_eq!(fixed, constant);
+        for bad in ["", "gradient", "constant:0", "fixed:", "fixed:-3"] {
             let err = bad.parse::<AnyAlgorithm>().unwrap_err();
+            assert_eq!(err, ConfigError::UnknownAlgorithm(bad.to_owned()));
             assert_eq!(err.setting(), "algorithm");
             assert!(err.to_string().contains(bad.trim()), "{err}");
         }

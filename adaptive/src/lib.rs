@@ -295,66 +295,90 @@ impl Algorithm for Constant {
     fn update<C>(&mut self, _now: Timestamp<C>, _sample: Sample) {}
 }
 
-/// Why an algorithm's builder refused its settings: which setting, and
-/// (in its `Display`) what was wrong with it, with the values given where
-/// they are numbers.
+/// Why an algorithm's builder (or its name, parsed) refused its settings.
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use weir_adaptive::Aimd;
+/// use weir_adaptive::{Aimd, ConfigError};
 ///
 /// let err = Aimd::builder().min_limit(NonZeroU32::new(50).unwrap()).build().unwrap_err();
+/// assert!(matches!(err, ConfigError::Bounds { min: 50, .. }));
 /// assert_eq!(err.setting(), "min_limit, initial_limit, max_limit");
 /// assert!(err.to_string().contains("50"));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError {
-    setting: &'static str,
-    problem: Problem,
-}
-
-/// What was wrong with [`ConfigError::setting`].
-#[derive(Debug, Clone, PartialEq)]
-enum Problem {
-    /// The limits must satisfy `min ≤ initial ≤ max`.
-    Bounds { min: u32, initial: u32, max: u32 },
-    /// A factor outside the range its setting allows.
-    Factor(f64),
-    /// A duration of zero, or over 2⁶⁴ ns, where a positive one is needed.
-    Duration,
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The limits do not satisfy `min ≤ initial ≤ max`.
+    Bounds {
+        /// The minimum limit given.
+        min: u32,
+        /// The initial limit given.
+        initial: u32,
+        /// The maximum limit given.
+        max: u32,
+    },
+    /// A factor outside the range its setting allows (NaN included).
+    Factor {
+        /// The builder setting.
+        setting: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A duration of zero where a positive one is needed.
+    ZeroDuration {
+        /// The builder setting.
+        setting: &'static str,
+    },
+    /// A duration of 2⁶⁴ ns (584 years) or more.
+    DurationTooLong {
+        /// The builder setting.
+        setting: &'static str,
+    },
     /// Vegas needs `0 < alpha < beta`.
-    Thresholds { alpha: u32, beta: u32 },
-    /// No algorithm has this name.
-    Name(String),
+    Thresholds {
+        /// The `alpha` given.
+        alpha: u32,
+        /// The `beta` given.
+        beta: u32,
+    },
+    /// No algorithm has this name (see
+    /// [`AnyAlgorithm`]'s `FromStr`).
+    UnknownAlgorithm(String),
 }
 
 impl ConfigError {
-    fn new(setting: &'static str, problem: Problem) -> Self {
-        Self { setting, problem }
-    }
-
     /// The builder setting (or settings, comma-separated) refused.
     pub fn setting(&self) -> &'static str {
-        self.setting
+        match self {
+            Self::Bounds { .. } => "min_limit, initial_limit, max_limit",
+            Self::Factor { setting, .. }
+            | Self::ZeroDuration { setting }
+            | Self::DurationTooLong { setting } => setting,
+            Self::Thresholds { .. } => "alpha, beta",
+            Self::UnknownAlgorithm(_) => "algorithm",
+        }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let setting = self.setting;
-        match &self.problem {
-            Problem::Bounds { min, initial, max } => write!(
+        match self {
+            Self::Bounds { min, initial, max } => write!(
                 f,
                 "limits must satisfy min <= initial <= max, got {min} <= {initial} <= {max}"
             ),
-            Problem::Factor(value) => write!(f, "{setting} out of range: {value}"),
-            Problem::Duration => write!(f, "{setting} must be positive and under 2^64 ns"),
-            Problem::Thresholds { alpha, beta } => {
+            Self::Factor { setting, value } => write!(f, "{setting} out of range: {value}"),
+            Self::ZeroDuration { setting } => write!(f, "{setting} must be longer than zero"),
+            Self::DurationTooLong { setting } => {
+                write!(f, "{setting} must be shorter than 2^64 ns (584 years)")
+            }
+            Self::Thresholds { alpha, beta } => {
                 write!(f, "Vegas needs 0 < alpha < beta, got {alpha} and {beta}")
             }
-            Problem::Name(name) => write!(
+            Self::UnknownAlgorithm(name) => write!(
                 f,
-                "no algorithm is named {name:?} (aimd, vegas, gradient2, fixed:<limit>)"
+                "no algorithm is named {name:?} (aimd, vegas, gradient2, constant:<limit>)"
             ),
         }
     }
@@ -389,14 +413,11 @@ impl Default for Common {
 impl Common {
     fn check(&self) -> Result<(), ConfigError> {
         if !(self.min <= self.initial && self.initial <= self.max) {
-            return Err(ConfigError::new(
-                "min_limit, initial_limit, max_limit",
-                Problem::Bounds {
-                    min: self.min,
-                    initial: self.initial,
-                    max: self.max,
-                },
-            ));
+            return Err(ConfigError::Bounds {
+                min: self.min,
+                initial: self.initial,
+                max: self.max,
+            });
         }
         Ok(())
     }
@@ -416,7 +437,8 @@ impl Common {
 /// Checks a duration setting: positive and representable in nanoseconds.
 fn nanos(setting: &'static str, d: Duration) -> Result<u64, ConfigError> {
     match u64::try_from(d.as_nanos()) {
-        Ok(0) | Err(_) => Err(ConfigError::new(setting, Problem::Duration)),
+        Ok(0) => Err(ConfigError::ZeroDuration { setting }),
+        Err(_) => Err(ConfigError::DurationTooLong { setting }),
         Ok(n) => Ok(n),
     }
 }
@@ -430,7 +452,7 @@ fn factor(
     if value.is_finite() && ok(value) {
         Ok(value)
     } else {
-        Err(ConfigError::new(setting, Problem::Factor(value)))
+        Err(ConfigError::Factor { setting, value })
     }
 }
 

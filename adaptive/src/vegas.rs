@@ -1,9 +1,9 @@
 //! [`Vegas`]: keep a few requests queued at the origin, no more.
 
+use super::ConfigError;
 use super::builder::{AlgorithmBuilder, Own, sealed};
 use super::window::{Summary, grow};
 use super::windowed::{Rule, Windowed, windowed_algorithm};
-use super::{ConfigError, Problem};
 
 /// Choose Vegas to keep an origin's own queue to a few requests: TCP
 /// Vegas' rule, as Netflix's concurrency-limits applies it to requests,
@@ -126,13 +126,10 @@ impl sealed::Build for Vegas {
     fn build(settings: AlgorithmBuilder<Self>) -> Result<Vegas, ConfigError> {
         let (core, backoff) = Windowed::build(&settings)?;
         if !(0 < settings.own.alpha && settings.own.alpha < settings.own.beta) {
-            return Err(ConfigError::new(
-                "alpha, beta",
-                Problem::Thresholds {
-                    alpha: settings.own.alpha,
-                    beta: settings.own.beta,
-                },
-            ));
+            return Err(ConfigError::Thresholds {
+                alpha: settings.own.alpha,
+                beta: settings.own.beta,
+            });
         }
         Ok(Vegas {
             core,

@@ -2,7 +2,7 @@
 //! they are judged by, and the no-load latency with the probes that
 //! measure it (see the [module docs](super)).
 
-use super::{Common, ConfigError, Outcome, Problem, Sample};
+use super::{Common, ConfigError, Outcome, Sample};
 use weir_primitives::time::duration_to_nanos;
 
 /// The latency quantile windows and probes are judged by: the third
@@ -365,7 +365,7 @@ impl Baseline {
 /// A window length setting: zero is fine (windows then close on their
 /// sample count alone), over 2⁶⁴ ns is not.
 pub(crate) fn window_nanos(window: std::time::Duration) -> Result<u64, ConfigError> {
-    u64::try_from(window.as_nanos()).map_err(|_| ConfigError::new("window", Problem::Duration))
+    u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationTooLong { setting: "window" })
 }
 
 #[cfg(test)]

@@ -135,42 +135,29 @@ impl Drop for Inner {
     }
 }
 
-/// Why a [`TimerManager`] could not be built: a resolution outside 1 µs
-/// to 1 h (its `Display` names the one asked for).
+/// Why a [`TimerManager`] could not be built.
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_timeout::TimerManager;
+/// use weir_timeout::{ConfigError, TimerManager};
 ///
 /// let err = TimerManager::try_new(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(err, ConfigError::ResolutionOutOfRange(Duration::from_secs(7200)));
 /// assert_eq!(err.to_string(), "timer resolution 7200s is outside 1µs..=3600s");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConfigError {
-    requested: Duration,
-}
-
-impl ConfigError {
-    /// The resolution that was asked for.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use weir_timeout::TimerManager;
-    ///
-    /// let err = TimerManager::try_new(Duration::ZERO).unwrap_err();
-    /// assert_eq!(err.requested(), Duration::ZERO);
-    /// ```
-    pub fn requested(&self) -> Duration {
-        self.requested
-    }
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A resolution outside 1 µs to 1 h: the one asked for.
+    ResolutionOutOfRange(Duration),
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self::ResolutionOutOfRange(requested) = self;
         write!(
             f,
-            "timer resolution {:?} is outside {MIN_RESOLUTION:?}..={MAX_RESOLUTION:?}",
-            self.requested
+            "timer resolution {requested:?} is outside {MIN_RESOLUTION:?}..={MAX_RESOLUTION:?}"
         )
     }
 }
@@ -222,9 +209,7 @@ impl TimerManager {
     /// ```
     pub fn try_new(resolution: Duration) -> Result<Self, ConfigError> {
         if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&resolution) {
-            return Err(ConfigError {
-                requested: resolution,
-            });
+            return Err(ConfigError::ResolutionOutOfRange(resolution));
         }
         Ok(Self::with_resolution(resolution))
     }

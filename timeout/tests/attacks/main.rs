@@ -52,8 +52,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use weir_timeout::pingora as pingora_timeout;
 use weir_timeout::{
-    DEFAULT_RESOLUTION, Elapsed, MAX_RESOLUTION, MIN_RESOLUTION, Sleep, TimerManager, sleep,
-    sleep_until, timeout, timeout_at,
+    ConfigError, DEFAULT_RESOLUTION, Elapsed, MAX_RESOLUTION, MIN_RESOLUTION, Sleep, TimerManager,
+    sleep, sleep_until, timeout, timeout_at,
 };
 
 // ---------------------------------------------------------------------------
