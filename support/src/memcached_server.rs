@@ -204,7 +204,7 @@ impl MemcachedServer {
         let pid = self
             .pid()
             .ok_or(FixtureError::NotReady("not running".into()))?;
-        crate::process::signal(pid, true)
+        crate::process::stop(pid)
     }
 
     /// Continue a paused server (`SIGCONT`).

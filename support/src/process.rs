@@ -148,3 +148,35 @@ pub fn signal(pid: u32, stop: bool) -> Result<(), FixtureError> {
     }
     Ok(())
 }
+
+/// Stops `pid` (`SIGSTOP`) and returns once every thread of it is
+/// stopped: `kill` only queues the signal, and a thread already running on
+/// another core would otherwise answer one more request.
+#[cfg(unix)]
+pub fn stop(pid: u32) -> Result<(), FixtureError> {
+    signal(pid, true)?;
+    let tasks = format!("/proc/{pid}/task");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let Ok(entries) = std::fs::read_dir(&tasks) else {
+            // No procfs (not Linux): the signal is all there is.
+            return Ok(());
+        };
+        let all_stopped = entries.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // The state follows the parenthesised command name.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            })
+        });
+        if all_stopped {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(FixtureError::NotReady(format!(
+                "process {pid} did not stop"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
