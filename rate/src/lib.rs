@@ -56,6 +56,9 @@
 //!
 //! # Modules
 //!
+//! * [`client`]: a client's address as a limit key ([`client::ClientPrefixes`]:
+//!   IPv6 networks, NAT64, mapped IPv4) and trusted proxy networks
+//!   ([`client::IpNet`]), shared by every integration.
 //! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready`, which
 //!   sleep until a limit allows, with jitter, on weir-timeout.
 //! * [`clock`]: the clocks, shared with weir-limits.
@@ -103,6 +106,7 @@ mod all_of;
 mod any;
 mod cells;
 mod check;
+pub mod client;
 mod config;
 mod decision;
 mod keyed;

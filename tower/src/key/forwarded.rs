@@ -1,11 +1,12 @@
 //! The client a trusted proxy reports in `X-Forwarded-For` or `Forwarded`.
 
-use super::peer::{ClientPrefixes, PeerLookup};
+use super::peer::PeerLookup;
 use super::{IpNet, KeyExtractor};
 use http::{Extensions, Request};
 use std::borrow::Cow;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use weir_rate::client::ClientPrefixes;
 
 /// Keys requests by the client address a trusted proxy reports, in
 /// `X-Forwarded-For` (the default) or RFC 7239 `Forwarded`, falling back to

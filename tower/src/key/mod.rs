@@ -7,15 +7,14 @@
 
 mod forwarded;
 mod header;
-mod ipnet;
 mod or;
 mod peer;
 
 pub use forwarded::{ClientKey, ForwardedHeader, ForwardedIp};
 pub use header::HeaderKey;
-pub use ipnet::{IpNet, IpNetParseError};
 pub use or::{Or, OrKey};
 pub use peer::{PeerAddr, PeerIp};
+pub use weir_rate::client::{IpNet, IpNetParseError};
 
 use http::Request;
 use std::hash::Hash;

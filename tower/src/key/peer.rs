@@ -1,9 +1,9 @@
 //! The peer's address, and the client key an address gives.
 
 use super::KeyExtractor;
-use super::ipnet::{prefix_eq, prefix_mask};
 use http::{Extensions, Request};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use weir_rate::client::ClientPrefixes;
 
 /// The peer's socket address, as a request extension.
 ///
@@ -167,60 +167,3 @@ impl<B> KeyExtractor<B> for PeerIp {
             .map(|ip| self.prefixes.key(ip))
     }
 }
-
-/// Which bits of a client's address make its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct ClientPrefixes {
-    ipv6: u8,
-}
-
-impl Default for ClientPrefixes {
-    fn default() -> Self {
-        Self { ipv6: 64 }
-    }
-}
-
-impl ClientPrefixes {
-    pub(super) fn ipv6(self, prefix: u8) -> Self {
-        assert!(
-            prefix <= 128,
-            "an IPv6 prefix is at most 128 bits, got {prefix}"
-        );
-        Self { ipv6: prefix }
-    }
-
-    pub(super) fn key(&self, ip: IpAddr) -> IpAddr {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => IpAddr::V4(v4),
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                if prefix_eq(bits, NAT64_WELL_KNOWN, 96) {
-                    let [.., a, b, c, d] = v6.octets();
-                    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
-                } else if prefix_eq(bits, NAT64_LOCAL_USE, 48) {
-                    IpAddr::V6(v6)
-                } else {
-                    IpAddr::V6((bits & prefix_mask(self.ipv6)).into())
-                }
-            }
-        }
-    }
-}
-
-/// `64:ff9b::/96`, the well-known prefix of IPv4/IPv6 translation (NAT64,
-/// SIIT; RFC 6052): an IPv4 client behind a translator appears as this
-/// prefix followed by its IPv4 address, and is keyed by that address.
-const NAT64_WELL_KNOWN: u128 = 0x0064_ff9b_0000_0000_0000_0000_0000_0000;
-
-/// `64:ff9b:1::/48`, the local-use translation prefix (RFC 8215): operators
-/// take a network-specific prefix of their own inside it, and RFC 6052
-/// embeds the IPv4 address at a place that depends on that prefix's length
-/// (/32 to /96), which an address does not tell. Whatever the length, a
-/// translator gives each IPv4 client one address and leaves the suffix
-/// zero, so clients here are keyed by the whole address: one key per IPv4
-/// client, as the well-known prefix gives. (Keying by the last 32 bits, the
-/// /96 place, would put every client of a /32 to /56 prefix under one key.
-/// Keying by the whole address gives a client nothing to rotate through:
-/// the prefix stays inside the operator's network, where only its
-/// translator sources addresses from it, one per IPv4 client.)
-const NAT64_LOCAL_USE: u128 = 0x0064_ff9b_0001_0000_0000_0000_0000_0000;

@@ -1,11 +1,12 @@
-//! [`IpNet`]: the networks of trusted proxies.
+//! [`IpNet`]: IP networks, such as those of the proxies a server trusts.
 
 use std::net::IpAddr;
 
-/// An IP network (`addr/prefix`) for [`ForwardedIp`](crate::ForwardedIp).
+/// An IP network (`addr/prefix`): the proxies whose forwarding headers a
+/// server trusts.
 ///
 /// ```
-/// use weir_tower::IpNet;
+/// use weir_rate::client::IpNet;
 ///
 /// let net: IpNet = "192.0.2.0/24".parse().unwrap();
 /// assert!(net.contains("192.0.2.200".parse().unwrap()));
@@ -36,20 +37,20 @@ impl IpNet {
     }
 }
 
-pub(super) fn prefix_eq(a: u128, b: u128, prefix: u8) -> bool {
+pub(crate) fn prefix_eq(a: u128, b: u128, prefix: u8) -> bool {
     let mask = prefix_mask(prefix);
     a & mask == b & mask
 }
 
 /// The first `prefix` bits of a 128-bit address (`prefix` ≤ 128).
-pub(super) fn prefix_mask(prefix: u8) -> u128 {
+pub(crate) fn prefix_mask(prefix: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 /// A network that could not be parsed.
 ///
 /// ```
-/// use weir_tower::IpNet;
+/// use weir_rate::client::IpNet;
 ///
 /// let err = "10.0.0.0/33".parse::<IpNet>().unwrap_err();
 /// println!("{err}");
