@@ -80,6 +80,7 @@ const PUBLISHED: &[&str] = &[
     "weir-redis",
     "weir-memcached",
     "weir-hhh",
+    "weir-pingora",
 ];
 
 /// The loom models of each crate: the package and the `cargo test`
@@ -171,6 +172,7 @@ const FEATURE_SETS: &[&[&str]] = &[
         "--features",
         "metrics",
     ],
+    &["--package", "weir-pingora", "--no-default-features"],
     &["--package", "weir-hhh", "--no-default-features"],
     &["--package", "weir-hhh"],
     &[

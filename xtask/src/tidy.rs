@@ -55,6 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["weir-rate", "weir-adaptive", "weir-timeout", "weir-limits"],
     ),
     ("weir-hhh", &["weir-limits", "weir-primitives"]),
+    ("weir-pingora", &["weir-rate", "weir-limits"]),
 ];
 
 /// Outside crates a weir crate must not depend on, whatever the feature:
@@ -85,6 +86,18 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("weir-tower", &["redis", "memcache"]),
     ("weir-redis", &["memcache", "tower", "http", "axum"]),
     ("weir-memcached", &["redis", "tower", "http", "axum"]),
+    (
+        "weir-pingora",
+        &[
+            "redis",
+            "memcache",
+            "weir-store",
+            "weir-redis",
+            "weir-memcached",
+            "weir-tower",
+            "tower",
+        ],
+    ),
 ];
 
 /// Crates only tests, benchmarks or workflows may depend on.

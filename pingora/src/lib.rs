@@ -1,0 +1,37 @@
+//! weir's limits inside a [pingora](https://docs.rs/pingora) proxy: the
+//! calls a `ProxyHttp` makes from its filters, so that a weir limit sits in
+//! front of an upstream without hand-written keys, refusals or guards.
+//!
+//! # Rate limits
+//!
+//! * [`RateLimit`]: any weir keyed limiter (in process, a sketch, or one
+//!   kept on a store, through weir-rate's async seam), checked in
+//!   `request_filter`: a refused request gets a 429 with `Retry-After` and
+//!   the IETF `RateLimit-Policy` / `RateLimit` fields, on a connection that
+//!   stays open; an allowed one carries the fields on its response
+//!   (`response_filter`). [`Passage`] holds the decisions in the request's
+//!   context between the two.
+//! * Keys ([`RequestKey`]): the client's address ([`ClientIp`], by the same
+//!   rule as weir's other integrations), a header with a fallback
+//!   ([`HeaderKey`], [`NoKey`]), or any `Fn(&Session) -> Option<String>`.
+//!
+//! # Upstreams
+//!
+//! * [`UpstreamInflight`]: at most so many requests in flight to each
+//!   upstream address, counted exactly in memory bounded by the requests in
+//!   flight; the [`UpstreamPermit`] taken in `upstream_peer` is kept in the
+//!   request's context and released when the context is dropped, after
+//!   `logging` (a client that hangs up releases it too).
+
+mod inflight;
+mod key;
+mod rate;
+
+pub use inflight::{UpstreamInflight, UpstreamPermit};
+pub use key::{ClientIp, HeaderKey, NoKey, RequestKey};
+pub use rate::{Passage, RateLimit};
+
+/// The README's example, run as a doc test so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

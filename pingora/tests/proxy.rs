@@ -1,0 +1,303 @@
+//! weir-pingora in a real pingora server, in front of a loopback origin,
+//! spoken to over TCP: limits, refusals on a kept-alive connection, keys,
+//! and in-flight permits released whatever happens to the request.
+
+use async_trait::async_trait;
+use pingora::http::ResponseHeader;
+use pingora::prelude::*;
+use pingora::proxy::{ProxyHttp, Session, http_proxy_service};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir_pingora::{
+    ClientIp, HeaderKey, Passage, RateLimit, RequestKey, UpstreamInflight, UpstreamPermit,
+};
+use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
+
+/// A loopback origin: 200 `ok` to every request on a kept-alive
+/// connection, after 300 ms for a path starting `/slow`.
+fn origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let slow = line
+                        .split_whitespace()
+                        .nth(1)
+                        .is_some_and(|p| p.starts_with("/slow"));
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if header == "\r\n" {
+                            break;
+                        }
+                    }
+                    if slow {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    if stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What the test proxy keeps per request.
+#[derive(Default)]
+struct Ctx {
+    passage: Passage,
+    permit: Option<UpstreamPermit>,
+}
+
+struct Proxy<K> {
+    origin: SocketAddr,
+    rate: RateLimit<KeyedLimiter<String, Gcra>, K>,
+    upstream: Arc<UpstreamInflight>,
+}
+
+#[async_trait]
+impl<K: RequestKey> ProxyHttp for Proxy<K> {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        self.rate.request_filter(session, &mut ctx.passage).await
+    }
+
+    async fn upstream_peer(&self, _: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let peer = HttpPeer::new(self.origin, false, String::new());
+        ctx.permit = Some(self.upstream.acquire(&peer)?);
+        Ok(Box::new(peer))
+    }
+
+    async fn response_filter(
+        &self,
+        _: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        self.rate.response_filter(response, &ctx.passage)
+    }
+}
+
+/// A pingora server with `proxy` on a free loopback port, started on a
+/// thread of its own (it runs until the test process ends).
+fn serve<K: RequestKey>(proxy: Proxy<K>) -> SocketAddr {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    std::thread::spawn(move || {
+        let mut server = Server::new(None).unwrap();
+        server.bootstrap();
+        let mut service = http_proxy_service(&server.configuration, proxy);
+        service.add_tcp(&addr.to_string());
+        server.add_service(service);
+        server.run_forever();
+    });
+    let start = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the proxy did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    addr
+}
+
+/// One response: its status and headers (names lower-cased).
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `GET path` with `extra` header lines on `conn` and reads the
+/// response (headers and a Content-Length body).
+fn get(conn: &mut BufReader<TcpStream>, path: &str, extra: &str) -> Response {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{extra}\r\n");
+    conn.get_mut().write_all(request.as_bytes()).unwrap();
+    let mut status_line = String::new();
+    conn.read_line(&mut status_line).unwrap();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .expect("a status line")
+        .parse()
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap();
+        headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; length];
+    conn.read_exact(&mut body).unwrap();
+    Response { status, headers }
+}
+
+fn connect(addr: SocketAddr) -> BufReader<TcpStream> {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    BufReader::new(stream)
+}
+
+fn three_a_minute() -> KeyedLimiter<String, Gcra> {
+    KeyedLimiter::new(Gcra::new(Quota::per_minute(nonzero!(3))))
+}
+
+#[test]
+fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
+    let proxy = serve(Proxy {
+        origin: origin(),
+        rate: RateLimit::new(ClientIp::new(), three_a_minute(), "per-ip"),
+        upstream: Arc::new(UpstreamInflight::new(100)),
+    });
+    let mut conn = connect(proxy);
+    for i in 0..3 {
+        let response = get(&mut conn, "/", "");
+        assert_eq!(response.status, 200, "request {i}");
+        assert_eq!(
+            response.header("ratelimit-policy"),
+            Some("\"per-ip\";q=3;w=60")
+        );
+        assert!(
+            response
+                .header("ratelimit")
+                .is_some_and(|v| v.starts_with("\"per-ip\";r="))
+        );
+    }
+    for _ in 0..2 {
+        let refused = get(&mut conn, "/", "");
+        assert_eq!(refused.status, 429);
+        let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=20).contains(&retry), "retry after {retry} s");
+        assert_eq!(
+            refused.header("ratelimit-policy"),
+            Some("\"per-ip\";q=3;w=60")
+        );
+        assert!(
+            refused
+                .header("ratelimit")
+                .is_some_and(|v| v.contains(";r=0"))
+        );
+        assert_ne!(refused.header("connection"), Some("close"));
+    }
+}
+
+#[test]
+fn a_header_key_counts_each_value_apart_and_falls_back_to_the_address() {
+    let proxy = serve(Proxy {
+        origin: origin(),
+        rate: RateLimit::new(
+            HeaderKey::new("x-api-key").or(ClientIp::new()),
+            three_a_minute(),
+            "per-key",
+        ),
+        upstream: Arc::new(UpstreamInflight::new(100)),
+    });
+    let mut conn = connect(proxy);
+    for key in ["x-api-key: alice\r\n", "x-api-key: bob\r\n", ""] {
+        let statuses: Vec<u16> = (0..4).map(|_| get(&mut conn, "/", key).status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429], "{key:?}");
+    }
+}
+
+#[test]
+fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
+    let upstream = Arc::new(UpstreamInflight::new(2));
+    let origin = origin();
+    let proxy = serve(Proxy {
+        origin,
+        rate: RateLimit::new(
+            ClientIp::new(),
+            KeyedLimiter::new(Gcra::new(Quota::per_second(nonzero!(100_000)))),
+            "per-ip",
+        ),
+        upstream: Arc::clone(&upstream),
+    });
+    let peer = HttpPeer::new(origin, false, String::new());
+    // Two slow requests hold the limit; a third is refused meanwhile.
+    let slow: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(&mut connect(proxy), "/slow", "").status))
+        .collect();
+    let start = Instant::now();
+    while upstream.in_flight(&peer) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the slow requests never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 503);
+    for request in slow {
+        assert_eq!(request.join().unwrap(), 200);
+    }
+    // 1,000 clients that hang up while their request is at the origin.
+    for batch in 0..20 {
+        let clients: Vec<_> = (0..50)
+            .map(|_| {
+                let mut stream = TcpStream::connect(proxy).unwrap();
+                stream
+                    .write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
+                    .unwrap();
+                stream
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(clients);
+        let _ = batch;
+    }
+    let start = Instant::now();
+    while upstream.in_flight(&peer) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} permits leaked",
+            upstream.in_flight(&peer)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 200);
+}
