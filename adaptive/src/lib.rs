@@ -178,6 +178,30 @@ pub enum Outcome {
     Ignored,
 }
 
+impl Outcome {
+    /// What an HTTP response of `status` says about the origin's load:
+    /// the statuses an overloaded origin or gateway answers with (502, 503,
+    /// 504) are drops; other server errors, and 429 (a client over its own
+    /// limit, not the origin over capacity), say nothing; everything else
+    /// is a success. Every weir integration classifies responses by it.
+    ///
+    /// ```
+    /// use weir_adaptive::Outcome;
+    ///
+    /// assert_eq!(Outcome::of_status(503), Outcome::Dropped);
+    /// assert_eq!(Outcome::of_status(429), Outcome::Ignored);
+    /// assert_eq!(Outcome::of_status(500), Outcome::Ignored);
+    /// assert_eq!(Outcome::of_status(404), Outcome::Success);
+    /// ```
+    pub fn of_status(status: u16) -> Self {
+        match status {
+            502..=504 => Self::Dropped,
+            429 | 500..=599 => Self::Ignored,
+            _ => Self::Success,
+        }
+    }
+}
+
 /// One finished request, as an [`Algorithm`] learns from it.
 ///
 /// ```

@@ -22,11 +22,17 @@
 //!   flight; the [`UpstreamPermit`] taken in `upstream_peer` is kept in the
 //!   request's context and released when the context is dropped, after
 //!   `logging` (a client that hangs up releases it too).
+//! * [`UpstreamAdaptive`]: the same with each upstream's limit learned
+//!   from its latency by a weir-adaptive algorithm; its [`AdaptivePermit`]
+//!   is finished in `logging`, where the response's status, an upstream
+//!   failure or a client gone says what the request teaches.
 
+mod adaptive;
 mod inflight;
 mod key;
 mod rate;
 
+pub use adaptive::{AdaptivePermit, UpstreamAdaptive};
 pub use inflight::{UpstreamInflight, UpstreamPermit};
 pub use key::{ClientIp, HeaderKey, NoKey, RequestKey};
 pub use rate::{Passage, RateLimit};

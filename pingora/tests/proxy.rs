@@ -8,10 +8,14 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session, http_proxy_service};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_adaptive::clock::Timestamp;
+use weir_adaptive::{Algorithm, KeyedAdaptiveLimiter, Outcome, Sample};
 use weir_pingora::{
-    ClientIp, HeaderKey, Passage, RateLimit, RequestKey, UpstreamInflight, UpstreamPermit,
+    AdaptivePermit, ClientIp, HeaderKey, Passage, RateLimit, RequestKey, UpstreamAdaptive,
+    UpstreamInflight, UpstreamPermit,
 };
 use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
 
@@ -30,10 +34,8 @@ fn origin() -> SocketAddr {
                     if reader.read_line(&mut line).unwrap_or(0) == 0 {
                         return;
                     }
-                    let slow = line
-                        .split_whitespace()
-                        .nth(1)
-                        .is_some_and(|p| p.starts_with("/slow"));
+                    let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let slow = path.starts_with("/slow");
                     loop {
                         let mut header = String::new();
                         if reader.read_line(&mut header).unwrap_or(0) == 0 {
@@ -46,10 +48,12 @@ fn origin() -> SocketAddr {
                     if slow {
                         std::thread::sleep(Duration::from_millis(300));
                     }
-                    if stream
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        .is_err()
-                    {
+                    let response: &[u8] = if path == "/busy" {
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\nno"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                    };
+                    if stream.write_all(response).is_err() {
                         return;
                     }
                 }
@@ -64,12 +68,29 @@ fn origin() -> SocketAddr {
 struct Ctx {
     passage: Passage,
     permit: Option<UpstreamPermit>,
+    learned: Option<AdaptivePermit<Recorder>>,
 }
 
 struct Proxy<K> {
     origin: SocketAddr,
     rate: RateLimit<KeyedLimiter<String, Gcra>, K>,
     upstream: Arc<UpstreamInflight>,
+    adaptive: Option<UpstreamAdaptive<Recorder>>,
+}
+
+/// An adaptive algorithm of a constant limit of 2 that keeps what it was
+/// taught (clones share the record).
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Outcome>>>);
+
+impl Algorithm for Recorder {
+    fn limit(&self) -> u32 {
+        2
+    }
+
+    fn update<C>(&mut self, _: Timestamp<C>, sample: Sample) {
+        self.0.lock().unwrap().push(sample.outcome);
+    }
 }
 
 #[async_trait]
@@ -87,7 +108,16 @@ impl<K: RequestKey> ProxyHttp for Proxy<K> {
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let peer = HttpPeer::new(self.origin, false, String::new());
         ctx.permit = Some(self.upstream.acquire(&peer)?);
+        if let Some(adaptive) = &self.adaptive {
+            ctx.learned = Some(adaptive.acquire(&peer)?);
+        }
         Ok(Box::new(peer))
+    }
+
+    async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut Ctx) {
+        if let Some(learned) = ctx.learned.take() {
+            learned.finish(session, error);
+        }
     }
 
     async fn response_filter(
@@ -194,6 +224,7 @@ fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
         origin: origin(),
         rate: RateLimit::new(ClientIp::new(), three_a_minute(), "per-ip"),
         upstream: Arc::new(UpstreamInflight::new(100)),
+        adaptive: None,
     });
     let mut conn = connect(proxy);
     for i in 0..3 {
@@ -237,6 +268,7 @@ fn a_header_key_counts_each_value_apart_and_falls_back_to_the_address() {
             "per-key",
         ),
         upstream: Arc::new(UpstreamInflight::new(100)),
+        adaptive: None,
     });
     let mut conn = connect(proxy);
     for key in ["x-api-key: alice\r\n", "x-api-key: bob\r\n", ""] {
@@ -257,6 +289,7 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
             "per-ip",
         ),
         upstream: Arc::clone(&upstream),
+        adaptive: None,
     });
     let peer = HttpPeer::new(origin, false, String::new());
     // Two slow requests hold the limit; a third is refused meanwhile.
@@ -300,4 +333,71 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(get(&mut connect(proxy), "/", "").status, 200);
+}
+
+#[test]
+fn the_adaptive_limit_learns_from_statuses_not_from_clients_gone() {
+    let taught = Recorder::default();
+    let adaptive = UpstreamAdaptive::new(KeyedAdaptiveLimiter::new(
+        taught.clone(),
+        NonZeroUsize::new(64).unwrap(),
+    ));
+    let origin = origin();
+    let proxy = serve(Proxy {
+        origin,
+        rate: RateLimit::new(
+            ClientIp::new(),
+            KeyedLimiter::new(Gcra::new(Quota::per_second(nonzero!(100_000)))),
+            "per-ip",
+        ),
+        upstream: Arc::new(UpstreamInflight::new(100)),
+        adaptive: Some(adaptive.clone()),
+    });
+    let peer = HttpPeer::new(origin, false, String::new());
+    let mut conn = connect(proxy);
+    assert_eq!(get(&mut conn, "/", "").status, 200);
+    assert_eq!(get(&mut conn, "/busy", "").status, 503);
+    // Two slow requests hold the learned limit of 2: a third gets 503.
+    let slow: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(&mut connect(proxy), "/slow", "").status))
+        .collect();
+    let start = Instant::now();
+    while adaptive.in_flight(&peer) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the slow requests never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 503);
+    for request in slow {
+        assert_eq!(request.join().unwrap(), 200);
+    }
+    // A client that hangs up while its request is at the origin.
+    let mut gone = TcpStream::connect(proxy).unwrap();
+    gone.write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(gone);
+    let start = Instant::now();
+    while adaptive.in_flight(&peer) > 0 || taught.0.lock().unwrap().len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "taught {:?}",
+            taught.0.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let outcomes = taught.0.lock().unwrap().clone();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Success,
+            Outcome::Dropped,
+            Outcome::Success,
+            Outcome::Success,
+            Outcome::Ignored
+        ],
+        "200, 503, the two slow 200s, the client gone"
+    );
 }

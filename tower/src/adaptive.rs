@@ -120,14 +120,7 @@ impl<X: Clone, A, C: Clone> Clone for AdaptiveInflightLayer<X, A, C> {
 /// assert_eq!(classify_status(StatusCode::NOT_FOUND), Outcome::Success);
 /// ```
 pub fn classify_status(status: StatusCode) -> Outcome {
-    match status {
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => {
-            Outcome::Dropped
-        }
-        StatusCode::TOO_MANY_REQUESTS => Outcome::Ignored,
-        s if s.is_server_error() => Outcome::Ignored,
-        _ => Outcome::Success,
-    }
+    Outcome::of_status(status.as_u16())
 }
 
 impl<A: Algorithm + Clone, C: Clock + Clone> AdaptiveInflightLayer<GlobalKey, A, C> {

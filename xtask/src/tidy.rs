@@ -55,7 +55,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["weir-rate", "weir-adaptive", "weir-timeout", "weir-limits"],
     ),
     ("weir-hhh", &["weir-limits", "weir-primitives"]),
-    ("weir-pingora", &["weir-rate", "weir-limits"]),
+    (
+        "weir-pingora",
+        &["weir-rate", "weir-limits", "weir-adaptive"],
+    ),
 ];
 
 /// Outside crates a weir crate must not depend on, whatever the feature:
