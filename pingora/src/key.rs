@@ -1,9 +1,10 @@
 //! [`RequestKey`]: whom a request is counted for, from what pingora's
-//! [`Session`] holds: the client's address ([`ClientIp`]), a header with a
-//! fallback ([`HeaderKey`]), or a closure of your own.
+//! [`Session`] holds: the client's address ([`ClientIp`]), the client a
+//! trusted proxy reports ([`ForwardedIp`]), a header with a fallback
+//! ([`HeaderKey`]), or a closure of your own.
 
 use pingora::proxy::Session;
-use weir_rate::client::ClientPrefixes;
+use weir_rate::client::{ClientPrefixes, ForwardedHeader, Forwarding, IpNet};
 
 /// Whom a request is counted for; `None` when the request has no key
 /// (the filter then answers 500: a request it cannot count must not pass
@@ -61,6 +62,66 @@ impl RequestKey for ClientIp {
     fn key(&self, session: &Session) -> Option<String> {
         let addr = session.client_addr()?.as_inet()?;
         Some(self.prefixes.key(addr.ip()).to_string())
+    }
+}
+
+/// Keys requests by the client a trusted proxy reports in
+/// `X-Forwarded-For` (the default) or RFC 7239 `Forwarded`, by the rules
+/// every weir integration shares ([`Forwarding`]): the header is read only
+/// from a trusted peer, walked from the right past every trusted proxy, and
+/// what a client wrote left of its own entry is never read. A peer outside
+/// the trusted networks is keyed by its own address.
+///
+/// ```
+/// use weir_pingora::ForwardedIp;
+///
+/// // Behind load balancers in 10.0.0.0/8.
+/// let clients = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+/// # let _ = clients;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ForwardedIp {
+    forwarding: Forwarding,
+}
+
+impl ForwardedIp {
+    /// Trust forwarded headers from peers in these networks.
+    pub fn trusting(trusted: impl IntoIterator<Item = IpNet>) -> Self {
+        Self {
+            forwarding: Forwarding::trusting(trusted),
+        }
+    }
+
+    /// Read `header` (default `X-Forwarded-For`): only ever the one your
+    /// proxies write.
+    pub fn reading(self, header: ForwardedHeader) -> Self {
+        Self {
+            forwarding: self.forwarding.reading(header),
+        }
+    }
+
+    /// Key IPv6 clients by their first `prefix` bits (default 64).
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is over 128.
+    pub fn ipv6_prefix(self, prefix: u8) -> Self {
+        Self {
+            forwarding: self.forwarding.ipv6_prefix(prefix),
+        }
+    }
+}
+
+impl RequestKey for ForwardedIp {
+    fn key(&self, session: &Session) -> Option<String> {
+        let peer = session.client_addr()?.as_inet()?.ip();
+        let lines = session
+            .req_header()
+            .headers
+            .get_all(self.forwarding.header().name())
+            .iter()
+            .map(|line| line.as_bytes());
+        Some(self.forwarding.client(peer, lines).to_string())
     }
 }
 

@@ -12,7 +12,9 @@
 //!   (`response_filter`). [`Passage`] holds the decisions in the request's
 //!   context between the two.
 //! * Keys ([`RequestKey`]): the client's address ([`ClientIp`], by the same
-//!   rule as weir's other integrations), a header with a fallback
+//!   rule as weir's other integrations), the client trusted proxies report
+//!   ([`ForwardedIp`], [`IpNet`], [`ForwardedHeader`]: weir-rate's shared
+//!   parsing, as strict as weir-tower's), a header with a fallback
 //!   ([`HeaderKey`], [`NoKey`]), or any `Fn(&Session) -> Option<String>`.
 //!
 //! # Upstreams
@@ -34,8 +36,9 @@ mod rate;
 
 pub use adaptive::{AdaptivePermit, UpstreamAdaptive};
 pub use inflight::{UpstreamInflight, UpstreamPermit};
-pub use key::{ClientIp, HeaderKey, NoKey, RequestKey};
+pub use key::{ClientIp, ForwardedIp, HeaderKey, NoKey, RequestKey};
 pub use rate::{Passage, RateLimit};
+pub use weir_rate::client::{ForwardedHeader, IpNet};
 
 /// The README's example, run as a doc test so it cannot drift from the API.
 #[cfg(doctest)]

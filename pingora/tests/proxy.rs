@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use weir_adaptive::clock::Timestamp;
 use weir_adaptive::{Algorithm, KeyedAdaptiveLimiter, Outcome, Sample};
 use weir_pingora::{
-    AdaptivePermit, ClientIp, HeaderKey, Passage, RateLimit, RequestKey, UpstreamAdaptive,
-    UpstreamInflight, UpstreamPermit,
+    AdaptivePermit, ClientIp, ForwardedIp, HeaderKey, Passage, RateLimit, RequestKey,
+    UpstreamAdaptive, UpstreamInflight, UpstreamPermit,
 };
 use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
 
@@ -400,4 +400,58 @@ fn the_adaptive_limit_learns_from_statuses_not_from_clients_gone() {
         ],
         "200, 503, the two slow 200s, the client gone"
     );
+}
+
+#[test]
+fn forwarded_headers_choose_the_key_only_from_a_trusted_peer() {
+    let untrusted = serve(Proxy {
+        origin: origin(),
+        rate: RateLimit::new(
+            ForwardedIp::trusting(["192.0.2.0/24".parse().unwrap()]),
+            three_a_minute(),
+            "per-client",
+        ),
+        upstream: Arc::new(UpstreamInflight::new(100)),
+        adaptive: None,
+    });
+    // The peer (127.0.0.1) is not trusted: whatever it claims, one budget.
+    let mut conn = connect(untrusted);
+    let statuses: Vec<u16> = (0..4)
+        .map(|i| {
+            get(
+                &mut conn,
+                "/",
+                &format!("x-forwarded-for: 198.51.100.{i}\r\n"),
+            )
+            .status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+
+    let trusted = serve(Proxy {
+        origin: origin(),
+        rate: RateLimit::new(
+            ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]),
+            three_a_minute(),
+            "per-client",
+        ),
+        upstream: Arc::new(UpstreamInflight::new(100)),
+        adaptive: None,
+    });
+    // From a trusted proxy, each client it reports has its own budget, and
+    // what a client wrote left of its own entry is not read.
+    let mut conn = connect(trusted);
+    for client in ["198.51.100.1", "198.51.100.2"] {
+        let statuses: Vec<u16> = (0..4)
+            .map(|i| {
+                get(
+                    &mut conn,
+                    "/",
+                    &format!("x-forwarded-for: 6.6.6.{i}, {client}\r\n"),
+                )
+                .status
+            })
+            .collect();
+        assert_eq!(statuses, [200, 200, 200, 429], "{client}");
+    }
 }

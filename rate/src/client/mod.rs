@@ -1,10 +1,13 @@
 //! Who a request is counted for, by address: [`ClientPrefixes`] makes a
-//! client's address a limit key, and [`IpNet`] names the networks of
-//! proxies whose forwarding headers are trusted. Every weir integration
+//! client's address a limit key, [`IpNet`] names the networks of proxies
+//! whose forwarding headers are trusted, and [`Forwarding`] finds the
+//! client those proxies report ([`ClientKey`], [`ForwardedHeader`]). Every weir integration
 //! (weir-tower's layers, the pingora filters) keys peers by these rules.
 
+mod forwarded;
 mod ipnet;
 
+pub use forwarded::{ClientKey, ForwardedHeader, Forwarding};
 pub use ipnet::{IpNet, IpNetParseError};
 
 use ipnet::{prefix_eq, prefix_mask};

@@ -10,10 +10,11 @@ mod header;
 mod or;
 mod peer;
 
-pub use forwarded::{ClientKey, ForwardedHeader, ForwardedIp};
+pub use forwarded::ForwardedIp;
 pub use header::HeaderKey;
 pub use or::{Or, OrKey};
 pub use peer::{PeerAddr, PeerIp};
+pub use weir_rate::client::{ClientKey, ForwardedHeader};
 pub use weir_rate::client::{IpNet, IpNetParseError};
 
 use http::Request;
