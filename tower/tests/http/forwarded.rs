@@ -318,9 +318,11 @@ proptest! {
                 let trusted: IpNet = "10.0.0.0/8".parse().unwrap();
                 if matches!(key, Some(ClientKey::Ip(ip)) if trusted.contains(ip)) {
                     let text = lines.concat();
+                    // Addresses, ports, and RFC 7239's obfuscated port names
+                    // (`_hidden`) after a trusted address.
                     let could_be_trusted = text
                         .iter()
-                        .all(|b| b.is_ascii_hexdigit() || b".:[]\", \t_".contains(b));
+                        .all(|b| b.is_ascii_alphanumeric() || b".:[]\", \t_-".contains(b));
                     let names_another = [&b"6.6.6.6"[..], b"2001:db8::1"]
                         .iter()
                         .any(|other| text.windows(other.len()).any(|w| w == *other));
