@@ -31,7 +31,11 @@ impl ProxyHttp for PerIp {
     }
 
     async fn upstream_peer(&self, _: &mut Session, _: &mut Passage) -> Result<Box<HttpPeer>> {
-        Ok(Box::new(HttpPeer::new(self.origin.as_str(), false, String::new())))
+        Ok(Box::new(HttpPeer::new(
+            self.origin.as_str(),
+            false,
+            String::new(),
+        )))
     }
 
     async fn response_filter(
