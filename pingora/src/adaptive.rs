@@ -68,7 +68,7 @@ impl<A: Algorithm + Clone, C: Clock + Clone> UpstreamAdaptive<A, C> {
     /// which `upstream_peer` returns so that pingora answers 503 (or the
     /// caller tries another peer).
     pub fn acquire(&self, peer: &HttpPeer) -> Result<AdaptivePermit<A, C>> {
-        match self.limiter.try_acquire(&peer.address().to_string()) {
+        match self.limiter.try_acquire(peer.address()) {
             Ok(guard) => Ok(AdaptivePermit { guard }),
             Err(_) => Error::e_explain(
                 ErrorType::HTTPStatus(503),
@@ -79,12 +79,12 @@ impl<A: Algorithm + Clone, C: Clock + Clone> UpstreamAdaptive<A, C> {
 
     /// Requests in flight to `peer`.
     pub fn in_flight(&self, peer: &HttpPeer) -> u32 {
-        self.limiter.in_flight(&peer.address().to_string())
+        self.limiter.in_flight(peer.address())
     }
 
     /// The learned limit of `peer`, once it has been used.
     pub fn limit(&self, peer: &HttpPeer) -> Option<u32> {
-        self.limiter.limit(&peer.address().to_string())
+        self.limiter.limit(peer.address())
     }
 }
 

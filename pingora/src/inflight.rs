@@ -53,10 +53,7 @@ impl UpstreamInflight {
     /// returns so that pingora answers 503 (or another peer is tried, if
     /// the caller picks one instead).
     pub fn acquire(&self, peer: &HttpPeer) -> Result<UpstreamPermit> {
-        match self
-            .table
-            .try_enter(&peer.address().to_string(), self.limit)
-        {
+        match self.table.try_enter(peer.address(), self.limit) {
             Some(guard) => Ok(UpstreamPermit { _guard: guard }),
             None => Error::e_explain(
                 ErrorType::HTTPStatus(503),
@@ -67,6 +64,6 @@ impl UpstreamInflight {
 
     /// Requests in flight to `peer`.
     pub fn in_flight(&self, peer: &HttpPeer) -> usize {
-        self.table.get(&peer.address().to_string())
+        self.table.get(peer.address())
     }
 }

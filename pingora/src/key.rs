@@ -153,8 +153,8 @@ impl RequestKey for NoKey {
 }
 
 impl HeaderKey {
-    /// Keys by the value of header `name` (valid UTF-8; a request without
-    /// it has no key).
+    /// Keys by the value of header `name` (bytes that are not UTF-8 read
+    /// lossily; a request without the header has no key).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -176,7 +176,9 @@ impl HeaderKey {
 impl<F: RequestKey> RequestKey for HeaderKey<F> {
     fn key(&self, session: &Session) -> Option<String> {
         match session.get_header(self.name.as_str()) {
-            Some(value) => value.to_str().ok().map(|v| format!("h:{v}")),
+            // Bytes beyond visible ASCII are the client's to send: they key
+            // it (lossily) rather than leave its request unkeyed.
+            Some(value) => Some(format!("h:{}", String::from_utf8_lossy(value.as_bytes()))),
             None => self.fallback.key(session).map(|k| format!("f:{k}")),
         }
     }

@@ -177,7 +177,12 @@ impl Response {
 /// response (headers and a Content-Length body).
 fn get(conn: &mut BufReader<TcpStream>, path: &str, extra: &str) -> Response {
     let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{extra}\r\n");
-    conn.get_mut().write_all(request.as_bytes()).unwrap();
+    send(conn, request.as_bytes())
+}
+
+/// Sends the raw `request` on `conn` and reads the response.
+fn send(conn: &mut BufReader<TcpStream>, request: &[u8]) -> Response {
+    conn.get_mut().write_all(request).unwrap();
     let mut status_line = String::new();
     conn.read_line(&mut status_line).unwrap();
     let status = status_line
@@ -218,14 +223,20 @@ fn three_a_minute() -> KeyedLimiter<String, Gcra> {
     KeyedLimiter::new(Gcra::new(Quota::per_minute(nonzero!(3))))
 }
 
-#[test]
-fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
-    let proxy = serve(Proxy {
+/// A proxy before a fresh origin limiting each `key` to three a minute,
+/// named `policy`, with room for 100 requests in flight to the origin.
+fn limited<K: RequestKey>(key: K, policy: &str) -> Proxy<K> {
+    Proxy {
         origin: origin(),
-        rate: RateLimit::new(ClientIp::new(), three_a_minute(), "per-ip"),
+        rate: RateLimit::new(key, three_a_minute(), policy),
         upstream: Arc::new(UpstreamInflight::new(100)),
         adaptive: None,
-    });
+    }
+}
+
+#[test]
+fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
+    let proxy = serve(limited(ClientIp::new(), "per-ip"));
     let mut conn = connect(proxy);
     for i in 0..3 {
         let response = get(&mut conn, "/", "");
@@ -260,16 +271,10 @@ fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
 
 #[test]
 fn a_header_key_counts_each_value_apart_and_falls_back_to_the_address() {
-    let proxy = serve(Proxy {
-        origin: origin(),
-        rate: RateLimit::new(
-            HeaderKey::new("x-api-key").or(ClientIp::new()),
-            three_a_minute(),
-            "per-key",
-        ),
-        upstream: Arc::new(UpstreamInflight::new(100)),
-        adaptive: None,
-    });
+    let proxy = serve(limited(
+        HeaderKey::new("x-api-key").or(ClientIp::new()),
+        "per-key",
+    ));
     let mut conn = connect(proxy);
     for key in ["x-api-key: alice\r\n", "x-api-key: bob\r\n", ""] {
         let statuses: Vec<u16> = (0..4).map(|_| get(&mut conn, "/", key).status).collect();
@@ -404,16 +409,10 @@ fn the_adaptive_limit_learns_from_statuses_not_from_clients_gone() {
 
 #[test]
 fn forwarded_headers_choose_the_key_only_from_a_trusted_peer() {
-    let untrusted = serve(Proxy {
-        origin: origin(),
-        rate: RateLimit::new(
-            ForwardedIp::trusting(["192.0.2.0/24".parse().unwrap()]),
-            three_a_minute(),
-            "per-client",
-        ),
-        upstream: Arc::new(UpstreamInflight::new(100)),
-        adaptive: None,
-    });
+    let untrusted = serve(limited(
+        ForwardedIp::trusting(["192.0.2.0/24".parse().unwrap()]),
+        "per-client",
+    ));
     // The peer (127.0.0.1) is not trusted: whatever it claims, one budget.
     let mut conn = connect(untrusted);
     let statuses: Vec<u16> = (0..4)
@@ -428,16 +427,10 @@ fn forwarded_headers_choose_the_key_only_from_a_trusted_peer() {
         .collect();
     assert_eq!(statuses, [200, 200, 200, 429]);
 
-    let trusted = serve(Proxy {
-        origin: origin(),
-        rate: RateLimit::new(
-            ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]),
-            three_a_minute(),
-            "per-client",
-        ),
-        upstream: Arc::new(UpstreamInflight::new(100)),
-        adaptive: None,
-    });
+    let trusted = serve(limited(
+        ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]),
+        "per-client",
+    ));
     // From a trusted proxy, each client it reports has its own budget, and
     // what a client wrote left of its own entry is not read.
     let mut conn = connect(trusted);
