@@ -2,9 +2,10 @@
 //! latency (weir-adaptive), with the permit's outcome read from how the
 //! request ended.
 
+use crate::inflight::UpstreamFull;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::{HttpPeer, Peer};
-use pingora::{Error, ErrorSource, ErrorType, Result};
+use pingora::{Error, ErrorSource, Result};
 use std::sync::Arc;
 use weir_adaptive::clock::{Clock, MonotonicClock};
 use weir_adaptive::{AdaptiveGuard, Algorithm, KeyedAdaptiveLimiter, Outcome};
@@ -70,10 +71,9 @@ impl<A: Algorithm + Clone, C: Clock + Clone> UpstreamAdaptive<A, C> {
     pub fn acquire(&self, peer: &HttpPeer) -> Result<AdaptivePermit<A, C>> {
         match self.limiter.try_acquire(peer.address()) {
             Ok(guard) => Ok(AdaptivePermit { guard }),
-            Err(_) => Error::e_explain(
-                ErrorType::HTTPStatus(503),
+            Err(_) => Err(UpstreamFull::error(
                 "the upstream has as many requests in flight as its learned limit",
-            ),
+            )),
         }
     }
 

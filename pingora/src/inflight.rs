@@ -1,7 +1,8 @@
 //! [`UpstreamInflight`]: a limit of requests in flight to each upstream.
 
 use pingora::upstreams::peer::{HttpPeer, Peer};
-use pingora::{Error, ErrorType, Result};
+use pingora::{BError, Error, ErrorType, Result};
+use std::fmt;
 use weir_limits::{ExactInflight, ExactInflightGuard};
 
 /// At most `limit` requests in flight to each upstream address, counted
@@ -55,10 +56,9 @@ impl UpstreamInflight {
     pub fn acquire(&self, peer: &HttpPeer) -> Result<UpstreamPermit> {
         match self.table.try_enter(peer.address(), self.limit) {
             Some(guard) => Ok(UpstreamPermit { _guard: guard }),
-            None => Error::e_explain(
-                ErrorType::HTTPStatus(503),
+            None => Err(UpstreamFull::error(
                 "the upstream has as many requests in flight as its limit",
-            ),
+            )),
         }
     }
 
@@ -67,3 +67,23 @@ impl UpstreamInflight {
         self.table.get(peer.address())
     }
 }
+
+/// The cause of an upstream permit's 503, so that a settlement can tell a
+/// request weir refused from one the upstream answered.
+#[derive(Debug)]
+pub(crate) struct UpstreamFull;
+
+impl UpstreamFull {
+    /// pingora's `HTTPStatus(503)` error explained by `why`.
+    pub(crate) fn error(why: &'static str) -> BError {
+        Error::because(ErrorType::HTTPStatus(503), why, Self)
+    }
+}
+
+impl fmt::Display for UpstreamFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("refused by a weir upstream limit")
+    }
+}
+
+impl std::error::Error for UpstreamFull {}

@@ -16,6 +16,10 @@
 //!   ([`ForwardedIp`], [`IpNet`], [`ForwardedHeader`]: weir-rate's shared
 //!   parsing, as strict as weir-tower's), a header with a fallback
 //!   ([`HeaderKey`], [`NoKey`]), or any `Fn(&Session) -> Option<String>`.
+//! * Settling by the response ([`Settle`], [`Sent`]): a limit that charges
+//!   by the bytes sent, by server errors only, or by a count the upstream
+//!   reports in a header, settled in `logging` against the request's
+//!   check.
 //!
 //! # Upstreams
 //!
@@ -33,11 +37,13 @@ mod adaptive;
 mod inflight;
 mod key;
 mod rate;
+mod settle;
 
 pub use adaptive::{AdaptivePermit, UpstreamAdaptive};
 pub use inflight::{UpstreamInflight, UpstreamPermit};
 pub use key::{ClientIp, ForwardedIp, HeaderKey, NoKey, RequestKey};
 pub use rate::{Passage, RateLimit};
+pub use settle::{Sent, Settle};
 pub use weir_rate::client::{ForwardedHeader, IpNet};
 
 /// The README's example, run as a doc test so it cannot drift from the API.

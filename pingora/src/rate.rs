@@ -2,10 +2,12 @@
 //! `request_filter` and reported in `response_filter`.
 
 use crate::key::RequestKey;
+use crate::settle::{Owed, Settle, settle};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use weir_rate::{CheckKeyAsync, Decision, PolicyName};
+use std::sync::atomic::{AtomicU64, Ordering};
+use weir_rate::{CheckKeyAsync, Decision, PolicyName, SettleKey};
 
 /// A rate limit for a pingora proxy: any weir keyed limiter (in process,
 /// a sketch, or on a store through [`CheckKeyAsync`]), a [`RequestKey`],
@@ -16,7 +18,9 @@ use weir_rate::{CheckKeyAsync, Decision, PolicyName};
 /// connection stays open for the client's next request; an allowed one
 /// goes on, and its response gets the fields too
 /// ([`response_filter`](Self::response_filter)). A request without a key
-/// gets a 500 (it cannot be counted, so it does not pass).
+/// gets a 500 (it cannot be counted, so it does not pass). With a
+/// [`Settle`] rule ([`settle`](Self::settle)), what the request turned
+/// out to cost is settled in [`logging`](Self::logging).
 ///
 /// ```no_run
 /// use async_trait::async_trait;
@@ -56,21 +60,40 @@ pub struct RateLimit<L, K> {
     limiter: L,
     key: K,
     policy: PolicyName,
+    /// Which of the request's admissions are this limit's.
+    id: u64,
+    settle: Option<Settle>,
 }
 
 /// What a request's limits decided, kept in its context from
-/// `request_filter` to `response_filter`.
+/// `request_filter` to `logging`.
 #[derive(Debug, Default, Clone)]
 pub struct Passage {
-    decisions: Vec<(PolicyName, Decision)>,
+    admissions: Vec<Admission>,
+    /// A weir limit refused the request.
+    refused: bool,
+}
+
+/// One limit's admission of the request.
+#[derive(Debug, Clone)]
+struct Admission {
+    limit: u64,
+    policy: PolicyName,
+    decision: Decision,
+    /// Kept only by a limit that settles.
+    owed: Option<Owed>,
 }
 
 impl Passage {
-    /// The decisions made for this request so far, with their policies.
+    /// The decisions that admitted this request so far, with their
+    /// policies.
     pub fn decisions(&self) -> impl Iterator<Item = (&PolicyName, &Decision)> {
-        self.decisions.iter().map(|(p, d)| (p, d))
+        self.admissions.iter().map(|a| (&a.policy, &a.decision))
     }
 }
+
+/// Tells one `RateLimit`'s admissions from another's in a shared passage.
+static NEXT_LIMIT: AtomicU64 = AtomicU64::new(0);
 
 impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
     /// `limiter` keyed by `key`, named `policy` in the RateLimit fields.
@@ -79,6 +102,8 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
             limiter,
             key,
             policy: PolicyName::new(policy),
+            id: NEXT_LIMIT.fetch_add(1, Ordering::Relaxed),
+            settle: None,
         }
     }
 
@@ -108,14 +133,27 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
             Ok(decision) => decision,
             // A cost of one the quota can never allow: a limit of zero.
             Err(_) => {
+                passage.refused = true;
                 respond(session, 429, &[]).await?;
                 return Ok(true);
             }
         };
         if decision.is_allowed() {
-            passage.decisions.push((self.policy.clone(), decision));
+            let owed = self.settle.as_ref().map(|_| Owed {
+                key,
+                checked: 1,
+                answered: false,
+                kept: None,
+            });
+            passage.admissions.push(Admission {
+                limit: self.id,
+                policy: self.policy.clone(),
+                decision,
+                owed,
+            });
             return Ok(false);
         }
+        passage.refused = true;
         let mut fields = vec![
             ("RateLimit-Policy", decision.ratelimit_policy(&self.policy)),
             ("RateLimit", decision.ratelimit(&self.policy)),
@@ -128,28 +166,95 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
     }
 
     /// Add the RateLimit fields of every limit the request passed to its
-    /// response, one list per field as the IETF draft gives them.
+    /// response, one list per field as the IETF draft gives them, and
+    /// note the response head for a settlement (the header a
+    /// [`Settle::keeping`] rule reads, before any filter removes it).
     ///
     /// # Errors
     ///
     /// pingora's error for a field it cannot add (it cannot happen for the
     /// fields weir renders).
-    pub fn response_filter(&self, response: &mut ResponseHeader, passage: &Passage) -> Result<()> {
+    pub fn response_filter(
+        &self,
+        response: &mut ResponseHeader,
+        passage: &mut Passage,
+    ) -> Result<()> {
+        if let Some(rule) = &self.settle {
+            let kept = rule
+                .kept_header()
+                .and_then(|name| response.headers.get(name))
+                .and_then(|value| value.to_str().ok());
+            if let Some(owed) = self.owed(passage) {
+                owed.answered = true;
+                owed.kept = kept.map(str::to_owned);
+            }
+        }
         add_fields(response, passage)
+    }
+
+    fn owed<'p>(&self, passage: &'p mut Passage) -> Option<&'p mut Owed> {
+        passage
+            .admissions
+            .iter_mut()
+            .find(|a| a.limit == self.id)?
+            .owed
+            .as_mut()
+    }
+}
+
+impl<L: SettleKey<str>, K: RequestKey> RateLimit<L, K> {
+    /// Settle each admitted request at the cost `rule` finds in its
+    /// response, when [`logging`](Self::logging) is called for it.
+    ///
+    /// ```
+    /// use weir_pingora::{ClientIp, RateLimit, Settle};
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
+    ///
+    /// // A mebibyte a second per client, charged by the bytes sent.
+    /// let bytes = KeyedLimiter::new(Gcra::new(Quota::per_second(nonzero!(1 << 20))));
+    /// let download = RateLimit::new(ClientIp::new(), bytes, "bytes").settle(Settle::body_bytes());
+    /// # let _ = download;
+    /// ```
+    #[must_use]
+    pub fn settle(mut self, rule: Settle) -> Self {
+        self.settle = Some(rule);
+        self
+    }
+
+    /// Settle the request's admission by this limit (if it settles), from
+    /// `logging`'s session and error: the surplus of its check refunded,
+    /// the shortfall charged. Each admission settles once; a second call
+    /// does nothing.
+    pub fn logging(&self, session: &Session, error: Option<&Error>, passage: &mut Passage) {
+        let Some(rule) = &self.settle else { return };
+        let stopped_after = passage.refused;
+        let Some(admission) = passage.admissions.iter_mut().find(|a| a.limit == self.id) else {
+            return;
+        };
+        if let Some(owed) = admission.owed.take() {
+            settle(
+                &self.limiter,
+                rule,
+                (&admission.decision, &owed),
+                session,
+                error,
+                stopped_after,
+            );
+        }
     }
 }
 
 /// The RateLimit fields of `passage` on `response`, every policy in one
 /// list per field.
 fn add_fields(response: &mut ResponseHeader, passage: &Passage) -> Result<()> {
-    if passage.decisions.is_empty() {
+    if passage.admissions.is_empty() {
         return Ok(());
     }
     let join = |f: fn(&Decision, &PolicyName) -> String| {
         passage
-            .decisions
+            .admissions
             .iter()
-            .map(|(p, d)| f(d, p))
+            .map(|a| f(&a.decision, &a.policy))
             .collect::<Vec<_>>()
             .join(", ")
     };

@@ -19,8 +19,11 @@ use weir_pingora::{
 };
 use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
 
-/// A loopback origin: 200 `ok` to every request on a kept-alive
-/// connection, after 300 ms for a path starting `/slow`.
+mod settle;
+
+/// A loopback origin, answering on a kept-alive connection: `/busy` a
+/// 503; `/bytes/N` a body of N bytes; `/cost/N` a 200 with `x-cost: N`;
+/// anything else 200 `ok`, after 300 ms for a path starting `/slow`.
 fn origin() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -48,12 +51,7 @@ fn origin() -> SocketAddr {
                     if slow {
                         std::thread::sleep(Duration::from_millis(300));
                     }
-                    let response: &[u8] = if path == "/busy" {
-                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\nno"
-                    } else {
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-                    };
-                    if stream.write_all(response).is_err() {
+                    if stream.write_all(&answer(&path)).is_err() {
                         return;
                     }
                 }
@@ -61,6 +59,24 @@ fn origin() -> SocketAddr {
         }
     });
     addr
+}
+
+/// The origin's response to `path`.
+fn answer(path: &str) -> Vec<u8> {
+    if path == "/busy" {
+        return b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\nno".to_vec();
+    }
+    if let Some(n) = path.strip_prefix("/bytes/") {
+        let n: usize = n.parse().unwrap();
+        let mut response = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+        response.resize(response.len() + n, b'x');
+        return response;
+    }
+    if let Some(cost) = path.strip_prefix("/cost/") {
+        return format!("HTTP/1.1 200 OK\r\nx-cost: {cost}\r\nContent-Length: 2\r\n\r\nok")
+            .into_bytes();
+    }
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
 }
 
 /// What the test proxy keeps per request.
@@ -115,6 +131,7 @@ impl<K: RequestKey> ProxyHttp for Proxy<K> {
     }
 
     async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut Ctx) {
+        self.rate.logging(session, error, &mut ctx.passage);
         if let Some(learned) = ctx.learned.take() {
             learned.finish(session, error);
         }
@@ -126,7 +143,7 @@ impl<K: RequestKey> ProxyHttp for Proxy<K> {
         response: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        self.rate.response_filter(response, &ctx.passage)
+        self.rate.response_filter(response, &mut ctx.passage)
     }
 }
 
