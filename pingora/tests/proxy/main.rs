@@ -17,9 +17,10 @@ use weir_pingora::{
     AdaptivePermit, ClientIp, ForwardedIp, HeaderKey, Passage, RateLimit, RequestKey,
     UpstreamAdaptive, UpstreamInflight, UpstreamPermit,
 };
-use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
+use weir_rate::{Gcra, KeyedLimiter, Quota, SettleKey, nonzero};
 
 mod settle;
+mod shared;
 
 /// A loopback origin, answering on a kept-alive connection: `/busy` a
 /// 503; `/bytes/N` a body of N bytes; `/cost/N` a 200 with `x-cost: N`;
@@ -87,9 +88,9 @@ struct Ctx {
     learned: Option<AdaptivePermit<Recorder>>,
 }
 
-struct Proxy<K> {
+struct Proxy<K, L = KeyedLimiter<String, Gcra>> {
     origin: SocketAddr,
-    rate: RateLimit<KeyedLimiter<String, Gcra>, K>,
+    rate: RateLimit<L, K>,
     upstream: Arc<UpstreamInflight>,
     adaptive: Option<UpstreamAdaptive<Recorder>>,
 }
@@ -110,7 +111,7 @@ impl Algorithm for Recorder {
 }
 
 #[async_trait]
-impl<K: RequestKey> ProxyHttp for Proxy<K> {
+impl<K: RequestKey, L: SettleKey<str>> ProxyHttp for Proxy<K, L> {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
@@ -149,7 +150,7 @@ impl<K: RequestKey> ProxyHttp for Proxy<K> {
 
 /// A pingora server with `proxy` on a free loopback port, started on a
 /// thread of its own (it runs until the test process ends).
-fn serve<K: RequestKey>(proxy: Proxy<K>) -> SocketAddr {
+fn serve<K: RequestKey, L: SettleKey<str>>(proxy: Proxy<K, L>) -> SocketAddr {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
