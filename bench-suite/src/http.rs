@@ -11,7 +11,8 @@
 
 use crate::harness::contest;
 use crate::harness::machine;
-use crate::harness::report::{Report, Table, thousands};
+use crate::harness::report::{Report, Table};
+use crate::harness::slices::{self, Slice};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -116,23 +117,12 @@ fn router(variant: Variant) -> Router {
     router.with_state(())
 }
 
-/// What one slice of the load run measured for one service: requests
-/// dispatched to it, the server thread's CPU time and the slice's
-/// wall-clock length (ns).
-#[derive(Debug, Clone, Copy, Default)]
-struct Slice {
-    requests: u64,
-    cpu_ns: u64,
-    wall_ns: u64,
-}
-
 /// Serve every variant from one server on loopback, switching which one
-/// answers every `slice`, in `cycles` cycles of one slice per variant (the
-/// order rotating), while `connections` keep-alive clients load it; each
-/// cycle's slices, indexed like [`VARIANTS`]. Whatever slows the machine
-/// down lasts longer than a cycle and so hits the services alike. The
-/// dispatch in front of the variants (an atomic load and a router clone) is
-/// the same for all: it dilutes the measured overhead, never inflates it.
+/// answers every `slice`, in `cycles` cycles of one slice per variant
+/// ([`slices::interleave`]), while `connections` keep-alive clients load
+/// it; each cycle's slices, indexed like [`VARIANTS`]. The dispatch in
+/// front of the variants (an atomic load and a router clone) is the same
+/// for all: it dilutes the measured overhead, never inflates it.
 fn load_interleaved(
     connections: usize,
     slice: Duration,
@@ -157,27 +147,10 @@ fn load_interleaved(
     let slicer = server_rt.spawn(async move {
         // Let the connections open and the caches warm.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut measured = Vec::with_capacity(cycles);
-        for cycle in 0..cycles {
-            let mut this = [Slice::default(); VARIANTS.len()];
-            for step in 0..VARIANTS.len() {
-                let i = (cycle + step) % VARIANTS.len();
-                current.store(i, Ordering::Relaxed);
-                let (cpu, requests, start) = (
-                    server_cpu_ns(),
-                    dispatched[i].load(Ordering::Relaxed),
-                    Instant::now(),
-                );
-                tokio::time::sleep(slice).await;
-                this[i] = Slice {
-                    requests: dispatched[i].load(Ordering::Relaxed) - requests,
-                    cpu_ns: server_cpu_ns().saturating_sub(cpu),
-                    wall_ns: u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
-                };
-            }
-            measured.push(this);
-        }
-        measured
+        slices::interleave(cycles, slice, &current, &dispatched, || {
+            std::future::ready(server_cpu_ns())
+        })
+        .await
     });
     client_rt.block_on(async move {
         let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
@@ -264,16 +237,6 @@ where
     })
 }
 
-/// The median and the quartiles of `xs`, which must not be empty.
-fn median_and_quartiles(xs: &mut [f64]) -> [f64; 3] {
-    xs.sort_by(f64::total_cmp);
-    [0.5, 0.25, 0.75].map(|q| {
-        let x = q * (xs.len() - 1) as f64;
-        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
-        xs[lo] + (xs[hi] - xs[lo]) * (x - lo as f64)
-    })
-}
-
 /// The report section.
 pub fn run(report: &mut Report) {
     let scale = report.scale();
@@ -291,39 +254,13 @@ pub fn run(report: &mut Report) {
     ));
     report.progress(&format!("load run: {cycles} cycles of 4 × {slice:?}"));
     let measured = load_interleaved(connections, slice, cycles);
-    let cpu_per_request = |s: &Slice| s.cpu_ns as f64 / s.requests.max(1) as f64;
-    // Server CPU per request and requests per second over every slice.
-    let pooled = |i: usize| {
-        let sum =
-            |f: fn(&Slice) -> u64| measured.iter().map(|c| f(&c[i])).sum::<u64>().max(1) as f64;
-        let requests = sum(|s| s.requests);
-        (
-            sum(|s| s.cpu_ns) / requests,
-            requests * 1e9 / sum(|s| s.wall_ns),
-        )
-    };
-    let bare_server_ns = pooled(0).0;
-    let mut table = Table::new(
-        "service | server CPU per request | overhead (all slices pooled) | median of per-cycle ratios | middle half of cycles | requests/s",
-    );
-    let percent = |r: f64| format!("{:+.1}%", (r - 1.0) * 100.0);
-    for (i, variant) in VARIANTS.iter().enumerate() {
-        let (ns, rps) = pooled(i);
-        let by_cycle = measured
-            .iter()
-            .map(|c| cpu_per_request(&c[i]) / cpu_per_request(&c[0]).max(1e-9));
-        let [median, lo, hi] = median_and_quartiles(&mut by_cycle.collect::<Vec<_>>()).map(percent);
-        let overhead = percent(ns / bare_server_ns.max(1e-9));
-        let [overhead, median, range] = match i {
-            0 => ["—", "—", "—"].map(String::from),
-            _ => [overhead, median, format!("{lo} … {hi}")],
-        };
-        let (name, cpu, rps) = (NAMES[*variant as usize], ns / 1000.0, thousands(rps as u64));
-        table.row(format!(
-            "{name} | {cpu:.2} µs | {overhead} | {median} | {range} | {rps}"
-        ));
-    }
-    report.table(&table);
+    let bare_server_ns = slices::pooled(&measured, 0).0;
+    let names = VARIANTS.map(|v| NAMES[v as usize]);
+    report.table(&slices::overhead_table(
+        &measured,
+        (names, "server CPU per request"),
+        None,
+    ));
 
     // Interleaved repetitions, the fastest kept: noise only ever adds time.
     let requests = scale.pick(200_000, 500_000);

@@ -22,6 +22,7 @@ pub mod hhh_loopback;
 pub mod http;
 pub mod limits;
 pub mod memcached;
+pub mod pingora;
 pub mod rate;
 pub mod redis;
 pub mod stalls;

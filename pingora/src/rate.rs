@@ -247,19 +247,23 @@ impl<L: SettleKey<str>, K: RequestKey> RateLimit<L, K> {
 /// The RateLimit fields of `passage` on `response`, every policy in one
 /// list per field.
 fn add_fields(response: &mut ResponseHeader, passage: &Passage) -> Result<()> {
-    if passage.admissions.is_empty() {
-        return Ok(());
-    }
-    let join = |f: fn(&Decision, &PolicyName) -> String| {
-        passage
-            .admissions
-            .iter()
-            .map(|a| f(&a.decision, &a.policy))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let (policy, remaining) = match passage.admissions.as_slice() {
+        [] => return Ok(()),
+        // One limit, the common case: its fields as rendered.
+        [one] => (
+            one.decision.ratelimit_policy(&one.policy),
+            one.decision.ratelimit(&one.policy),
+        ),
+        many => {
+            let join = |f: fn(&Decision, &PolicyName) -> String| {
+                let items: Vec<String> = many.iter().map(|a| f(&a.decision, &a.policy)).collect();
+                items.join(", ")
+            };
+            (join(Decision::ratelimit_policy), join(Decision::ratelimit))
+        }
     };
-    response.insert_header("RateLimit-Policy", join(Decision::ratelimit_policy))?;
-    response.insert_header("RateLimit", join(Decision::ratelimit))?;
+    response.insert_header("RateLimit-Policy", policy)?;
+    response.insert_header("RateLimit", remaining)?;
     Ok(())
 }
 
@@ -275,4 +279,48 @@ async fn respond(session: &mut Session, status: u16, fields: &[(&str, String)]) 
         .write_response_header(Box::new(header), true)
         .await
         .map_err(|e| Error::because(ErrorType::WriteError, "writing a refusal", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
+
+    fn admitted(limit: u64, policy: &str, per_minute: std::num::NonZeroU32) -> Admission {
+        let limiter = KeyedLimiter::<String, _>::new(Gcra::new(Quota::per_minute(per_minute)));
+        Admission {
+            limit,
+            policy: PolicyName::new(policy),
+            decision: limiter.check_n("k", 1).unwrap(),
+            owed: None,
+        }
+    }
+
+    #[test]
+    fn the_fields_of_every_limit_passed_are_one_list_each() {
+        let mut passage = Passage::default();
+        let mut response = ResponseHeader::build(200, None).unwrap();
+        add_fields(&mut response, &passage).unwrap();
+        assert!(
+            response.headers.get("ratelimit").is_none(),
+            "no limit, no fields"
+        );
+
+        passage.admissions.push(admitted(0, "a", nonzero!(10)));
+        add_fields(&mut response, &passage).unwrap();
+        assert_eq!(response.headers["ratelimit-policy"], "\"a\";q=10;w=60");
+
+        passage.admissions.push(admitted(1, "b", nonzero!(5)));
+        add_fields(&mut response, &passage).unwrap();
+        assert_eq!(
+            response.headers["ratelimit-policy"],
+            "\"a\";q=10;w=60, \"b\";q=5;w=60"
+        );
+        let remaining = response.headers["ratelimit"].to_str().unwrap();
+        assert!(
+            remaining.starts_with("\"a\";r=9;") && remaining.contains(", \"b\";r=4;"),
+            "{remaining}"
+        );
+        assert_eq!(response.headers.get_all("ratelimit").iter().count(), 1);
+    }
 }

@@ -24,6 +24,7 @@ const SECTIONS: &[Section] = &[
     ("stalls", weir_bench_suite::stalls::run, [20, 80]),
     ("http", weir_bench_suite::http::run, [15, 45]),
     ("adaptive", weir_bench_suite::adaptive::run, [80, 110]),
+    ("pingora", weir_bench_suite::pingora::run, [12, 35]),
     ("hhh", weir_bench_suite::hhh::run, [3, 25]),
     ("hhh-kernel", weir_bench_suite::hhh::run_kernel, [10, 10]),
     #[cfg(feature = "bpf")]

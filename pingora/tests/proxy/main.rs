@@ -346,6 +346,17 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
         drop(clients);
         let _ = batch;
     }
+    // And 50 that hang up mid-response, the head read, the body streaming.
+    for _ in 0..50 {
+        let mut conn = connect(proxy);
+        conn.get_mut()
+            .write_all(b"GET /bytes/4000000 HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let mut status = String::new();
+        conn.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        drop(conn);
+    }
     let start = Instant::now();
     while upstream.in_flight(&peer) > 0 {
         assert!(
