@@ -189,8 +189,9 @@ pub fn run(report: &mut Report) {
          client from its own loopback address (127.0.0.2, …) and with its own `appid` header. The proxy serves every \
          variant, switching which one answers every {slice:?}, in {cycles} cycles (the order rotating). **Proxy CPU per \
          request** is the proxy thread's CPU time over the requests it took in a variant's slices; the overhead is its \
-         ratio to bare proxying. No limit refuses at this load (the quotas are out of reach), so every request does the \
-         same work beyond the limit's own. The Redis variant's `redis-server` runs on this machine too, its CPU not \
+         ratio to bare proxying. No rate limit refuses at this load (the quotas are out of reach), so every such request does \
+         the same work beyond the limit's own; the adaptive limit learns the saturated proxy's own queueing as \
+         latency and sheds what the `refused` column counts (each a quick 503). The Redis variant's `redis-server` runs on this machine too, its CPU not \
          counted. Cross-core round trip on this run: {round_trip:.0} ns."
     ));
     report.progress(&format!("load run: {cycles} cycles of {N} × {slice:?}"));
