@@ -114,7 +114,7 @@ mod windows;
 pub use servers::Servers;
 pub use store::Memcached;
 pub use weir_store::{
-    Answer, Batching, ConfigError, FailurePolicy, PreAggregation, Source, StoreError,
+    Answer, Batching, ConfigError, FailurePolicy, Limit, PreAggregation, Source, StoreError,
 };
 
 /// A rate limit kept on Memcached: weir-store's limiter over the

@@ -19,6 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use weir_primitives::sync::RwLock;
 use weir_rate::{Decision, Gcra, Receipt, SlidingWindow, TokenBucket};
 use weir_store::{Backend, ConfigError, Kind, Limit, Placement, Plan, StoreError};
 
@@ -46,7 +47,8 @@ pub(crate) const MAX_COUNTERS: u32 = 64;
 pub struct Memcached {
     connection: Connection,
     servers: Vec<String>,
-    scheme: Scheme,
+    /// How the limit is kept now: a call works by one snapshot of it.
+    scheme: RwLock<Arc<Scheme>>,
     /// Every key of the limiter starts `<prefix>:<limit>:`.
     head: String,
 }
@@ -98,6 +100,11 @@ impl Memcached {
 }
 
 impl Memcached {
+    /// How the limit is kept now.
+    fn scheme(&self) -> Arc<Scheme> {
+        Arc::clone(&self.scheme.read())
+    }
+
     /// `key` as Memcached names it: the head, then the key encoded.
     fn store_key(&self, key: &str) -> String {
         let encoded = encode(key);
@@ -151,7 +158,7 @@ impl Backend for Memcached {
         let store = Memcached {
             connection: Connection::new(client, servers.attempts()),
             servers: servers.addresses().to_vec(),
-            scheme,
+            scheme: RwLock::new(Arc::new(scheme)),
             head,
         };
         Ok((store, connected))
@@ -177,26 +184,43 @@ impl Backend for Memcached {
         self.servers.get(cell).cloned().unwrap_or_default()
     }
 
+    /// The keys stay (the limiter has checked that the algorithm and the
+    /// window's length are the same): a GCRA's or token bucket's stored
+    /// time, or a window's counts, are read by the new limit from the
+    /// next call on.
+    fn retune(&self, limits: &[Limit]) -> Result<(), ConfigError> {
+        let [limit] = limits else {
+            return Err(ConfigError::Unsupported(
+                "several limits all-or-nothing on Memcached",
+            ));
+        };
+        *self.scheme.write() = Arc::new(scheme(limit)?);
+        Ok(())
+    }
+
     async fn decide(
         &self,
         keys: &[String],
         costs: &[u32],
     ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
-        match &self.scheme {
+        let scheme = self.scheme();
+        match &*scheme {
             Scheme::Window(window) => windows::decide(&self.connection, window, keys, costs).await,
             Scheme::Cas(limit) => cas::decide(&self.connection, limit, keys, costs).await,
         }
     }
 
     async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {
-        match &self.scheme {
+        let scheme = self.scheme();
+        match &*scheme {
             Scheme::Window(window) => windows::charge(&self.connection, window, key, cost).await,
             Scheme::Cas(limit) => cas::charge(&self.connection, limit, key, cost).await,
         }
     }
 
     async fn refund(&self, key: &String, receipt: Receipt) -> Result<(), StoreError> {
-        match &self.scheme {
+        let scheme = self.scheme();
+        match &*scheme {
             Scheme::Window(window) => windows::refund(&self.connection, window, key, receipt).await,
             Scheme::Cas(limit) => cas::refund(&self.connection, limit, key, receipt).await,
         }

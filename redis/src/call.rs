@@ -8,6 +8,7 @@ use super::slot::cluster_slot;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use weir_primitives::sync::RwLock;
 use weir_rate::{Decision, Quota, Receipt};
 use weir_store::StoreError;
 
@@ -29,8 +30,14 @@ pub(crate) struct Limit {
     /// What follows a key's base in the limit's Redis key (empty for a
     /// single limit, whose base is the whole key).
     pub(crate) suffix: String,
-    /// The limit and window its decisions report.
-    pub(crate) quota: Quota,
+}
+
+/// What the limits are now: the scripts' parameters and the quotas the
+/// decisions report, swapped whole when the limits change while serving,
+/// so that one call decides by one set of limits, never a mix.
+pub(crate) struct Tuned {
+    pub(crate) params: Vec<String>,
+    pub(crate) quotas: Box<[Quota]>,
 }
 
 /// The part of the Redis store that talks to Redis.
@@ -40,7 +47,7 @@ pub(crate) struct Core {
     script: redis::Script,
     /// Forced charges and refunds ([`scripts::settle`]).
     settle: redis::Script,
-    params: Vec<String>,
+    tuned: RwLock<Arc<Tuned>>,
     limits: Box<[Limit]>,
     timeout: Duration,
     pub(crate) cluster: bool,
@@ -48,11 +55,12 @@ pub(crate) struct Core {
 
 impl Core {
     /// A core deciding with the script `source` and settling with
-    /// `settle`, both taking `params`, over `link`, for `limits`.
+    /// `settle`, both taking the parameters of `tuned`, over `link`, for
+    /// `limits`.
     pub(crate) fn new(
         link: Arc<Link>,
         (source, settle): (&str, &str),
-        params: Vec<String>,
+        tuned: Tuned,
         limits: Vec<Limit>,
         (timeout, cluster): (Duration, bool),
     ) -> Self {
@@ -60,11 +68,22 @@ impl Core {
             link,
             script: redis::Script::new(source),
             settle: redis::Script::new(settle),
-            params,
+            tuned: RwLock::new(Arc::new(tuned)),
             limits: limits.into_boxed_slice(),
             timeout,
             cluster,
         }
+    }
+
+    /// The limits now.
+    fn tuned(&self) -> Arc<Tuned> {
+        Arc::clone(&self.tuned.read())
+    }
+
+    /// Decide by `tuned` from the next call on (the scripts and keys stay:
+    /// the algorithms and their order are the same).
+    pub(crate) fn retune(&self, tuned: Tuned) {
+        *self.tuned.write() = Arc::new(tuned);
     }
 
     /// The connection, made now if it is not, with the scripts loaded and
@@ -172,12 +191,13 @@ impl Core {
                 &expanded
             }
         };
+        let tuned = self.tuned();
         let mut cmd = redis::Cmd::new();
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
             .arg(names.len())
             .arg(names)
-            .arg(&self.params);
+            .arg(&tuned.params);
         // One cost stands for all when they are equal (the usual case), which
         // spares Redis an argument and a number to parse per decision.
         match costs {
@@ -199,31 +219,33 @@ impl Core {
         Ok(records
             .chunks_exact(scripts::RECORD * l)
             .zip(costs)
-            .map(|(answers, &cost)| self.decision(answers, at_ns, cost))
+            .map(|(answers, &cost)| decision_of(answers, &tuned.quotas, at_ns, cost))
             .collect())
     }
+}
 
-    /// One key's decision from its limits' records (one per limit, in
-    /// order): combined as the in-process [`AllOf`](weir_rate::AllOf) combines
-    /// its limits' decisions, and when allowed, charged at the server's
-    /// `at_ns`.
-    fn decision(&self, answers: &[u8], at_ns: u64, cost: u32) -> Decision {
-        let mut combined: Option<Decision> = None;
-        for (record, limit) in answers.chunks_exact(scripts::RECORD).zip(&*self.limits) {
-            let d = decision(scripts::decode(record), &limit.quota);
-            combined = Some(match combined {
-                Some(c) => c.combine(d),
-                None => d,
-            });
-        }
-        let d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, Duration::ZERO));
-        if cost > 0 {
-            d.with_receipt(Receipt::remote(at_ns, cost))
-        } else {
-            d
-        }
+/// One key's decision from its limits' records (one per limit, in order,
+/// of `quotas`): combined as the in-process [`AllOf`](weir_rate::AllOf)
+/// combines its limits' decisions, and when allowed, charged at the
+/// server's `at_ns`.
+fn decision_of(answers: &[u8], quotas: &[Quota], at_ns: u64, cost: u32) -> Decision {
+    let mut combined: Option<Decision> = None;
+    for (record, quota) in answers.chunks_exact(scripts::RECORD).zip(quotas) {
+        let d = decision(scripts::decode(record), quota);
+        combined = Some(match combined {
+            Some(c) => c.combine(d),
+            None => d,
+        });
     }
+    let d = combined.unwrap_or_else(|| Decision::allow(0, Duration::ZERO, 0, Duration::ZERO));
+    if cost > 0 {
+        d.with_receipt(Receipt::remote(at_ns, cost))
+    } else {
+        d
+    }
+}
 
+impl Core {
     /// Charge `cost` units to, or refund the receipt of `cost` units at
     /// `at_us` (server µs) from, every limit of the key of base `key`;
     /// returns the server's time (epoch µs).
@@ -246,6 +268,7 @@ impl Core {
         let mark = (op == Settle::Refund && self.cluster)
             .then(|| refund_mark(key))
             .filter(|mark| cluster_slot(mark) == cluster_slot(&names[0]));
+        let tuned = self.tuned();
         let command = |mark: Option<&String>| {
             let mut cmd = redis::Cmd::new();
             cmd.arg("EVALSHA")
@@ -253,7 +276,7 @@ impl Core {
                 .arg(names.len() + usize::from(mark.is_some()))
                 .arg(&names)
                 .arg(mark)
-                .arg(&self.params)
+                .arg(&tuned.params)
                 .arg(op.code())
                 .arg(cost)
                 .arg(at_us)

@@ -152,7 +152,8 @@ pub use spec::Tls;
 pub use store::Redis;
 pub use target::Target;
 pub use weir_store::{
-    Answer, Batching, ConfigError, FailurePolicy, MAX_LIMITS, PreAggregation, Source, StoreError,
+    Answer, Batching, ConfigError, FailurePolicy, Limit, MAX_LIMITS, PreAggregation, Source,
+    StoreError,
 };
 
 /// A rate limit kept on Redis: weir-store's limiter over the [`Redis`]

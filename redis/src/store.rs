@@ -2,7 +2,7 @@
 //! how a key is named, which keys fail together and share a call, and the
 //! script calls that decide, charge and refund.
 
-use crate::call::{Core, Limit as KeyedLimit};
+use crate::call::{Core, Limit as KeyedLimit, Tuned};
 use crate::link::misconfigured;
 use crate::params::params;
 use crate::scripts::{self, Settle};
@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_rate::{Decision, Receipt};
-use weir_store::{Backend, ConfigError, Kind, Placement, Plan, StoreError};
+use weir_store::{Backend, ConfigError, Kind, Limit, Placement, Plan, StoreError};
 
 /// Back-off cells: one for a single server; for a cluster one per 64
 /// consecutive slots, so a dead master only sends its own slots' keys to
@@ -108,7 +108,6 @@ impl Backend for Redis {
                 .enumerate()
                 .map(|(i, l)| KeyedLimit {
                     suffix: format!(":{i}:{}", l.tag()),
-                    quota: l.quota(),
                 })
                 .collect();
             (
@@ -119,7 +118,6 @@ impl Backend for Redis {
         } else {
             let keyed = vec![KeyedLimit {
                 suffix: String::new(),
-                quota: limits[0].quota(),
             }];
             (
                 scripts::check(kinds[0]),
@@ -132,7 +130,7 @@ impl Backend for Redis {
         let core = Core::new(
             Arc::clone(&link),
             (&source, &scripts::settle(&kinds)),
-            limits.iter().flat_map(params).collect(),
+            tuned(limits),
             keyed,
             (timeout, target.is_cluster()),
         );
@@ -199,6 +197,14 @@ impl Backend for Redis {
         if self.core.cluster { CLUSTER_CELLS } else { 1 }
     }
 
+    /// The scripts take every parameter per call: the next call decides
+    /// by the new limits, on the same keys (the limiter has checked that
+    /// the algorithms, their order and the windows' lengths are the same).
+    fn retune(&self, limits: &[Limit]) -> Result<(), ConfigError> {
+        self.core.retune(tuned(limits));
+        Ok(())
+    }
+
     fn describe(&self, cell: usize) -> String {
         self.target
             .describe(self.core.cluster.then_some(cell * 16384 / CLUSTER_CELLS))
@@ -235,4 +241,13 @@ fn needs_tls(address: &str) -> ConfigError {
         "the server at {address} speaks only TLS: give a `rediss://` address \
          (weir-redis's `tls` feature)"
     ))))
+}
+
+/// What the calls take from `limits`: the scripts' parameters, limit by
+/// limit, and the quotas the decisions report.
+fn tuned(limits: &[Limit]) -> Tuned {
+    Tuned {
+        params: limits.iter().flat_map(params).collect(),
+        quotas: limits.iter().map(Limit::quota).collect(),
+    }
 }

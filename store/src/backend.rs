@@ -131,6 +131,24 @@ pub trait Backend: Send + Sync + Sized + 'static {
         key: &Self::Key,
         receipt: Receipt,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Decide by `limits` from now on, on the same keys: the limiter has
+    /// checked that they are the plan's algorithms in the plan's order,
+    /// with the same windows (see
+    /// [`StoreLimiter::set_limits`](crate::StoreLimiter::set_limits)).
+    /// Every later call decides by the new limits, none by a mix of old and
+    /// new.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Unsupported`] by default: a store that does not say
+    /// it can change its limits while serving cannot.
+    fn retune(&self, limits: &[Limit]) -> Result<(), ConfigError> {
+        let _ = limits;
+        Err(ConfigError::Unsupported(
+            "this store cannot change its limits while serving",
+        ))
+    }
 }
 
 /// Where a key goes on a store, as [`Backend::place`] works it out once

@@ -11,13 +11,14 @@ use crate::failure::FailurePolicy;
 use crate::health::Health;
 use crate::leases::{Leases, PreAggregation};
 use crate::limit::{Kind, Limit, StoreAlgorithm};
-use crate::limiter::Inner;
 use crate::limiter::StoreLimiter;
+use crate::limiter::{Inner, Tuned};
 use crate::telemetry::AnswerMetrics;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
+use weir_primitives::sync::RwLock;
 
 /// The most limits an all-of limiter decides together ([`StoreLimiterBuilder::and`]).
 pub const MAX_LIMITS: usize = 16;
@@ -184,8 +185,7 @@ impl<B: Backend> StoreLimiterBuilder<B> {
         self.check()?;
         let (backend, connected) = B::connect(target, &self.plan).await?;
         let limits = self.plan.limits;
-        let first = limits[0];
-        let policy = self.policy.concrete(&limits)?;
+        let (policy, fallback) = self.policy.concrete(&limits)?;
         let name = self.name.unwrap_or_else(|| self.plan.prefix.clone());
         let caller = Arc::new(Caller {
             timeout: self.plan.timeout,
@@ -205,18 +205,22 @@ impl<B: Backend> StoreLimiterBuilder<B> {
         let batcher = self
             .batching
             .map(|b| Batcher::start(Arc::clone(&caller), b));
-        let max_cost = limits.iter().map(Limit::max_cost).min().unwrap_or(0);
-        let leases = self
-            .leases
-            .map(|cfg| Arc::new(Leases::new(cfg, first.quota(), max_cost, caller.timeout)));
+        let tuned = Tuned::new(&limits);
+        let leases = self.leases.map(|cfg| {
+            Arc::new(Leases::new(
+                cfg,
+                tuned.quota,
+                tuned.max_cost,
+                caller.timeout,
+            ))
+        });
         Ok(StoreLimiter {
             inner: Arc::new(Inner {
                 caller,
-                quota: first.quota(),
-                max_cost,
-                limits: limits.into_boxed_slice(),
+                tuned: RwLock::new(tuned),
                 name,
                 policy,
+                fallback,
                 batcher,
                 leases,
                 waiting_refunds: AtomicUsize::new(0),

@@ -109,28 +109,33 @@ const PER_INSTANCE_KEYS: NonZeroUsize = NonZeroUsize::new(65_536).unwrap();
 
 impl FailurePolicy {
     /// The policy for `limits`, made concrete: [`PerInstance`](Self::PerInstance)
-    /// becomes the in-process limiter it stands for.
-    pub(crate) fn concrete(self, limits: &[Limit]) -> Result<Self, ConfigError> {
-        match (self, limits) {
+    /// becomes the in-process limiter it stands for, also returned typed
+    /// (so that a change of the limits can reach it).
+    pub(crate) fn concrete(
+        self,
+        limits: &[Limit],
+    ) -> Result<(Self, Option<Fallback>), ConfigError> {
+        let fallback = match (self, limits) {
             // A rate keeps no window: the sketch holds it in fixed memory.
-            (Self::PerInstance, [one]) if !one.has_windows() => Ok(Self::Local(Arc::new(
+            (Self::PerInstance, [one]) if !one.has_windows() => Fallback::Sketch(Arc::new(
                 SketchLimiter::new(one.quota(), PER_INSTANCE_SHAPE),
-            ))),
+            )),
             // Windows, or several limits: the same algorithms per key, with
             // windows on the Unix epoch's grid, as the stores count them.
             (Self::PerInstance, limits) => {
-                let locals: Option<Vec<LocalLimit>> = limits.iter().map(Limit::local).collect();
-                let locals = locals.ok_or(ConfigError::Invalid(
-                    "a sliding window whose counters do not fit its quota",
-                ))?;
-                let local = KeyedLimiter::<String, _>::builder(AllOf::new(locals))
+                let local = KeyedLimiter::<String, _>::builder(locals(limits)?)
                     .clock(WallClock::new())
                     .max_keys(PER_INSTANCE_KEYS)
                     .build();
-                Ok(Self::Local(Arc::new(local)))
+                Fallback::Keyed(Arc::new(local))
             }
-            (policy, _) => Ok(policy),
-        }
+            (policy, _) => return Ok((policy, None)),
+        };
+        let local: Arc<dyn CheckKey<str>> = match &fallback {
+            Fallback::Sketch(sketch) => Arc::clone(sketch) as _,
+            Fallback::Keyed(keyed) => Arc::clone(keyed) as _,
+        };
+        Ok((Self::Local(local), Some(fallback)))
     }
 
     /// The policy's answer for `cost` units of `key`, with the `error`
@@ -185,6 +190,38 @@ impl fmt::Debug for FailurePolicy {
             Self::Local(_) => f.write_str("Local(..)"),
         }
     }
+}
+
+/// The in-process limiter of a [`FailurePolicy::PerInstance`], typed.
+pub(crate) enum Fallback {
+    /// One rate (GCRA, token bucket): a sketch.
+    Sketch(Arc<SketchLimiter>),
+    /// Windows, or several limits: a keyed limiter of the same algorithms.
+    Keyed(Arc<KeyedLimiter<String, AllOf<LocalLimit>, WallClock>>),
+}
+
+impl Fallback {
+    /// Limit by `limits` from now on (the algorithms and their order
+    /// unchanged), keeping what each key has spent.
+    ///
+    /// # Errors
+    ///
+    /// A sliding window whose counters do not fit its quota.
+    pub(crate) fn set_limits(&self, limits: &[Limit]) -> Result<(), ConfigError> {
+        match self {
+            Self::Sketch(sketch) => sketch.set_limit(limits[0].quota()),
+            Self::Keyed(keyed) => keyed.set_limit(locals(limits)?),
+        }
+        Ok(())
+    }
+}
+
+/// The in-process algorithms of `limits`, all-or-nothing.
+fn locals(limits: &[Limit]) -> Result<AllOf<LocalLimit>, ConfigError> {
+    let locals: Option<Vec<LocalLimit>> = limits.iter().map(Limit::local).collect();
+    locals.map(AllOf::new).ok_or(ConfigError::Invalid(
+        "a sliding window whose counters do not fit its quota",
+    ))
 }
 
 /// The fail-closed denial: nothing remaining, retry after one second. Also

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
+use weir_primitives::sync::RwLock;
 use weir_primitives::time::duration_to_nanos;
 use weir_rate::{Decision, Quota};
 
@@ -141,10 +142,10 @@ pub(crate) trait LeaseStore: Clone + Send + Sync + 'static {
 
 pub(crate) struct Leases {
     cfg: PreAggregation,
-    /// What a lease's answer reports when the store has not said.
-    quota: Quota,
-    /// The largest cost every limit can allow at once: no lease is larger.
-    max_cost: u32,
+    /// What a lease's answer reports when the store has not said, and the
+    /// largest cost every limit can allow at once (no lease is larger):
+    /// the limits' now.
+    tuned: RwLock<(Quota, u32)>,
     /// How long a check waits for a lease being fetched.
     timeout: Duration,
     map: Mutex<HashMap<String, Entry>>,
@@ -160,8 +161,7 @@ impl Leases {
     pub(crate) fn new(cfg: PreAggregation, quota: Quota, max_cost: u32, timeout: Duration) -> Self {
         Self {
             cfg,
-            quota,
-            max_cost,
+            tuned: RwLock::new((quota, max_cost)),
             timeout,
             map: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
@@ -175,8 +175,14 @@ impl Leases {
         duration_to_nanos(self.epoch.elapsed())
     }
 
+    /// Take leases by `quota` and `max_cost` from now on. A lease granted
+    /// before is spent until it expires (at most its `max_age`).
+    pub(crate) fn set_limits(&self, quota: Quota, max_cost: u32) {
+        *self.tuned.write() = (quota, max_cost);
+    }
+
     fn lease_decision(&self, granted: Granted) -> Answer {
-        let q = self.quota;
+        let q = self.tuned.read().0;
         let (limit, window) = granted.policy.unwrap_or((q.limit(), q.window()));
         let r = u32::try_from(granted.remaining.saturating_add(u64::from(granted.left)))
             .unwrap_or(u32::MAX);
@@ -196,7 +202,7 @@ impl Leases {
         cost: u32,
     ) -> Option<Answer> {
         let max_age = duration_to_nanos(self.cfg.max_age);
-        let lease = self.cfg.lease.min(self.max_cost).max(cost);
+        let lease = self.cfg.lease.min(self.tuned.read().1).max(cost);
         // At most: find the lease empty with a fetch in flight, wait for
         // it, answer from the new lease.
         for round in 0..2 {

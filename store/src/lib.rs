@@ -94,6 +94,7 @@ mod limiter;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod memory;
+mod retune;
 mod telemetry;
 
 pub use answer::{Answer, Source};

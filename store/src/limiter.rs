@@ -9,8 +9,7 @@ use crate::backend::Backend;
 use crate::batch::Batcher;
 use crate::caller::Caller;
 use crate::error::StoreError;
-use crate::failure::FailurePolicy;
-use crate::failure::closed;
+use crate::failure::{FailurePolicy, Fallback, closed};
 use crate::health::{Change, Probe};
 use crate::leases::{LeaseStore, Leases};
 use crate::limit::Limit;
@@ -21,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
+use weir_primitives::sync::RwLock;
 use weir_rate::wait::{Jitter, until_allowed};
 use weir_rate::{
     CheckKeyAsync, Decision, NeverAllowed, Quota, Receipt, SettleKey, Settlement, Spending,
@@ -55,20 +55,58 @@ impl<B: Backend> Clone for StoreLimiter<B> {
 
 pub(crate) struct Inner<B: Backend> {
     pub(crate) caller: Arc<Caller<B>>,
+    /// The limits in force ([`StoreLimiter::set_limits`] changes them).
+    pub(crate) tuned: RwLock<Tuned>,
+    /// The limiter's name in metrics and logs.
+    pub(crate) name: String,
+    pub(crate) policy: FailurePolicy,
+    /// The in-process limiter a [`FailurePolicy::PerInstance`] stands
+    /// for, kept so that a change of the limits reaches it too.
+    pub(crate) fallback: Option<Fallback>,
+    pub(crate) batcher: Option<Batcher<B::Key>>,
+    pub(crate) leases: Option<Arc<Leases>>,
+    /// Refunds waiting out a back-off ([`StoreLimiter::refund`]), at most
+    /// [`WAITING_REFUNDS`].
+    pub(crate) waiting_refunds: AtomicUsize,
+}
+
+/// What the limits are now, and what follows from them.
+#[derive(Debug)]
+pub(crate) struct Tuned {
     pub(crate) limits: Box<[Limit]>,
     /// The first limit's quota: what a denial of the failure policy (or a
     /// lease's answer) reports.
     pub(crate) quota: Quota,
     /// The largest cost every limit can allow at once.
     pub(crate) max_cost: u32,
-    /// The limiter's name in metrics and logs.
-    pub(crate) name: String,
-    pub(crate) policy: FailurePolicy,
-    pub(crate) batcher: Option<Batcher<B::Key>>,
-    pub(crate) leases: Option<Arc<Leases>>,
-    /// Refunds waiting out a back-off ([`StoreLimiter::refund`]), at most
-    /// [`WAITING_REFUNDS`].
-    pub(crate) waiting_refunds: AtomicUsize,
+    /// The longest window of the limits.
+    pub(crate) longest_window: Option<Duration>,
+}
+
+impl Tuned {
+    /// What follows from `limits` (at least one).
+    pub(crate) fn new(limits: &[Limit]) -> Self {
+        Self {
+            limits: limits.into(),
+            quota: limits[0].quota(),
+            max_cost: limits.iter().map(Limit::max_cost).min().unwrap_or(0),
+            longest_window: limits.iter().map(|l| l.quota().window()).max(),
+        }
+    }
+}
+
+impl<B: Backend> Inner<B> {
+    fn quota(&self) -> Quota {
+        self.tuned.read().quota
+    }
+
+    fn max_cost(&self) -> u32 {
+        self.tuned.read().max_cost
+    }
+
+    fn longest_window(&self) -> Option<Duration> {
+        self.tuned.read().longest_window
+    }
 }
 
 /// The most refunds one limiter keeps waiting for the store after a
@@ -84,7 +122,7 @@ impl<B: Backend> fmt::Debug for StoreLimiter<B> {
         f.debug_struct("StoreLimiter")
             .field("store", &B::NAME)
             .field("name", &self.inner.name)
-            .field("limits", &self.inner.limits)
+            .field("limits", &self.inner.tuned.read().limits)
             .field("policy", &self.inner.policy)
             .finish_non_exhaustive()
     }
@@ -98,7 +136,13 @@ impl<B: Backend> StoreLimiter<B> {
 
     /// Every limit's quota, in the order the builder was given them.
     pub fn quotas(&self) -> Vec<Quota> {
-        self.inner.limits.iter().map(Limit::quota).collect()
+        self.inner
+            .tuned
+            .read()
+            .limits
+            .iter()
+            .map(Limit::quota)
+            .collect()
     }
 
     /// The limiter's name: the `limiter` label of its metrics and the
@@ -117,7 +161,7 @@ impl<B: Backend> StoreLimiter<B> {
             Ok(answer) => answer.decision,
             // A cost of one is never beyond the max cost (limit and burst
             // are at least one); deny rather than panic if that changes.
-            Err(_) => closed(&self.inner.quota),
+            Err(_) => closed(&self.inner.quota()),
         }
     }
 
@@ -140,7 +184,7 @@ impl<B: Backend> StoreLimiter<B> {
     /// [`NeverAllowed`] when `cost` exceeds what the limiter can ever allow
     /// at once (its max cost); a denial is an `Ok` decision.
     pub async fn check_verbose(&self, key: &str, cost: u32) -> Result<Answer, NeverAllowed> {
-        NeverAllowed::check(cost, self.inner.max_cost)?;
+        NeverAllowed::check(cost, self.inner.max_cost())?;
         let mut answer = self.decide(key, cost).await;
         if matches!(answer.source, Source::Store | Source::Lease) {
             answer = self.reconcile(key, cost, answer).await;
@@ -169,7 +213,7 @@ impl<B: Backend> StoreLimiter<B> {
         if cost == 0 || !answer.decision.is_allowed() {
             return answer;
         }
-        let settling = inner.limits.iter().map(|l| l.quota().window()).max();
+        let settling = inner.longest_window();
         let recent = settling.is_some_and(|window| inner.caller.health.failed_within(window));
         if answer.source == Source::Store && recent {
             match local.check_n(key, cost) {
@@ -211,14 +255,14 @@ impl<B: Backend> StoreLimiter<B> {
             // Shed, whatever the failure policy: allowing the excess of a
             // flood would let it through unchecked.
             Err(e) if e.is_overload() => Answer {
-                decision: closed(&self.inner.quota),
+                decision: closed(&self.inner.quota()),
                 source: Source::Shed,
                 error: Some(e),
             },
             Err(e) => {
                 let inner = &*self.inner;
                 let backoff = inner.caller.health.backoff();
-                inner.policy.answer(key, cost, e, &inner.quota, backoff)
+                inner.policy.answer(key, cost, e, &inner.quota(), backoff)
             }
         }
     }
@@ -252,7 +296,7 @@ impl<B: Backend> StoreLimiter<B> {
     /// reply that cannot be read, this instance overloaded, or a cost the
     /// quota can never allow.
     pub async fn try_check_n(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
-        NeverAllowed::check(cost, self.inner.max_cost).map_err(StoreError::NeverAllowed)?;
+        NeverAllowed::check(cost, self.inner.max_cost()).map_err(StoreError::NeverAllowed)?;
         let decision = self.ask(key, cost).await?;
         if cost > 0
             && decision.is_allowed()
@@ -447,7 +491,7 @@ impl<B: Backend> StoreLimiter<B> {
             return Err(StoreError::BackingOff);
         }
         let _waiting = Waiting(waiting);
-        let window = inner.limits.iter().map(|l| l.quota().window()).max();
+        let window = inner.longest_window();
         let patience = window.map_or(REFUND_PATIENCE, |w| w.min(REFUND_PATIENCE));
         let give_up = Instant::now() + patience;
         loop {

@@ -20,7 +20,7 @@
 
 use crate::backend::{Backend, Placement, Plan};
 use crate::error::{ConfigError, StoreError};
-use crate::limit::LocalLimit;
+use crate::limit::{Limit, LocalLimit};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use weir_primitives::sync::RwLock;
 use weir_primitives::time::duration_to_nanos;
 use weir_rate::{Algorithm, AllOf, Decision, Mode, Receipt};
 
@@ -319,7 +320,8 @@ impl std::error::Error for Broken {}
 /// ```
 pub struct MemoryBackend {
     store: MemoryStore,
-    limits: AllOf<LocalLimit>,
+    /// The limits now: a call decides by one snapshot of them.
+    limits: RwLock<Arc<AllOf<LocalLimit>>>,
     /// Every key of the limiter starts `<prefix>:`.
     prefix: String,
 }
@@ -340,13 +342,24 @@ impl MemoryBackend {
         format!("{}:{key}", self.prefix)
     }
 
-    /// Runs `spend` on `name`'s state (made fresh for a key not seen yet).
-    fn with_state<T>(&self, name: &str, spend: impl FnOnce(&mut KeyState, u64) -> T) -> T {
+    /// The limits now.
+    fn limits(&self) -> Arc<AllOf<LocalLimit>> {
+        Arc::clone(&self.limits.read())
+    }
+
+    /// Runs `spend` on `name`'s state under `limits` (made fresh for a
+    /// key not seen yet).
+    fn with_state<T>(
+        &self,
+        limits: &AllOf<LocalLimit>,
+        name: &str,
+        spend: impl FnOnce(&mut KeyState, u64) -> T,
+    ) -> T {
         let now = self.store.now_ns();
         let mut keys = self.store.shared.keys.lock();
         let state = keys
             .entry(name.to_owned())
-            .or_insert_with(|| self.limits.new_state(now));
+            .or_insert_with(|| limits.new_state(now));
         spend(state, now)
     }
 }
@@ -382,7 +395,7 @@ impl Backend for MemoryBackend {
         let reachable = !store.shared.faults.borrow().contains(&Fault::Fail);
         let backend = Self {
             store,
-            limits: AllOf::new(limits),
+            limits: RwLock::new(Arc::new(AllOf::new(limits))),
             prefix: plan.prefix().to_owned(),
         };
         Ok((backend, reachable))
@@ -425,12 +438,13 @@ impl Backend for MemoryBackend {
                 "one call asked for keys of several cells".to_owned(),
             ));
         }
+        let limits = self.limits();
         let decided = keys
             .iter()
             .zip(costs)
             .map(|(name, &cost)| {
-                self.with_state(name, |state, now| {
-                    match self.limits.check(state, now, cost, Mode::Consume) {
+                self.with_state(&limits, name, |state, now| {
+                    match limits.check(state, now, cost, Mode::Consume) {
                         Ok(decision) => Ok(match decision.receipt() {
                             Some(spent) => decision.with_receipt(on_store(spent)),
                             None => decision,
@@ -449,13 +463,30 @@ impl Backend for MemoryBackend {
 
     async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {
         self.store.enter(self.store.cell_of_name(key), 1).await?;
-        let spent = self.with_state(key, |state, now| self.limits.charge(state, now, cost));
+        let limits = self.limits();
+        let spent = self.with_state(&limits, key, |state, now| limits.charge(state, now, cost));
         Ok(self.store.reply(on_store(spent)).await)
     }
 
     async fn refund(&self, key: &String, receipt: Receipt) -> Result<(), StoreError> {
         self.store.enter(self.store.cell_of_name(key), 1).await?;
-        self.with_state(key, |state, now| self.limits.refund(state, now, receipt));
+        let limits = self.limits();
+        self.with_state(&limits, key, |state, now| {
+            limits.refund(state, now, receipt)
+        });
         self.store.reply(Ok(())).await
+    }
+
+    /// Each key's state follows the limits by position, as in process.
+    fn retune(&self, limits: &[Limit]) -> Result<(), ConfigError> {
+        let locals = limits
+            .iter()
+            .map(Limit::local)
+            .collect::<Option<Vec<_>>>()
+            .ok_or(ConfigError::Invalid(
+                "a sliding window whose counters do not fit its quota",
+            ))?;
+        *self.limits.write() = Arc::new(AllOf::new(locals));
+        Ok(())
     }
 }

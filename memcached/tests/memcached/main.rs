@@ -16,6 +16,7 @@ use weir_test_support::memcached_server::MemcachedServer;
 mod decisions;
 mod faults;
 mod keys;
+mod set_limits;
 
 type TestResult = Result<(), Box<dyn Error>>;
 

@@ -48,6 +48,7 @@ mod held;
 mod outages;
 mod restarts;
 mod sentinel;
+mod set_limits;
 mod sharing;
 mod stalls;
 mod waits;
