@@ -252,6 +252,27 @@ fn limited<K: RequestKey>(key: K, policy: &str) -> Proxy<K> {
     }
 }
 
+/// Two slow requests through `proxy` hold an upstream limit of 2 (as
+/// `in_flight` counts them); a third request meanwhile gets a 503, and
+/// the two slow ones their 200s.
+fn two_slow_then_a_refusal(proxy: SocketAddr, in_flight: impl Fn() -> usize) {
+    let slow: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(&mut connect(proxy), "/slow", "").status))
+        .collect();
+    let start = Instant::now();
+    while in_flight() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the slow requests never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 503);
+    for request in slow {
+        assert_eq!(request.join().unwrap(), 200);
+    }
+}
+
 #[test]
 fn the_first_three_pass_then_429s_with_the_fields_on_one_connection() {
     let proxy = serve(limited(ClientIp::new(), "per-ip"));
@@ -316,21 +337,7 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
     });
     let peer = HttpPeer::new(origin, false, String::new());
     // Two slow requests hold the limit; a third is refused meanwhile.
-    let slow: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(move || get(&mut connect(proxy), "/slow", "").status))
-        .collect();
-    let start = Instant::now();
-    while upstream.in_flight(&peer) < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the slow requests never reached the origin"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(get(&mut connect(proxy), "/", "").status, 503);
-    for request in slow {
-        assert_eq!(request.join().unwrap(), 200);
-    }
+    two_slow_then_a_refusal(proxy, || upstream.in_flight(&peer));
     // 1,000 clients that hang up while their request is at the origin.
     for batch in 0..20 {
         let clients: Vec<_> = (0..50)
@@ -392,21 +399,7 @@ fn the_adaptive_limit_learns_from_statuses_not_from_clients_gone() {
     assert_eq!(get(&mut conn, "/", "").status, 200);
     assert_eq!(get(&mut conn, "/busy", "").status, 503);
     // Two slow requests hold the learned limit of 2: a third gets 503.
-    let slow: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(move || get(&mut connect(proxy), "/slow", "").status))
-        .collect();
-    let start = Instant::now();
-    while adaptive.in_flight(&peer) < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the slow requests never reached the origin"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(get(&mut connect(proxy), "/", "").status, 503);
-    for request in slow {
-        assert_eq!(request.join().unwrap(), 200);
-    }
+    two_slow_then_a_refusal(proxy, || adaptive.in_flight(&peer) as usize);
     // A client that hangs up while its request is at the origin.
     let mut gone = TcpStream::connect(proxy).unwrap();
     gone.write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
