@@ -6,7 +6,7 @@ use crate::settle::{Owed, Settle, settle};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use weir_rate::{CheckKeyAsync, Decision, PolicyName, SettleKey};
 
 /// A rate limit for a pingora proxy: any weir keyed limiter (in process,
@@ -89,6 +89,20 @@ impl Passage {
     /// policies.
     pub fn decisions(&self) -> impl Iterator<Item = (&PolicyName, &Decision)> {
         self.admissions.iter().map(|a| (&a.policy, &a.decision))
+    }
+}
+
+/// A settling limit's admission dropped unsettled means `logging` was
+/// never called for it: the key keeps what its check charged (a limit of
+/// bytes would count requests). Said once per process, loudly.
+impl Drop for Passage {
+    fn drop(&mut self) {
+        static TOLD: AtomicBool = AtomicBool::new(false);
+        if self.admissions.iter().any(|a| a.owed.is_some()) && !TOLD.swap(true, Ordering::Relaxed) {
+            log::error!(
+                "weir-pingora: a RateLimit with a Settle rule admitted a request whose settlement never ran: call its `logging` from your ProxyHttp's `logging`"
+            );
+        }
     }
 }
 
@@ -204,7 +218,10 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
 
 impl<L: SettleKey<str>, K: RequestKey> RateLimit<L, K> {
     /// Settle each admitted request at the cost `rule` finds in its
-    /// response, when [`logging`](Self::logging) is called for it.
+    /// response, when [`logging`](Self::logging) is called for it. Call
+    /// it from your `ProxyHttp::logging` for every request: an admission
+    /// never settled keeps what its check charged (and is reported once
+    /// as an error in the log).
     ///
     /// ```
     /// use weir_pingora::{ClientIp, RateLimit, Settle};
