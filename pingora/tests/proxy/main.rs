@@ -322,7 +322,7 @@ fn a_header_key_counts_each_value_apart_and_falls_back_to_the_address() {
 }
 
 #[test]
-fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
+fn an_upstream_at_its_limit_gets_503_and_its_permits_come_back() {
     let upstream = Arc::new(UpstreamInflight::new(2));
     let origin = origin();
     let proxy = serve(Proxy {
@@ -338,8 +338,30 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
     let peer = HttpPeer::new(origin, false, String::new());
     // Two slow requests hold the limit; a third is refused meanwhile.
     two_slow_then_a_refusal(proxy, || upstream.in_flight(&peer));
+    wait_until_none_in_flight(|| upstream.in_flight(&peer));
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 200);
+}
+
+#[test]
+fn a_thousand_cancelled_requests_leak_no_permit() {
+    // Room for a whole batch, so that each cancelled request holds a permit
+    // while its client hangs up (none is refused instead).
+    let upstream = Arc::new(UpstreamInflight::new(100));
+    let origin = origin();
+    let proxy = serve(Proxy {
+        origin,
+        rate: RateLimit::new(
+            ClientIp::new(),
+            KeyedLimiter::new(Gcra::new(Quota::per_second(nonzero!(100_000)))),
+            "per-ip",
+        ),
+        upstream: Arc::clone(&upstream),
+        adaptive: None,
+    });
+    let peer = HttpPeer::new(origin, false, String::new());
     // 1,000 clients that hang up while their request is at the origin.
-    for batch in 0..20 {
+    for _ in 0..20 {
+        wait_until_none_in_flight(|| upstream.in_flight(&peer));
         let clients: Vec<_> = (0..50)
             .map(|_| {
                 let mut stream = TcpStream::connect(proxy).unwrap();
@@ -349,9 +371,16 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
                 stream
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        while upstream.in_flight(&peer) < 50 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "only {} of the batch reached the origin",
+                upstream.in_flight(&peer)
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         drop(clients);
-        let _ = batch;
     }
     // And 50 that hang up mid-response, the head read, the body streaming.
     for _ in 0..50 {
@@ -364,16 +393,22 @@ fn an_upstream_at_its_limit_gets_503_and_cancelled_requests_leak_no_permit() {
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
         drop(conn);
     }
+    wait_until_none_in_flight(|| upstream.in_flight(&peer));
+    assert_eq!(get(&mut connect(proxy), "/", "").status, 200);
+}
+
+/// Waits up to 10 s for `in_flight` to count nothing, and fails naming what
+/// is left if it does not.
+fn wait_until_none_in_flight(in_flight: impl Fn() -> usize) {
     let start = Instant::now();
-    while upstream.in_flight(&peer) > 0 {
+    while in_flight() > 0 {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{} permits leaked",
-            upstream.in_flight(&peer)
+            in_flight()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(get(&mut connect(proxy), "/", "").status, 200);
 }
 
 #[test]
