@@ -25,10 +25,49 @@
 //! both take the last unit; a compare-and-swap that keeps losing to other
 //! writers of a key gives up after [`Servers::cas_attempts`] and the
 //! request is refused (answered as [`Source::Shed`] with
-//! [`StoreError::Contended`]), never let through. Several limits
-//! all-or-nothing need a transaction across keys, which Memcached does not
-//! have: [`StoreLimiterBuilder::and`](weir_store::StoreLimiterBuilder::and) with a second limit is
-//! refused at `connect` ([`ConfigError::Unsupported`]).
+//! [`StoreError::Contended`]), never let through.
+//!
+//! # Several limits all-or-nothing
+//!
+//! Windows combine: [`StoreLimiterBuilder::and`](weir_store::StoreLimiterBuilder::and)
+//! with fixed and sliding windows (a per-second limit and a sliding day,
+//! say) decides them all-or-nothing in the one round trip, with one list
+//! of `RateLimit` fields, as on Redis. Memcached has no transaction, so
+//! the check increments every limit's counter and, if any limit refuses,
+//! gives every increment back before it answers. That is never looser than
+//! the exact all-of: every admitted unit was counted by every limit's own
+//! increment. Under concurrency it can be stricter: a check of a key that
+//! arrives between another check's increments and their return counts
+//! them, and may be refused where the exact set would allow it. That needs
+//! two checks of one key in the same round trip's time while one of its
+//! limits is refusing, so it touches keys already at a limit; the bench
+//! suite's `memcached` section measures how often, beside Redis's exact
+//! set. A set with a GCRA or token bucket in it needs a transaction across
+//! keys and is refused at `connect` ([`ConfigError::Unsupported`]): keep
+//! such a set on Redis.
+//!
+//! A daily window falls on UTC midnight (see Time below); for a day that
+//! rolls with the client, make it a sliding window:
+//!
+//! ```no_run
+//! use weir_memcached::{MemcachedLimiter, Servers};
+//! use weir_rate::{FixedWindow, Quota, SlidingWindow, nonzero};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let second = FixedWindow::new(Quota::per_second(nonzero!(10)));
+//! // 24 counters of an hour each: the day ends an hour at a time.
+//! let day = SlidingWindow::try_new(Quota::per_day(nonzero!(10_000)), 24)?;
+//! let limiter = MemcachedLimiter::builder(second)
+//!     .and(day)
+//!     .prefix("api")
+//!     .connect(Servers::one("127.0.0.1:11211"))
+//!     .await?;
+//! let decision = limiter.check("customer-42").await;
+//! // One field for both: "api-1s";q=10;w=1, "api-1d";q=10000;w=86400
+//! let _ = decision.headers("api");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Time
 //!
@@ -54,7 +93,9 @@
 //! `A-Z a-z 0-9 _ . -`), the algorithm with the parameters that lay out its
 //! state, the limiter key percent-encoded (a key longer than 128 encoded
 //! bytes is named by 128 bits of its SHA-256), and the window a counter
-//! counts. Different keys or prefixes never share a store key, nor do
+//! counts. In a set all-or-nothing, the first limit's counters are named
+//! so, and the `i`-th limit's `<prefix>:<first>:<key>|<i>:<limit>:<window>`,
+//! so a key's counters all live on one server. Different keys or prefixes never share a store key, nor do
 //! windows of different lengths; a GCRA or token-bucket key is one time
 //! whatever the quota, so that a quota changed for a key takes over what
 //! it spent (as in process): two such limiters with different quotas need

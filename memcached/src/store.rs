@@ -13,7 +13,7 @@ use crate::cas::{self, CasLimit};
 use crate::connection::Connection;
 use crate::keys::{MAX_PREFIX, encode, valid_prefix};
 use crate::servers::{Rendezvous, Servers, server_of};
-use crate::windows::{self, Window};
+use crate::windows::{self, Window, Windows};
 use memcache::exp::AsyncMetaClient;
 use std::fmt;
 use std::sync::Arc;
@@ -28,7 +28,8 @@ use weir_store::{Backend, ConfigError, Kind, Limit, Placement, Plan, StoreError}
 pub(crate) const MAX_COUNTERS: u32 = 64;
 
 /// The Memcached store of a [`MemcachedLimiter`](crate::MemcachedLimiter):
-/// the servers, the client, and the one limit it keeps.
+/// the servers, the client, and the limits it keeps (one, or windows
+/// all-or-nothing).
 ///
 /// ```no_run
 /// use std::num::NonZeroU32;
@@ -49,14 +50,18 @@ pub struct Memcached {
     servers: Vec<String>,
     /// How the limit is kept now: a call works by one snapshot of it.
     scheme: RwLock<Arc<Scheme>>,
-    /// Every key of the limiter starts `<prefix>:<limit>:`.
+    /// Every key of the limiter starts `<prefix>:<first limit>:`.
     head: String,
+    /// What sets each limit's counters apart within a key, after its `|`
+    /// (see [`marks`]); fixed, since a change of limits keeps their layout.
+    marks: Vec<String>,
 }
 
 /// How the limit is kept.
 enum Scheme {
-    /// A fixed or sliding window: counters, one per (sub-)window.
-    Window(Window),
+    /// Fixed or sliding windows, all-or-nothing: counters, one per
+    /// (sub-)window of each.
+    Windows(Windows),
     /// GCRA or a token bucket: one time per key, written by
     /// compare-and-swap.
     Cas(CasLimit),
@@ -128,20 +133,16 @@ impl Backend for Memcached {
             ));
         }
         debug_assert!(prefix.len() <= MAX_PREFIX);
-        let [limit] = plan.limits() else {
-            return Err(ConfigError::Unsupported(
-                "several limits all-or-nothing need a transaction across keys, which Memcached \
-                 does not have; keep them on Redis, or give each limit a limiter of its own",
-            ));
-        };
+        let limits = plan.limits();
         if servers.addresses().is_empty() {
             return Err(ConfigError::Invalid("no Memcached server"));
         }
         if servers.attempts() == 0 {
             return Err(ConfigError::Invalid("zero compare-and-swap attempts"));
         }
-        let scheme = scheme(limit)?;
-        let head = format!("{prefix}:{}:", tag(limit));
+        let marks = marks(limits);
+        let scheme = scheme(limits, &marks)?;
+        let head = format!("{prefix}:{}:", tag(&limits[0]));
         let timeout = plan.timeout();
         let client = AsyncMetaClient::builder()
             .router(Rendezvous)
@@ -160,6 +161,7 @@ impl Backend for Memcached {
             servers: servers.addresses().to_vec(),
             scheme: RwLock::new(Arc::new(scheme)),
             head,
+            marks,
         };
         Ok((store, connected))
     }
@@ -184,17 +186,12 @@ impl Backend for Memcached {
         self.servers.get(cell).cloned().unwrap_or_default()
     }
 
-    /// The keys stay (the limiter has checked that the algorithm and the
-    /// window's length are the same): a GCRA's or token bucket's stored
-    /// time, or a window's counts, are read by the new limit from the
+    /// The keys stay (the limiter has checked that the algorithms and the
+    /// windows' lengths are the same): a GCRA's or token bucket's stored
+    /// time, or the windows' counts, are read by the new limits from the
     /// next call on.
     fn retune(&self, limits: &[Limit]) -> Result<(), ConfigError> {
-        let [limit] = limits else {
-            return Err(ConfigError::Unsupported(
-                "several limits all-or-nothing on Memcached",
-            ));
-        };
-        *self.scheme.write() = Arc::new(scheme(limit)?);
+        *self.scheme.write() = Arc::new(scheme(limits, &self.marks)?);
         Ok(())
     }
 
@@ -205,7 +202,7 @@ impl Backend for Memcached {
     ) -> Result<Vec<Result<Decision, StoreError>>, StoreError> {
         let scheme = self.scheme();
         match &*scheme {
-            Scheme::Window(window) => windows::decide(&self.connection, window, keys, costs).await,
+            Scheme::Windows(set) => windows::decide(&self.connection, set, keys, costs).await,
             Scheme::Cas(limit) => cas::decide(&self.connection, limit, keys, costs).await,
         }
     }
@@ -213,7 +210,7 @@ impl Backend for Memcached {
     async fn charge(&self, key: &String, cost: u32) -> Result<Receipt, StoreError> {
         let scheme = self.scheme();
         match &*scheme {
-            Scheme::Window(window) => windows::charge(&self.connection, window, key, cost).await,
+            Scheme::Windows(set) => windows::charge(&self.connection, set, key, cost).await,
             Scheme::Cas(limit) => cas::charge(&self.connection, limit, key, cost).await,
         }
     }
@@ -221,17 +218,51 @@ impl Backend for Memcached {
     async fn refund(&self, key: &String, receipt: Receipt) -> Result<(), StoreError> {
         let scheme = self.scheme();
         match &*scheme {
-            Scheme::Window(window) => windows::refund(&self.connection, window, key, receipt).await,
+            Scheme::Windows(set) => windows::refund(&self.connection, set, key, receipt).await,
             Scheme::Cas(limit) => cas::refund(&self.connection, limit, key, receipt).await,
         }
     }
 }
 
-/// How `limit` is kept here.
-fn scheme(limit: &Limit) -> Result<Scheme, ConfigError> {
+/// How `limits` are kept here, each limit's counters set apart by its
+/// mark: one limit of any algorithm, or several windows all-or-nothing.
+fn scheme(limits: &[Limit], marks: &[String]) -> Result<Scheme, ConfigError> {
+    if let [limit] = limits
+        && let Some(cas) = cas_limit(limit)
+    {
+        return Ok(Scheme::Cas(cas));
+    }
+    let mut set = Vec::with_capacity(limits.len());
+    for (limit, mark) in limits.iter().zip(marks) {
+        let Some(window) = window(limit)? else {
+            return Err(ConfigError::Unsupported(
+                "several limits all-or-nothing on Memcached must all be fixed or sliding \
+                 windows (counters); a GCRA or token bucket among them needs a transaction \
+                 across keys, which Memcached does not have: keep such a set on Redis",
+            ));
+        };
+        set.push((mark.clone(), window));
+    }
+    if set.is_empty() {
+        return Err(ConfigError::Invalid("no limit"));
+    }
+    Ok(Scheme::Windows(Windows::new(set)))
+}
+
+/// `limit` as a time per key written by compare-and-swap, if it is one.
+fn cas_limit(limit: &Limit) -> Option<CasLimit> {
+    match limit.kind() {
+        Kind::Gcra { .. } => Some(CasLimit::Gcra(Gcra::new(limit.quota()))),
+        Kind::TokenBucket => Some(CasLimit::Bucket(TokenBucket::new(limit.quota()))),
+        Kind::FixedWindow | Kind::SlidingWindow { .. } => None,
+    }
+}
+
+/// `limit` as counters, if it is a window.
+fn window(limit: &Limit) -> Result<Option<Window>, ConfigError> {
     let quota = limit.quota();
     Ok(match limit.kind() {
-        Kind::FixedWindow => Scheme::Window(Window::fixed(quota)),
+        Kind::FixedWindow => Some(Window::fixed(quota)),
         Kind::SlidingWindow { counters, .. } => {
             if counters > MAX_COUNTERS {
                 return Err(ConfigError::Unsupported(
@@ -241,11 +272,28 @@ fn scheme(limit: &Limit) -> Result<Scheme, ConfigError> {
             let sliding = SlidingWindow::try_new(quota, counters).map_err(|_| {
                 ConfigError::Invalid("a sliding window whose counters do not fit its quota")
             })?;
-            Scheme::Window(Window::sliding(sliding))
+            Some(Window::sliding(sliding))
         }
-        Kind::Gcra { .. } => Scheme::Cas(CasLimit::Gcra(Gcra::new(quota))),
-        Kind::TokenBucket => Scheme::Cas(CasLimit::Bucket(TokenBucket::new(quota))),
+        Kind::Gcra { .. } | Kind::TokenBucket => None,
     })
+}
+
+/// What sets each limit's counters apart after a key's `|`: nothing for
+/// the first (a single limit's counters are `<key>|<window>`), and for
+/// the limit at place `i` of a set `<i>:<its limit's name>:`, so that a
+/// key's counters of two limits never meet, even of two limits alike.
+fn marks(limits: &[Limit]) -> Vec<String> {
+    limits
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| {
+            if i == 0 {
+                String::new()
+            } else {
+                format!("{i}:{}:", tag(limit))
+            }
+        })
+        .collect()
 }
 
 /// A limit's name in its keys: the algorithm and every parameter that lays

@@ -107,8 +107,9 @@ impl<B: Backend> StoreLimiterBuilder<B> {
     /// [`AllOf`](weir_rate::AllOf)'s: the binding limit's limit, window and
     /// remaining, the latest reset and retry. Costs above the smallest
     /// max cost are [`NeverAllowed`](weir_rate::NeverAllowed). At most
-    /// [`MAX_LIMITS`] limits, on a store that can decide several keys in
-    /// one transaction ([`connect`](Self::connect) says when it cannot).
+    /// [`MAX_LIMITS`] limits, on a store that can decide them together
+    /// ([`connect`](Self::connect) says when it cannot: Memcached decides
+    /// windows only, on counters, never looser than exact).
     pub fn and(mut self, algorithm: impl StoreAlgorithm) -> Self {
         self.plan.limits.push(Limit::of(&algorithm));
         self

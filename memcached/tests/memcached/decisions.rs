@@ -173,10 +173,11 @@ fn waiters_are_released_at_the_rate() -> TestResult {
     })
 }
 
-/// Several limits all-or-nothing need a transaction: refused at connect,
-/// with a reason that names the way out.
+/// A rate among several limits all-or-nothing needs a transaction:
+/// refused at connect, with a reason that names the way out; so is a bad
+/// prefix.
 #[test]
-fn several_limits_at_once_are_refused_at_connect() -> TestResult {
+fn a_set_with_a_rate_and_a_bad_prefix_are_refused_at_connect() -> TestResult {
     let Some(server) = MemcachedServer::start_or_skip("memcached all-of")? else {
         return Ok(());
     };

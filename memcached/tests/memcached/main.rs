@@ -13,6 +13,7 @@ use weir_memcached::{ConfigError, FailurePolicy, MemcachedLimiter, Servers, Sour
 use weir_rate::{Algorithm, FixedWindow, Gcra, Quota, SlidingWindow, TokenBucket};
 use weir_test_support::memcached_server::MemcachedServer;
 
+mod all_of;
 mod decisions;
 mod faults;
 mod keys;
