@@ -24,7 +24,7 @@ use weir_memcached::{MemcachedLimiter, Servers};
 use weir_rate::clock::ManualClock;
 use weir_rate::{CheckKey, FixedWindow, Gcra, KeyedLimiter, Quota, SlidingWindow, TokenBucket};
 use weir_redis::{FailurePolicy, RedisLimiter, Target};
-use weir_store::{Source, StoreAlgorithm};
+use weir_store::{Backend, Source, StoreAlgorithm, StoreLimiter};
 use weir_test_support::memcached_server::{self, MemcachedServer};
 use weir_test_support::redis_server::{self, RedisServer};
 
@@ -281,7 +281,8 @@ pub fn run(report: &mut Report) {
     let ceiling = throughput(report, &bench);
     let accuracy = accuracy(report, &bench);
     let contention = contention(report, &bench);
-    goals(report, &ceiling, &accuracy, &contention);
+    let all_of = all_of(report, &bench);
+    goals(report, &ceiling, &accuracy, &contention, &all_of);
 }
 
 /// Decisions per second per algorithm and store, and the fixed window
@@ -687,11 +688,250 @@ fn contention(report: &mut Report, bench: &Bench<'_>) -> Contention {
     Contention { rows }
 }
 
+/// The set both stores decide all-or-nothing: 20 a second (fixed
+/// window) and 50 in 5 s (sliding window, 2 counters) per key.
+fn per_second_and_per_five() -> (FixedWindow, SlidingWindow) {
+    let five = Quota::try_new(50, Duration::from_secs(5)).expect("a valid quota");
+    (
+        FixedWindow::new(Quota::per_second(nz(20))),
+        SlidingWindow::try_new(five, 2).expect("valid counters"),
+    )
+}
+
+/// Nanoseconds since the Unix epoch: the time line both stores' windows
+/// fall on.
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One check as a caller saw it: when it was sent, its key and cost, and
+/// whether the store allowed it (an answer off the store counts as off).
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    at: u64,
+    key: usize,
+    cost: u32,
+    allowed: bool,
+    off_store: bool,
+}
+
+/// Keys the all-or-nothing runs share among their callers.
+const SET_KEYS: usize = 4;
+
+/// `callers` tasks check [`SET_KEYS`] keys in turn through `limiter` for
+/// `dur`, each a cost of 1, or of 1 to 4 if `mixed`.
+async fn verdicts<B: Backend>(
+    limiter: &StoreLimiter<B>,
+    callers: usize,
+    dur: Duration,
+    mixed: bool,
+) -> Vec<Verdict> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let (limiter, stop) = (limiter.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut x = 0xA11_0F5E7u64 ^ (c as u64 + 1);
+                let names: Vec<String> = (0..SET_KEYS).map(|k| format!("k{k}")).collect();
+                let mut n = c;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = n % SET_KEYS;
+                    n += 1;
+                    let cost = if mixed {
+                        1 + (workload::xorshift(&mut x) % 4) as u32
+                    } else {
+                        1
+                    };
+                    let at = wall_ns();
+                    let (allowed, off_store) = match limiter.check_verbose(&names[key], cost).await
+                    {
+                        Ok(a) => (a.decision.is_allowed(), a.source != Source::Store),
+                        Err(_) => (false, true),
+                    };
+                    seen.push(Verdict {
+                        at,
+                        key,
+                        cost,
+                        allowed,
+                        off_store,
+                    });
+                }
+                seen
+            })
+        })
+        .collect();
+    tokio::time::sleep(dur).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        if let Ok(seen) = t.await {
+            all.extend(seen);
+        }
+    }
+    all
+}
+
+/// A store's run of the set beside the exact set's on the same checks.
+#[derive(Debug, Clone, Copy, Default)]
+struct SetRun {
+    /// Units asked and allowed by the store.
+    asked: u64,
+    allowed: u64,
+    /// Units the exact set in process allows when it decides the same
+    /// checks, one by one at the times they were sent.
+    exact: u64,
+    off_store: u64,
+}
+
+impl SetRun {
+    fn add(self, other: SetRun) -> SetRun {
+        SetRun {
+            asked: self.asked + other.asked,
+            allowed: self.allowed + other.allowed,
+            exact: self.exact + other.exact,
+            off_store: self.off_store + other.off_store,
+        }
+    }
+
+    /// Units the store refused that the exact set allowed.
+    fn short(&self) -> u64 {
+        self.exact.saturating_sub(self.allowed)
+    }
+
+    /// Units the store allowed beyond the exact set.
+    fn beyond(&self) -> u64 {
+        self.allowed.saturating_sub(self.exact)
+    }
+}
+
+/// The store's verdicts beside the exact set's on the same checks, played
+/// in the order they were sent. Far past the limits every unit a window
+/// frees is asked for at once, so the two differ only by the units one of
+/// them refused and the other allowed: a check sent just before a window
+/// boundary and decided by the store just after it, either way, or (on
+/// Memcached) a refusal for another check's increments not yet given back.
+fn replay(mut verdicts: Vec<Verdict>) -> SetRun {
+    verdicts.sort_by_key(|v| v.at);
+    let clock = ManualClock::new();
+    let exact = KeyedLimiter::<String, _, _>::with_clock(per_second_and_per_five(), clock.clone());
+    let names: Vec<String> = (0..SET_KEYS).map(|k| format!("k{k}")).collect();
+    let mut run = SetRun::default();
+    for v in verdicts {
+        clock.set(Duration::from_nanos(v.at));
+        let cost = u64::from(v.cost);
+        run.asked += cost;
+        run.allowed += if v.allowed { cost } else { 0 };
+        run.off_store += u64::from(v.off_store);
+        if exact
+            .check_n(&names[v.key], v.cost)
+            .is_ok_and(|d| d.is_allowed())
+        {
+            run.exact += cost;
+        }
+    }
+    run
+}
+
+/// All-or-nothing rows: callers, costs, Redis's and Memcached's runs
+/// (summed over the repetitions), and the units a window boundary may
+/// move either way over them.
+struct AllOf {
+    rows: Vec<(usize, &'static str, SetRun, SetRun, u64)>,
+}
+
+/// Windows all-or-nothing: Redis decides the set in one script, exactly;
+/// Memcached on counters, giving every increment back on a refusal. Each
+/// beside the exact set on the same checks.
+fn all_of(report: &mut Report, bench: &Bench<'_>) -> AllOf {
+    let mut rows = Vec::new();
+    let mut table = Table::new(
+        "callers | cost | units asked, Redis / Memcached | allowed, Redis / Memcached | exact set on the same checks, Redis / Memcached | refused that exact allowed, Redis / Memcached | allowed beyond exact, Redis / Memcached",
+    );
+    for (callers, mixed) in [(1usize, false), (1, true), (64, false), (64, true)] {
+        let costs = if mixed { "1–4" } else { "1" };
+        let runs = contest::rotate(
+            report,
+            &format!("all-or-nothing, {callers} callers, cost {costs}"),
+            2,
+            bench.repetitions,
+            |c, _| {
+                let name = format!("allof{callers}{}", if mixed { "mixed" } else { "unit" });
+                let (fast, slow) = per_second_and_per_five();
+                let seen = if c == 0 {
+                    let connect = RedisLimiter::builder(fast)
+                        .and(slow)
+                        .prefix(Bench::prefix(&name))
+                        .timeout(Duration::from_secs(1))
+                        .on_failure(FailurePolicy::Closed)
+                        .connect(Target::server(bench.redis.url()));
+                    bench.rt.block_on(async {
+                        match connect.await {
+                            Ok(l) => verdicts(&l, callers, bench.dur, mixed).await,
+                            Err(_) => Vec::new(),
+                        }
+                    })
+                } else {
+                    let connect = MemcachedLimiter::builder(fast)
+                        .and(slow)
+                        .prefix(Bench::prefix(&name))
+                        .timeout(Duration::from_secs(1))
+                        .on_failure(FailurePolicy::Closed)
+                        .connect(Servers::one(bench.memcached.addr()));
+                    bench.rt.block_on(async {
+                        match connect.await {
+                            Ok(l) => verdicts(&l, callers, bench.dur, mixed).await,
+                            Err(_) => Vec::new(),
+                        }
+                    })
+                };
+                replay(seen)
+            },
+        );
+        let sum = |runs: &[SetRun]| runs.iter().fold(SetRun::default(), |a, r| a.add(*r));
+        let (r, m) = (sum(&runs[0]), sum(&runs[1]));
+        table.row(format!(
+            "{callers} | {costs} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {}",
+            thousands(r.asked),
+            thousands(m.asked),
+            thousands(r.allowed),
+            thousands(m.allowed),
+            thousands(r.exact),
+            thousands(m.exact),
+            share(r.short(), r.exact, 2),
+            share(m.short(), m.exact, 2),
+            share(r.beyond(), r.exact, 2),
+            share(m.beyond(), m.exact, 2),
+        ));
+        // A boundary of the fixed window per key and second of each
+        // repetition (and one more), at most a cost of 4 moved at each.
+        let seconds = bench.dur.as_secs_f64().ceil() as u64 + 1;
+        let boundaries = SET_KEYS as u64 * seconds * bench.repetitions as u64 * 4;
+        rows.push((callers, costs, r, m, boundaries));
+    }
+    report.text(
+        "**Windows all-or-nothing.** 20 a second (fixed window) and 50 in 5 s (sliding window, \
+         2 counters) per key, decided together: on Redis by one script (exact), on Memcached \
+         by incrementing both counters in one pipeline and giving both back, before answering, \
+         if either refuses. Closed-loop callers on 4 keys, far past the limits, for the same \
+         repetitions as above; each store's checks are played again, in the order they were \
+         sent, through the exact set in process. Units, summed over the repetitions. Both \
+         stores differ from the replay by the checks that straddle a window boundary (sent \
+         before it, decided after it); Memcached's refusals beyond Redis's are what the \
+         give-back costs under concurrency.",
+    );
+    report.table(&table);
+    AllOf { rows }
+}
+
 fn goals(
     report: &mut Report,
     throughput: &Throughput,
     accuracy: &Accuracy,
     contention: &Contention,
+    all_of: &AllOf,
 ) {
     let mut lines = vec!["Goals, judged on this run:".to_owned()];
     if !throughput.fixed_over_raw.is_empty() {
@@ -719,5 +959,39 @@ fn goals(
         goal.name,
         goal.verdict(worst)
     ));
+    // Never looser than exact: beyond the exact set by no more than the
+    // window boundaries can move, as Redis's exact script.
+    if !all_of.rows.is_empty() {
+        let goal = Goal::at_most(
+            "Memcached's all-or-nothing set never looser than exact (units beyond the exact set, over what window boundaries move)",
+            1.0,
+        );
+        let worst = all_of
+            .rows
+            .iter()
+            .map(|(_, _, _, m, boundaries)| m.beyond() as f64 / (*boundaries).max(1) as f64)
+            .fold(0.0f64, f64::max);
+        let short: Vec<String> = all_of
+            .rows
+            .iter()
+            .map(|(callers, costs, r, m, _)| {
+                format!(
+                    "{callers} callers, cost {costs}: {} (Redis {})",
+                    share(m.short(), m.exact, 2),
+                    share(r.short(), r.exact, 2)
+                )
+            })
+            .collect();
+        let off: u64 = all_of.rows.iter().map(|r| r.3.off_store).sum();
+        lines.push(format!(
+            "* {}: worst {worst:.2} of the boundaries' units, {off} answers off the store ({})",
+            goal.name,
+            goal.verdict(worst)
+        ));
+        lines.push(format!(
+            "* Memcached's set refusing units the exact set allowed: {}",
+            short.join("; ")
+        ));
+    }
     report.text(&lines.join("\n"));
 }
