@@ -30,6 +30,9 @@ pub enum ConfigError {
         /// Counters requested.
         counters: u32,
     },
+    /// Tiers that cannot be checked together (see
+    /// [`TieredLimiter::new`](crate::TieredLimiter::new)), and why.
+    Tiers(&'static str),
     /// A sketch that cannot be sized as asked (weir-limits' error, for
     /// [`SketchLimiter::try_sized_for`](crate::SketchLimiter::try_sized_for)).
     Sketch(weir_limits::ConfigError),
@@ -48,6 +51,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "{counters} counters: a sliding-window counter needs at least 2, each covering at least 1 ns"
             ),
+            Self::Tiers(why) => write!(f, "tiers that cannot be checked together: {why}"),
             Self::Sketch(e) => write!(f, "a sketch that cannot be made: {e}"),
         }
     }

@@ -29,6 +29,9 @@
 //!   ([`KeyedLimiterBuilder`]) and never looser beyond it.
 //! * [`SketchLimiter`]: GCRA per key in fixed memory, never looser than
 //!   exact.
+//! * [`TieredLimiter`]: a limit per key, from the key's [`Tier`] (looked up
+//!   by a [`TierOf`]; algorithms that allow it are [`PerKeyQuota`]), each
+//!   decision naming its tier.
 //!
 //! All of them peek, weigh checks by cost, take refunds ([`Receipt`],
 //! [`Spending`]) and forced charges, change their quota at run time without
@@ -115,6 +118,7 @@ mod quota;
 mod single;
 mod sketch;
 mod sync;
+mod tiers;
 #[cfg(feature = "wait")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 pub mod wait;
@@ -163,6 +167,7 @@ pub use mode::Mode;
 pub use quota::Quota;
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
+pub use tiers::{PerKeyQuota, Tier, TierOf, TieredLimiter};
 pub use weir_limits::{Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.

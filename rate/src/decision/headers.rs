@@ -132,7 +132,9 @@ impl Decision {
 
     /// The response header fields for a policy called `name`, as
     /// `(field name, value)` pairs: `RateLimit-Policy`, `RateLimit`, and
-    /// `Retry-After` when denied.
+    /// `Retry-After` when denied. A decision that names its own policy (a
+    /// key's tier: [`policy`](Self::policy)) is rendered under that name;
+    /// an [`unlimited`](Self::unlimited) one has none.
     ///
     /// The name is rendered as an RFC 8941 string (see [`PolicyName`]);
     /// seconds are rounded up, so a client that obeys them never retries
@@ -160,7 +162,10 @@ impl Decision {
     /// );
     /// ```
     pub fn headers(&self, name: &str) -> Vec<(&'static str, String)> {
-        let policy = PolicyName::new(name);
+        if self.is_unlimited() {
+            return Vec::new();
+        }
+        let policy = PolicyName::new(self.policy().unwrap_or(name));
         let mut headers = vec![
             ("RateLimit-Policy", self.ratelimit_policy(&policy)),
             ("RateLimit", self.ratelimit(&policy)),

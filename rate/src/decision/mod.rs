@@ -11,6 +11,7 @@ pub use receipt::{Receipt, Spending};
 
 use crate::mode::Mode;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
 
@@ -64,6 +65,9 @@ pub struct Decision {
     /// Each limit's own decision, when this one combines several (an
     /// all-or-nothing set); none for a single limit.
     pub(crate) parts: Option<Parts>,
+    /// The policy that decided, when the limiter names one per key (a
+    /// tier); none when the caller's own name applies.
+    pub(crate) policy: Option<Arc<str>>,
 }
 
 /// The limits of a combined decision, in a canonical order. A pair, the
@@ -141,6 +145,7 @@ impl fmt::Debug for Decision {
             .field("retry_after", &self.retry_after())
             .field("delay", &self.delay())
             .field("receipt", &self.receipt)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -211,6 +216,7 @@ impl Decision {
             delay_ns: 0,
             receipt: None,
             parts: None,
+            policy: None,
         }
     }
 
@@ -251,6 +257,7 @@ impl Decision {
             delay_ns: 0,
             receipt: None,
             parts: None,
+            policy: None,
         }
     }
 
@@ -320,6 +327,54 @@ impl Decision {
             receipt: self.allowed.then_some(receipt),
             ..self
         }
+    }
+
+    /// The same decision, made by the policy named `name` (a key's tier,
+    /// say): header fields and metrics then name it instead of the
+    /// caller's own policy name.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_rate::Decision;
+    ///
+    /// let d = Decision::allow(10, Duration::from_secs(1), 9, Duration::ZERO).with_policy("paid".into());
+    /// assert_eq!(d.policy(), Some("paid"));
+    /// ```
+    pub fn with_policy(self, name: Arc<str>) -> Self {
+        Self {
+            policy: Some(name),
+            ..self
+        }
+    }
+
+    /// The decision for a key under no limit (an unlimited tier): allowed,
+    /// counted nowhere, with no header fields to send
+    /// ([`headers`](Self::headers) is empty).
+    ///
+    /// ```
+    /// use weir_rate::Decision;
+    ///
+    /// let d = Decision::unlimited();
+    /// assert!(d.is_allowed() && d.is_unlimited());
+    /// assert!(d.headers("internal").is_empty());
+    /// ```
+    pub fn unlimited() -> Self {
+        Self::allow_ns(u32::MAX, 0, u32::MAX, 0)
+    }
+
+    /// Whether this is [`unlimited`](Self::unlimited)'s decision: no limit
+    /// applies, and no `RateLimit` fields describe one.
+    #[inline]
+    pub fn is_unlimited(&self) -> bool {
+        self.window_ns == 0 && self.limit == u32::MAX && self.allowed && self.parts.is_none()
+    }
+
+    /// The name of the policy that made this decision, if the limiter
+    /// names one per key (see [`TieredLimiter`](crate::TieredLimiter));
+    /// `None` when the caller's own name applies.
+    #[inline]
+    pub fn policy(&self) -> Option<&str> {
+        self.policy.as_deref()
     }
 
     /// Whether the request should proceed. In shadow (dry-run) mode this is

@@ -178,6 +178,24 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.run_by(key, cost, mode, None)
+    }
+
+    /// A check in `mode` by `by` (a key's tier of the same layout, reading
+    /// the same state), or by the limiter's own limit. No refusal
+    /// is remembered: a remembered refusal is the limiter's own limit's.
+    #[inline]
+    pub(crate) fn run_by<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        mode: Mode,
+        by: Option<&L>,
+    ) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let located = self.shard(key);
         let now = self.clock.now_nanos();
         let Ok(decision) = self.decide_at(
@@ -186,7 +204,7 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
             mode == Mode::Consume,
             false,
             at_reading(now),
-            |l, s, now| l.check(s, now, cost, mode),
+            |own, s, now| by.unwrap_or(own).check(s, now, cost, mode),
         );
         Ok(self.shadowed(decision?))
     }

@@ -266,6 +266,16 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
         let Some(receipt) = decision.receipt() else {
             return;
         };
+        self.refund_by(key, receipt, None);
+    }
+
+    /// [`refund`](Self::refund) by `by` (a key's tier of the same
+    /// layout), or by the limiter's own limit.
+    pub(crate) fn refund_by<Q>(&self, key: &Q, receipt: Receipt, by: Option<&L>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let now = self.clock.now_nanos();
         let (hash, shard) = self.shard(key);
         let mut shard = shard.lock.lock();
@@ -274,7 +284,8 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
         let at = stamped(&shard.ahead, hash, key, shard.latest);
         if let Some(entry) = find(&mut shard.map, hash, key) {
             self.refusals.invalidate();
-            shard.limiter.refund(&mut entry.state, at, receipt);
+            by.unwrap_or(&shard.limiter)
+                .refund(&mut entry.state, at, receipt);
         }
     }
 
@@ -307,6 +318,16 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.charge_by(key, cost, None)
+    }
+
+    /// [`charge`](Self::charge) by `by` (a key's tier of the same
+    /// layout), or by the limiter's own limit.
+    pub(crate) fn charge_by<Q>(&self, key: &Q, cost: u32, by: Option<&L>) -> Receipt
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let now = self.clock.now_nanos();
         let Ok(receipt) = self.decide_at(
             self.shard(key),
@@ -314,7 +335,8 @@ impl<K: Hash + Eq + Clone + Send, L: Forgettable + Clone, C: Clock> KeyedLimiter
             true,
             false,
             at_reading(now),
-            |limiter, state, now| {
+            |own, state, now| {
+                let limiter = by.unwrap_or(own);
                 // A charge moves a refused key's reset and retry times, which
                 // a remembered refusal would still report: forget them all.
                 // Only a key refused now can be remembered as refused.

@@ -8,5 +8,6 @@ mod bounds;
 mod keyed;
 mod settle;
 mod sizing;
+mod tiers;
 mod wait;
 mod windows;

@@ -1,0 +1,525 @@
+//! Limits per key: [`TieredLimiter`], one keyed limiter whose limit for a
+//! key is its tier's, looked up by a [`TierOf`] the caller supplies.
+//!
+//! A public API gives a free key 10 a second, a paid one 100, an internal
+//! one no limit and an abusive one 1. Tiers are [`Tier`]s of one algorithm
+//! with quotas of their own (and [`Tier::unlimited`]); each key keeps one
+//! state, read by the quota of whatever tier the key is in at each check.
+//! A decision names its tier ([`Decision::policy`]), so the `RateLimit`
+//! fields and the metrics of a layer in front of the limiter carry it.
+//!
+//! # A key that changes tier
+//!
+//! What a key has spent carries over, as it does when a limiter's quota
+//! changes ([`KeyedLimiter::set_limit`]): a GCRA key's stored time or a
+//! window's count is read by the new tier's quota from the next check on,
+//! never reset to a full quota. A key that moves from a paid tier to a free
+//! one is therefore refused until what it spent fits the free quota; one
+//! that moves up gets the larger quota's room at once. That is why the
+//! tiers must share one layout ([`PerKeyQuota::same_layout`]): the same
+//! windows, the same counters.
+//!
+//! A refund or forced charge is settled by the tier that made the decision
+//! it settles ([`SettleKey::settle`]), so a key that changed tier in
+//! between gets back what its check spent, not what the new quota would
+//! count. [`CheckKey::refund`], given only a receipt, refunds by the key's
+//! tier at the time.
+
+use crate::algorithm::Forgettable;
+use crate::algorithms::{FixedWindow, Gcra, SlidingWindow};
+use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::ConfigError;
+use crate::decision::{Decision, NeverAllowed, Receipt};
+use crate::keyed::KeyedLimiter;
+use crate::mode::Mode;
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use weir_primitives::sync::RwLock;
+
+/// An algorithm whose quota may differ from key to key in one container:
+/// every quota of the same layout reads a key's state alike, and a key
+/// turns idle (and is forgotten) at a time that does not depend on the
+/// quota. GCRA (its state is one time), and fixed and sliding windows
+/// (counts per window) are; a bucket is not (when it is full again depends
+/// on its size), nor is the sliding log (it keeps as many times as the
+/// limit).
+pub trait PerKeyQuota: Forgettable + Clone + Send + Sync {
+    /// Whether `other` reads this algorithm's states: the same windows and
+    /// counters, whatever the quota.
+    fn same_layout(&self, other: &Self) -> bool;
+}
+
+impl PerKeyQuota for Gcra {
+    fn same_layout(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl PerKeyQuota for FixedWindow {
+    fn same_layout(&self, other: &Self) -> bool {
+        self.quota().window() == other.quota().window()
+    }
+}
+
+impl PerKeyQuota for SlidingWindow {
+    fn same_layout(&self, other: &Self) -> bool {
+        self.counters() == other.counters() && self.sub_window() == other.sub_window()
+    }
+}
+
+impl<A: PerKeyQuota, B: PerKeyQuota> PerKeyQuota for (A, B) {
+    fn same_layout(&self, other: &Self) -> bool {
+        self.0.same_layout(&other.0) && self.1.same_layout(&other.1)
+    }
+}
+
+/// One tier: a name (the policy name its decisions carry) and a limit, or
+/// none for a tier without a limit.
+///
+/// ```
+/// use weir_rate::{Gcra, Quota, Tier, nonzero};
+///
+/// let paid = Tier::limited("paid", Gcra::new(Quota::per_second(nonzero!(100))));
+/// let internal = Tier::<Gcra>::unlimited("internal");
+/// assert_eq!((paid.name(), internal.name()), ("paid", "internal"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Tier<L> {
+    name: Arc<str>,
+    limit: Option<L>,
+}
+
+impl<L> Tier<L> {
+    /// A tier called `name` whose keys are limited by `limit`.
+    pub fn limited(name: &str, limit: L) -> Self {
+        Self {
+            name: Arc::from(name),
+            limit: Some(limit),
+        }
+    }
+
+    /// A tier called `name` whose keys are never limited (nor counted).
+    pub fn unlimited(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            limit: None,
+        }
+    }
+
+    /// The tier's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tier's limit; `None` for an unlimited tier.
+    pub fn limit(&self) -> Option<&L> {
+        self.limit.as_ref()
+    }
+}
+
+/// Which tier a key is in: a closure returning the tier's name, a map from
+/// keys to tier names, or a lookup of the caller's own. `None`, or a name
+/// no tier has, is the default tier. Asked on every check: keep it cheap
+/// (a lookup in memory, refreshed elsewhere).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use weir_rate::TierOf;
+///
+/// let by_prefix = |key: &str| key.starts_with("pk_").then_some("paid");
+/// assert_eq!(by_prefix.tier_of("pk_42"), Some("paid"));
+///
+/// let by_key = HashMap::from([("k-7".to_owned(), "abusive".to_owned())]);
+/// assert_eq!(TierOf::<str>::tier_of(&by_key, "k-7"), Some("abusive"));
+/// ```
+pub trait TierOf<Q: ?Sized>: Send + Sync {
+    /// The name of `key`'s tier, or `None` for the default one.
+    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str>;
+}
+
+impl<Q: ?Sized, F> TierOf<Q> for F
+where
+    F: Fn(&Q) -> Option<&'static str> + Send + Sync,
+{
+    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
+        self(key)
+    }
+}
+
+impl<K, Q, S> TierOf<Q> for HashMap<K, String, S>
+where
+    K: Borrow<Q> + Hash + Eq + Send + Sync,
+    Q: Hash + Eq + ?Sized,
+    S: BuildHasher + Send + Sync,
+{
+    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// The tiers as checked: by name, with the default's place.
+#[derive(Debug)]
+struct Table<L> {
+    tiers: Vec<Tier<L>>,
+    by_name: HashMap<Arc<str>, usize>,
+    default: usize,
+}
+
+impl<L: PerKeyQuota> Table<L> {
+    /// The tiers checked: names unique and not empty, the default among
+    /// them, every limit of `layout`'s layout.
+    fn new(tiers: Vec<Tier<L>>, default: &str, layout: &L) -> Result<Self, ConfigError> {
+        let mut by_name = HashMap::with_capacity(tiers.len());
+        for (i, tier) in tiers.iter().enumerate() {
+            if tier.name.is_empty() {
+                return Err(ConfigError::Tiers("a tier without a name"));
+            }
+            if by_name.insert(Arc::clone(&tier.name), i).is_some() {
+                return Err(ConfigError::Tiers("two tiers of one name"));
+            }
+            if tier.limit.as_ref().is_some_and(|l| !layout.same_layout(l)) {
+                return Err(ConfigError::Tiers(
+                    "tiers of different layouts (windows or counters): a key's state must read alike in every tier",
+                ));
+            }
+        }
+        let default = *by_name.get(default).ok_or(ConfigError::Tiers(
+            "the default tier is not among the tiers",
+        ))?;
+        Ok(Self {
+            tiers,
+            by_name,
+            default,
+        })
+    }
+
+    fn tier(&self, name: Option<&str>) -> &Tier<L> {
+        let place = name.and_then(|n| self.by_name.get(n)).copied();
+        &self.tiers[place.unwrap_or(self.default)]
+    }
+}
+
+/// A keyed limiter whose limit for each key is its tier's.
+///
+/// ```
+/// use weir_rate::{Gcra, Quota, Tier, TieredLimiter, nonzero};
+///
+/// let per_second = |n| Gcra::new(Quota::per_second(n));
+/// let limiter = TieredLimiter::<String, _, _>::new(
+///     vec![
+///         Tier::limited("free", per_second(nonzero!(2))),
+///         Tier::limited("paid", per_second(nonzero!(100))),
+///         Tier::unlimited("internal"),
+///     ],
+///     "free",
+///     |key: &str| match key {
+///         k if k.starts_with("pk_") => Some("paid"),
+///         "ops" => Some("internal"),
+///         _ => None,
+///     },
+/// )?;
+/// let free: Vec<bool> = (0..3).map(|_| limiter.check("anon").is_allowed()).collect();
+/// assert_eq!(free, [true, true, false]);
+/// assert!((0..50).all(|_| limiter.check("pk_42").is_allowed()));
+/// let decision = limiter.check("pk_42");
+/// assert_eq!(decision.policy(), Some("paid"));
+/// assert_eq!(decision.headers("ignored")[0].1, "\"paid\";q=100;w=1");
+/// assert!(limiter.check("ops").is_unlimited());
+/// # Ok::<(), weir_rate::ConfigError>(())
+/// ```
+pub struct TieredLimiter<K: Send, L: Forgettable, R, C = MonotonicClock> {
+    keys: KeyedLimiter<K, L, C>,
+    table: RwLock<Arc<Table<L>>>,
+    resolver: R,
+}
+
+impl<K: Send, L, R, C> std::fmt::Debug for TieredLimiter<K, L, R, C>
+where
+    L: Forgettable + std::fmt::Debug,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredLimiter")
+            .field("tiers", &self.table.read().tiers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, L, R> TieredLimiter<K, L, R>
+where
+    K: Hash + Eq + Clone + Send,
+    L: PerKeyQuota,
+{
+    /// A limiter of `tiers`, keys in no tier (or one `resolver` names but
+    /// `tiers` lacks) in the tier called `default`, on the monotonic clock
+    /// with room for [`KeyedLimiter::DEFAULT_MAX_KEYS`] keys.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Tiers`] when no tier has a limit, two tiers share a
+    /// name, `default` names none of them, or the limits' layouts differ.
+    pub fn new(tiers: Vec<Tier<L>>, default: &str, resolver: R) -> Result<Self, ConfigError> {
+        Self::with_clock(tiers, default, resolver, MonotonicClock::new())
+    }
+}
+
+impl<K, L, R, C> TieredLimiter<K, L, R, C>
+where
+    K: Hash + Eq + Clone + Send,
+    L: PerKeyQuota,
+    C: Clock,
+{
+    /// [`new`](TieredLimiter::new) reading time from `clock`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](TieredLimiter::new).
+    pub fn with_clock(
+        tiers: Vec<Tier<L>>,
+        default: &str,
+        resolver: R,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        Self::over(tiers, default, resolver, |limit| {
+            KeyedLimiter::with_clock(limit, clock)
+        })
+    }
+
+    /// A limiter of `tiers` over the keyed limiter `keys` builds from the
+    /// first limit (its bound on keys, shards, clock: see
+    /// [`KeyedLimiter::builder`]).
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use weir_rate::{Gcra, KeyedLimiter, Quota, Tier, TieredLimiter, nonzero};
+    ///
+    /// let limiter = TieredLimiter::<u64, _, _>::over(
+    ///     vec![Tier::limited("all", Gcra::new(Quota::per_second(nonzero!(5))))],
+    ///     "all",
+    ///     |_: &u64| None,
+    ///     |limit| KeyedLimiter::builder(limit).max_keys(NonZeroUsize::new(1024).unwrap()).build(),
+    /// )?;
+    /// assert!(limiter.check(&7).is_allowed());
+    /// # Ok::<(), weir_rate::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](TieredLimiter::new).
+    pub fn over(
+        tiers: Vec<Tier<L>>,
+        default: &str,
+        resolver: R,
+        keys: impl FnOnce(L) -> KeyedLimiter<K, L, C>,
+    ) -> Result<Self, ConfigError> {
+        let first = tiers
+            .iter()
+            .find_map(|t| t.limit.clone())
+            .ok_or(ConfigError::Tiers("no tier with a limit"))?;
+        let table = Table::new(tiers, default, &first)?;
+        Ok(Self {
+            keys: keys(first),
+            table: RwLock::new(Arc::new(table)),
+            resolver,
+        })
+    }
+
+    /// Replace the tiers while serving: each key's spent state carries
+    /// over, read by its new tier's quota (see the [module](self) docs).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](TieredLimiter::new), and [`ConfigError::Tiers`] for
+    /// limits of another layout than the limiter's; the tiers are then
+    /// unchanged.
+    pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {
+        let layout = {
+            let table = self.table.read();
+            table.tiers.iter().find_map(|t| t.limit.clone())
+        };
+        let layout = match layout {
+            Some(l) => l,
+            None => tiers
+                .iter()
+                .find_map(|t| t.limit.clone())
+                .ok_or(ConfigError::Tiers("no tier with a limit"))?,
+        };
+        if !tiers.iter().any(|t| t.limit.is_some()) {
+            return Err(ConfigError::Tiers("no tier with a limit"));
+        }
+        let table = Table::new(tiers, default, &layout)?;
+        *self.table.write() = Arc::new(table);
+        Ok(())
+    }
+
+    /// The names of the tiers, in their order.
+    pub fn tiers(&self) -> Vec<String> {
+        let table = self.table.read();
+        table.tiers.iter().map(|t| t.name.to_string()).collect()
+    }
+
+    /// The keyed limiter holding every key's state.
+    pub fn keys(&self) -> &KeyedLimiter<K, L, C> {
+        &self.keys
+    }
+
+    fn table(&self) -> Arc<Table<L>> {
+        Arc::clone(&self.table.read())
+    }
+
+    /// Check one unit for `key` by its tier.
+    #[must_use = "a decision not looked at lets a denied request through"]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
+    {
+        self.check_n(key, 1)
+            .unwrap_or_else(|_| Decision::deny_ns(0, 0, 0, 0, u64::MAX))
+    }
+
+    /// Check `cost` units for `key` by its tier, spending them if allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`NeverAllowed`] when `cost` exceeds what the key's tier can ever
+    /// allow at once; a denial is an `Ok` decision.
+    #[must_use = "a decision not looked at lets a denied request through"]
+    pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
+    {
+        self.decide(key, cost, Mode::Consume)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, without spending.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Self::check_n).
+    pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
+    {
+        self.decide(key, cost, Mode::Peek)
+    }
+
+    fn decide<Q>(&self, key: &Q, cost: u32, mode: Mode) -> Result<Decision, NeverAllowed>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
+    {
+        let table = self.table();
+        let tier = table.tier(self.resolver.tier_of(key));
+        let decision = match &tier.limit {
+            None => Decision::unlimited(),
+            Some(limit) => self.keys.run_by(key, cost, mode, Some(limit))?,
+        };
+        Ok(decision.with_policy(Arc::clone(&tier.name)))
+    }
+
+    /// Spend `cost` units for `key` by its tier, unconditionally (see
+    /// [`KeyedLimiter::charge`]); `None` for a key in an unlimited tier.
+    pub fn charge<Q>(&self, key: &Q, cost: u32) -> Option<Receipt>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
+    {
+        let table = self.table();
+        let limit = table.tier(self.resolver.tier_of(key)).limit.as_ref()?;
+        Some(self.keys.charge_by(key, cost, Some(limit)))
+    }
+
+    /// Settle `admitted` (a check of `from` units of `key`) at `to` units,
+    /// by the tier that made the decision (see [`Settlement`]); nothing
+    /// for a decision of an unlimited tier, or of a tier since removed.
+    fn settle_by<Q>(&self, key: &Q, admitted: &Decision, from: u32, to: u32)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let table = self.table();
+        let Some(limit) = admitted
+            .policy()
+            .and_then(|name| table.by_name.get(name))
+            .and_then(|&i| table.tiers[i].limit.as_ref())
+        else {
+            return;
+        };
+        match Settlement::of(admitted, from, to) {
+            Settlement::Keep => {}
+            Settlement::Refund(surplus) => self.keys.refund_by(key, surplus, Some(limit)),
+            Settlement::Charge(more) => {
+                let _ = self.keys.charge_by(key, more, Some(limit));
+            }
+        }
+    }
+}
+
+impl<K, Q, L, R, C> CheckKey<Q> for TieredLimiter<K, L, R, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    L: PerKeyQuota,
+    R: TierOf<Q>,
+    C: Clock,
+    L::State: Send,
+{
+    fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
+        self.check_n(key, cost)
+    }
+
+    fn charge(&self, key: &Q, cost: u32) -> Option<Receipt> {
+        self.charge(key, cost)
+    }
+
+    fn refund(&self, key: &Q, receipt: Receipt) {
+        let table = self.table();
+        if let Some(limit) = table.tier(self.resolver.tier_of(key)).limit.as_ref() {
+            self.keys.refund_by(key, receipt, Some(limit));
+        }
+    }
+}
+
+/// In process: answered with a completed future.
+impl<K, Q, L, R, C> CheckKeyAsync<Q> for TieredLimiter<K, L, R, C>
+where
+    K: Send,
+    L: Forgettable,
+    Q: ?Sized,
+    Self: CheckKey<Q> + 'static,
+{
+    type Future = Ready<Result<Decision, NeverAllowed>>;
+
+    fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
+        ready(CheckKey::check_n(self, key, cost))
+    }
+}
+
+impl<K, Q, L, R, C> SettleKey<Q> for TieredLimiter<K, L, R, C>
+where
+    K: Hash + Eq + Clone + Send + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    L: PerKeyQuota,
+    C: Clock,
+    Self: CheckKeyAsync<Q>,
+{
+    type Error = Infallible;
+    type Settling = Ready<Result<(), Infallible>>;
+
+    fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
+        self.settle_by(key, admitted, from, to);
+        ready(Ok(()))
+    }
+}
