@@ -152,6 +152,10 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
                 return Ok(true);
             }
         };
+        // A limiter that names each key's policy (a tier) names it here.
+        let policy = decision
+            .policy()
+            .map_or_else(|| self.policy.clone(), PolicyName::new);
         if decision.is_allowed() {
             let owed = self.settle.as_ref().map(|_| Owed {
                 key,
@@ -161,7 +165,7 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
             });
             passage.admissions.push(Admission {
                 limit: self.id,
-                policy: self.policy.clone(),
+                policy,
                 decision,
                 owed,
             });
@@ -169,8 +173,8 @@ impl<L: CheckKeyAsync<str>, K: RequestKey> RateLimit<L, K> {
         }
         passage.refused = true;
         let mut fields = vec![
-            ("RateLimit-Policy", decision.ratelimit_policy(&self.policy)),
-            ("RateLimit", decision.ratelimit(&self.policy)),
+            ("RateLimit-Policy", decision.ratelimit_policy(&policy)),
+            ("RateLimit", decision.ratelimit(&policy)),
         ];
         if let Some(retry) = decision.retry_after_header() {
             fields.push(("Retry-After", retry));
@@ -266,14 +270,20 @@ impl<L: SettleKey<str>, K: RequestKey> RateLimit<L, K> {
 fn add_fields(response: &mut ResponseHeader, passage: &Passage) -> Result<()> {
     let (policy, remaining) = match passage.admissions.as_slice() {
         [] => return Ok(()),
+        // A key under no limit (an unlimited tier) has no fields.
+        [one] if one.decision.is_unlimited() => return Ok(()),
         // One limit, the common case: its fields as rendered.
         [one] => (
             one.decision.ratelimit_policy(&one.policy),
             one.decision.ratelimit(&one.policy),
         ),
         many => {
+            let limited = || many.iter().filter(|a| !a.decision.is_unlimited());
+            if limited().next().is_none() {
+                return Ok(());
+            }
             let join = |f: fn(&Decision, &PolicyName) -> String| {
-                let items: Vec<String> = many.iter().map(|a| f(&a.decision, &a.policy)).collect();
+                let items: Vec<String> = limited().map(|a| f(&a.decision, &a.policy)).collect();
                 items.join(", ")
             };
             (join(Decision::ratelimit_policy), join(Decision::ratelimit))

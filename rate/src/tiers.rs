@@ -122,8 +122,9 @@ impl<L> Tier<L> {
     }
 }
 
-/// Which tier a key is in: a closure returning the tier's name, a map from
-/// keys to tier names, or a lookup of the caller's own. `None`, or a name
+/// Which tier a key is in: a closure of the key's text returning the
+/// tier's name, a map from keys to tier names, or a lookup of the caller's
+/// own. `None`, or a name
 /// no tier has, is the default tier. Asked on every check: keep it cheap
 /// (a lookup in memory, refreshed elsewhere).
 ///
@@ -142,12 +143,15 @@ pub trait TierOf<Q: ?Sized>: Send + Sync {
     fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str>;
 }
 
-impl<Q: ?Sized, F> TierOf<Q> for F
+/// A closure of a key's text, for keys that are text (`str`, `String`):
+/// keys of other types take a map or a [`TierOf`] of their own.
+impl<Q, F> TierOf<Q> for F
 where
-    F: Fn(&Q) -> Option<&'static str> + Send + Sync,
+    Q: AsRef<str> + ?Sized,
+    F: Fn(&str) -> Option<&'static str> + Send + Sync,
 {
     fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
-        self(key)
+        self(key.as_ref())
     }
 }
 
@@ -294,13 +298,14 @@ where
     /// [`KeyedLimiter::builder`]).
     ///
     /// ```
+    /// use std::collections::HashMap;
     /// use std::num::NonZeroUsize;
     /// use weir_rate::{Gcra, KeyedLimiter, Quota, Tier, TieredLimiter, nonzero};
     ///
     /// let limiter = TieredLimiter::<u64, _, _>::over(
     ///     vec![Tier::limited("all", Gcra::new(Quota::per_second(nonzero!(5))))],
     ///     "all",
-    ///     |_: &u64| None,
+    ///     HashMap::<u64, String>::new(),
     ///     |limit| KeyedLimiter::builder(limit).max_keys(NonZeroUsize::new(1024).unwrap()).build(),
     /// )?;
     /// assert!(limiter.check(&7).is_allowed());

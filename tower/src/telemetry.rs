@@ -40,6 +40,24 @@ impl Decisions {
             counters[outcome as usize].increment(1);
         }
     }
+
+    /// Count one `outcome` of a decision that names its own policy (a
+    /// key's tier), under that name: the handle is looked up each time, as
+    /// the names are the limiter's.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn count_as(&self, policy: &str, outcome: Outcome) {
+        #[cfg(feature = "metrics")]
+        {
+            let name = ["ok", "over_limit", "shadow_over_limit", "error"][outcome as usize];
+            metrics::counter!(
+                "weir_rate_decisions_total",
+                "limiter" => policy.to_owned(),
+                "outcome" => name
+            )
+            .increment(1);
+        }
+    }
 }
 
 /// What became of a settlement that had something to do.

@@ -85,15 +85,31 @@ impl Answering {
                 Next::Answer(never_allowed(never, self.denied_status))
             }
             Ok(decision) => {
-                let policy = self.policy_header(&decision);
-                let headers = DecisionHeaders::new(&decision, &self.quoted, policy, self.shadow);
-                self.count(if headers.shadow_denied {
+                let headers = match decision.policy() {
+                    // A key under no limit: nothing to describe.
+                    Some(_) if decision.is_unlimited() => DecisionHeaders::none(),
+                    // A key's tier: its own name in the fields.
+                    Some(tier) => {
+                        let quoted = PolicyName::new(tier);
+                        let policy = HeaderValue::try_from(decision.ratelimit_policy(&quoted)).ok();
+                        DecisionHeaders::new(&decision, &quoted, policy, self.shadow)
+                    }
+                    None => {
+                        let policy = self.policy_header(&decision);
+                        DecisionHeaders::new(&decision, &self.quoted, policy, self.shadow)
+                    }
+                };
+                let outcome = if headers.shadow_denied {
                     Outcome::ShadowOverLimit
                 } else if decision.is_allowed() {
                     Outcome::Ok
                 } else {
                     Outcome::OverLimit
-                });
+                };
+                match decision.policy() {
+                    Some(tier) => self.decisions.count_as(tier, outcome),
+                    None => self.count(outcome),
+                }
                 if !decision.is_allowed() && !self.shadow {
                     let mut response = refusal(self.denied_status);
                     headers.apply(&mut response);
@@ -115,6 +131,16 @@ pub(super) struct DecisionHeaders {
 }
 
 impl DecisionHeaders {
+    /// No fields: a key under no limit.
+    fn none() -> Self {
+        Self {
+            policy: None,
+            ratelimit: None,
+            retry_after: None,
+            shadow_denied: false,
+        }
+    }
+
     /// `shadow` is the layer's mode: a denial it lets through is a shadow
     /// denial, and so is an admission a shadowed limiter marks
     /// non-conforming. A denial the layer enforces is not.

@@ -308,3 +308,112 @@ async fn overload_limits_answer_503_and_keys_are_separate() {
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
+
+/// A limiter of tiers: each response names its key's tier in the fields
+/// (and in the metrics' `limiter` label), and a key under no limit gets no
+/// fields at all.
+fn tiered_service()
+-> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+{
+    use weir_rate::{Gcra, Tier, TieredLimiter};
+    let per_minute = |n| Gcra::new(Quota::per_minute(NonZeroU32::new(n).unwrap()));
+    let tiers = TieredLimiter::<String, _, _>::new(
+        vec![
+            Tier::limited("free", per_minute(2)),
+            Tier::limited("paid", per_minute(5)),
+            Tier::unlimited("internal"),
+        ],
+        "free",
+        |key: &str| match key {
+            "pk" => Some("paid"),
+            "ops" => Some("internal"),
+            _ => None,
+        },
+    )
+    .unwrap();
+    let by_header = KeyFn::new(|req: &Request<()>| {
+        req.headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
+    RateLimitLayer::new(tiers, by_header)
+        .policy_name("api")
+        .layer(hello())
+}
+
+async fn call(
+    service: &(impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone),
+    key: &str,
+) -> Response<String> {
+    let request = Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap();
+    service.clone().oneshot(request).await.unwrap()
+}
+
+#[tokio::test]
+async fn each_keys_tier_names_its_fields() {
+    let service = tiered_service();
+    for remaining in [1, 0] {
+        let free = call(&service, "anon").await;
+        assert_eq!(free.status(), StatusCode::OK);
+        assert_eq!(free.headers()["ratelimit-policy"], "\"free\";q=2;w=60");
+        assert!(
+            free.headers()["ratelimit"]
+                .to_str()
+                .unwrap()
+                .starts_with(&format!("\"free\";r={remaining};"))
+        );
+    }
+    let refused = call(&service, "anon").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["ratelimit-policy"], "\"free\";q=2;w=60");
+    assert!(refused.headers().contains_key("retry-after"));
+    let paid = call(&service, "pk").await;
+    assert_eq!(paid.headers()["ratelimit-policy"], "\"paid\";q=5;w=60");
+    for _ in 0..20 {
+        let internal = call(&service, "ops").await;
+        assert_eq!(internal.status(), StatusCode::OK);
+        assert!(internal.headers().get("ratelimit-policy").is_none());
+        assert!(internal.headers().get("ratelimit").is_none());
+    }
+}
+
+#[cfg(all(feature = "metrics", not(loom)))]
+#[test]
+fn each_keys_tier_labels_its_decisions() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let service = tiered_service();
+            for key in ["anon", "anon", "anon", "pk", "ops"] {
+                let _ = call(&service, key).await;
+            }
+        });
+    });
+    let text = handle.render();
+    let sample = |tier: &str, outcome: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("weir_rate_decisions_total")
+                    && l.contains(&format!("limiter=\"{tier}\""))
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    assert_eq!(sample("free", "ok"), Some(2), "{text}");
+    assert_eq!(sample("free", "over_limit"), Some(1), "{text}");
+    assert_eq!(sample("paid", "ok"), Some(1), "{text}");
+    assert_eq!(sample("internal", "ok"), Some(1), "{text}");
+    assert_eq!(
+        sample("api", "ok"),
+        None,
+        "the layer's own name counts nothing"
+    );
+}
