@@ -156,6 +156,7 @@ pub use servers::Servers;
 pub use store::Memcached;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, Limit, PreAggregation, Source, StoreError,
+    StoreTiers,
 };
 
 /// A rate limit kept on Memcached: weir-store's limiter over the

@@ -153,7 +153,7 @@ pub use store::Redis;
 pub use target::Target;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, Limit, MAX_LIMITS, PreAggregation, Source,
-    StoreError,
+    StoreError, StoreTiers,
 };
 
 /// A rate limit kept on Redis: weir-store's limiter over the [`Redis`]

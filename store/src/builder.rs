@@ -188,6 +188,7 @@ impl<B: Backend> StoreLimiterBuilder<B> {
         let limits = self.plan.limits;
         let (policy, fallback) = self.policy.concrete(&limits)?;
         let name = self.name.unwrap_or_else(|| self.plan.prefix.clone());
+        let prefix = self.plan.prefix.clone();
         let caller = Arc::new(Caller {
             timeout: self.plan.timeout,
             health: Health::new(backend.cells(), self.backoff, !connected),
@@ -220,6 +221,7 @@ impl<B: Backend> StoreLimiterBuilder<B> {
                 caller,
                 tuned: RwLock::new(tuned),
                 name,
+                prefix,
                 policy,
                 fallback,
                 batcher,

@@ -17,6 +17,9 @@
 //!   [`SettleKey`](weir_rate::SettleKey)), so tower layers work over it.
 //! * [`StoreLimiterBuilder`] (from [`StoreLimiter::builder`]): limits, prefix, name,
 //!   timeout, back-off, failure policy, batching, leases.
+//! * [`StoreTiers`]: a limit per key, a limiter per tier on one prefix
+//!   (weir-rate's [`Tier`](weir_rate::Tier) and [`TierOf`](weir_rate::TierOf)),
+//!   each decision naming its tier.
 //! * [`Answer`] and [`Source`]: a decision and who made it.
 //! * [`StoreError`]: why the store could not decide; [`ConfigError`]: why
 //!   a limiter could not be built.
@@ -96,6 +99,7 @@ mod limiter;
 pub mod memory;
 mod retune;
 mod telemetry;
+mod tiers;
 
 pub use answer::{Answer, Source};
 pub use backend::{Backend, Placement, Plan};
@@ -106,6 +110,7 @@ pub use failure::FailurePolicy;
 pub use leases::PreAggregation;
 pub use limit::{Kind, Limit, StoreAlgorithm};
 pub use limiter::StoreLimiter;
+pub use tiers::StoreTiers;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

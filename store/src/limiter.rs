@@ -59,6 +59,8 @@ pub(crate) struct Inner<B: Backend> {
     pub(crate) tuned: RwLock<Tuned>,
     /// The limiter's name in metrics and logs.
     pub(crate) name: String,
+    /// The prefix of its store keys.
+    pub(crate) prefix: String,
     pub(crate) policy: FailurePolicy,
     /// The in-process limiter a [`FailurePolicy::PerInstance`] stands
     /// for, kept so that a change of the limits reaches it too.
@@ -149,6 +151,11 @@ impl<B: Backend> StoreLimiter<B> {
     /// name its logs give (its key prefix unless the builder named it).
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The prefix of the limiter's store keys.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
     }
 
     /// Spend one unit for `key`. Always answers within the timeout (with

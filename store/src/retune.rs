@@ -94,7 +94,7 @@ impl<B: Backend> StoreLimiter<B> {
 
 /// Whether `new` reads the state `old` kept: the same algorithms in the
 /// same order, windows of the same lengths and counters.
-fn same_layout(old: &[Limit], new: &[Limit]) -> Result<(), ConfigError> {
+pub(crate) fn same_layout(old: &[Limit], new: &[Limit]) -> Result<(), ConfigError> {
     if old.len() != new.len() {
         return Err(ConfigError::Invalid(
             "new limits must be as many as the limiter's",

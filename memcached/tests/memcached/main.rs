@@ -18,6 +18,7 @@ mod decisions;
 mod faults;
 mod keys;
 mod set_limits;
+mod tiers;
 
 type TestResult = Result<(), Box<dyn Error>>;
 

@@ -51,4 +51,5 @@ mod sentinel;
 mod set_limits;
 mod sharing;
 mod stalls;
+mod tiers;
 mod waits;
