@@ -31,7 +31,7 @@ pub enum ConfigError {
         counters: u32,
     },
     /// Tiers that cannot be checked together (see
-    /// [`TieredLimiter::new`](crate::TieredLimiter::new)), and why.
+    /// [`TieredLimiter::try_new`](crate::TieredLimiter::try_new)), and why.
     Tiers(&'static str),
     /// A sketch that cannot be sized as asked (weir-limits' error, for
     /// [`SketchLimiter::try_sized_for`](crate::SketchLimiter::try_sized_for)).

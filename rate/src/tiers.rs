@@ -1,29 +1,4 @@
-//! Limits per key: [`TieredLimiter`], one keyed limiter whose limit for a
-//! key is its tier's, looked up by a [`TierOf`] the caller supplies.
-//!
-//! A public API gives a free key 10 a second, a paid one 100, an internal
-//! one no limit and an abusive one 1. Tiers are [`Tier`]s of one algorithm
-//! with quotas of their own (and [`Tier::unlimited`]); each key keeps one
-//! state, read by the quota of whatever tier the key is in at each check.
-//! A decision names its tier ([`Decision::policy`]), so the `RateLimit`
-//! fields and the metrics of a layer in front of the limiter carry it.
-//!
-//! # A key that changes tier
-//!
-//! What a key has spent carries over, as it does when a limiter's quota
-//! changes ([`KeyedLimiter::set_limit`]): a GCRA key's stored time or a
-//! window's count is read by the new tier's quota from the next check on,
-//! never reset to a full quota. A key that moves from a paid tier to a free
-//! one is therefore refused until what it spent fits the free quota; one
-//! that moves up gets the larger quota's room at once. That is why the
-//! tiers must share one layout ([`PerKeyQuota::same_layout`]): the same
-//! windows, the same counters.
-//!
-//! A refund or forced charge is settled by the tier that made the decision
-//! it settles ([`SettleKey::settle`]), so a key that changed tier in
-//! between gets back what its check spent, not what the new quota would
-//! count. [`CheckKey::refund`], given only a receipt, refunds by the key's
-//! tier at the time.
+//! [`TieredLimiter`]: a limit per key, from the key's tier.
 
 use crate::algorithm::Forgettable;
 use crate::algorithms::{FixedWindow, Gcra, SlidingWindow};
@@ -208,13 +183,38 @@ impl<L: PerKeyQuota> Table<L> {
     }
 }
 
-/// A keyed limiter whose limit for each key is its tier's.
+/// A keyed limiter whose limit for each key is its tier's, looked up by a
+/// [`TierOf`] the caller supplies.
+///
+/// A public API gives a free key 10 a second, a paid one 100, an internal
+/// one no limit and an abusive one 1. Tiers are [`Tier`]s of one algorithm
+/// with quotas of their own (and [`Tier::unlimited`]); each key keeps one
+/// state, read by the quota of whatever tier the key is in at each check.
+/// A decision names its tier ([`Decision::policy`]), so the `RateLimit`
+/// fields and the metrics of a layer in front of the limiter carry it.
+///
+/// # A key that changes tier
+///
+/// What a key has spent carries over, as it does when a limiter's quota
+/// changes ([`KeyedLimiter::set_limit`]): a GCRA key's stored time or a
+/// window's count is read by the new tier's quota from the next check on,
+/// never reset to a full quota. A key that moves from a paid tier to a free
+/// one is therefore refused until what it spent fits the free quota; one
+/// that moves up gets the larger quota's room at once. That is why the
+/// tiers must share one layout ([`PerKeyQuota::same_layout`]): the same
+/// windows, the same counters.
+///
+/// A refund or forced charge is settled by the tier that made the decision
+/// it settles ([`SettleKey::settle`]), so a key that changed tier in
+/// between gets back what its check spent, not what the new quota would
+/// count. [`CheckKey::refund`], given only a receipt, refunds by the key's
+/// tier at the time.
 ///
 /// ```
 /// use weir_rate::{Gcra, Quota, Tier, TieredLimiter, nonzero};
 ///
 /// let per_second = |n| Gcra::new(Quota::per_second(n));
-/// let limiter = TieredLimiter::<String, _, _>::new(
+/// let limiter = TieredLimiter::<String, _, _>::try_new(
 ///     vec![
 ///         Tier::limited("free", per_second(nonzero!(2))),
 ///         Tier::limited("paid", per_second(nonzero!(100))),
@@ -266,8 +266,8 @@ where
     ///
     /// [`ConfigError::Tiers`] when no tier has a limit, two tiers share a
     /// name, `default` names none of them, or the limits' layouts differ.
-    pub fn new(tiers: Vec<Tier<L>>, default: &str, resolver: R) -> Result<Self, ConfigError> {
-        Self::with_clock(tiers, default, resolver, MonotonicClock::new())
+    pub fn try_new(tiers: Vec<Tier<L>>, default: &str, resolver: R) -> Result<Self, ConfigError> {
+        Self::try_with_clock(tiers, default, resolver, MonotonicClock::new())
     }
 }
 
@@ -277,18 +277,18 @@ where
     L: PerKeyQuota,
     C: Clock,
 {
-    /// [`new`](TieredLimiter::new) reading time from `clock`.
+    /// [`try_new`](TieredLimiter::try_new) reading time from `clock`.
     ///
     /// # Errors
     ///
-    /// As [`new`](TieredLimiter::new).
-    pub fn with_clock(
+    /// As [`new`](TieredLimiter::try_new).
+    pub fn try_with_clock(
         tiers: Vec<Tier<L>>,
         default: &str,
         resolver: R,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        Self::over(tiers, default, resolver, |limit| {
+        Self::try_over(tiers, default, resolver, |limit| {
             KeyedLimiter::with_clock(limit, clock)
         })
     }
@@ -302,7 +302,7 @@ where
     /// use std::num::NonZeroUsize;
     /// use weir_rate::{Gcra, KeyedLimiter, Quota, Tier, TieredLimiter, nonzero};
     ///
-    /// let limiter = TieredLimiter::<u64, _, _>::over(
+    /// let limiter = TieredLimiter::<u64, _, _>::try_over(
     ///     vec![Tier::limited("all", Gcra::new(Quota::per_second(nonzero!(5))))],
     ///     "all",
     ///     HashMap::<u64, String>::new(),
@@ -314,8 +314,8 @@ where
     ///
     /// # Errors
     ///
-    /// As [`new`](TieredLimiter::new).
-    pub fn over(
+    /// As [`new`](TieredLimiter::try_new).
+    pub fn try_over(
         tiers: Vec<Tier<L>>,
         default: &str,
         resolver: R,
@@ -334,11 +334,11 @@ where
     }
 
     /// Replace the tiers while serving: each key's spent state carries
-    /// over, read by its new tier's quota (see the [module](self) docs).
+    /// over, read by its new tier's quota (see [`TieredLimiter`]).
     ///
     /// # Errors
     ///
-    /// As [`new`](TieredLimiter::new), and [`ConfigError::Tiers`] for
+    /// As [`new`](TieredLimiter::try_new), and [`ConfigError::Tiers`] for
     /// limits of another layout than the limiter's; the tiers are then
     /// unchanged.
     pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {

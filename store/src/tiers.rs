@@ -1,20 +1,4 @@
-//! Limits per key on a store: [`StoreTiers`], a limiter per tier on one
-//! key prefix, chosen for each key by a [`TierOf`].
-//!
-//! Each limited tier is a [`StoreLimiter`] of its own (its connection, its
-//! failure policy, its metrics), built with the same prefix and the same
-//! layout (algorithms in the same order, windows of the same lengths) as
-//! the others, so that every tier reads the same state of a key on the
-//! store: a key that changes tier keeps what it spent, read by the new
-//! tier's quota, exactly as [`StoreLimiter::set_limits`] reads it for
-//! every key. [`StoreTiers::new`] refuses tiers whose prefixes or layouts
-//! differ.
-//!
-//! While the store is down each tier's failure policy answers for the
-//! keys in it. A [`FailurePolicy::PerInstance`](crate::FailurePolicy::PerInstance)
-//! fallback counts in that tier's own limiter, so a key moved to another
-//! tier during an outage starts that tier's fallback afresh: at most one
-//! more of its limit per instance and change.
+//! [`StoreTiers`]: a limit per key on a store, a limiter per tier.
 
 use crate::backend::Backend;
 use crate::error::ConfigError;
@@ -86,23 +70,37 @@ impl<B: Backend> Table<B> {
 }
 
 /// A limit per key on a store: each key decided by its tier's
-/// [`StoreLimiter`], every decision naming its tier
-/// ([`Decision::policy`]). See the [module](self) docs for the rule when
-/// a key changes tier.
+/// [`StoreLimiter`] (chosen by a [`TierOf`]), every decision naming its
+/// tier ([`Decision::policy`]).
+///
+/// Each limited tier is a [`StoreLimiter`] of its own (its connection, its
+/// failure policy, its metrics), built with the same prefix and the same
+/// layout (algorithms in the same order, windows of the same lengths) as
+/// the others, so that every tier reads the same state of a key on the
+/// store: a key that changes tier keeps what it spent, read by the new
+/// tier's quota, exactly as [`StoreLimiter::set_limits`] reads it for
+/// every key. [`try_new`](Self::try_new) refuses tiers whose prefixes or
+/// layouts differ. A settlement is made by the tier that decided.
+///
+/// While the store is down each tier's failure policy answers for the
+/// keys in it. A [`FailurePolicy::PerInstance`](crate::FailurePolicy::PerInstance)
+/// fallback counts in that tier's own limiter, so a key moved to another
+/// tier during an outage starts that tier's fallback afresh: at most one
+/// more of its limit per instance and change.
 ///
 /// ```no_run
 /// use weir_rate::{Gcra, Quota, Tier, nonzero};
-/// use weir_store::memory::MemoryStore;
+/// use weir_store::memory::{MemoryBackend, MemoryStore};
 /// use weir_store::{StoreLimiter, StoreTiers};
 ///
-/// # async fn demo() -> Result<(), weir_store::ConfigError> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new();
 /// let tier = |per_second| {
-///     StoreLimiter::builder(Gcra::new(Quota::per_second(per_second)))
+///     StoreLimiter::<MemoryBackend>::builder(Gcra::new(Quota::per_second(per_second)))
 ///         .prefix("api")
 ///         .connect(store.clone())
 /// };
-/// let tiers = StoreTiers::new(
+/// let tiers = StoreTiers::try_new(
 ///     vec![
 ///         Tier::limited("free", tier(nonzero!(10)).await?),
 ///         Tier::limited("paid", tier(nonzero!(100)).await?),
@@ -140,7 +138,7 @@ impl<B: Backend, R> StoreTiers<B, R> {
     /// [`ConfigError::Invalid`] when no tier has a limit, two tiers share a
     /// name, `default` names none, or the limiters' prefixes or layouts
     /// differ.
-    pub fn new(
+    pub fn try_new(
         tiers: Vec<Tier<StoreLimiter<B>>>,
         default: &str,
         resolver: R,
@@ -155,7 +153,7 @@ impl<B: Backend, R> StoreTiers<B, R> {
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new), and for limiters of another prefix or layout
+    /// As [`try_new`](Self::try_new), and for limiters of another prefix or layout
     /// than the tiers in force; the tiers are then unchanged.
     pub fn set_tiers(
         &self,

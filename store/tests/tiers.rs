@@ -42,7 +42,7 @@ async fn tiers(
     store: &MemoryStore,
     now: &Now,
 ) -> StoreTiers<MemoryBackend, impl weir_rate::TierOf<str> + 'static> {
-    StoreTiers::new(
+    StoreTiers::try_new(
         vec![
             Tier::limited("free", on(store, "api", 2).await),
             Tier::limited("paid", on(store, "api", 10).await),
@@ -59,7 +59,7 @@ async fn a_key_changing_tier_is_decided_as_the_in_process_tiers_decide() {
     let (store, now) = (MemoryStore::new(), Now::default());
     let on_store = tiers(&store, &now).await;
     let clock = ManualClock::new();
-    let twin = TieredLimiter::<String, _, _, _>::with_clock(
+    let twin = TieredLimiter::<String, _, _, _>::try_with_clock(
         vec![
             Tier::limited("free", gcra(2)),
             Tier::limited("paid", gcra(10)),
@@ -136,7 +136,7 @@ async fn a_settlement_is_made_by_the_tier_that_decided() {
 async fn tiers_that_would_not_share_a_keys_state_are_refused() {
     let store = MemoryStore::new();
     let none = |_: &str| None::<&'static str>;
-    let prefixes = StoreTiers::new(
+    let prefixes = StoreTiers::try_new(
         vec![
             Tier::limited("a", on(&store, "one", 2).await),
             Tier::limited("b", on(&store, "two", 5).await),
@@ -150,7 +150,7 @@ async fn tiers_that_would_not_share_a_keys_state_are_refused() {
         .connect(store.clone())
         .await
         .unwrap();
-    let layouts = StoreTiers::new(
+    let layouts = StoreTiers::try_new(
         vec![
             Tier::limited("a", on(&store, "one", 2).await),
             Tier::limited("b", window),
@@ -159,13 +159,13 @@ async fn tiers_that_would_not_share_a_keys_state_are_refused() {
         none,
     );
     assert!(matches!(layouts, Err(ConfigError::Invalid(_))));
-    let default = StoreTiers::new(
+    let default = StoreTiers::try_new(
         vec![Tier::limited("a", on(&store, "one", 2).await)],
         "b",
         none,
     );
     assert!(matches!(default, Err(ConfigError::Invalid(_))));
-    let tiers = StoreTiers::new(
+    let tiers = StoreTiers::try_new(
         vec![Tier::limited("a", on(&store, "one", 2).await)],
         "a",
         none,

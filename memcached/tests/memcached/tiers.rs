@@ -27,7 +27,7 @@ async fn instance<L: weir_store::StoreAlgorithm>(
             .on_failure(FailurePolicy::Closed)
             .connect(Servers::one(server.addr()))
     };
-    StoreTiers::new(
+    StoreTiers::try_new(
         vec![
             Tier::limited("free", tier(free).await?),
             Tier::limited("paid", tier(paid).await?),
@@ -103,7 +103,7 @@ fn two_instances_under_load_hold_each_tiers_quota_exactly() -> TestResult {
         }
         assert_eq!(filled, [5, 5, 40, 40], "GCRA by compare-and-swap");
         // A paid key moved to free keeps its 40 spent: p1 asked as free.
-        let moved = StoreTiers::new(
+        let moved = StoreTiers::try_new(
             vec![Tier::limited(
                 "free",
                 MemcachedLimiter::builder(gcra(5))

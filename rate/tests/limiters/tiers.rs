@@ -51,7 +51,7 @@ fn tiered(
     directory: &Directory,
     clock: &ManualClock,
 ) -> TieredLimiter<String, Gcra, Directory, ManualClock> {
-    TieredLimiter::with_clock(api_tiers(), "free", directory.clone(), clock.clone()).unwrap()
+    TieredLimiter::try_with_clock(api_tiers(), "free", directory.clone(), clock.clone()).unwrap()
 }
 
 fn allowed(limiter: &impl CheckKey<str>, key: &str, n: usize) -> usize {
@@ -162,21 +162,21 @@ fn tiers_change_while_serving_and_bad_tiers_are_refused() {
     let per =
         |window: u64| FixedWindow::new(Quota::try_new(5, Duration::from_secs(window)).unwrap());
     let refused = [
-        TieredLimiter::<String, _, _>::new(
+        TieredLimiter::<String, _, _>::try_new(
             vec![Tier::limited("a", per(1)), Tier::limited("b", per(60))],
             "a",
             no_tier,
         )
         .map(|_| ()),
-        TieredLimiter::<String, _, _>::new(
+        TieredLimiter::<String, _, _>::try_new(
             vec![Tier::limited("a", per(1)), Tier::limited("a", per(1))],
             "a",
             no_tier,
         )
         .map(|_| ()),
-        TieredLimiter::<String, _, _>::new(vec![Tier::limited("a", per(1))], "b", no_tier)
+        TieredLimiter::<String, _, _>::try_new(vec![Tier::limited("a", per(1))], "b", no_tier)
             .map(|_| ()),
-        TieredLimiter::<String, FixedWindow, _>::new(vec![Tier::unlimited("a")], "a", no_tier)
+        TieredLimiter::<String, FixedWindow, _>::try_new(vec![Tier::unlimited("a")], "a", no_tier)
             .map(|_| ()),
     ];
     for result in refused {
@@ -184,7 +184,8 @@ fn tiers_change_while_serving_and_bad_tiers_are_refused() {
     }
     // A change to another layout leaves the tiers as they were.
     let windows =
-        TieredLimiter::<String, _, _>::new(vec![Tier::limited("a", per(1))], "a", no_tier).unwrap();
+        TieredLimiter::<String, _, _>::try_new(vec![Tier::limited("a", per(1))], "a", no_tier)
+            .unwrap();
     assert!(
         windows
             .set_tiers(vec![Tier::limited("a", per(60))], "a")
@@ -218,7 +219,8 @@ where
         move |_: &str| Some(names[*tier_now.lock().unwrap()])
     };
     let tiered =
-        TieredLimiter::<String, _, _, _>::with_clock(tiers, "a", resolver, clock.clone()).unwrap();
+        TieredLimiter::<String, _, _, _>::try_with_clock(tiers, "a", resolver, clock.clone())
+            .unwrap();
     let twin = KeyedLimiter::<String, _, _>::with_clock(limits[0].clone(), clock.clone());
     for (i, &(tier, cost, wait_ms)) in schedule.iter().enumerate() {
         clock.advance(Duration::from_millis(wait_ms));
@@ -249,7 +251,7 @@ proptest! {
 #[test]
 fn the_limiter_is_a_checker_for_the_layers() {
     fn takes<C: weir_rate::CheckKeyAsync<str> + SettleKey<str>>(_: &C) {}
-    let limiter = TieredLimiter::<String, _, _>::new(
+    let limiter = TieredLimiter::<String, _, _>::try_new(
         vec![Tier::limited(
             "all",
             Gcra::new(Quota::per_second(nonzero!(5))),

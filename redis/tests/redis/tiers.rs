@@ -29,7 +29,7 @@ async fn instance(
             .on_failure(FailurePolicy::Closed)
             .connect(Target::server(server.url()))
     };
-    Ok(StoreTiers::new(
+    Ok(StoreTiers::try_new(
         vec![
             Tier::limited("free", tier(5).await?),
             Tier::limited("paid", tier(40).await?),
@@ -121,7 +121,7 @@ fn a_key_moved_between_tiers_keeps_what_it_spent_on_every_instance() -> TestResu
                 })
             }
         };
-        let one = StoreTiers::new(
+        let one = StoreTiers::try_new(
             vec![
                 Tier::limited("free", tier(2).await?),
                 Tier::limited("paid", tier(10).await?),
@@ -129,7 +129,7 @@ fn a_key_moved_between_tiers_keeps_what_it_spent_on_every_instance() -> TestResu
             "free",
             resolver.clone(),
         )?;
-        let two = StoreTiers::new(
+        let two = StoreTiers::try_new(
             vec![
                 Tier::limited("free", tier(2).await?),
                 Tier::limited("paid", tier(10).await?),

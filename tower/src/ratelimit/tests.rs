@@ -317,7 +317,7 @@ fn tiered_service()
 {
     use weir_rate::{Gcra, Tier, TieredLimiter};
     let per_minute = |n| Gcra::new(Quota::per_minute(NonZeroU32::new(n).unwrap()));
-    let tiers = TieredLimiter::<String, _, _>::new(
+    let tiers = TieredLimiter::<String, _, _>::try_new(
         vec![
             Tier::limited("free", per_minute(2)),
             Tier::limited("paid", per_minute(5)),
