@@ -158,6 +158,9 @@ pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, Limit, PreAggregation, Source, StoreError,
     StoreTiers,
 };
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use weir_store::FailurePolicySpec;
 
 /// A rate limit kept on Memcached: weir-store's limiter over the
 /// [`Memcached`] store. See [`StoreLimiter`](weir_store::StoreLimiter) for

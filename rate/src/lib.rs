@@ -62,6 +62,8 @@
 //! * [`client`]: a client's address as a limit key ([`client::ClientPrefixes`]:
 //!   IPv6 networks, NAT64, mapped IPv4) and trusted proxy networks
 //!   ([`client::IpNet`]), shared by every integration.
+//! * [`spec`] (feature `serde`): limits, all-or-nothing sets and tiers as a
+//!   configuration file gives them, checked into the typed values.
 //! * [`wait`] (feature `wait`): `until_ready` / `until_key_ready`, which
 //!   sleep until a limit allows, with jitter, on weir-timeout.
 //! * [`clock`]: the clocks, shared with weir-limits.
@@ -119,6 +121,9 @@ mod single;
 mod sketch;
 mod sync;
 mod tiers;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod spec;
 #[cfg(feature = "wait")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 pub mod wait;

@@ -21,6 +21,9 @@
 //!   (weir-rate's [`Tier`](weir_rate::Tier) and [`TierOf`](weir_rate::TierOf)),
 //!   each decision naming its tier.
 //! * [`Answer`] and [`Source`]: a decision and who made it.
+//! * Feature `serde`: `FailurePolicySpec` (the failure policy by name) and
+//!   `Limit::from_spec` (the limits of weir-rate's `spec::LimitsSpec`),
+//!   for limits kept in a configuration file.
 //! * [`StoreError`]: why the store could not decide; [`ConfigError`]: why
 //!   a limiter could not be built.
 //!
@@ -98,6 +101,8 @@ mod limiter;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod memory;
 mod retune;
+#[cfg(feature = "serde")]
+mod spec;
 mod telemetry;
 mod tiers;
 
@@ -111,6 +116,9 @@ pub use leases::PreAggregation;
 pub use limit::{Kind, Limit, StoreAlgorithm};
 pub use limiter::StoreLimiter;
 pub use tiers::StoreTiers;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use spec::FailurePolicySpec;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

@@ -8,6 +8,7 @@ mod bounds;
 mod keyed;
 mod settle;
 mod sizing;
+mod spec;
 mod tiers;
 mod wait;
 mod windows;
