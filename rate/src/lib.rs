@@ -119,11 +119,11 @@ mod mode;
 mod quota;
 mod single;
 mod sketch;
-mod sync;
-mod tiers;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod spec;
+mod sync;
+mod tiers;
 #[cfg(feature = "wait")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
 pub mod wait;

@@ -366,7 +366,9 @@ fn one<'a>(spec: &'a LimitsSpec, field: &str) -> Result<&'a LimitSpec, SpecError
 
 impl FromSpec for Gcra {
     fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
-        Ok(Gcra::new(one(spec, field)?.expect(field, AlgorithmName::Gcra)?))
+        Ok(Gcra::new(
+            one(spec, field)?.expect(field, AlgorithmName::Gcra)?,
+        ))
     }
 }
 

@@ -141,18 +141,24 @@ where
     }
 }
 
-/// The tiers as checked: by name, with the default's place.
-#[derive(Debug)]
-struct Table<L> {
+/// The tiers as checked (by name, with the default's place) and the
+/// resolver that places keys in them: one snapshot, swapped whole.
+struct Table<L, R> {
     tiers: Vec<Tier<L>>,
     by_name: HashMap<Arc<str>, usize>,
     default: usize,
+    resolver: Arc<R>,
 }
 
-impl<L: PerKeyQuota> Table<L> {
+impl<L: PerKeyQuota, R> Table<L, R> {
     /// The tiers checked: names unique and not empty, the default among
     /// them, every limit of `layout`'s layout.
-    fn new(tiers: Vec<Tier<L>>, default: &str, layout: &L) -> Result<Self, ConfigError> {
+    fn new(
+        tiers: Vec<Tier<L>>,
+        default: &str,
+        layout: &L,
+        resolver: Arc<R>,
+    ) -> Result<Self, ConfigError> {
         let mut by_name = HashMap::with_capacity(tiers.len());
         for (i, tier) in tiers.iter().enumerate() {
             if tier.name.is_empty() {
@@ -174,7 +180,16 @@ impl<L: PerKeyQuota> Table<L> {
             tiers,
             by_name,
             default,
+            resolver,
         })
+    }
+
+    /// The tier of `key`, as the resolver places it.
+    fn tier_of<Q: ?Sized>(&self, key: &Q) -> &Tier<L>
+    where
+        R: TierOf<Q>,
+    {
+        self.tier(self.resolver.tier_of(key))
     }
 
     fn tier(&self, name: Option<&str>) -> &Tier<L> {
@@ -238,8 +253,7 @@ impl<L: PerKeyQuota> Table<L> {
 /// ```
 pub struct TieredLimiter<K: Send, L: Forgettable, R, C = MonotonicClock> {
     keys: KeyedLimiter<K, L, C>,
-    table: RwLock<Arc<Table<L>>>,
-    resolver: R,
+    table: RwLock<Arc<Table<L, R>>>,
 }
 
 impl<K: Send, L, R, C> std::fmt::Debug for TieredLimiter<K, L, R, C>
@@ -325,11 +339,10 @@ where
             .iter()
             .find_map(|t| t.limit.clone())
             .ok_or(ConfigError::Tiers("no tier with a limit"))?;
-        let table = Table::new(tiers, default, &first)?;
+        let table = Table::new(tiers, default, &first, Arc::new(resolver))?;
         Ok(Self {
             keys: keys(first),
             table: RwLock::new(Arc::new(table)),
-            resolver,
         })
     }
 
@@ -342,10 +355,8 @@ where
     /// limits of another layout than the limiter's; the tiers are then
     /// unchanged.
     pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {
-        let layout = {
-            let table = self.table.read();
-            table.tiers.iter().find_map(|t| t.limit.clone())
-        };
+        let current = self.table();
+        let layout = current.tiers.iter().find_map(|t| t.limit.clone());
         let layout = match layout {
             Some(l) => l,
             None => tiers
@@ -356,9 +367,41 @@ where
         if !tiers.iter().any(|t| t.limit.is_some()) {
             return Err(ConfigError::Tiers("no tier with a limit"));
         }
-        let table = Table::new(tiers, default, &layout)?;
+        let table = Table::new(tiers, default, &layout, Arc::clone(&current.resolver))?;
         *self.table.write() = Arc::new(table);
         Ok(())
+    }
+
+    /// Place keys by `resolver` from now on (a directory of keys reloaded,
+    /// say): each key's spent state carries over into its new tier.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use weir_rate::{Gcra, Quota, Tier, TieredLimiter, nonzero};
+    ///
+    /// let per_minute = |n| Gcra::new(Quota::per_minute(n));
+    /// let directory = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+    ///     pairs.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect()
+    /// };
+    /// let limiter = TieredLimiter::<String, _, _>::try_new(
+    ///     vec![Tier::limited("free", per_minute(nonzero!(1))), Tier::unlimited("internal")],
+    ///     "free",
+    ///     directory(&[]),
+    /// )?;
+    /// assert!(limiter.check("ops").is_allowed());
+    /// assert!(!limiter.check("ops").is_allowed());
+    /// limiter.set_resolver(directory(&[("ops", "internal")]));
+    /// assert!(limiter.check("ops").is_allowed());
+    /// # Ok::<(), weir_rate::ConfigError>(())
+    /// ```
+    pub fn set_resolver(&self, resolver: R) {
+        let mut table = self.table.write();
+        *table = Arc::new(Table {
+            tiers: table.tiers.clone(),
+            by_name: table.by_name.clone(),
+            default: table.default,
+            resolver: Arc::new(resolver),
+        });
     }
 
     /// The names of the tiers, in their order.
@@ -372,7 +415,7 @@ where
         &self.keys
     }
 
-    fn table(&self) -> Arc<Table<L>> {
+    fn table(&self) -> Arc<Table<L, R>> {
         Arc::clone(&self.table.read())
     }
 
@@ -425,7 +468,7 @@ where
         R: TierOf<Q>,
     {
         let table = self.table();
-        let tier = table.tier(self.resolver.tier_of(key));
+        let tier = table.tier_of(key);
         let decision = match &tier.limit {
             None => Decision::unlimited(),
             Some(limit) => self.keys.run_by(key, cost, mode, Some(limit))?,
@@ -442,7 +485,7 @@ where
         R: TierOf<Q>,
     {
         let table = self.table();
-        let limit = table.tier(self.resolver.tier_of(key)).limit.as_ref()?;
+        let limit = table.tier_of(key).limit.as_ref()?;
         Some(self.keys.charge_by(key, cost, Some(limit)))
     }
 
@@ -491,7 +534,7 @@ where
 
     fn refund(&self, key: &Q, receipt: Receipt) {
         let table = self.table();
-        if let Some(limit) = table.tier(self.resolver.tier_of(key)).limit.as_ref() {
+        if let Some(limit) = table.tier_of(key).limit.as_ref() {
             self.keys.refund_by(key, receipt, Some(limit));
         }
     }

@@ -115,10 +115,10 @@ pub use failure::FailurePolicy;
 pub use leases::PreAggregation;
 pub use limit::{Kind, Limit, StoreAlgorithm};
 pub use limiter::StoreLimiter;
-pub use tiers::StoreTiers;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use spec::FailurePolicySpec;
+pub use tiers::StoreTiers;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.
 #[cfg(doctest)]

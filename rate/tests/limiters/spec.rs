@@ -4,12 +4,12 @@
 #![cfg(feature = "serde")]
 
 use std::time::Duration;
+use weir_rate::spec::FromSpec;
 use weir_rate::spec::{LimitsSpec, Period, TiersSpec};
 use weir_rate::{
     Algorithm, ConfigError, FixedWindow, Gcra, Mode, Quota, SlidingLog, SlidingWindow,
     TieredLimiter, TokenBucket,
 };
-use weir_rate::spec::FromSpec;
 
 fn limits(text: &str) -> LimitsSpec {
     #[derive(serde::Deserialize)]
@@ -25,8 +25,12 @@ fn same<L: Algorithm>(a: &L, b: &L) {
     let (mut sa, mut sb) = (a.new_state(0), b.new_state(0));
     for i in 0..200u64 {
         let now = i * 37_000_000;
-        let da = a.check(&mut sa, now, 1, Mode::Consume).map(|d| (d.is_allowed(), d.remaining()));
-        let db = b.check(&mut sb, now, 1, Mode::Consume).map(|d| (d.is_allowed(), d.remaining()));
+        let da = a
+            .check(&mut sa, now, 1, Mode::Consume)
+            .map(|d| (d.is_allowed(), d.remaining()));
+        let db = b
+            .check(&mut sb, now, 1, Mode::Consume)
+            .map(|d| (d.is_allowed(), d.remaining()));
         assert_eq!(da.ok(), db.ok(), "check {i}");
     }
 }
@@ -37,38 +41,72 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
     let burst = quota.allow_burst(weir_rate::nonzero!(25));
     let from = |text: &str| limits(text);
     same(
-        &Gcra::from_spec(&from(r#"limit = { algorithm = "gcra", limit = 10, per = "1s", burst = 25 }"#), "limit").unwrap(),
+        &Gcra::from_spec(
+            &from(r#"limit = { algorithm = "gcra", limit = 10, per = "1s", burst = 25 }"#),
+            "limit",
+        )
+        .unwrap(),
         &Gcra::new(burst),
     );
     same(
-        &TokenBucket::from_spec(&from(r#"limit = { algorithm = "token_bucket", limit = 10, per = "1000ms" }"#), "limit").unwrap(),
+        &TokenBucket::from_spec(
+            &from(r#"limit = { algorithm = "token_bucket", limit = 10, per = "1000ms" }"#),
+            "limit",
+        )
+        .unwrap(),
         &TokenBucket::new(quota),
     );
     same(
-        &FixedWindow::from_spec(&from(r#"limit = { algorithm = "fixed_window", limit = 10, per = "1s" }"#), "limit").unwrap(),
+        &FixedWindow::from_spec(
+            &from(r#"limit = { algorithm = "fixed_window", limit = 10, per = "1s" }"#),
+            "limit",
+        )
+        .unwrap(),
         &FixedWindow::new(quota),
     );
     same(
-        &SlidingWindow::from_spec(&from(r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s", counters = 5 }"#), "limit").unwrap(),
+        &SlidingWindow::from_spec(
+            &from(
+                r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s", counters = 5 }"#,
+            ),
+            "limit",
+        )
+        .unwrap(),
         &SlidingWindow::try_new(quota, 5).unwrap(),
     );
     same(
-        &SlidingWindow::from_spec(&from(r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s" }"#), "limit").unwrap(),
+        &SlidingWindow::from_spec(
+            &from(r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s" }"#),
+            "limit",
+        )
+        .unwrap(),
         &SlidingWindow::try_new(quota, 2).unwrap(),
     );
     same(
-        &SlidingLog::from_spec(&from(r#"limit = { algorithm = "sliding_log", limit = 10, per = "1s" }"#), "limit").unwrap(),
+        &SlidingLog::from_spec(
+            &from(r#"limit = { algorithm = "sliding_log", limit = 10, per = "1s" }"#),
+            "limit",
+        )
+        .unwrap(),
         &SlidingLog::new(quota),
     );
     let pair = <(Gcra, FixedWindow)>::from_spec(
-        &from(r#"limit = [
+        &from(
+            r#"limit = [
             { algorithm = "gcra", limit = 10, per = "1s" },
             { algorithm = "fixed_window", limit = 1000, per = "1d" },
-        ]"#),
+        ]"#,
+        ),
         "limit",
     )
     .unwrap();
-    same(&pair, &(Gcra::new(quota), FixedWindow::new(Quota::try_new(1000, Duration::from_secs(86_400)).unwrap())));
+    same(
+        &pair,
+        &(
+            Gcra::new(quota),
+            FixedWindow::new(Quota::try_new(1000, Duration::from_secs(86_400)).unwrap()),
+        ),
+    );
 }
 
 #[test]
@@ -80,22 +118,49 @@ fn each_mistake_names_its_field_and_the_typed_error() {
             Ok(_) => panic!("{text} was taken"),
         }
     };
-    let (field, config, text) = error(r#"limit = { algorithm = "sliding_window", limit = 0, per = "1s" }"#);
-    assert_eq!((field.as_str(), config), ("limits.api.limit", Some(ConfigError::ZeroRate)));
-    assert_eq!(text, "limits.api.limit: a quota of zero units per window allows nothing");
-    let (field, config, _) = error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "0s" }"#);
-    assert_eq!((field.as_str(), config), ("limits.api.per", Some(ConfigError::ZeroWindow)));
-    let (field, config, _) = error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "1s", counters = 1 }"#);
+    let (field, config, text) =
+        error(r#"limit = { algorithm = "sliding_window", limit = 0, per = "1s" }"#);
+    assert_eq!(
+        (field.as_str(), config),
+        ("limits.api.limit", Some(ConfigError::ZeroRate))
+    );
+    assert_eq!(
+        text,
+        "limits.api.limit: a quota of zero units per window allows nothing"
+    );
+    let (field, config, _) =
+        error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "0s" }"#);
+    assert_eq!(
+        (field.as_str(), config),
+        ("limits.api.per", Some(ConfigError::ZeroWindow))
+    );
+    let (field, config, _) =
+        error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "1s", counters = 1 }"#);
     assert_eq!(field, "limits.api.counters");
-    assert!(matches!(config, Some(ConfigError::BadSubWindows { counters: 1 })));
+    assert!(matches!(
+        config,
+        Some(ConfigError::BadSubWindows { counters: 1 })
+    ));
     let (field, config, text) = error(r#"limit = { algorithm = "gcra", limit = 5, per = "1s" }"#);
     assert_eq!((field.as_str(), config), ("limits.api.algorithm", None));
-    assert_eq!(text, "limits.api.algorithm: `gcra` where sliding_window is needed");
-    let (field, _, _) = error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "1s", burst = 9 }"#);
+    assert_eq!(
+        text,
+        "limits.api.algorithm: `gcra` where sliding_window is needed"
+    );
+    let (field, _, _) =
+        error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "1s", burst = 9 }"#);
     assert_eq!(field, "limits.api.burst", "a burst a window does not have");
-    let zero_burst = Gcra::from_spec(&limits(r#"limit = { algorithm = "gcra", limit = 5, per = "1s", burst = 0 }"#), "x");
-    assert_eq!(zero_burst.unwrap_err().config(), Some(&ConfigError::ZeroBurst));
-    let two = limits(r#"limit = [{ algorithm = "gcra", limit = 5, per = "1s" }, { algorithm = "gcra", limit = 50, per = "1m" }]"#);
+    let zero_burst = Gcra::from_spec(
+        &limits(r#"limit = { algorithm = "gcra", limit = 5, per = "1s", burst = 0 }"#),
+        "x",
+    );
+    assert_eq!(
+        zero_burst.unwrap_err().config(),
+        Some(&ConfigError::ZeroBurst)
+    );
+    let two = limits(
+        r#"limit = [{ algorithm = "gcra", limit = 5, per = "1s" }, { algorithm = "gcra", limit = 50, per = "1m" }]"#,
+    );
     assert_eq!(Gcra::from_spec(&two, "x").unwrap_err().field(), "x");
     // What serde refuses, the file's parser reports with the key.
     for bad in [
@@ -111,8 +176,14 @@ fn each_mistake_names_its_field_and_the_typed_error() {
         }
         assert!(toml::from_str::<File>(bad).is_err(), "{bad} was taken");
     }
-    assert_eq!("250ms".parse::<Period>().unwrap().0, Duration::from_millis(250));
-    assert_eq!("1d".parse::<Period>().unwrap().0, Duration::from_secs(86_400));
+    assert_eq!(
+        "250ms".parse::<Period>().unwrap().0,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        "1d".parse::<Period>().unwrap().0,
+        Duration::from_secs(86_400)
+    );
     assert!("99999999999999d".parse::<Period>().is_err());
 }
 
@@ -139,7 +210,10 @@ fn tiers_from_a_file_limit_each_key_by_its_tier() {
     )
     .unwrap();
     let allowed = |key: &str| (0..50).filter(|_| limiter.check(key).is_allowed()).count();
-    assert_eq!([allowed("anon"), allowed("pk"), allowed("ops")], [2, 10, 50]);
+    assert_eq!(
+        [allowed("anon"), allowed("pk"), allowed("ops")],
+        [2, 10, 50]
+    );
     let zero: TiersSpec = toml::from_str(
         r#"
         default = "free"
@@ -147,5 +221,8 @@ fn tiers_from_a_file_limit_each_key_by_its_tier() {
         "#,
     )
     .unwrap();
-    assert_eq!(zero.tiers::<Gcra>().unwrap_err().field(), "tiers.paid.limit");
+    assert_eq!(
+        zero.tiers::<Gcra>().unwrap_err().field(),
+        "tiers.paid.limit"
+    );
 }

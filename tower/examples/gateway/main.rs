@@ -13,10 +13,10 @@
 //! Prometheus text.
 //!
 //! ```sh
-//! cargo run -p weir-rate --features tower,redis,metrics --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
+//! cargo run -p weir-tower --features metrics --example gateway -- 127.0.0.1:3000 --limit 10 --window 60 --inflight 4
 //! curl -i http://127.0.0.1:3000/
 //! curl http://127.0.0.1:3000/metrics
-//! cargo run -p weir-rate --features tower,redis,metrics --example gateway -- 127.0.0.1:3001 --redis redis://127.0.0.1:6379/
+//! cargo run -p weir-tower --features metrics --example gateway -- 127.0.0.1:3001 --redis redis://127.0.0.1:6379/
 //! ```
 
 mod app;

@@ -47,6 +47,16 @@ pub use cost::{Cost, UnitCost};
 
 /// A tower layer that rate-limits requests per key.
 ///
+/// Any limiter that decides for the extractor's key type works: in
+/// process ([`KeyedLimiter`](weir_rate::KeyedLimiter) of that key type),
+/// or a store limiter (weir-redis, weir-memcached), whose key is the
+/// extractor's key through `Display`, so an [`OrKey`](crate::OrKey) of a
+/// header and the peer address counts as the header's value or the
+/// address's text on the store. A limiter of tiers
+/// ([`TieredLimiter`](weir_rate::TieredLimiter), weir-store's
+/// `StoreTiers`) gives each key its tier's limit, and the fields and the
+/// metrics' `limiter` label name the tier instead of the layer's policy.
+///
 /// A request the extractor finds no key for is refused without calling
 /// the service: 500 unless [`missing_key_status`](Self::missing_key_status)
 /// says otherwise, with `x-ratelimit-error: no-key; ...`, and logged once
