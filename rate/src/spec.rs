@@ -347,7 +347,7 @@ pub trait FromSpec: Sized {
     /// # Errors
     ///
     /// A [`SpecError`] naming the field at fault.
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError>;
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError>;
 }
 
 /// The one limit of `spec`.
@@ -365,7 +365,7 @@ fn one<'a>(spec: &'a LimitsSpec, field: &str) -> Result<&'a LimitSpec, SpecError
 }
 
 impl FromSpec for Gcra {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         Ok(Gcra::new(
             one(spec, field)?.expect(field, AlgorithmName::Gcra)?,
         ))
@@ -373,7 +373,7 @@ impl FromSpec for Gcra {
 }
 
 impl FromSpec for TokenBucket {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         Ok(TokenBucket::new(
             one(spec, field)?.expect(field, AlgorithmName::TokenBucket)?,
         ))
@@ -381,7 +381,7 @@ impl FromSpec for TokenBucket {
 }
 
 impl FromSpec for FixedWindow {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         Ok(FixedWindow::new(
             one(spec, field)?.expect(field, AlgorithmName::FixedWindow)?,
         ))
@@ -389,7 +389,7 @@ impl FromSpec for FixedWindow {
 }
 
 impl FromSpec for SlidingLog {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         Ok(SlidingLog::new(
             one(spec, field)?.expect(field, AlgorithmName::SlidingLog)?,
         ))
@@ -397,7 +397,7 @@ impl FromSpec for SlidingLog {
 }
 
 impl FromSpec for SlidingWindow {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         let limit = one(spec, field)?;
         let quota = limit.expect(field, AlgorithmName::SlidingWindow)?;
         SlidingWindow::try_new(quota, limit.counters.unwrap_or(2))
@@ -407,7 +407,7 @@ impl FromSpec for SlidingWindow {
 
 /// Two limits all-or-nothing: a list of two, in order.
 impl<A: FromSpec, B: FromSpec> FromSpec for (A, B) {
-    fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
         let [a, b] = spec.limits() else {
             return Err(SpecError::at(
                 field,
@@ -418,8 +418,8 @@ impl<A: FromSpec, B: FromSpec> FromSpec for (A, B) {
             ));
         };
         Ok((
-            A::from_spec(&LimitsSpec::One(a.clone()), &format!("{field}[0]"))?,
-            B::from_spec(&LimitsSpec::One(b.clone()), &format!("{field}[1]"))?,
+            A::try_from_spec(&LimitsSpec::One(a.clone()), &format!("{field}[0]"))?,
+            B::try_from_spec(&LimitsSpec::One(b.clone()), &format!("{field}[1]"))?,
         ))
     }
 }
@@ -450,7 +450,9 @@ impl TiersSpec {
                 let field = format!("tiers.{name}");
                 Ok(match tier {
                     TierSpec::Unlimited(_) => Tier::unlimited(name),
-                    TierSpec::Limits(limits) => Tier::limited(name, L::from_spec(limits, &field)?),
+                    TierSpec::Limits(limits) => {
+                        Tier::limited(name, L::try_from_spec(limits, &field)?)
+                    }
                 })
             })
             .collect()

@@ -48,7 +48,7 @@ pub struct Target {
 
 impl Target {
     fn of(nodes: Nodes) -> Self {
-        Self::from_spec(Spec {
+        Self::try_from_spec(Spec {
             nodes,
             #[cfg(feature = "tls")]
             tls: None,
@@ -56,7 +56,7 @@ impl Target {
         })
     }
 
-    fn from_spec(spec: Spec) -> Self {
+    fn try_from_spec(spec: Spec) -> Self {
         Self {
             spec: Arc::new(spec),
             shared: Arc::default(),
@@ -68,7 +68,7 @@ impl Target {
     fn with(self, change: impl FnOnce(&mut Spec)) -> Self {
         let mut spec = Arc::unwrap_or_clone(self.spec);
         change(&mut spec);
-        Self::from_spec(spec)
+        Self::try_from_spec(spec)
     }
 
     /// The target one address names, in the one syntax a configuration

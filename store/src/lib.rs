@@ -22,7 +22,7 @@
 //!   each decision naming its tier.
 //! * [`Answer`] and [`Source`]: a decision and who made it.
 //! * Feature `serde`: `FailurePolicySpec` (the failure policy by name) and
-//!   `Limit::from_spec` (the limits of weir-rate's `spec::LimitsSpec`),
+//!   `Limit::try_from_spec` (the limits of weir-rate's `spec::LimitsSpec`),
 //!   for limits kept in a configuration file.
 //! * [`StoreError`]: why the store could not decide; [`ConfigError`]: why
 //!   a limiter could not be built.

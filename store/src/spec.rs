@@ -57,7 +57,7 @@ impl Limit {
     ///     { algorithm = "gcra", limit = 10, per = "1s", burst = 20 },
     ///     { algorithm = "sliding_window", limit = 10000, per = "1d", counters = 24 },
     /// ]"#).unwrap();
-    /// let limits = Limit::from_spec(&file.limits, "limits")?;
+    /// let limits = Limit::try_from_spec(&file.limits, "limits")?;
     /// assert_eq!(limits.len(), 2);
     /// # Ok::<(), weir_rate::spec::SpecError>(())
     /// ```
@@ -66,7 +66,7 @@ impl Limit {
     ///
     /// A [`SpecError`] naming the first field at fault, and for an
     /// algorithm no store keeps (the sliding log).
-    pub fn from_spec(spec: &LimitsSpec, field: &str) -> Result<Vec<Limit>, SpecError> {
+    pub fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Vec<Limit>, SpecError> {
         let list = matches!(spec, LimitsSpec::AllOf(_));
         spec.limits()
             .iter()
@@ -79,11 +79,11 @@ impl Limit {
                 };
                 let one = LimitsSpec::One(one.clone());
                 Ok(match one.limits()[0].algorithm {
-                    AlgorithmName::Gcra => Limit::of(&Gcra::from_spec(&one, &field)?),
-                    AlgorithmName::TokenBucket => Limit::of(&TokenBucket::from_spec(&one, &field)?),
-                    AlgorithmName::FixedWindow => Limit::of(&FixedWindow::from_spec(&one, &field)?),
+                    AlgorithmName::Gcra => Limit::of(&Gcra::try_from_spec(&one, &field)?),
+                    AlgorithmName::TokenBucket => Limit::of(&TokenBucket::try_from_spec(&one, &field)?),
+                    AlgorithmName::FixedWindow => Limit::of(&FixedWindow::try_from_spec(&one, &field)?),
                     AlgorithmName::SlidingWindow => {
-                        Limit::of(&SlidingWindow::from_spec(&one, &field)?)
+                        Limit::of(&SlidingWindow::try_from_spec(&one, &field)?)
                     }
                     found @ AlgorithmName::SlidingLog => {
                         return Err(SpecError::unexpected_algorithm(

@@ -41,7 +41,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
     let burst = quota.allow_burst(weir_rate::nonzero!(25));
     let from = |text: &str| limits(text);
     same(
-        &Gcra::from_spec(
+        &Gcra::try_from_spec(
             &from(r#"limit = { algorithm = "gcra", limit = 10, per = "1s", burst = 25 }"#),
             "limit",
         )
@@ -49,7 +49,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
         &Gcra::new(burst),
     );
     same(
-        &TokenBucket::from_spec(
+        &TokenBucket::try_from_spec(
             &from(r#"limit = { algorithm = "token_bucket", limit = 10, per = "1000ms" }"#),
             "limit",
         )
@@ -57,7 +57,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
         &TokenBucket::new(quota),
     );
     same(
-        &FixedWindow::from_spec(
+        &FixedWindow::try_from_spec(
             &from(r#"limit = { algorithm = "fixed_window", limit = 10, per = "1s" }"#),
             "limit",
         )
@@ -65,7 +65,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
         &FixedWindow::new(quota),
     );
     same(
-        &SlidingWindow::from_spec(
+        &SlidingWindow::try_from_spec(
             &from(
                 r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s", counters = 5 }"#,
             ),
@@ -75,7 +75,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
         &SlidingWindow::try_new(quota, 5).unwrap(),
     );
     same(
-        &SlidingWindow::from_spec(
+        &SlidingWindow::try_from_spec(
             &from(r#"limit = { algorithm = "sliding_window", limit = 10, per = "1s" }"#),
             "limit",
         )
@@ -83,14 +83,14 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
         &SlidingWindow::try_new(quota, 2).unwrap(),
     );
     same(
-        &SlidingLog::from_spec(
+        &SlidingLog::try_from_spec(
             &from(r#"limit = { algorithm = "sliding_log", limit = 10, per = "1s" }"#),
             "limit",
         )
         .unwrap(),
         &SlidingLog::new(quota),
     );
-    let pair = <(Gcra, FixedWindow)>::from_spec(
+    let pair = <(Gcra, FixedWindow)>::try_from_spec(
         &from(
             r#"limit = [
             { algorithm = "gcra", limit = 10, per = "1s" },
@@ -113,7 +113,7 @@ fn every_algorithm_is_read_as_its_constructor_builds_it() {
 fn each_mistake_names_its_field_and_the_typed_error() {
     let error = |text: &str| {
         let spec = limits(text);
-        match SlidingWindow::from_spec(&spec, "limits.api") {
+        match SlidingWindow::try_from_spec(&spec, "limits.api") {
             Err(e) => (e.field().to_owned(), e.config().cloned(), e.to_string()),
             Ok(_) => panic!("{text} was taken"),
         }
@@ -150,7 +150,7 @@ fn each_mistake_names_its_field_and_the_typed_error() {
     let (field, _, _) =
         error(r#"limit = { algorithm = "sliding_window", limit = 5, per = "1s", burst = 9 }"#);
     assert_eq!(field, "limits.api.burst", "a burst a window does not have");
-    let zero_burst = Gcra::from_spec(
+    let zero_burst = Gcra::try_from_spec(
         &limits(r#"limit = { algorithm = "gcra", limit = 5, per = "1s", burst = 0 }"#),
         "x",
     );
@@ -161,7 +161,7 @@ fn each_mistake_names_its_field_and_the_typed_error() {
     let two = limits(
         r#"limit = [{ algorithm = "gcra", limit = 5, per = "1s" }, { algorithm = "gcra", limit = 50, per = "1m" }]"#,
     );
-    assert_eq!(Gcra::from_spec(&two, "x").unwrap_err().field(), "x");
+    assert_eq!(Gcra::try_from_spec(&two, "x").unwrap_err().field(), "x");
     // What serde refuses, the file's parser reports with the key.
     for bad in [
         r#"limit = { algorithm = "gcra", limit = 5, per = "1 fortnight" }"#,
