@@ -522,7 +522,7 @@ where
     L: PerKeyQuota,
     R: TierOf<Q>,
     C: Clock,
-    L::State: Send,
+    Self: Send + Sync,
 {
     fn check_n(&self, key: &Q, cost: u32) -> Result<Decision, NeverAllowed> {
         self.check_n(key, cost)
