@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p weir-bench-suite --example hot_paths -- WHAT [PORT]`
 //! with WHAT one of `allows-uniform`, `allows-zipf` (a keyed GCRA's
-//! `allows` on 1 M keys), `sharded-incr`, `pend-once` (a timeout around a
+//! `allows` on 1 M keys), `check-uniform` (its `check`, the whole
+//! `Decision`), `sharded-incr`, `pend-once` (a timeout around a
 //! future that pends once, over the bare future, with tokio's beside it),
 //! `redis-plain`, `redis-batched` (50 callers on the redis-server at PORT)
 //! or `pingpong` (the cross-core round trip, to read two-thread figures by).
@@ -36,17 +37,31 @@ fn keys(zipf: bool, n: usize) -> Vec<u64> {
 }
 
 fn keyed_allows(zipf: bool) -> f64 {
+    keyed(zipf, |limiter, k| {
+        black_box(limiter.allows(k));
+    })
+}
+
+/// A keyed GCRA's `check` on 1 M uniform keys: the whole `Decision` built
+/// and dropped, as a layer asks.
+fn keyed_check() -> f64 {
+    keyed(false, |limiter, k| {
+        black_box(limiter.check(k));
+    })
+}
+
+fn keyed(zipf: bool, call: impl Fn(&KeyedLimiter<u64, Gcra>, &u64)) -> f64 {
     let limiter: KeyedLimiter<u64, Gcra> =
         KeyedLimiter::new(Gcra::new(Quota::per_second(nonzero!(1000))));
     let ks = keys(zipf, 1 << 22);
     for k in &ks {
-        black_box(limiter.allows(k));
+        call(&limiter, k);
     } // warm: every key present
     let start = Instant::now();
     let rounds = 3;
     for _ in 0..rounds {
         for k in &ks {
-            black_box(limiter.allows(k));
+            call(&limiter, k);
         }
     }
     start.elapsed().as_nanos() as f64 / (rounds * ks.len()) as f64
@@ -196,6 +211,7 @@ fn main() {
     match what.as_str() {
         "allows-uniform" => println!("{what} {:.1} ns", keyed_allows(false)),
         "allows-zipf" => println!("{what} {:.1} ns", keyed_allows(true)),
+        "check-uniform" => println!("{what} {:.1} ns", keyed_check()),
         "sharded-incr" => println!("{what} {:.2} ns", sharded_incr()),
         "pend-once" => {
             let (w, t) = pend_once();

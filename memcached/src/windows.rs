@@ -287,6 +287,22 @@ pub(crate) async fn decide(
     Ok(decisions)
 }
 
+/// `ops` in one pipeline, each of which must succeed.
+async fn run_all(
+    connection: &Connection,
+    ops: impl IntoIterator<Item = Op>,
+) -> Result<(), StoreError> {
+    let results = connection
+        .client()
+        .run_batch(ops)
+        .await
+        .map_err(store_error)?;
+    for result in results {
+        result.map_err(store_error)?;
+    }
+    Ok(())
+}
+
 /// Every limit's current counter increased by `cost`, in one pipeline.
 pub(crate) async fn charge(
     connection: &Connection,
@@ -298,14 +314,7 @@ pub(crate) async fn charge(
     let ops = windows.limits.iter().map(|(mark, window)| {
         Op::from(increment(key, mark, now / window.slot(), cost, now, window))
     });
-    let results = connection
-        .client()
-        .run_batch(ops)
-        .await
-        .map_err(store_error)?;
-    for result in results {
-        result.map_err(store_error)?;
-    }
+    run_all(connection, ops).await?;
     Ok(Receipt::remote(now, cost))
 }
 
@@ -331,15 +340,7 @@ pub(crate) async fn refund(
         return Ok(());
     }
     // A counter that has expired or was evicted has nothing to give back.
-    let results = connection
-        .client()
-        .run_batch(ops)
-        .await
-        .map_err(store_error)?;
-    for result in results {
-        result.map_err(store_error)?;
-    }
-    Ok(())
+    run_all(connection, ops).await
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@
 //! * [`SketchLimiter`]: GCRA per key in fixed memory, never looser than
 //!   exact.
 //! * [`TieredLimiter`]: a limit per key, from the key's [`Tier`] (looked up
-//!   by a [`TierOf`]; algorithms that allow it are [`PerKeyQuota`]), each
-//!   decision naming its tier.
+//!   by a [`TierOf`] in a [`TierSet`]; algorithms that allow it are
+//!   [`PerKeyQuota`]), each decision naming its tier.
 //!
 //! All of them peek, weigh checks by cost, take refunds ([`Receipt`],
 //! [`Spending`]) and forced charges, change their quota at run time without
@@ -172,7 +172,7 @@ pub use mode::Mode;
 pub use quota::Quota;
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
-pub use tiers::{PerKeyQuota, Tier, TierOf, TieredLimiter};
+pub use tiers::{PerKeyQuota, Tier, TierOf, TierSet, TieredLimiter};
 pub use weir_limits::{Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.

@@ -95,6 +95,19 @@ impl<L> Tier<L> {
     pub fn limit(&self) -> Option<&L> {
         self.limit.as_ref()
     }
+
+    /// `decision`, naming this tier as the policy that made it (see
+    /// [`Decision::policy`]); the name is shared, not copied.
+    ///
+    /// ```
+    /// use weir_rate::{Decision, Gcra, Tier};
+    ///
+    /// let internal = Tier::<Gcra>::unlimited("internal");
+    /// assert_eq!(internal.names(Decision::unlimited()).policy(), Some("internal"));
+    /// ```
+    pub fn names(&self, decision: Decision) -> Decision {
+        decision.with_policy(Arc::clone(&self.name))
+    }
 }
 
 /// Which tier a key is in: a closure of the key's text returning the
@@ -141,24 +154,56 @@ where
     }
 }
 
-/// The tiers as checked (by name, with the default's place) and the
-/// resolver that places keys in them: one snapshot, swapped whole.
-struct Table<L, R> {
+/// Tiers checked together: names unique and not empty, the default among
+/// them, at least one with a limit, and every limit of one layout (as
+/// `same_layout` judges it against the first), so that a key's state reads
+/// alike in every tier. What [`TieredLimiter`] and a store's tiers look
+/// keys up in.
+///
+/// ```
+/// use weir_rate::{Gcra, Quota, Tier, TierSet, nonzero};
+///
+/// let set = TierSet::try_new(
+///     vec![
+///         Tier::limited("free", Gcra::new(Quota::per_second(nonzero!(10)))),
+///         Tier::unlimited("internal"),
+///     ],
+///     "free",
+///     |_, _| true,
+/// )?;
+/// assert_eq!(set.tier(Some("internal")).name(), "internal");
+/// assert_eq!(set.tier(Some("no-such-tier")).name(), "free");
+/// assert_eq!(set.tier(None).name(), "free");
+/// # Ok::<(), weir_rate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct TierSet<L> {
     tiers: Vec<Tier<L>>,
     by_name: HashMap<Arc<str>, usize>,
     default: usize,
-    resolver: Arc<R>,
+    /// The place of the first tier with a limit: the layout of them all.
+    layout: usize,
 }
 
-impl<L: PerKeyQuota, R> Table<L, R> {
-    /// The tiers checked: names unique and not empty, the default among
-    /// them, every limit of `layout`'s layout.
-    fn new(
+impl<L> TierSet<L> {
+    /// `tiers` with the one called `default` for keys in no tier (or in one
+    /// the set lacks).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Tiers`] when no tier has a limit, a tier has no name,
+    /// two share a name, `default` names none, or a limit is not of the
+    /// first limit's layout by `same_layout`.
+    pub fn try_new(
         tiers: Vec<Tier<L>>,
         default: &str,
-        layout: &L,
-        resolver: Arc<R>,
+        same_layout: impl Fn(&L, &L) -> bool,
     ) -> Result<Self, ConfigError> {
+        let layout = tiers
+            .iter()
+            .position(|t| t.limit.is_some())
+            .ok_or(ConfigError::Tiers("no tier with a limit"))?;
+        let first = tiers[layout].limit.as_ref();
         let mut by_name = HashMap::with_capacity(tiers.len());
         for (i, tier) in tiers.iter().enumerate() {
             if tier.name.is_empty() {
@@ -167,9 +212,11 @@ impl<L: PerKeyQuota, R> Table<L, R> {
             if by_name.insert(Arc::clone(&tier.name), i).is_some() {
                 return Err(ConfigError::Tiers("two tiers of one name"));
             }
-            if tier.limit.as_ref().is_some_and(|l| !layout.same_layout(l)) {
+            if let (Some(first), Some(limit)) = (first, tier.limit.as_ref())
+                && !same_layout(first, limit)
+            {
                 return Err(ConfigError::Tiers(
-                    "tiers of different layouts (windows or counters): a key's state must read alike in every tier",
+                    "tiers whose limits cannot share a key's state (other windows or counters, or on a store another prefix)",
                 ));
             }
         }
@@ -180,21 +227,50 @@ impl<L: PerKeyQuota, R> Table<L, R> {
             tiers,
             by_name,
             default,
-            resolver,
+            layout,
         })
     }
 
+    /// The tier called `name`; the default for `None` or a name no tier
+    /// has.
+    pub fn tier(&self, name: Option<&str>) -> &Tier<L> {
+        let place = name.and_then(|n| self.by_name.get(n)).copied();
+        &self.tiers[place.unwrap_or(self.default)]
+    }
+
+    /// The tier called `name`, if the set has one.
+    pub fn named(&self, name: &str) -> Option<&Tier<L>> {
+        self.by_name.get(name).map(|&i| &self.tiers[i])
+    }
+
+    /// The tiers, in their order.
+    pub fn tiers(&self) -> &[Tier<L>] {
+        &self.tiers
+    }
+
+    /// The first limit: every limit of the set has its layout.
+    pub fn layout(&self) -> &L {
+        self.tiers[self.layout]
+            .limit
+            .as_ref()
+            .expect("the set was built with a limit at this place")
+    }
+}
+
+/// The tiers and the resolver that places keys in them: one snapshot,
+/// swapped whole.
+struct Table<L, R> {
+    set: TierSet<L>,
+    resolver: Arc<R>,
+}
+
+impl<L, R> Table<L, R> {
     /// The tier of `key`, as the resolver places it.
     fn tier_of<Q: ?Sized>(&self, key: &Q) -> &Tier<L>
     where
         R: TierOf<Q>,
     {
-        self.tier(self.resolver.tier_of(key))
-    }
-
-    fn tier(&self, name: Option<&str>) -> &Tier<L> {
-        let place = name.and_then(|n| self.by_name.get(n)).copied();
-        &self.tiers[place.unwrap_or(self.default)]
+        self.set.tier(self.resolver.tier_of(key))
     }
 }
 
@@ -222,7 +298,8 @@ impl<L: PerKeyQuota, R> Table<L, R> {
 /// A refund or forced charge is settled by the tier that made the decision
 /// it settles ([`SettleKey::settle`]), so a key that changed tier in
 /// between gets back what its check spent, not what the new quota would
-/// count. [`CheckKey::refund`], given only a receipt, refunds by the key's
+/// count. If that tier has since been removed, a charge is made by the
+/// key's tier now and a refund is not made: never looser. [`CheckKey::refund`], given only a receipt, refunds by the key's
 /// tier at the time.
 ///
 /// ```
@@ -262,7 +339,7 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TieredLimiter")
-            .field("tiers", &self.table.read().tiers)
+            .field("tiers", &self.table.read().set.tiers())
             .finish_non_exhaustive()
     }
 }
@@ -335,14 +412,14 @@ where
         resolver: R,
         keys: impl FnOnce(L) -> KeyedLimiter<K, L, C>,
     ) -> Result<Self, ConfigError> {
-        let first = tiers
-            .iter()
-            .find_map(|t| t.limit.clone())
-            .ok_or(ConfigError::Tiers("no tier with a limit"))?;
-        let table = Table::new(tiers, default, &first, Arc::new(resolver))?;
+        let set = TierSet::try_new(tiers, default, L::same_layout)?;
+        let first = set.layout().clone();
         Ok(Self {
             keys: keys(first),
-            table: RwLock::new(Arc::new(table)),
+            table: RwLock::new(Arc::new(Table {
+                set,
+                resolver: Arc::new(resolver),
+            })),
         })
     }
 
@@ -356,19 +433,16 @@ where
     /// unchanged.
     pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {
         let current = self.table();
-        let layout = current.tiers.iter().find_map(|t| t.limit.clone());
-        let layout = match layout {
-            Some(l) => l,
-            None => tiers
-                .iter()
-                .find_map(|t| t.limit.clone())
-                .ok_or(ConfigError::Tiers("no tier with a limit"))?,
-        };
-        if !tiers.iter().any(|t| t.limit.is_some()) {
-            return Err(ConfigError::Tiers("no tier with a limit"));
+        let set = TierSet::try_new(tiers, default, L::same_layout)?;
+        if !current.set.layout().same_layout(set.layout()) {
+            return Err(ConfigError::Tiers(
+                "new tiers of another layout than the limiter's: a key's state must read alike",
+            ));
         }
-        let table = Table::new(tiers, default, &layout, Arc::clone(&current.resolver))?;
-        *self.table.write() = Arc::new(table);
+        *self.table.write() = Arc::new(Table {
+            set,
+            resolver: Arc::clone(&current.resolver),
+        });
         Ok(())
     }
 
@@ -397,9 +471,7 @@ where
     pub fn set_resolver(&self, resolver: R) {
         let mut table = self.table.write();
         *table = Arc::new(Table {
-            tiers: table.tiers.clone(),
-            by_name: table.by_name.clone(),
-            default: table.default,
+            set: table.set.clone(),
             resolver: Arc::new(resolver),
         });
     }
@@ -407,7 +479,12 @@ where
     /// The names of the tiers, in their order.
     pub fn tiers(&self) -> Vec<String> {
         let table = self.table.read();
-        table.tiers.iter().map(|t| t.name.to_string()).collect()
+        table
+            .set
+            .tiers()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect()
     }
 
     /// The keyed limiter holding every key's state.
@@ -473,7 +550,7 @@ where
             None => Decision::unlimited(),
             Some(limit) => self.keys.run_by(key, cost, mode, Some(limit))?,
         };
-        Ok(decision.with_policy(Arc::clone(&tier.name)))
+        Ok(tier.names(decision))
     }
 
     /// Spend `cost` units for `key` by its tier, unconditionally (see
@@ -490,26 +567,32 @@ where
     }
 
     /// Settle `admitted` (a check of `from` units of `key`) at `to` units,
-    /// by the tier that made the decision (see [`Settlement`]); nothing
-    /// for a decision of an unlimited tier, or of a tier since removed.
+    /// by the tier that made the decision (see [`Settlement`]). When that
+    /// tier has since been removed, a charge is still made, by the key's
+    /// tier now (the work was done: skipping it would loosen the limit),
+    /// and a refund is not (stricter). Nothing for a decision of an
+    /// unlimited tier.
     fn settle_by<Q>(&self, key: &Q, admitted: &Decision, from: u32, to: u32)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        R: TierOf<Q>,
     {
         let table = self.table();
-        let Some(limit) = admitted
-            .policy()
-            .and_then(|name| table.by_name.get(name))
-            .and_then(|&i| table.tiers[i].limit.as_ref())
-        else {
-            return;
-        };
-        match Settlement::of(admitted, from, to) {
-            Settlement::Keep => {}
-            Settlement::Refund(surplus) => self.keys.refund_by(key, surplus, Some(limit)),
-            Settlement::Charge(more) => {
-                let _ = self.keys.charge_by(key, more, Some(limit));
+        let decided = admitted.policy().and_then(|name| table.set.named(name));
+        match (Settlement::of(admitted, from, to), decided) {
+            (Settlement::Keep, _) => {}
+            (Settlement::Refund(surplus), Some(tier)) => {
+                if let Some(limit) = tier.limit() {
+                    self.keys.refund_by(key, surplus, Some(limit));
+                }
+            }
+            (Settlement::Refund(_), None) => {}
+            (Settlement::Charge(more), decided) => {
+                let tier = decided.unwrap_or_else(|| table.tier_of(key));
+                if let Some(limit) = tier.limit() {
+                    let _ = self.keys.charge_by(key, more, Some(limit));
+                }
             }
         }
     }
@@ -560,6 +643,7 @@ where
     K: Hash + Eq + Clone + Send + Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     L: PerKeyQuota,
+    R: TierOf<Q>,
     C: Clock,
     Self: CheckKeyAsync<Q>,
 {

@@ -4,69 +4,34 @@ use crate::backend::Backend;
 use crate::error::ConfigError;
 use crate::limiter::StoreLimiter;
 use crate::retune::same_layout;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use weir_primitives::sync::RwLock;
-use weir_rate::{CheckKeyAsync, Decision, NeverAllowed, SettleKey, Tier, TierOf};
+use weir_rate::{
+    CheckKeyAsync, Decision, NeverAllowed, SettleKey, Settlement, Tier, TierOf, TierSet,
+};
 
 use crate::error::StoreError;
 
-/// The tiers as checked: by name, with the default's place.
-struct Table<B: Backend> {
+/// The tiers of store limiters, checked: one prefix and one layout, so
+/// every tier reads a key's one state on the store.
+fn tier_set<B: Backend>(
     tiers: Vec<Tier<StoreLimiter<B>>>,
-    by_name: HashMap<Arc<str>, usize>,
-    default: usize,
+    default: &str,
+) -> Result<TierSet<StoreLimiter<B>>, ConfigError> {
+    TierSet::try_new(tiers, default, shares_state).map_err(|e| match e {
+        weir_rate::ConfigError::Tiers(why) => ConfigError::Invalid(why),
+        _ => ConfigError::Invalid("tiers that cannot be checked together"),
+    })
 }
 
-impl<B: Backend> Table<B> {
-    fn new(tiers: Vec<Tier<StoreLimiter<B>>>, default: &str) -> Result<Self, ConfigError> {
-        let first = tiers
-            .iter()
-            .find_map(Tier::limit)
-            .ok_or(ConfigError::Invalid("no tier with a limit"))?;
-        let layout = first.inner.tuned.read().limits.clone();
-        let mut by_name = HashMap::with_capacity(tiers.len());
-        for (i, tier) in tiers.iter().enumerate() {
-            if tier.name().is_empty() {
-                return Err(ConfigError::Invalid("a tier without a name"));
-            }
-            if by_name.insert(Arc::from(tier.name()), i).is_some() {
-                return Err(ConfigError::Invalid("two tiers of one name"));
-            }
-            if let Some(limiter) = tier.limit() {
-                if limiter.prefix() != first.prefix() {
-                    return Err(ConfigError::Invalid(
-                        "tiers on different key prefixes: a key's state must be one for every tier",
-                    ));
-                }
-                same_layout(&layout, &limiter.inner.tuned.read().limits).map_err(|_| {
-                    ConfigError::Invalid(
-                        "tiers of different layouts (algorithms, their order, windows): a key's state must read alike in every tier",
-                    )
-                })?;
-            }
-        }
-        let default = *by_name.get(default).ok_or(ConfigError::Invalid(
-            "the default tier is not among the tiers",
-        ))?;
-        Ok(Self {
-            tiers,
-            by_name,
-            default,
-        })
-    }
-
-    fn tier(&self, name: Option<&str>) -> &Tier<StoreLimiter<B>> {
-        let place = name.and_then(|n| self.by_name.get(n)).copied();
-        &self.tiers[place.unwrap_or(self.default)]
-    }
-
-    fn named(&self, name: &str) -> Option<&Tier<StoreLimiter<B>>> {
-        self.by_name.get(name).map(|&i| &self.tiers[i])
-    }
+/// Whether `b` reads the state `a` keeps: the same prefix, the same
+/// algorithms in the same order, windows of the same lengths.
+fn shares_state<B: Backend>(a: &StoreLimiter<B>, b: &StoreLimiter<B>) -> bool {
+    a.prefix() == b.prefix()
+        && same_layout(&a.inner.tuned.read().limits, &b.inner.tuned.read().limits).is_ok()
 }
 
 /// A limit per key on a store: each key decided by its tier's
@@ -115,14 +80,14 @@ impl<B: Backend> Table<B> {
 /// # }
 /// ```
 pub struct StoreTiers<B: Backend, R> {
-    table: RwLock<Arc<Table<B>>>,
+    set: RwLock<Arc<TierSet<StoreLimiter<B>>>>,
     resolver: R,
 }
 
 impl<B: Backend, R> fmt::Debug for StoreTiers<B, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let table = self.table.read();
-        let names: Vec<&str> = table.tiers.iter().map(Tier::name).collect();
+        let set = self.set.read();
+        let names: Vec<&str> = set.tiers().iter().map(Tier::name).collect();
         f.debug_struct("StoreTiers")
             .field("tiers", &names)
             .finish_non_exhaustive()
@@ -144,7 +109,7 @@ impl<B: Backend, R> StoreTiers<B, R> {
         resolver: R,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
-            table: RwLock::new(Arc::new(Table::new(tiers, default)?)),
+            set: RwLock::new(Arc::new(tier_set(tiers, default)?)),
             resolver,
         })
     }
@@ -160,34 +125,24 @@ impl<B: Backend, R> StoreTiers<B, R> {
         tiers: Vec<Tier<StoreLimiter<B>>>,
         default: &str,
     ) -> Result<(), ConfigError> {
-        let table = Table::new(tiers, default)?;
-        let current = self.table();
-        if let (Some(old), Some(new)) = (
-            current.tiers.iter().find_map(Tier::limit),
-            table.tiers.iter().find_map(Tier::limit),
-        ) {
-            if old.prefix() != new.prefix() {
-                return Err(ConfigError::Invalid(
-                    "new tiers on another key prefix than the tiers in force",
-                ));
-            }
-            same_layout(
-                &old.inner.tuned.read().limits,
-                &new.inner.tuned.read().limits,
-            )?;
+        let set = tier_set(tiers, default)?;
+        if !shares_state(self.set().layout(), set.layout()) {
+            return Err(ConfigError::Invalid(
+                "new tiers on another key prefix or layout than the tiers in force",
+            ));
         }
-        *self.table.write() = Arc::new(table);
+        *self.set.write() = Arc::new(set);
         Ok(())
     }
 
     /// The names of the tiers, in their order.
     pub fn tiers(&self) -> Vec<String> {
-        let table = self.table();
-        table.tiers.iter().map(|t| t.name().to_owned()).collect()
+        let set = self.set();
+        set.tiers().iter().map(|t| t.name().to_owned()).collect()
     }
 
-    fn table(&self) -> Arc<Table<B>> {
-        Arc::clone(&self.table.read())
+    fn set(&self) -> Arc<TierSet<StoreLimiter<B>>> {
+        Arc::clone(&self.set.read())
     }
 
     /// Check `cost` units of `key` by its tier's limiter.
@@ -197,16 +152,9 @@ impl<B: Backend, R> StoreTiers<B, R> {
     /// [`NeverAllowed`] for a cost the key's tier can never allow.
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, NeverAllowed>
     where
-        R: TierOf<str>,
+        R: TierOf<str> + 'static,
     {
-        let table = self.table();
-        let tier = table.tier(self.resolver.tier_of(key));
-        let name: Arc<str> = Arc::from(tier.name());
-        let decision = match tier.limit() {
-            None => Decision::unlimited(),
-            Some(limiter) => limiter.check_n(key, cost).await?,
-        };
-        Ok(decision.with_policy(name))
+        CheckKeyAsync::<str>::check_n_async(self, key, cost).await
     }
 }
 
@@ -218,23 +166,22 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsy
 
     fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
         let key = key.to_string();
-        let table = self.table();
-        let tier = table.tier(self.resolver.tier_of(&key));
-        let name: Arc<str> = Arc::from(tier.name());
-        let Some(limiter) = tier.limit().cloned() else {
-            return Box::pin(ready(Ok(Decision::unlimited().with_policy(name))));
-        };
+        // A tier is a name and a limiter, both shared: cheap to own.
+        let tier = self.set().tier(self.resolver.tier_of(&key)).clone();
         Box::pin(async move {
-            limiter
-                .check_n(&key, cost)
-                .await
-                .map(|d| d.with_policy(name))
+            let decision = match tier.limit() {
+                None => Decision::unlimited(),
+                Some(limiter) => limiter.check_n(&key, cost).await?,
+            };
+            Ok(tier.names(decision))
         })
     }
 }
 
 /// Settled by the tier that made the decision: a key moved to another
-/// tier meanwhile gets back what its check spent.
+/// tier meanwhile gets back what its check spent. If that tier has since
+/// been removed, a charge is made by the key's tier now and a refund is
+/// not made: never looser.
 impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q>
     for StoreTiers<B, R>
 {
@@ -242,12 +189,16 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q
     type Settling = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
     fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
-        let table = self.table();
-        let limiter = admitted
-            .policy()
-            .and_then(|name| table.named(name))
-            .and_then(Tier::limit);
-        match limiter {
+        let set = self.set();
+        let decided = admitted.policy().and_then(|name| set.named(name));
+        let tier = match (decided, Settlement::of(admitted, from, to)) {
+            (Some(tier), _) => tier,
+            // The tier is gone: a charge by the key's tier now (skipping
+            // it would loosen the limit), a refund not at all (stricter).
+            (None, Settlement::Charge(_)) => set.tier(self.resolver.tier_of(&key.to_string())),
+            (None, _) => return Box::pin(ready(Ok(()))),
+        };
+        match tier.limit() {
             Some(limiter) => SettleKey::<Q>::settle(limiter, key, admitted, from, to),
             None => Box::pin(ready(Ok(()))),
         }

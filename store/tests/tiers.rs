@@ -178,3 +178,31 @@ async fn tiers_that_would_not_share_a_keys_state_are_refused() {
     );
     assert_eq!(tiers.tiers(), ["a"]);
 }
+
+/// A charge owed by a decision whose tier has since been removed is made
+/// by the key's tier now, never skipped.
+#[tokio::test(start_paused = true)]
+async fn a_charge_owed_by_a_removed_tier_is_still_charged() {
+    let (store, now) = (MemoryStore::new(), Now::default());
+    let tiers = tiers(&store, &now).await;
+    now.set("paid");
+    let admitted = tiers.check_n("k", 1).await.unwrap();
+    tiers
+        .set_tiers(
+            vec![
+                Tier::limited("free", on(&store, "api", 2).await),
+                Tier::limited("gold", on(&store, "api", 10).await),
+            ],
+            "free",
+        )
+        .unwrap();
+    now.set("gold");
+    SettleKey::<str>::settle(&tiers, "k", &admitted, 1, 9)
+        .await
+        .unwrap();
+    let mut allowed = 0;
+    for _ in 0..20 {
+        allowed += usize::from(tiers.check_n("k", 1).await.unwrap().is_allowed());
+    }
+    assert_eq!(allowed, 1, "9 of gold's 10 spent");
+}

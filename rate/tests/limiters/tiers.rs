@@ -262,3 +262,27 @@ fn the_limiter_is_a_checker_for_the_layers() {
     .unwrap();
     takes(&limiter);
 }
+
+/// A charge owed by a decision whose tier has since been removed is still
+/// charged (by the key's tier now): the work was done, and skipping the
+/// charge would loosen the limit. A refund then stays unmade (stricter).
+#[test]
+fn a_charge_owed_by_a_removed_tier_is_still_charged() {
+    let (directory, clock) = (Directory::default(), ManualClock::new());
+    directory.put("k", "paid");
+    let limiter = tiered(&directory, &clock);
+    let admitted = limiter.check_n("k", 1).unwrap();
+    limiter
+        .set_tiers(
+            vec![
+                Tier::limited("free", gcra_per_minute(2)),
+                Tier::limited("gold", gcra_per_minute(10)),
+            ],
+            "free",
+        )
+        .unwrap();
+    directory.put("k", "gold");
+    // The response turned out to cost 9: 8 more, charged by gold.
+    let Ok(()) = limiter.settle("k", &admitted, 1, 9).into_inner();
+    assert_eq!(allowed(&limiter, "k", 20), 1, "9 of gold's 10 spent");
+}
