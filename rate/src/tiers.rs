@@ -181,11 +181,11 @@ pub struct TierSet<L> {
     tiers: Vec<Tier<L>>,
     by_name: HashMap<Arc<str>, usize>,
     default: usize,
-    /// The place of the first tier with a limit: the layout of them all.
-    layout: usize,
+    /// The first tier's limit: the layout of them all.
+    layout: L,
 }
 
-impl<L> TierSet<L> {
+impl<L: Clone> TierSet<L> {
     /// `tiers` with the one called `default` for keys in no tier (or in one
     /// the set lacks).
     ///
@@ -201,9 +201,8 @@ impl<L> TierSet<L> {
     ) -> Result<Self, ConfigError> {
         let layout = tiers
             .iter()
-            .position(|t| t.limit.is_some())
+            .find_map(|t| t.limit.clone())
             .ok_or(ConfigError::Tiers("no tier with a limit"))?;
-        let first = tiers[layout].limit.as_ref();
         let mut by_name = HashMap::with_capacity(tiers.len());
         for (i, tier) in tiers.iter().enumerate() {
             if tier.name.is_empty() {
@@ -212,8 +211,10 @@ impl<L> TierSet<L> {
             if by_name.insert(Arc::clone(&tier.name), i).is_some() {
                 return Err(ConfigError::Tiers("two tiers of one name"));
             }
-            if let (Some(first), Some(limit)) = (first, tier.limit.as_ref())
-                && !same_layout(first, limit)
+            if tier
+                .limit
+                .as_ref()
+                .is_some_and(|l| !same_layout(&layout, l))
             {
                 return Err(ConfigError::Tiers(
                     "tiers whose limits cannot share a key's state (other windows or counters, or on a store another prefix)",
@@ -230,7 +231,9 @@ impl<L> TierSet<L> {
             layout,
         })
     }
+}
 
+impl<L> TierSet<L> {
     /// The tier called `name`; the default for `None` or a name no tier
     /// has.
     pub fn tier(&self, name: Option<&str>) -> &Tier<L> {
@@ -250,10 +253,7 @@ impl<L> TierSet<L> {
 
     /// The first limit: every limit of the set has its layout.
     pub fn layout(&self) -> &L {
-        self.tiers[self.layout]
-            .limit
-            .as_ref()
-            .expect("the set was built with a limit at this place")
+        &self.layout
     }
 }
 
