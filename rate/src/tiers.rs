@@ -5,6 +5,7 @@ use crate::algorithms::{FixedWindow, Gcra, SlidingWindow};
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::ConfigError;
+use crate::decision::policy::{Interned, intern};
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::keyed::KeyedLimiter;
 use crate::mode::Mode;
@@ -65,30 +66,34 @@ impl<A: PerKeyQuota, B: PerKeyQuota> PerKeyQuota for (A, B) {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Tier<L> {
-    name: Arc<str>,
+    name: &'static Interned,
     limit: Option<L>,
 }
 
 impl<L> Tier<L> {
-    /// A tier called `name` whose keys are limited by `limit`.
+    /// A tier called `name` whose keys are limited by `limit`. Its
+    /// decisions name it by reference: each distinct tier name is kept for
+    /// the life of the process (the names a configuration gives, not
+    /// anything a client sends).
     pub fn limited(name: &str, limit: L) -> Self {
         Self {
-            name: Arc::from(name),
+            name: intern(name),
             limit: Some(limit),
         }
     }
 
-    /// A tier called `name` whose keys are never limited (nor counted).
+    /// A tier called `name` whose keys are never limited (nor counted); its
+    /// name kept as [`limited`](Self::limited)'s.
     pub fn unlimited(name: &str) -> Self {
         Self {
-            name: Arc::from(name),
+            name: intern(name),
             limit: None,
         }
     }
 
     /// The tier's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// The tier's limit; `None` for an unlimited tier.
@@ -98,6 +103,7 @@ impl<L> Tier<L> {
 
     /// `decision`, naming this tier as the policy that made it (see
     /// [`Decision::policy`]); the name is shared, not copied.
+    #[inline]
     ///
     /// ```
     /// use weir_rate::{Decision, Gcra, Tier};
@@ -106,7 +112,7 @@ impl<L> Tier<L> {
     /// assert_eq!(internal.names(Decision::unlimited()).policy(), Some("internal"));
     /// ```
     pub fn names(&self, decision: Decision) -> Decision {
-        decision.with_policy(Arc::clone(&self.name))
+        decision.with_policy(self.name)
     }
 }
 
@@ -179,7 +185,7 @@ where
 #[derive(Debug, Clone)]
 pub struct TierSet<L> {
     tiers: Vec<Tier<L>>,
-    by_name: HashMap<Arc<str>, usize>,
+    by_name: HashMap<&'static str, usize>,
     default: usize,
     /// The first tier's limit: the layout of them all.
     layout: L,
@@ -205,10 +211,10 @@ impl<L: Clone> TierSet<L> {
             .ok_or(ConfigError::Tiers("no tier with a limit"))?;
         let mut by_name = HashMap::with_capacity(tiers.len());
         for (i, tier) in tiers.iter().enumerate() {
-            if tier.name.is_empty() {
+            if tier.name().is_empty() {
                 return Err(ConfigError::Tiers("a tier without a name"));
             }
-            if by_name.insert(Arc::clone(&tier.name), i).is_some() {
+            if by_name.insert(tier.name.as_str(), i).is_some() {
                 return Err(ConfigError::Tiers("two tiers of one name"));
             }
             if tier
@@ -483,7 +489,7 @@ where
             .set
             .tiers()
             .iter()
-            .map(|t| t.name.to_string())
+            .map(|t| t.name().to_owned())
             .collect()
     }
 

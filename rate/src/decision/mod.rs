@@ -2,6 +2,7 @@
 
 mod error;
 mod headers;
+pub(crate) mod policy;
 mod receipt;
 
 pub use error::{CheckAtError, NeverAllowed};
@@ -11,7 +12,6 @@ pub use receipt::{Receipt, Spending};
 
 use crate::mode::Mode;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 use weir_primitives::time::duration_to_nanos;
 
@@ -66,8 +66,9 @@ pub struct Decision {
     /// all-or-nothing set); none for a single limit.
     pub(crate) parts: Option<Parts>,
     /// The policy that decided, when the limiter names one per key (a
-    /// tier); none when the caller's own name applies.
-    pub(crate) policy: Option<Arc<str>>,
+    /// tier); none when the caller's own name applies. Interned: one thin
+    /// reference, nothing to drop.
+    pub(crate) policy: Option<&'static policy::Interned>,
 }
 
 /// The limits of a combined decision, in a canonical order. A pair, the
@@ -145,7 +146,7 @@ impl fmt::Debug for Decision {
             .field("retry_after", &self.retry_after())
             .field("delay", &self.delay())
             .field("receipt", &self.receipt)
-            .field("policy", &self.policy)
+            .field("policy", &self.policy())
             .finish()
     }
 }
@@ -329,18 +330,9 @@ impl Decision {
         }
     }
 
-    /// The same decision, made by the policy named `name` (a key's tier,
-    /// say): header fields and metrics then name it instead of the
-    /// caller's own policy name.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use weir_rate::Decision;
-    ///
-    /// let d = Decision::allow(10, Duration::from_secs(1), 9, Duration::ZERO).with_policy("paid".into());
-    /// assert_eq!(d.policy(), Some("paid"));
-    /// ```
-    pub fn with_policy(self, name: Arc<str>) -> Self {
+    /// The same decision, made by the policy `name` (a key's tier).
+    #[inline]
+    pub(crate) fn with_policy(self, name: &'static policy::Interned) -> Self {
         Self {
             policy: Some(name),
             ..self
@@ -374,7 +366,7 @@ impl Decision {
     /// `None` when the caller's own name applies.
     #[inline]
     pub fn policy(&self) -> Option<&str> {
-        self.policy.as_deref()
+        self.policy.map(policy::Interned::as_str)
     }
 
     /// Whether the request should proceed. In shadow (dry-run) mode this is
