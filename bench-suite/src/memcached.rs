@@ -839,7 +839,7 @@ fn replay(mut verdicts: Vec<Verdict>) -> SetRun {
 /// (summed over the repetitions), and the units a window boundary may
 /// move either way over them.
 struct AllOf {
-    rows: Vec<(usize, &'static str, SetRun, SetRun, u64)>,
+    rows: Vec<(usize, &'static str, SetRun, SetRun, u64, Spread)>,
 }
 
 /// Windows all-or-nothing: Redis decides the set in one script, exactly;
@@ -909,7 +909,12 @@ fn all_of(report: &mut Report, bench: &Bench<'_>) -> AllOf {
         // repetition (and one more), at most a cost of 4 moved at each.
         let seconds = bench.dur.as_secs_f64().ceil() as u64 + 1;
         let boundaries = SET_KEYS as u64 * seconds * bench.repetitions as u64 * 4;
-        rows.push((callers, costs, r, m, boundaries));
+        // Memcached's refusals of what exact allowed, % of exact, by repetition.
+        let short = contest::spreads(&runs[1..], |run| {
+            100.0 * run.short() as f64 / run.exact.max(1) as f64
+        })
+        .remove(0);
+        rows.push((callers, costs, r, m, boundaries, short));
     }
     report.text(
         "**Windows all-or-nothing.** 20 a second (fixed window) and 50 in 5 s (sliding window, \
@@ -969,15 +974,18 @@ fn goals(
         let worst = all_of
             .rows
             .iter()
-            .map(|(_, _, _, m, boundaries)| m.beyond() as f64 / (*boundaries).max(1) as f64)
+            .map(|(_, _, _, m, boundaries, _)| m.beyond() as f64 / (*boundaries).max(1) as f64)
             .fold(0.0f64, f64::max);
         let short: Vec<String> = all_of
             .rows
             .iter()
-            .map(|(callers, costs, r, m, _)| {
+            .map(|(callers, costs, r, m, _, spread)| {
                 format!(
-                    "{callers} callers, cost {costs}: {} (Redis {})",
+                    "{callers} callers, cost {costs}: {} (by repetition {:.2}–{:.2}–{:.2} %; Redis {})",
                     share(m.short(), m.exact, 2),
+                    spread.min,
+                    spread.median,
+                    spread.max,
                     share(r.short(), r.exact, 2)
                 )
             })
