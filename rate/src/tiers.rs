@@ -438,18 +438,67 @@ where
     /// limits of another layout than the limiter's; the tiers are then
     /// unchanged.
     pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {
-        let current = self.table();
+        let set = self.checked(tiers, default)?;
+        let mut table = self.table.write();
+        *table = Arc::new(Table {
+            set,
+            resolver: Arc::clone(&table.resolver),
+        });
+        Ok(())
+    }
+
+    /// Replace the tiers and the resolver together while serving (a
+    /// configuration file reloaded): every check sees the old pair or the
+    /// new one, never new tiers placed by the old resolver. Each key's
+    /// spent state carries over, as with [`set_tiers`](Self::set_tiers).
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use weir_rate::{Gcra, Quota, Tier, TieredLimiter, nonzero};
+    ///
+    /// let per_minute = |n| Gcra::new(Quota::per_minute(n));
+    /// let limiter = TieredLimiter::<String, _, _>::try_new(
+    ///     vec![Tier::limited("free", per_minute(nonzero!(1)))],
+    ///     "free",
+    ///     HashMap::new(),
+    /// )?;
+    /// assert!(limiter.check("k-1").is_allowed());
+    /// limiter.replace(
+    ///     vec![Tier::limited("free", per_minute(nonzero!(1))), Tier::limited("paid", per_minute(nonzero!(60)))],
+    ///     "free",
+    ///     HashMap::from([("k-1".to_owned(), "paid".to_owned())]),
+    /// )?;
+    /// assert_eq!(limiter.check("k-1").policy(), Some("paid"));
+    /// # Ok::<(), weir_rate::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`set_tiers`](Self::set_tiers); the tiers and the resolver are
+    /// then unchanged.
+    pub fn replace(
+        &self,
+        tiers: Vec<Tier<L>>,
+        default: &str,
+        resolver: R,
+    ) -> Result<(), ConfigError> {
+        let set = self.checked(tiers, default)?;
+        *self.table.write() = Arc::new(Table {
+            set,
+            resolver: Arc::new(resolver),
+        });
+        Ok(())
+    }
+
+    /// `tiers` checked, and of the layout of the tiers in force.
+    fn checked(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<TierSet<L>, ConfigError> {
         let set = TierSet::try_new(tiers, default, L::same_layout)?;
-        if !current.set.layout().same_layout(set.layout()) {
+        if !self.table().set.layout().same_layout(set.layout()) {
             return Err(ConfigError::Tiers(
                 "new tiers of another layout than the limiter's: a key's state must read alike",
             ));
         }
-        *self.table.write() = Arc::new(Table {
-            set,
-            resolver: Arc::clone(&current.resolver),
-        });
-        Ok(())
+        Ok(set)
     }
 
     /// Place keys by `resolver` from now on (a directory of keys reloaded,

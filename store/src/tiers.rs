@@ -80,14 +80,30 @@ fn shares_state<B: Backend>(a: &StoreLimiter<B>, b: &StoreLimiter<B>) -> bool {
 /// # }
 /// ```
 pub struct StoreTiers<B: Backend, R> {
-    set: RwLock<Arc<TierSet<StoreLimiter<B>>>>,
-    resolver: R,
+    table: RwLock<Arc<Table<B, R>>>,
+}
+
+/// The tiers and the resolver that places keys in them: one snapshot,
+/// swapped whole.
+struct Table<B: Backend, R> {
+    set: TierSet<StoreLimiter<B>>,
+    resolver: Arc<R>,
+}
+
+impl<B: Backend, R> Table<B, R> {
+    /// The tier of `key`, as the resolver places it.
+    fn tier_of(&self, key: &str) -> &Tier<StoreLimiter<B>>
+    where
+        R: TierOf<str>,
+    {
+        self.set.tier(self.resolver.tier_of(key))
+    }
 }
 
 impl<B: Backend, R> fmt::Debug for StoreTiers<B, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = self.set.read();
-        let names: Vec<&str> = set.tiers().iter().map(Tier::name).collect();
+        let table = self.table.read();
+        let names: Vec<&str> = table.set.tiers().iter().map(Tier::name).collect();
         f.debug_struct("StoreTiers")
             .field("tiers", &names)
             .finish_non_exhaustive()
@@ -109,8 +125,10 @@ impl<B: Backend, R> StoreTiers<B, R> {
         resolver: R,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
-            set: RwLock::new(Arc::new(tier_set(tiers, default)?)),
-            resolver,
+            table: RwLock::new(Arc::new(Table {
+                set: tier_set(tiers, default)?,
+                resolver: Arc::new(resolver),
+            })),
         })
     }
 
@@ -125,24 +143,75 @@ impl<B: Backend, R> StoreTiers<B, R> {
         tiers: Vec<Tier<StoreLimiter<B>>>,
         default: &str,
     ) -> Result<(), ConfigError> {
+        let set = self.checked(tiers, default)?;
+        let mut table = self.table.write();
+        *table = Arc::new(Table {
+            set,
+            resolver: Arc::clone(&table.resolver),
+        });
+        Ok(())
+    }
+
+    /// Place keys by `resolver` from now on (each key's state carries
+    /// over into its new tier).
+    pub fn set_resolver(&self, resolver: R) {
+        let mut table = self.table.write();
+        *table = Arc::new(Table {
+            set: table.set.clone(),
+            resolver: Arc::new(resolver),
+        });
+    }
+
+    /// Replace the tiers and the resolver together while serving: every
+    /// check sees the old pair or the new one, never new tiers placed by
+    /// the old resolver.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_tiers`](Self::set_tiers); the tiers and the resolver are
+    /// then unchanged.
+    pub fn replace(
+        &self,
+        tiers: Vec<Tier<StoreLimiter<B>>>,
+        default: &str,
+        resolver: R,
+    ) -> Result<(), ConfigError> {
+        let set = self.checked(tiers, default)?;
+        *self.table.write() = Arc::new(Table {
+            set,
+            resolver: Arc::new(resolver),
+        });
+        Ok(())
+    }
+
+    /// `tiers` checked, and on the prefix and layout of the tiers in force.
+    fn checked(
+        &self,
+        tiers: Vec<Tier<StoreLimiter<B>>>,
+        default: &str,
+    ) -> Result<TierSet<StoreLimiter<B>>, ConfigError> {
         let set = tier_set(tiers, default)?;
-        if !shares_state(self.set().layout(), set.layout()) {
+        if !shares_state(self.table().set.layout(), set.layout()) {
             return Err(ConfigError::Invalid(
                 "new tiers on another key prefix or layout than the tiers in force",
             ));
         }
-        *self.set.write() = Arc::new(set);
-        Ok(())
+        Ok(set)
     }
 
     /// The names of the tiers, in their order.
     pub fn tiers(&self) -> Vec<String> {
-        let set = self.set();
-        set.tiers().iter().map(|t| t.name().to_owned()).collect()
+        let table = self.table();
+        table
+            .set
+            .tiers()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect()
     }
 
-    fn set(&self) -> Arc<TierSet<StoreLimiter<B>>> {
-        Arc::clone(&self.set.read())
+    fn table(&self) -> Arc<Table<B, R>> {
+        Arc::clone(&self.table.read())
     }
 
     /// Check `cost` units of `key` by its tier's limiter.
@@ -167,7 +236,7 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsy
     fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
         let key = key.to_string();
         // A tier is a name and a limiter, both shared: cheap to own.
-        let tier = self.set().tier(self.resolver.tier_of(&key)).clone();
+        let tier = self.table().tier_of(&key).clone();
         Box::pin(async move {
             let decision = match tier.limit() {
                 None => Decision::unlimited(),
@@ -189,13 +258,13 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q
     type Settling = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
     fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
-        let set = self.set();
-        let decided = admitted.policy().and_then(|name| set.named(name));
+        let table = self.table();
+        let decided = admitted.policy().and_then(|name| table.set.named(name));
         let tier = match (decided, Settlement::of(admitted, from, to)) {
             (Some(tier), _) => tier,
             // The tier is gone: a charge by the key's tier now (skipping
             // it would loosen the limit), a refund not at all (stricter).
-            (None, Settlement::Charge(_)) => set.tier(self.resolver.tier_of(&key.to_string())),
+            (None, Settlement::Charge(_)) => table.tier_of(&key.to_string()),
             (None, _) => return Box::pin(ready(Ok(()))),
         };
         match tier.limit() {

@@ -206,3 +206,78 @@ async fn a_charge_owed_by_a_removed_tier_is_still_charged() {
     }
     assert_eq!(allowed, 1, "9 of gold's 10 spent");
 }
+
+/// A directory of keys changed while serving: by `set_resolver`, or with
+/// the tiers by `replace`, deciding as the in-process tiers decide after
+/// the same changes (the key keeps what it spent); a refused replacement
+/// changes neither the tiers nor the directory.
+#[tokio::test(start_paused = true)]
+async fn the_directory_and_the_tiers_change_while_serving() {
+    use std::collections::HashMap;
+    let store = MemoryStore::new();
+    let clock = ManualClock::new();
+    let directory = |tier: &str| HashMap::from([("k".to_owned(), tier.to_owned())]);
+    let on_store = StoreTiers::try_new(
+        vec![
+            Tier::limited("free", on(&store, "api", 2).await),
+            Tier::limited("paid", on(&store, "api", 10).await),
+        ],
+        "free",
+        directory("paid"),
+    )
+    .unwrap();
+    let twin = TieredLimiter::<String, _, _, _>::try_with_clock(
+        vec![
+            Tier::limited("free", gcra(2)),
+            Tier::limited("paid", gcra(10)),
+        ],
+        "free",
+        directory("paid"),
+        clock.clone(),
+    )
+    .unwrap();
+    let same = async |tier: &str, checks: usize| {
+        let mut got = 0;
+        for _ in 0..checks {
+            let decision = on_store.check_n("k", 1).await.unwrap();
+            assert_eq!(decision.policy(), Some(tier));
+            got += usize::from(decision.is_allowed());
+        }
+        let expected = (0..checks).filter(|_| twin.check("k").is_allowed()).count();
+        assert_eq!(got, expected, "{tier}");
+        got
+    };
+    assert_eq!(same("paid", 3).await, 3);
+    on_store.set_resolver(directory("free"));
+    twin.set_resolver(directory("free"));
+    same("free", 3).await;
+    let gold = async || {
+        vec![
+            Tier::limited("free", on(&store, "api", 2).await),
+            Tier::limited("gold", on(&store, "api", 20).await),
+        ]
+    };
+    on_store
+        .replace(gold().await, "free", directory("gold"))
+        .unwrap();
+    twin.replace(
+        vec![
+            Tier::limited("free", gcra(2)),
+            Tier::limited("gold", gcra(20)),
+        ],
+        "free",
+        directory("gold"),
+    )
+    .unwrap();
+    assert!(same("gold", 25).await > 0);
+    let refused = on_store.replace(
+        vec![Tier::limited("free", on(&store, "elsewhere", 2).await)],
+        "free",
+        directory("free"),
+    );
+    assert!(matches!(refused, Err(ConfigError::Invalid(_))));
+    assert_eq!(on_store.tiers(), ["free", "gold"]);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(same("gold", 2).await, 1);
+}

@@ -286,3 +286,65 @@ fn a_charge_owed_by_a_removed_tier_is_still_charged() {
     let Ok(()) = limiter.settle("k", &admitted, 1, 9).into_inner();
     assert_eq!(allowed(&limiter, "k", 20), 1, "9 of gold's 10 spent");
 }
+
+/// Old: `k` is paid. New: `k` is gold, and paid is gone. A check that saw
+/// the new tiers with the old resolver (or the old tiers with the new
+/// one) would find `k`'s tier missing and decide it as free.
+#[test]
+fn tiers_and_resolver_replaced_together_are_never_seen_mixed() {
+    type Limiter = TieredLimiter<String, Gcra, HashMap<String, String>>;
+    let old = || {
+        (
+            vec![
+                Tier::limited("free", gcra_per_minute(1)),
+                Tier::unlimited("paid"),
+            ],
+            HashMap::from([("k".to_owned(), "paid".to_owned())]),
+        )
+    };
+    let new = || {
+        (
+            vec![
+                Tier::limited("free", gcra_per_minute(1)),
+                Tier::unlimited("gold"),
+            ],
+            HashMap::from([("k".to_owned(), "gold".to_owned())]),
+        )
+    };
+    let (tiers, directory) = old();
+    let limiter = Arc::new(Limiter::try_new(tiers, "free", directory).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let (limiter, stop) = (Arc::clone(&limiter), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut seen = HashMap::<String, usize>::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let policy = limiter.check("k").policy().unwrap_or("none").to_owned();
+                *seen.entry(policy).or_default() += 1;
+            }
+            seen
+        })
+    };
+    for round in 0..20_000 {
+        let (tiers, directory) = if round % 2 == 0 { new() } else { old() };
+        limiter.replace(tiers, "free", directory).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = checker.join().unwrap();
+    assert_eq!(
+        seen.get("free"),
+        None,
+        "a check saw a mixed table: {seen:?}"
+    );
+    assert!(
+        seen.contains_key("paid") || seen.contains_key("gold"),
+        "{seen:?}"
+    );
+
+    // A refused replacement leaves both as they were.
+    let (_, directory) = new();
+    let refused = limiter.replace(vec![Tier::unlimited("gold")], "gold", directory);
+    assert!(matches!(refused, Err(ConfigError::Tiers(_))));
+    assert_eq!(limiter.tiers(), ["free", "paid"]);
+    assert_eq!(limiter.check("k").policy(), Some("paid"));
+}
