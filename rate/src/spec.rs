@@ -444,10 +444,36 @@ impl TiersSpec {
     ///
     /// A [`SpecError`] naming the first field at fault.
     pub fn tiers<L: FromSpec>(&self) -> Result<Vec<Tier<L>>, SpecError> {
+        self.tiers_at("")
+    }
+
+    /// [`tiers`](Self::tiers) of a spec found at `field` of a larger file,
+    /// errors naming the field from the file's top.
+    ///
+    /// ```
+    /// use weir_rate::spec::TiersSpec;
+    /// use weir_rate::Gcra;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct File { limits: TiersSpec }
+    ///
+    /// let file: File = toml::from_str(r#"
+    ///     [limits]
+    ///     default = "free"
+    ///     tiers = { free = { algorithm = "gcra", limit = 10, per = "0s" } }
+    /// "#).unwrap();
+    /// let error = file.limits.tiers_at::<Gcra>("limits").unwrap_err();
+    /// assert_eq!(error.field(), "limits.tiers.free.per");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`tiers`](Self::tiers).
+    pub fn tiers_at<L: FromSpec>(&self, field: &str) -> Result<Vec<Tier<L>>, SpecError> {
         self.tiers
             .iter()
             .map(|(name, tier)| {
-                let field = format!("tiers.{name}");
+                let field = join(field, &format!("tiers.{name}"));
                 Ok(match tier {
                     TierSpec::Unlimited(_) => Tier::unlimited(name),
                     TierSpec::Limits(limits) => {
