@@ -31,7 +31,10 @@
 //!   exact.
 //! * [`TieredLimiter`]: a limit per key, from the key's [`Tier`] (looked up
 //!   by a [`TierOf`] in a [`TierSet`]; algorithms that allow it are
-//!   [`PerKeyQuota`]), each decision naming its tier.
+//!   [`PerKeyQuota`]), each decision naming its tier; [`TieredSketch`],
+//!   the same over a sketch in fixed memory. Both keep their tiers as
+//!   [`LiveTiers`] (a [`TierTable`] read whole by each check), replaced
+//!   while serving.
 //!
 //! All of them peek, weigh checks by cost, take refunds ([`Receipt`],
 //! [`Spending`]) and forced charges, change their quota at run time without
@@ -172,7 +175,9 @@ pub use mode::Mode;
 pub use quota::Quota;
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
-pub use tiers::{PerKeyQuota, Tier, TierOf, TierSet, TieredLimiter};
+pub use tiers::{
+    LiveTiers, PerKeyQuota, Tier, TierOf, TierSet, TierTable, TieredLimiter, TieredSketch,
+};
 pub use weir_limits::{Layout, Shape};
 
 /// The README's examples, run as doc tests so it cannot drift from the API.

@@ -7,24 +7,18 @@ use crate::retune::same_layout;
 use std::fmt;
 use std::future::{Future, ready};
 use std::pin::Pin;
-use std::sync::Arc;
-use weir_primitives::sync::RwLock;
 use weir_rate::{
-    CheckKeyAsync, Decision, NeverAllowed, SettleKey, Settlement, Tier, TierOf, TierSet,
+    CheckKeyAsync, Decision, LiveTiers, NeverAllowed, SettleKey, Settlement, Tier, TierOf,
 };
 
 use crate::error::StoreError;
 
-/// The tiers of store limiters, checked: one prefix and one layout, so
-/// every tier reads a key's one state on the store.
-fn tier_set<B: Backend>(
-    tiers: Vec<Tier<StoreLimiter<B>>>,
-    default: &str,
-) -> Result<TierSet<StoreLimiter<B>>, ConfigError> {
-    TierSet::try_new(tiers, default, shares_state).map_err(|e| match e {
+/// weir-rate's error about tiers as the store's.
+fn invalid(e: weir_rate::ConfigError) -> ConfigError {
+    match e {
         weir_rate::ConfigError::Tiers(why) => ConfigError::Invalid(why),
         _ => ConfigError::Invalid("tiers that cannot be checked together"),
-    })
+    }
 }
 
 /// Whether `b` reads the state `a` keeps: the same prefix, the same
@@ -80,32 +74,13 @@ fn shares_state<B: Backend>(a: &StoreLimiter<B>, b: &StoreLimiter<B>) -> bool {
 /// # }
 /// ```
 pub struct StoreTiers<B: Backend, R> {
-    table: RwLock<Arc<Table<B, R>>>,
-}
-
-/// The tiers and the resolver that places keys in them: one snapshot,
-/// swapped whole.
-struct Table<B: Backend, R> {
-    set: TierSet<StoreLimiter<B>>,
-    resolver: Arc<R>,
-}
-
-impl<B: Backend, R> Table<B, R> {
-    /// The tier of `key`, as the resolver places it.
-    fn tier_of(&self, key: &str) -> &Tier<StoreLimiter<B>>
-    where
-        R: TierOf<str>,
-    {
-        self.set.tier(self.resolver.tier_of(key))
-    }
+    tiers: LiveTiers<StoreLimiter<B>, R>,
 }
 
 impl<B: Backend, R> fmt::Debug for StoreTiers<B, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let table = self.table.read();
-        let names: Vec<&str> = table.set.tiers().iter().map(Tier::name).collect();
         f.debug_struct("StoreTiers")
-            .field("tiers", &names)
+            .field("tiers", &self.tiers.names())
             .finish_non_exhaustive()
     }
 }
@@ -124,12 +99,8 @@ impl<B: Backend, R> StoreTiers<B, R> {
         default: &str,
         resolver: R,
     ) -> Result<Self, ConfigError> {
-        Ok(Self {
-            table: RwLock::new(Arc::new(Table {
-                set: tier_set(tiers, default)?,
-                resolver: Arc::new(resolver),
-            })),
-        })
+        let tiers = LiveTiers::try_new(tiers, default, resolver, shares_state).map_err(invalid)?;
+        Ok(Self { tiers })
     }
 
     /// Replace the tiers while serving (each key's state carries over).
@@ -143,23 +114,13 @@ impl<B: Backend, R> StoreTiers<B, R> {
         tiers: Vec<Tier<StoreLimiter<B>>>,
         default: &str,
     ) -> Result<(), ConfigError> {
-        let set = self.checked(tiers, default)?;
-        let mut table = self.table.write();
-        *table = Arc::new(Table {
-            set,
-            resolver: Arc::clone(&table.resolver),
-        });
-        Ok(())
+        self.tiers.set_tiers(tiers, default).map_err(invalid)
     }
 
     /// Place keys by `resolver` from now on (each key's state carries
     /// over into its new tier).
     pub fn set_resolver(&self, resolver: R) {
-        let mut table = self.table.write();
-        *table = Arc::new(Table {
-            set: table.set.clone(),
-            resolver: Arc::new(resolver),
-        });
+        self.tiers.set_resolver(resolver);
     }
 
     /// Replace the tiers and the resolver together while serving: every
@@ -176,42 +137,14 @@ impl<B: Backend, R> StoreTiers<B, R> {
         default: &str,
         resolver: R,
     ) -> Result<(), ConfigError> {
-        let set = self.checked(tiers, default)?;
-        *self.table.write() = Arc::new(Table {
-            set,
-            resolver: Arc::new(resolver),
-        });
-        Ok(())
-    }
-
-    /// `tiers` checked, and on the prefix and layout of the tiers in force.
-    fn checked(
-        &self,
-        tiers: Vec<Tier<StoreLimiter<B>>>,
-        default: &str,
-    ) -> Result<TierSet<StoreLimiter<B>>, ConfigError> {
-        let set = tier_set(tiers, default)?;
-        if !shares_state(self.table().set.layout(), set.layout()) {
-            return Err(ConfigError::Invalid(
-                "new tiers on another key prefix or layout than the tiers in force",
-            ));
-        }
-        Ok(set)
+        self.tiers
+            .replace(tiers, default, resolver)
+            .map_err(invalid)
     }
 
     /// The names of the tiers, in their order.
     pub fn tiers(&self) -> Vec<String> {
-        let table = self.table();
-        table
-            .set
-            .tiers()
-            .iter()
-            .map(|t| t.name().to_owned())
-            .collect()
-    }
-
-    fn table(&self) -> Arc<Table<B, R>> {
-        Arc::clone(&self.table.read())
+        self.tiers.names()
     }
 
     /// Check `cost` units of `key` by its tier's limiter.
@@ -236,7 +169,7 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsy
     fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
         let key = key.to_string();
         // A tier is a name and a limiter, both shared: cheap to own.
-        let tier = self.table().tier_of(&key).clone();
+        let tier = self.tiers.now().tier_of(key.as_str()).clone();
         Box::pin(async move {
             let decision = match tier.limit() {
                 None => Decision::unlimited(),
@@ -258,13 +191,13 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q
     type Settling = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
     fn settle(&self, key: &Q, admitted: &Decision, from: u32, to: u32) -> Self::Settling {
-        let table = self.table();
-        let decided = admitted.policy().and_then(|name| table.set.named(name));
+        let table = self.tiers.now();
+        let decided = admitted.policy().and_then(|name| table.set().named(name));
         let tier = match (decided, Settlement::of(admitted, from, to)) {
             (Some(tier), _) => tier,
             // The tier is gone: a charge by the key's tier now (skipping
             // it would loosen the limit), a refund not at all (stricter).
-            (None, Settlement::Charge(_)) => table.tier_of(&key.to_string()),
+            (None, Settlement::Charge(_)) => table.tier_of(key.to_string().as_str()),
             (None, _) => return Box::pin(ready(Ok(()))),
         };
         match tier.limit() {

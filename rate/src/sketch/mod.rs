@@ -407,9 +407,14 @@ impl<C: Clock> SketchLimiter<C> {
     /// assert!(!limiter.check(&"alice").is_allowed());
     /// ```
     pub fn charge<K: Hash + ?Sized>(&self, key: &K, cost: u32) -> Receipt {
+        self.charge_by(key, cost, &self.params.read())
+    }
+
+    /// [`charge`](Self::charge) at the rate of `gcra` rather than the
+    /// limiter's own: a key's tier's.
+    pub(crate) fn charge_by<K: Hash + ?Sized>(&self, key: &K, cost: u32, gcra: &Gcra) -> Receipt {
         let location = self.locator.locate(key);
         let now = self.clock.now_nanos();
-        let gcra = self.params.read();
         let debt = u128::from(cost) * u128::from(gcra.interval_nanos());
         loop {
             let mut seen = [0u64; MAX_HASHES];
@@ -461,9 +466,35 @@ impl<C: Clock> SketchLimiter<C> {
         mode: Mode,
         now: u64,
     ) -> Result<Decision, NeverAllowed> {
-        let gcra = self.params.read();
+        self.run_by(location, cost, mode, now, &self.params.read())
+    }
+
+    /// [`run`](Self::run) by the rate of `gcra` rather than the limiter's
+    /// own: a key's tier's. Keys of different rates may share cells: every
+    /// cell stays at or above the arrival time of each key on it, whatever
+    /// rate raised it, so a collision still only makes a key stricter.
+    #[inline]
+    pub(crate) fn run_with<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        cost: u32,
+        mode: Mode,
+        gcra: &Gcra,
+    ) -> Result<Decision, NeverAllowed> {
+        let location = self.locator.locate(key);
+        self.run_by(&location, cost, mode, self.clock.now_nanos(), gcra)
+    }
+
+    fn run_by(
+        &self,
+        location: &Location,
+        cost: u32,
+        mode: Mode,
+        now: u64,
+        gcra: &Gcra,
+    ) -> Result<Decision, NeverAllowed> {
         NeverAllowed::check(cost, gcra.quota().burst())?;
-        let step = self.step(&gcra, location, cost, mode, now);
+        let step = self.step(gcra, location, cost, mode, now);
         let decision = gcra.decision(now, cost, &step);
         Ok(if self.shadow.load(std::sync::atomic::Ordering::Relaxed) {
             decision.shadowed()

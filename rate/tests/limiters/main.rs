@@ -9,6 +9,7 @@ mod keyed;
 mod settle;
 mod sizing;
 mod spec;
+mod tiered_sketch;
 mod tiers;
 mod wait;
 mod windows;

@@ -1,284 +1,18 @@
-//! [`TieredLimiter`]: a limit per key, from the key's tier.
+//! [`TieredLimiter`]: an exact keyed limiter whose quota for each key is
+//! its tier's.
 
+use super::{LiveTiers, PerKeyQuota, Tier, TierOf};
 use crate::algorithm::Forgettable;
-use crate::algorithms::{FixedWindow, Gcra, SlidingWindow};
 use crate::check::{CheckKey, CheckKeyAsync, SettleKey, Settlement};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::ConfigError;
-use crate::decision::policy::{Interned, intern};
 use crate::decision::{Decision, NeverAllowed, Receipt};
 use crate::keyed::KeyedLimiter;
 use crate::mode::Mode;
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
-use weir_primitives::sync::RwLock;
-
-/// An algorithm whose quota may differ from key to key in one container:
-/// every quota of the same layout reads a key's state alike, and a key
-/// turns idle (and is forgotten) at a time that does not depend on the
-/// quota. GCRA (its state is one time), and fixed and sliding windows
-/// (counts per window) are; a bucket is not (when it is full again depends
-/// on its size), nor is the sliding log (it keeps as many times as the
-/// limit).
-pub trait PerKeyQuota: Forgettable + Clone + Send + Sync {
-    /// Whether `other` reads this algorithm's states: the same windows and
-    /// counters, whatever the quota.
-    fn same_layout(&self, other: &Self) -> bool;
-}
-
-impl PerKeyQuota for Gcra {
-    fn same_layout(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl PerKeyQuota for FixedWindow {
-    fn same_layout(&self, other: &Self) -> bool {
-        self.quota().window() == other.quota().window()
-    }
-}
-
-impl PerKeyQuota for SlidingWindow {
-    fn same_layout(&self, other: &Self) -> bool {
-        self.counters() == other.counters() && self.sub_window() == other.sub_window()
-    }
-}
-
-impl<A: PerKeyQuota, B: PerKeyQuota> PerKeyQuota for (A, B) {
-    fn same_layout(&self, other: &Self) -> bool {
-        self.0.same_layout(&other.0) && self.1.same_layout(&other.1)
-    }
-}
-
-/// One tier: a name (the policy name its decisions carry) and a limit, or
-/// none for a tier without a limit.
-///
-/// ```
-/// use weir_rate::{Gcra, Quota, Tier, nonzero};
-///
-/// let paid = Tier::limited("paid", Gcra::new(Quota::per_second(nonzero!(100))));
-/// let internal = Tier::<Gcra>::unlimited("internal");
-/// assert_eq!((paid.name(), internal.name()), ("paid", "internal"));
-/// ```
-#[derive(Debug, Clone)]
-pub struct Tier<L> {
-    name: &'static Interned,
-    limit: Option<L>,
-}
-
-impl<L> Tier<L> {
-    /// A tier called `name` whose keys are limited by `limit`. Its
-    /// decisions name it by reference: each distinct tier name is kept for
-    /// the life of the process (the names a configuration gives, not
-    /// anything a client sends).
-    pub fn limited(name: &str, limit: L) -> Self {
-        Self {
-            name: intern(name),
-            limit: Some(limit),
-        }
-    }
-
-    /// A tier called `name` whose keys are never limited (nor counted); its
-    /// name kept as [`limited`](Self::limited)'s.
-    pub fn unlimited(name: &str) -> Self {
-        Self {
-            name: intern(name),
-            limit: None,
-        }
-    }
-
-    /// The tier's name.
-    pub fn name(&self) -> &str {
-        self.name.as_str()
-    }
-
-    /// The tier's limit; `None` for an unlimited tier.
-    pub fn limit(&self) -> Option<&L> {
-        self.limit.as_ref()
-    }
-
-    /// `decision`, naming this tier as the policy that made it (see
-    /// [`Decision::policy`]); the name is shared, not copied.
-    #[inline]
-    ///
-    /// ```
-    /// use weir_rate::{Decision, Gcra, Tier};
-    ///
-    /// let internal = Tier::<Gcra>::unlimited("internal");
-    /// assert_eq!(internal.names(Decision::unlimited()).policy(), Some("internal"));
-    /// ```
-    pub fn names(&self, decision: Decision) -> Decision {
-        decision.with_policy(self.name)
-    }
-}
-
-/// Which tier a key is in: a closure of the key's text returning the
-/// tier's name, a map from keys to tier names, or a lookup of the caller's
-/// own. `None`, or a name
-/// no tier has, is the default tier. Asked on every check: keep it cheap
-/// (a lookup in memory, refreshed elsewhere).
-///
-/// ```
-/// use std::collections::HashMap;
-/// use weir_rate::TierOf;
-///
-/// let by_prefix = |key: &str| key.starts_with("pk_").then_some("paid");
-/// assert_eq!(by_prefix.tier_of("pk_42"), Some("paid"));
-///
-/// let by_key = HashMap::from([("k-7".to_owned(), "abusive".to_owned())]);
-/// assert_eq!(TierOf::<str>::tier_of(&by_key, "k-7"), Some("abusive"));
-/// ```
-pub trait TierOf<Q: ?Sized>: Send + Sync {
-    /// The name of `key`'s tier, or `None` for the default one.
-    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str>;
-}
-
-/// A closure of a key's text, for keys that are text (`str`, `String`):
-/// keys of other types take a map or a [`TierOf`] of their own.
-impl<Q, F> TierOf<Q> for F
-where
-    Q: AsRef<str> + ?Sized,
-    F: Fn(&str) -> Option<&'static str> + Send + Sync,
-{
-    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
-        self(key.as_ref())
-    }
-}
-
-impl<K, Q, S> TierOf<Q> for HashMap<K, String, S>
-where
-    K: Borrow<Q> + Hash + Eq + Send + Sync,
-    Q: Hash + Eq + ?Sized,
-    S: BuildHasher + Send + Sync,
-{
-    fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
-        self.get(key).map(String::as_str)
-    }
-}
-
-/// Tiers checked together: names unique and not empty, the default among
-/// them, at least one with a limit, and every limit of one layout (as
-/// `same_layout` judges it against the first), so that a key's state reads
-/// alike in every tier. What [`TieredLimiter`] and a store's tiers look
-/// keys up in.
-///
-/// ```
-/// use weir_rate::{Gcra, Quota, Tier, TierSet, nonzero};
-///
-/// let set = TierSet::try_new(
-///     vec![
-///         Tier::limited("free", Gcra::new(Quota::per_second(nonzero!(10)))),
-///         Tier::unlimited("internal"),
-///     ],
-///     "free",
-///     |_, _| true,
-/// )?;
-/// assert_eq!(set.tier(Some("internal")).name(), "internal");
-/// assert_eq!(set.tier(Some("no-such-tier")).name(), "free");
-/// assert_eq!(set.tier(None).name(), "free");
-/// # Ok::<(), weir_rate::ConfigError>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct TierSet<L> {
-    tiers: Vec<Tier<L>>,
-    by_name: HashMap<&'static str, usize>,
-    default: usize,
-    /// The first tier's limit: the layout of them all.
-    layout: L,
-}
-
-impl<L: Clone> TierSet<L> {
-    /// `tiers` with the one called `default` for keys in no tier (or in one
-    /// the set lacks).
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::Tiers`] when no tier has a limit, a tier has no name,
-    /// two share a name, `default` names none, or a limit is not of the
-    /// first limit's layout by `same_layout`.
-    pub fn try_new(
-        tiers: Vec<Tier<L>>,
-        default: &str,
-        same_layout: impl Fn(&L, &L) -> bool,
-    ) -> Result<Self, ConfigError> {
-        let layout = tiers
-            .iter()
-            .find_map(|t| t.limit.clone())
-            .ok_or(ConfigError::Tiers("no tier with a limit"))?;
-        let mut by_name = HashMap::with_capacity(tiers.len());
-        for (i, tier) in tiers.iter().enumerate() {
-            if tier.name().is_empty() {
-                return Err(ConfigError::Tiers("a tier without a name"));
-            }
-            if by_name.insert(tier.name.as_str(), i).is_some() {
-                return Err(ConfigError::Tiers("two tiers of one name"));
-            }
-            if tier
-                .limit
-                .as_ref()
-                .is_some_and(|l| !same_layout(&layout, l))
-            {
-                return Err(ConfigError::Tiers(
-                    "tiers whose limits cannot share a key's state (other windows or counters, or on a store another prefix)",
-                ));
-            }
-        }
-        let default = *by_name.get(default).ok_or(ConfigError::Tiers(
-            "the default tier is not among the tiers",
-        ))?;
-        Ok(Self {
-            tiers,
-            by_name,
-            default,
-            layout,
-        })
-    }
-}
-
-impl<L> TierSet<L> {
-    /// The tier called `name`; the default for `None` or a name no tier
-    /// has.
-    pub fn tier(&self, name: Option<&str>) -> &Tier<L> {
-        let place = name.and_then(|n| self.by_name.get(n)).copied();
-        &self.tiers[place.unwrap_or(self.default)]
-    }
-
-    /// The tier called `name`, if the set has one.
-    pub fn named(&self, name: &str) -> Option<&Tier<L>> {
-        self.by_name.get(name).map(|&i| &self.tiers[i])
-    }
-
-    /// The tiers, in their order.
-    pub fn tiers(&self) -> &[Tier<L>] {
-        &self.tiers
-    }
-
-    /// The first limit: every limit of the set has its layout.
-    pub fn layout(&self) -> &L {
-        &self.layout
-    }
-}
-
-/// The tiers and the resolver that places keys in them: one snapshot,
-/// swapped whole.
-struct Table<L, R> {
-    set: TierSet<L>,
-    resolver: Arc<R>,
-}
-
-impl<L, R> Table<L, R> {
-    /// The tier of `key`, as the resolver places it.
-    fn tier_of<Q: ?Sized>(&self, key: &Q) -> &Tier<L>
-    where
-        R: TierOf<Q>,
-    {
-        self.set.tier(self.resolver.tier_of(key))
-    }
-}
+use std::hash::Hash;
 
 /// A keyed limiter whose limit for each key is its tier's, looked up by a
 /// [`TierOf`] the caller supplies.
@@ -336,7 +70,7 @@ impl<L, R> Table<L, R> {
 /// ```
 pub struct TieredLimiter<K: Send, L: Forgettable, R, C = MonotonicClock> {
     keys: KeyedLimiter<K, L, C>,
-    table: RwLock<Arc<Table<L, R>>>,
+    tiers: LiveTiers<L, R>,
 }
 
 impl<K: Send, L, R, C> std::fmt::Debug for TieredLimiter<K, L, R, C>
@@ -345,7 +79,7 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TieredLimiter")
-            .field("tiers", &self.table.read().set.tiers())
+            .field("tiers", &self.tiers)
             .finish_non_exhaustive()
     }
 }
@@ -418,14 +152,11 @@ where
         resolver: R,
         keys: impl FnOnce(L) -> KeyedLimiter<K, L, C>,
     ) -> Result<Self, ConfigError> {
-        let set = TierSet::try_new(tiers, default, L::same_layout)?;
-        let first = set.layout().clone();
+        let tiers = LiveTiers::try_new(tiers, default, resolver, L::same_layout)?;
+        let first = tiers.now().set().layout().clone();
         Ok(Self {
             keys: keys(first),
-            table: RwLock::new(Arc::new(Table {
-                set,
-                resolver: Arc::new(resolver),
-            })),
+            tiers,
         })
     }
 
@@ -438,13 +169,7 @@ where
     /// limits of another layout than the limiter's; the tiers are then
     /// unchanged.
     pub fn set_tiers(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<(), ConfigError> {
-        let set = self.checked(tiers, default)?;
-        let mut table = self.table.write();
-        *table = Arc::new(Table {
-            set,
-            resolver: Arc::clone(&table.resolver),
-        });
-        Ok(())
+        self.tiers.set_tiers(tiers, default)
     }
 
     /// Replace the tiers and the resolver together while serving (a
@@ -482,23 +207,7 @@ where
         default: &str,
         resolver: R,
     ) -> Result<(), ConfigError> {
-        let set = self.checked(tiers, default)?;
-        *self.table.write() = Arc::new(Table {
-            set,
-            resolver: Arc::new(resolver),
-        });
-        Ok(())
-    }
-
-    /// `tiers` checked, and of the layout of the tiers in force.
-    fn checked(&self, tiers: Vec<Tier<L>>, default: &str) -> Result<TierSet<L>, ConfigError> {
-        let set = TierSet::try_new(tiers, default, L::same_layout)?;
-        if !self.table().set.layout().same_layout(set.layout()) {
-            return Err(ConfigError::Tiers(
-                "new tiers of another layout than the limiter's: a key's state must read alike",
-            ));
-        }
-        Ok(set)
+        self.tiers.replace(tiers, default, resolver)
     }
 
     /// Place keys by `resolver` from now on (a directory of keys reloaded,
@@ -524,31 +233,17 @@ where
     /// # Ok::<(), weir_rate::ConfigError>(())
     /// ```
     pub fn set_resolver(&self, resolver: R) {
-        let mut table = self.table.write();
-        *table = Arc::new(Table {
-            set: table.set.clone(),
-            resolver: Arc::new(resolver),
-        });
+        self.tiers.set_resolver(resolver);
     }
 
     /// The names of the tiers, in their order.
     pub fn tiers(&self) -> Vec<String> {
-        let table = self.table.read();
-        table
-            .set
-            .tiers()
-            .iter()
-            .map(|t| t.name().to_owned())
-            .collect()
+        self.tiers.names()
     }
 
     /// The keyed limiter holding every key's state.
     pub fn keys(&self) -> &KeyedLimiter<K, L, C> {
         &self.keys
-    }
-
-    fn table(&self) -> Arc<Table<L, R>> {
-        Arc::clone(&self.table.read())
     }
 
     /// Check one unit for `key` by its tier.
@@ -599,9 +294,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         R: TierOf<Q>,
     {
-        let table = self.table();
+        let table = self.tiers.now();
         let tier = table.tier_of(key);
-        let decision = match &tier.limit {
+        let decision = match tier.limit() {
             None => Decision::unlimited(),
             Some(limit) => self.keys.run_by(key, cost, mode, Some(limit))?,
         };
@@ -616,8 +311,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         R: TierOf<Q>,
     {
-        let table = self.table();
-        let limit = table.tier_of(key).limit.as_ref()?;
+        let table = self.tiers.now();
+        let limit = table.tier_of(key).limit()?;
         Some(self.keys.charge_by(key, cost, Some(limit)))
     }
 
@@ -633,8 +328,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         R: TierOf<Q>,
     {
-        let table = self.table();
-        let decided = admitted.policy().and_then(|name| table.set.named(name));
+        let table = self.tiers.now();
+        let decided = admitted.policy().and_then(|name| table.set().named(name));
         match (Settlement::of(admitted, from, to), decided) {
             (Settlement::Keep, _) => {}
             (Settlement::Refund(surplus), Some(tier)) => {
@@ -671,8 +366,8 @@ where
     }
 
     fn refund(&self, key: &Q, receipt: Receipt) {
-        let table = self.table();
-        if let Some(limit) = table.tier_of(key).limit.as_ref() {
+        let table = self.tiers.now();
+        if let Some(limit) = table.tier_of(key).limit() {
             self.keys.refund_by(key, receipt, Some(limit));
         }
     }
