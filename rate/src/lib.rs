@@ -34,7 +34,8 @@
 //!   [`PerKeyQuota`]), each decision naming its tier; [`TieredSketch`],
 //!   the same over a sketch in fixed memory. Both keep their tiers as
 //!   [`LiveTiers`] (a [`TierTable`] read whole by each check), replaced
-//!   while serving.
+//!   while serving; [`CachedTierOf`] caches a slow lookup of keys' tiers
+//!   in bounded memory.
 //!
 //! All of them peek, weigh checks by cost, take refunds ([`Receipt`],
 //! [`Spending`]) and forced charges, change their quota at run time without
@@ -176,7 +177,8 @@ pub use quota::Quota;
 pub use single::RateLimiter;
 pub use sketch::SketchLimiter;
 pub use tiers::{
-    LiveTiers, PerKeyQuota, Tier, TierOf, TierSet, TierTable, TieredLimiter, TieredSketch,
+    CachedTierOf, LiveTiers, PerKeyQuota, Tier, TierOf, TierSet, TierTable, TieredLimiter,
+    TieredSketch,
 };
 pub use weir_limits::{Layout, Shape};
 

@@ -2,11 +2,14 @@
 //! [`TierOf`], checked together as a [`TierSet`], kept live (replaced
 //! while serving) as [`LiveTiers`], and the containers that decide by
 //! them: [`TieredLimiter`] (exact) and [`TieredSketch`] (fixed memory).
+//! [`CachedTierOf`] puts a bounded cache in front of a slow lookup.
 
+mod cached;
 mod keyed;
 mod live;
 mod sketch;
 
+pub use cached::CachedTierOf;
 pub use keyed::TieredLimiter;
 pub use live::{LiveTiers, TierTable};
 pub use sketch::TieredSketch;

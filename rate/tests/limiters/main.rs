@@ -5,6 +5,7 @@
 
 mod attacks;
 mod bounds;
+mod cached_tiers;
 mod keyed;
 mod settle;
 mod sizing;
