@@ -22,13 +22,13 @@ fn counted() -> (
     let lookup = move |key: &str| {
         counter.fetch_add(1, Ordering::Relaxed);
         let n: u64 = key.parse().unwrap();
-        (n % 7 != 0).then(|| format!("t{}", n % 5))
+        (!n.is_multiple_of(7)).then(|| format!("t{}", n % 5))
     };
     (asked, lookup)
 }
 
 fn expected(key: u64) -> Option<String> {
-    (key % 7 != 0).then(|| format!("t{}", key % 5))
+    (!key.is_multiple_of(7)).then(|| format!("t{}", key % 5))
 }
 
 fn keys(n: usize) -> NonZeroUsize {
@@ -67,7 +67,7 @@ fn a_spray_of_new_keys_stays_within_the_bound_and_keeps_a_hot_key() {
             TierOf::<str>::tier_of(&cache, sprayed.as_str()),
             expected(1_000_000 + i).as_deref()
         );
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             assert_eq!(TierOf::<str>::tier_of(&cache, hot.as_str()), Some("t1"));
         }
         assert!(cache.len() <= 1_000, "{} keys held", cache.len());
