@@ -160,16 +160,18 @@ impl<B: Backend, R> StoreTiers<B, R> {
     }
 }
 
-/// A decision of a key's tier, for the layers.
-impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsync<Q>
+/// A decision of a key's tier, for the layers: the resolver places the
+/// key as the layer found it (an API key, an `OrKey`), and the store keys
+/// its text (`Display`).
+impl<B: Backend, R: TierOf<Q> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsync<Q>
     for StoreTiers<B, R>
 {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, NeverAllowed>> + Send>>;
 
     fn check_n_async(&self, key: &Q, cost: u32) -> Self::Future {
-        let key = key.to_string();
         // A tier is a name and a limiter, both shared: cheap to own.
-        let tier = self.tiers.now().tier_of(key.as_str()).clone();
+        let tier = self.tiers.now().tier_of(key).clone();
+        let key = key.to_string();
         Box::pin(async move {
             let decision = match tier.limit() {
                 None => Decision::unlimited(),
@@ -184,7 +186,7 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> CheckKeyAsy
 /// tier meanwhile gets back what its check spent. If that tier has since
 /// been removed, a charge is made by the key's tier now and a refund is
 /// not made: never looser.
-impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q>
+impl<B: Backend, R: TierOf<Q> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q>
     for StoreTiers<B, R>
 {
     type Error = StoreError;
@@ -197,7 +199,7 @@ impl<B: Backend, R: TierOf<str> + 'static, Q: fmt::Display + ?Sized> SettleKey<Q
             (Some(tier), _) => tier,
             // The tier is gone: a charge by the key's tier now (skipping
             // it would loosen the limit), a refund not at all (stricter).
-            (None, Settlement::Charge(_)) => table.tier_of(key.to_string().as_str()),
+            (None, Settlement::Charge(_)) => table.tier_of(key),
             (None, _) => return Box::pin(ready(Ok(()))),
         };
         match tier.limit() {

@@ -281,3 +281,31 @@ async fn the_directory_and_the_tiers_change_while_serving() {
     clock.advance(Duration::from_secs(3));
     assert_eq!(same("gold", 2).await, 1);
 }
+
+/// The resolver places a key as the caller typed it (here a number; an
+/// `OrKey` from the layers), not by the text the store keys it under.
+#[tokio::test(start_paused = true)]
+async fn the_resolver_places_the_typed_key() {
+    struct ByNumber;
+    impl weir_rate::TierOf<u64> for ByNumber {
+        fn tier_of<'a>(&'a self, key: &u64) -> Option<&'a str> {
+            (*key >= 1000).then_some("paid")
+        }
+    }
+    let store = MemoryStore::new();
+    let tiers = StoreTiers::try_new(
+        vec![
+            Tier::limited("free", on(&store, "api", 2).await),
+            Tier::limited("paid", on(&store, "api", 10).await),
+        ],
+        "free",
+        ByNumber,
+    )
+    .unwrap();
+    let decision = tiers.check_n_async(&1234u64, 1).await.unwrap();
+    assert_eq!(decision.policy(), Some("paid"));
+    assert_eq!(
+        tiers.check_n_async(&7u64, 1).await.unwrap().policy(),
+        Some("free")
+    );
+}

@@ -45,7 +45,8 @@
 //!   all.
 //! * `or` on each of them ([`HeaderKey::or`]): one extractor, else
 //!   another ("the API key, else the address"), their keys tagged apart
-//!   ([`Or`], [`OrKey`]).
+//!   ([`Or`], [`OrKey`]); [`OrKeyTiers`] places such keys in tiers (the
+//!   API keys by a directory, the addresses in one tier).
 //!
 //! Every key type but [`GlobalKey`]'s implements `Display`, so a store's
 //! limiter (weir-redis, weir-memcached) takes it as it is.
@@ -143,7 +144,7 @@ pub use body::CountedBody;
 pub use inflight::{InflightBody, InflightFuture, InflightLayer, InflightPermit, InflightService};
 pub use key::{
     ClientKey, ForwardedHeader, ForwardedIp, GlobalKey, HeaderKey, IpNet, IpNetParseError,
-    KeyExtractor, KeyFn, Or, OrKey, PeerAddr, PeerIp,
+    KeyExtractor, KeyFn, Or, OrKey, OrKeyTiers, PeerAddr, PeerIp,
 };
 pub use ratelimit::{Cost, RateLimitFuture, RateLimitLayer, RateLimitService, UnitCost};
 pub use settle::{Sent, Settle, SettleBody, SettleGuard, Usage};

@@ -14,11 +14,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use weir_rate::spec::{SpecError, TiersSpec};
-use weir_rate::{ConfigError, Gcra, Tier, TierOf, TieredLimiter};
-use weir_tower::{HeaderKey, OrKey, PeerIp, RateLimitLayer};
+use weir_rate::{ConfigError, Gcra, Tier, TieredLimiter};
+use weir_tower::{HeaderKey, OrKey, OrKeyTiers, PeerIp, RateLimitLayer};
 
 /// A request's key: its `x-api-key`, else the client's address.
 pub type Key = OrKey<String, IpAddr>;
+
+/// Where a key's tier comes from: an API key from the file's `[keys]`
+/// (the default tier when it is not there), a client without one from the
+/// tier called `anonymous` (the default tier when there is none).
+pub type Directory = OrKeyTiers<HashMap<String, String>>;
 
 /// The limiter the router checks and the watcher reloads.
 pub type Limiter = TieredLimiter<Key, Gcra, Directory>;
@@ -30,21 +35,6 @@ struct LimitsFile {
     limits: TiersSpec,
     #[serde(default)]
     keys: HashMap<String, String>,
-}
-
-/// Where a key's tier comes from: an API key from the file's `[keys]`
-/// (the default tier when it is not there), a client without one from the
-/// tier called `anonymous` (the default tier when there is none).
-#[derive(Debug)]
-pub struct Directory(HashMap<String, String>);
-
-impl TierOf<Key> for Directory {
-    fn tier_of<'a>(&'a self, key: &Key) -> Option<&'a str> {
-        match key {
-            OrKey::First(api_key) => self.0.get(api_key).map(String::as_str),
-            OrKey::Then(_address) => Some("anonymous"),
-        }
-    }
 }
 
 /// Why a limits file was not applied; the limits in force stay.
@@ -100,7 +90,8 @@ fn read(path: &Path) -> Result<(Vec<Tier<Gcra>>, String, Directory), LoadError> 
             tier.clone(),
         ));
     }
-    Ok((tiers, file.limits.default, Directory(file.keys)))
+    let directory = OrKeyTiers::new(file.keys).fallback_tier("anonymous");
+    Ok((tiers, file.limits.default, directory))
 }
 
 /// The limiter a limits file describes.
@@ -142,6 +133,8 @@ pub struct Watcher {
     path: PathBuf,
     hangups: Signal,
     every: Duration,
+    /// The file as last applied.
+    seen: Option<(SystemTime, u64)>,
 }
 
 impl Watcher {
@@ -154,18 +147,33 @@ impl Watcher {
     /// When the signal handler cannot be installed; must be called on a
     /// tokio runtime.
     pub fn start(limiter: Arc<Limiter>, path: PathBuf, every: Duration) -> std::io::Result<Self> {
-        Ok(Self {
+        let watcher = Self {
+            hangups: signal(SignalKind::hangup())?,
+            seen: stamp(&path),
             limiter,
             path,
-            hangups: signal(SignalKind::hangup())?,
             every,
-        })
+        };
+        // The file as stamped: a change since the limiter was built is
+        // applied now, and any later one is seen as a change.
+        watcher.apply("the start");
+        Ok(watcher)
+    }
+
+    fn apply(&self, why: &str) {
+        match reload(&self.limiter, &self.path) {
+            Ok(()) => eprintln!(
+                "reloaded {} on {why}: tiers {:?}",
+                self.path.display(),
+                self.limiter.tiers()
+            ),
+            Err(e) => eprintln!("kept the limits in force ({why}): {e}"),
+        }
     }
 
     /// Reload whenever asked or changed, forever; a file that does not
     /// load is reported on stderr and the limits in force stay.
     pub async fn run(mut self) {
-        let mut seen = stamp(&self.path);
         let mut poll = tokio::time::interval(self.every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
@@ -173,22 +181,16 @@ impl Watcher {
             let why = tokio::select! {
                 _ = self.hangups.recv() => "SIGHUP",
                 _ = poll.tick() => {
-                    let now = stamp(&self.path);
-                    if now == seen {
+                    if stamp(&self.path) == self.seen {
                         continue;
                     }
                     "a change"
                 }
             };
-            seen = stamp(&self.path);
-            match reload(&self.limiter, &self.path) {
-                Ok(()) => eprintln!(
-                    "reloaded {} on {why}: tiers {:?}",
-                    self.path.display(),
-                    self.limiter.tiers()
-                ),
-                Err(e) => eprintln!("kept the limits in force ({why}): {e}"),
-            }
+            // Stamped before reading: a write during the read is seen next
+            // time.
+            self.seen = stamp(&self.path);
+            self.apply(why);
         }
     }
 }

@@ -8,11 +8,13 @@
 mod forwarded;
 mod header;
 mod or;
+mod or_tiers;
 mod peer;
 
 pub use forwarded::ForwardedIp;
 pub use header::HeaderKey;
 pub use or::{Or, OrKey};
+pub use or_tiers::OrKeyTiers;
 pub use peer::{PeerAddr, PeerIp};
 pub use weir_rate::client::{ClientKey, ForwardedHeader};
 pub use weir_rate::client::{IpNet, IpNetParseError};
