@@ -154,13 +154,13 @@ mod windows;
 
 pub use servers::Servers;
 pub use store::Memcached;
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub use weir_store::FailurePolicySpec;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, Limit, PreAggregation, Source, StoreError,
     StoreTiers,
 };
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use weir_store::{FailurePolicySpec, StoreLimits};
 
 /// A rate limit kept on Memcached: weir-store's limiter over the
 /// [`Memcached`] store. See [`StoreLimiter`](weir_store::StoreLimiter) for

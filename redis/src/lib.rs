@@ -151,13 +151,13 @@ pub use slot::cluster_slot;
 pub use spec::Tls;
 pub use store::Redis;
 pub use target::Target;
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub use weir_store::FailurePolicySpec;
 pub use weir_store::{
     Answer, Batching, ConfigError, FailurePolicy, Limit, MAX_LIMITS, PreAggregation, Source,
     StoreError, StoreTiers,
 };
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use weir_store::{FailurePolicySpec, StoreLimits};
 
 /// A rate limit kept on Redis: weir-store's limiter over the [`Redis`]
 /// store. See [`StoreLimiter`](weir_store::StoreLimiter) for its methods.

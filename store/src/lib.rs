@@ -21,9 +21,10 @@
 //!   (weir-rate's [`Tier`](weir_rate::Tier) and [`TierOf`](weir_rate::TierOf)),
 //!   each decision naming its tier.
 //! * [`Answer`] and [`Source`]: a decision and who made it.
-//! * Feature `serde`: `FailurePolicySpec` (the failure policy by name) and
-//!   `Limit::try_from_spec` (the limits of weir-rate's `spec::LimitsSpec`),
-//!   for limits kept in a configuration file.
+//! * Feature `serde`: `FailurePolicySpec` (the failure policy by name),
+//!   `Limit::try_from_spec` (the limits of weir-rate's `spec::LimitsSpec`)
+//!   and `StoreLimits` (a tier's limits, and its limiter's builder), for
+//!   limits kept in a configuration file.
 //! * [`StoreError`]: why the store could not decide; [`ConfigError`]: why
 //!   a limiter could not be built.
 //!
@@ -117,7 +118,7 @@ pub use limit::{Kind, Limit, StoreAlgorithm};
 pub use limiter::StoreLimiter;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub use spec::FailurePolicySpec;
+pub use spec::{FailurePolicySpec, StoreLimits};
 pub use tiers::StoreTiers;
 
 /// The README's examples, run as doc tests so it cannot drift from the API.

@@ -15,8 +15,9 @@ use weir_rate::{
 /// limiter takes, so the quota reads the same way in both: window
 /// algorithms allow `limit` per `window`; rate algorithms refill at
 /// `limit / window` up to `burst`. Implemented by [`Gcra`],
-/// [`TokenBucket`], [`FixedWindow`] and [`SlidingWindow`]; each store says
-/// which of them it runs.
+/// [`TokenBucket`], [`FixedWindow`] and [`SlidingWindow`], and by a
+/// [`Limit`] taken from one of them; each store says which of them it
+/// runs.
 ///
 /// ```
 /// use weir_rate::{nonzero, Quota, SlidingWindow};
@@ -54,6 +55,15 @@ macro_rules! kept_on_stores {
         impl StoreAlgorithm for $ty {}
     )*};
 }
+
+/// A limit already taken from its algorithm (read from a file, say)
+/// builds a limiter as the algorithm would.
+impl sealed::Sealed for Limit {
+    fn limit(&self) -> Limit {
+        *self
+    }
+}
+impl StoreAlgorithm for Limit {}
 
 kept_on_stores! {
     TokenBucket => |_a| Kind::TokenBucket,

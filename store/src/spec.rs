@@ -3,8 +3,11 @@
 //! [`LimitsSpec`] as the [`Limit`]s a builder or
 //! [`StoreLimiter::set_limits`](crate::StoreLimiter::set_limits) takes.
 
+use crate::backend::Backend;
+use crate::builder::StoreLimiterBuilder;
 use crate::failure::FailurePolicy;
 use crate::limit::Limit;
+use crate::limiter::StoreLimiter;
 use serde::Deserialize;
 use weir_rate::spec::{AlgorithmName, FromSpec, LimitsSpec, SpecError};
 use weir_rate::{FixedWindow, Gcra, SlidingWindow, TokenBucket};
@@ -95,5 +98,68 @@ impl Limit {
                 })
             })
             .collect()
+    }
+}
+
+/// The limits of one store limiter as a file gives them: one limit, or
+/// several decided all-or-nothing; never none. What a tier of a file's
+/// [`TiersSpec`](weir_rate::spec::TiersSpec) reads into for a store
+/// (`tiers_at::<StoreLimits>`), and what
+/// [`StoreLimiter::builder_of`] builds a limiter of.
+///
+/// ```
+/// use weir_rate::spec::TiersSpec;
+/// use weir_store::StoreLimits;
+///
+/// let spec: TiersSpec = toml::from_str(r#"
+///     default = "free"
+///     [tiers]
+///     free = [
+///         { algorithm = "fixed_window", limit = 10, per = "1s" },
+///         { algorithm = "sliding_window", limit = 10000, per = "1d", counters = 24 },
+///     ]
+///     internal = "unlimited"
+/// "#).unwrap();
+/// let tiers = spec.tiers::<StoreLimits>()?;
+/// let free = tiers.iter().find(|t| t.name() == "free").unwrap().limit().unwrap();
+/// assert_eq!(free.limits().len(), 2);
+/// // Each tier's limiter, on Redis say:
+/// // `RedisLimiter::builder_of(free).prefix("api").connect(target).await?`.
+/// # Ok::<(), weir_rate::spec::SpecError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreLimits(Vec<Limit>);
+
+impl StoreLimits {
+    /// The limits, in their order (for
+    /// [`StoreLimiter::set_limits`](crate::StoreLimiter::set_limits)).
+    pub fn limits(&self) -> &[Limit] {
+        &self.0
+    }
+}
+
+impl<B: Backend> StoreLimiter<B> {
+    /// A builder of a limiter of `limits` (a tier of a file),
+    /// all-or-nothing when there are several: as
+    /// [`builder`](Self::builder) and [`and`](StoreLimiterBuilder::and)
+    /// with each.
+    pub fn builder_of(limits: &StoreLimits) -> StoreLimiterBuilder<B> {
+        let (first, rest) = limits
+            .0
+            .split_first()
+            .expect("never empty: checked when read");
+        rest.iter()
+            .fold(Self::builder(*first), |builder, limit| builder.and(*limit))
+    }
+}
+
+impl FromSpec for StoreLimits {
+    fn try_from_spec(spec: &LimitsSpec, field: &str) -> Result<Self, SpecError> {
+        if spec.limits().is_empty() {
+            // An empty list is no limit: refused as a single algorithm
+            // refuses it ("0 limits where 1 are needed").
+            return Err(Gcra::try_from_spec(spec, field).expect_err("no limit to read"));
+        }
+        Ok(Self(Limit::try_from_spec(spec, field)?))
     }
 }
