@@ -58,8 +58,13 @@ impl<B: Backend> StoreLimiter<B> {
     /// # let _ = builder;
     /// ```
     pub fn builder(algorithm: impl StoreAlgorithm) -> StoreLimiterBuilder<B> {
+        Self::builder_with(vec![Limit::of(&algorithm)])
+    }
+
+    /// A builder of `limits` (all-or-nothing when there are several).
+    pub(crate) fn builder_with(limits: Vec<Limit>) -> StoreLimiterBuilder<B> {
         StoreLimiterBuilder {
-            plan: Plan::new(vec![Limit::of(&algorithm)]),
+            plan: Plan::new(limits),
             name: None,
             backoff: Duration::from_millis(100),
             policy: FailurePolicy::PerInstance,

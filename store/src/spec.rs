@@ -144,12 +144,7 @@ impl<B: Backend> StoreLimiter<B> {
     /// [`builder`](Self::builder) and [`and`](StoreLimiterBuilder::and)
     /// with each.
     pub fn builder_of(limits: &StoreLimits) -> StoreLimiterBuilder<B> {
-        let (first, rest) = limits
-            .0
-            .split_first()
-            .expect("never empty: checked when read");
-        rest.iter()
-            .fold(Self::builder(*first), |builder, limit| builder.and(*limit))
+        Self::builder_with(limits.0.clone())
     }
 }
 
