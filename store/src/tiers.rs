@@ -147,6 +147,14 @@ impl<B: Backend, R> StoreTiers<B, R> {
         self.tiers.names()
     }
 
+    /// The limiter of the tier called `name` (a handle to the same
+    /// limiter: its connection, its state), `None` for an unlimited tier
+    /// or one there is not. A reload changes a tier's limits through it
+    /// ([`StoreLimiter::set_limits`]) instead of connecting a new one.
+    pub fn limiter(&self, name: &str) -> Option<StoreLimiter<B>> {
+        self.tiers.now().set().named(name)?.limit().cloned()
+    }
+
     /// Check `cost` units of `key` by its tier's limiter.
     ///
     /// # Errors

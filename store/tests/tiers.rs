@@ -309,3 +309,19 @@ async fn the_resolver_places_the_typed_key() {
         Some("free")
     );
 }
+
+/// A tier's limiter, reached by name, changes that tier's limits in place.
+#[tokio::test(start_paused = true)]
+async fn a_tiers_limiter_changes_its_limits_in_place() {
+    let (store, now) = (MemoryStore::new(), Now::default());
+    let tiers = tiers(&store, &now).await;
+    assert!(tiers.limiter("internal").is_none());
+    assert!(tiers.limiter("gold").is_none());
+    now.set("free");
+    assert_eq!(checks_of(&tiers, "k", 3).await, [true, true, false]);
+    let free = tiers.limiter("free").unwrap();
+    free.set_limits(&[weir_store::Limit::of(&gcra(4))]).unwrap();
+    // 30 s on, the old two a minute would allow one; four a minute two.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(checks_of(&tiers, "k", 3).await, [true, true, false]);
+}
