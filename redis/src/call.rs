@@ -313,7 +313,7 @@ impl Core {
         let (generation, mut conn) = self.link.get().await.map_err(store_error)?;
         let outstanding = Outstanding {
             link: &self.link,
-            generation,
+            generation: AtomicU64::new(generation),
             sent: Instant::now(),
             slow: self.slow(),
         };
@@ -323,8 +323,15 @@ impl Core {
         // all within the same deadline. A redirection is followed twice at
         // most (`ASK` to the importing node, then perhaps `MOVED` as the
         // migration ends): each one means the script did not run.
+        //
+        // A connection found broken (the server restarted, a proxy closed
+        // an idle socket) says nothing yet about the server: the call goes
+        // once more on a fresh connection, within the same deadline. If
+        // the first did run, its reply lost, its units are spent twice:
+        // tighter, never looser (a refund carries its mark). A server that
+        // is down refuses the new connection and the call fails as before.
         let attempts = async {
-            let (mut loads, mut redirects) = (0, 0);
+            let (mut loads, mut redirects, mut reconnected) = (0, 0, false);
             let mut to: Option<Redirect> = None;
             loop {
                 let reply = match &to {
@@ -342,6 +349,14 @@ impl Core {
                         loads += 1;
                         script.load_async(&mut conn).await?;
                     }
+                    Err(e) if !reconnected && !self.cluster && e.is_connection_dropped() => {
+                        reconnected = true;
+                        self.link
+                            .discard(outstanding.generation.load(Ordering::Relaxed));
+                        let (generation, fresh) = self.link.get().await?;
+                        outstanding.generation.store(generation, Ordering::Relaxed);
+                        conn = fresh;
+                    }
                     Err(e) if self.cluster && redirects < 2 => match Redirect::of(&e) {
                         Some(next) => {
                             redirects += 1;
@@ -354,6 +369,7 @@ impl Core {
             }
         };
         let reply = attempts.await;
+        let generation = outstanding.generation.load(Ordering::Relaxed);
         outstanding.answered();
         reply
             .inspect_err(|e| self.link.discard_on(generation, e))
@@ -467,7 +483,8 @@ fn decision(raw: Raw, quota: &Quota) -> Decision {
 /// caller went away), so a client cannot make the limiter reconnect at will.
 struct Outstanding<'a> {
     link: &'a Link,
-    generation: u64,
+    /// The connection the call is on (a fresh one after a broken one).
+    generation: AtomicU64,
     sent: Instant,
     slow: Duration,
 }
@@ -481,7 +498,7 @@ impl Outstanding<'_> {
 impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
         if self.sent.elapsed() >= self.slow {
-            self.link.discard(self.generation);
+            self.link.discard(self.generation.load(Ordering::Relaxed));
         }
     }
 }

@@ -71,3 +71,29 @@ fn a_restart_with_an_fsynced_append_only_file_forgets_nothing() -> TestResult {
     assert_eq!(overshoot, 0, "the count survived the restart");
     Ok(())
 }
+
+/// A connection a restart broke is not an outage: the first call once the
+/// server is back goes again on a fresh connection, and no decision falls
+/// to the failure policy (under load, one failed call would hand the
+/// fallback every request of its back-off).
+#[test]
+fn the_first_call_after_a_restart_is_decided_by_the_store() -> TestResult {
+    if !weir_test_support::redis_server::available_or_skip("redis restart")? {
+        return Ok(());
+    }
+    let mut server = RedisServer::start()?;
+    rt()?.block_on(async {
+        let l = RedisLimiter::builder(FixedWindow::new(Quota::per_hour(nz(50))))
+            .prefix(unique_prefix("reconnect"))
+            .on_failure(FailurePolicy::Closed)
+            .connect(Target::server(server.url()))
+            .await?;
+        assert_eq!(allowed_on_redis(&l, "k", 3).await?, 3);
+        for round in 0..3 {
+            server.restart()?;
+            let a = l.check_verbose("k", 1).await?;
+            assert_eq!(a.source, Source::Store, "restart {round}: {:?}", a.error);
+        }
+        Ok(())
+    })
+}
