@@ -5,7 +5,11 @@
 //! `cargo run --release -p weir-bench-suite --example hot_paths -- WHAT [PORT]`
 //! with WHAT one of `allows-uniform`, `allows-zipf` (a keyed GCRA's
 //! `allows` on 1 M keys), `check-uniform` (its `check`, the whole
-//! `Decision`), `sharded-incr`, `pend-once` (a timeout around a
+//! `Decision`), `tiered-check-uniform` (the same through a
+//! `TieredLimiter`, a cheap resolver placing every tenth key in another
+//! tier), `tiered-cached-uniform` (its resolver a `CachedTierOf` holding
+//! every key), `sketch-check-uniform` and `tiered-sketch-check-uniform`
+//! (a `SketchLimiter`'s check, then a `TieredSketch`'s), `sharded-incr`, `pend-once` (a timeout around a
 //! future that pends once, over the bare future, with tokio's beside it),
 //! `redis-plain`, `redis-batched` (50 callers on the redis-server at PORT)
 //! or `pingpong` (the cross-core round trip, to read two-thread figures by).
@@ -22,7 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use weir_limits::{Shape, ShardedEstimator};
-use weir_rate::{Gcra, KeyedLimiter, Quota, nonzero};
+use weir_rate::{
+    CachedTierOf, Gcra, KeyedLimiter, Quota, SketchLimiter, Tier, TierOf, TieredLimiter,
+    TieredSketch, nonzero,
+};
 
 const KEYS: u64 = 1_000_000;
 
@@ -65,6 +72,73 @@ fn keyed(zipf: bool, call: impl Fn(&KeyedLimiter<u64, Gcra>, &u64)) -> f64 {
         }
     }
     start.elapsed().as_nanos() as f64 / (rounds * ks.len()) as f64
+}
+
+/// Every tenth key paid, the rest free: a resolver that costs a modulo.
+struct EveryTenth;
+
+impl TierOf<u64> for EveryTenth {
+    fn tier_of<'a>(&'a self, key: &u64) -> Option<&'a str> {
+        (key % 10 == 0).then_some("paid")
+    }
+}
+
+fn api_tiers() -> Vec<Tier<Gcra>> {
+    vec![
+        Tier::limited("free", Gcra::new(Quota::per_second(nonzero!(1000)))),
+        Tier::limited("paid", Gcra::new(Quota::per_second(nonzero!(10_000)))),
+    ]
+}
+
+/// `call` on each of 4 M uniform draws of 1 M keys, warmed once, in ns.
+fn timed<L>(limiter: &L, call: impl Fn(&L, &u64)) -> f64 {
+    let ks = keys(false, 1 << 22);
+    for k in &ks {
+        call(limiter, k);
+    }
+    let start = Instant::now();
+    let rounds = 3;
+    for _ in 0..rounds {
+        for k in &ks {
+            call(limiter, k);
+        }
+    }
+    start.elapsed().as_nanos() as f64 / (rounds * ks.len()) as f64
+}
+
+fn tiered_check(cached: bool) -> f64 {
+    if cached {
+        let lookup = |key: &u64| (key % 10 == 0).then(|| "paid".to_owned());
+        let resolver = CachedTierOf::new(
+            lookup,
+            std::num::NonZeroUsize::new(4 << 20).unwrap(),
+            Duration::from_secs(3600),
+        );
+        let limiter = TieredLimiter::<u64, _, _>::try_new(api_tiers(), "free", resolver).unwrap();
+        timed(&limiter, |l, k| {
+            black_box(l.check(k));
+        })
+    } else {
+        let limiter = TieredLimiter::<u64, _, _>::try_new(api_tiers(), "free", EveryTenth).unwrap();
+        timed(&limiter, |l, k| {
+            black_box(l.check(k));
+        })
+    }
+}
+
+fn sketch_check(tiered: bool) -> f64 {
+    let shape = Shape::rows::<4, 65536>();
+    if tiered {
+        let limiter = TieredSketch::try_new(api_tiers(), "free", EveryTenth, shape).unwrap();
+        timed(&limiter, |l, k| {
+            black_box(l.check(k));
+        })
+    } else {
+        let limiter = SketchLimiter::new(Quota::per_second(nonzero!(1000)), shape);
+        timed(&limiter, |l, k| {
+            black_box(l.check(k));
+        })
+    }
 }
 
 fn sharded_incr() -> f64 {
@@ -212,6 +286,10 @@ fn main() {
         "allows-uniform" => println!("{what} {:.1} ns", keyed_allows(false)),
         "allows-zipf" => println!("{what} {:.1} ns", keyed_allows(true)),
         "check-uniform" => println!("{what} {:.1} ns", keyed_check()),
+        "tiered-check-uniform" => println!("{what} {:.1} ns", tiered_check(false)),
+        "tiered-cached-uniform" => println!("{what} {:.1} ns", tiered_check(true)),
+        "sketch-check-uniform" => println!("{what} {:.1} ns", sketch_check(false)),
+        "tiered-sketch-check-uniform" => println!("{what} {:.1} ns", sketch_check(true)),
         "sharded-incr" => println!("{what} {:.2} ns", sharded_incr()),
         "pend-once" => {
             let (w, t) = pend_once();
