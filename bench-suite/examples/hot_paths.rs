@@ -79,7 +79,7 @@ struct EveryTenth;
 
 impl TierOf<u64> for EveryTenth {
     fn tier_of<'a>(&'a self, key: &u64) -> Option<&'a str> {
-        (key % 10 == 0).then_some("paid")
+        key.is_multiple_of(10).then_some("paid")
     }
 }
 
@@ -108,7 +108,7 @@ fn timed<L>(limiter: &L, call: impl Fn(&L, &u64)) -> f64 {
 
 fn tiered_check(cached: bool) -> f64 {
     if cached {
-        let lookup = |key: &u64| (key % 10 == 0).then(|| "paid".to_owned());
+        let lookup = |key: &u64| key.is_multiple_of(10).then(|| "paid".to_owned());
         let resolver = CachedTierOf::new(
             lookup,
             std::num::NonZeroUsize::new(4 << 20).unwrap(),
