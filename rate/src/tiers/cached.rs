@@ -3,12 +3,13 @@
 
 use super::TierOf;
 use crate::clock::{Clock, MonotonicClock};
+use hashbrown::HashTable;
 use std::borrow::Borrow;
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 use std::time::Duration;
+use weir_primitives::shards::Shards;
 use weir_primitives::sync::Mutex;
 
 /// The most distinct tier names a cache hands out; a lookup that names
@@ -35,9 +36,10 @@ struct Entry {
 /// becomes the previous one (dropping the previous), and a key found in
 /// the previous one moves back to the current. The keys asked for since
 /// the last turn stay; memory stays within two generations.
+/// Keys are found by the hash that picked their shard (hashed once).
 struct Generations<K> {
-    current: HashMap<K, Entry>,
-    previous: HashMap<K, Entry>,
+    current: HashTable<(K, Entry)>,
+    previous: HashTable<(K, Entry)>,
 }
 
 /// A [`TierOf`] that asks `lookup` (a directory, a database read on the
@@ -85,10 +87,9 @@ struct Generations<K> {
 /// ```
 pub struct CachedTierOf<K, F, C = MonotonicClock> {
     lookup: F,
-    shards: Box<[Mutex<Generations<K>>]>,
+    shards: Shards<Mutex<Generations<K>>>,
     /// Keys per generation per shard.
     generation: usize,
-    placing: RandomState,
     names: [OnceLock<Box<str>>; MAX_NAMES],
     naming: Mutex<()>,
     ttl_nanos: u64,
@@ -115,24 +116,24 @@ impl<K, F> CachedTierOf<K, F> {
 impl<K, F, C> CachedTierOf<K, F, C> {
     /// [`new`](CachedTierOf::new) reading time from `clock`.
     pub fn with_clock(lookup: F, max_keys: NonZeroUsize, ttl: Duration, clock: C) -> Self {
-        let shards = if max_keys.get() >= SHARDED_FROM {
-            SHARDS
-        } else {
-            1
-        };
-        let generation = (max_keys.get() / shards / 2).max(1);
+        let shards = Shards::new(
+            if max_keys.get() >= SHARDED_FROM {
+                SHARDS
+            } else {
+                1
+            },
+            |_| {
+                Mutex::new(Generations {
+                    current: HashTable::new(),
+                    previous: HashTable::new(),
+                })
+            },
+        );
+        let generation = (max_keys.get() / shards.len() / 2).max(1);
         Self {
             lookup,
-            shards: (0..shards)
-                .map(|_| {
-                    Mutex::new(Generations {
-                        current: HashMap::new(),
-                        previous: HashMap::new(),
-                    })
-                })
-                .collect(),
+            shards,
             generation,
-            placing: RandomState::new(),
             names: std::array::from_fn(|_| OnceLock::new()),
             naming: Mutex::new(()),
             ttl_nanos: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
@@ -196,33 +197,47 @@ where
     fn tier_of<'a>(&'a self, key: &Q) -> Option<&'a str> {
         let now = self.clock.now_nanos();
         let fresh = |entry: &Entry| now.saturating_sub(entry.at) < self.ttl_nanos;
-        let place = (self.placing.hash_one(key) as usize) % self.shards.len();
-        let shard = &self.shards[place];
+        let hash = self.shards.hash_of(key);
+        let shard = self.shards.shard(hash);
+        let is_key = |(k, _): &(K, Entry)| k.borrow() == key;
         {
             let mut generations = shard.lock();
-            if let Some(entry) = generations.current.get(key).filter(|e| fresh(e)) {
+            if let Some((_, entry)) = generations.current.find(hash, is_key)
+                && fresh(entry)
+            {
                 return self.name(entry.tier);
             }
-            if let Some(entry) = generations.previous.remove(key).filter(fresh) {
-                self.keep(&mut generations, key.to_owned(), entry);
-                return self.name(entry.tier);
+            if let Ok(found) = generations.previous.find_entry(hash, is_key) {
+                let ((kept, entry), _) = found.remove();
+                if fresh(&entry) {
+                    self.keep(&mut generations, hash, kept, entry);
+                    return self.name(entry.tier);
+                }
             }
         }
         // Asked outside the lock: a slow lookup holds up no other key.
         let tier = (self.lookup)(key).map_or(NO_TIER, |name| self.place_of(&name));
         let entry = Entry { tier, at: now };
-        self.keep(&mut shard.lock(), key.to_owned(), entry);
+        self.keep(&mut shard.lock(), hash, key.to_owned(), entry);
         self.name(tier)
     }
 }
 
 impl<K: Hash + Eq, F, C> CachedTierOf<K, F, C> {
-    /// Put `key` in the current generation, turning it over first if it
-    /// is full.
-    fn keep(&self, generations: &mut Generations<K>, key: K, entry: Entry) {
-        if generations.current.len() >= self.generation && !generations.current.contains_key(&key) {
+    /// Put `key` (of hash `hash`) in the current generation, in place of
+    /// its stale entry if it has one, turning the generation over first
+    /// if it is full.
+    fn keep(&self, generations: &mut Generations<K>, hash: u64, key: K, entry: Entry) {
+        if let Some((_, stale)) = generations.current.find_mut(hash, |(k, _)| *k == key) {
+            *stale = entry;
+            return;
+        }
+        if generations.current.len() >= self.generation {
             generations.previous = std::mem::take(&mut generations.current);
         }
-        generations.current.insert(key, entry);
+        let hasher = self.shards.hasher();
+        generations
+            .current
+            .insert_unique(hash, (key, entry), |(k, _)| hasher.hash_one(k));
     }
 }
